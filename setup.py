@@ -1,0 +1,25 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="webdb",
+    version="0.1.0",
+    description="A crawl database of pages and links in sorted, sectioned tables, and a polite crawl loop",
+    python_requires=">=3.10",
+    packages=find_packages(include=["webdb", "webdb.*", "fetchlist", "fetchlist.*"]),
+    package_data={"fetchlist": ["demo_site/*"]},
+    install_requires=[
+        "lz4>=4.3",
+        "tqdm>=4.66",
+        "paramiko>=3.4",
+        "fabric>=3.2",
+        "requests>=2.31",
+        "protego>=0.3",
+        "lxml>=5.0",
+        "w3lib==2.5.0",
+        "mmh3>=4.0",
+        "publicsuffixlist>=1.0",
+    ],
+    extras_require={"test": ["pytest>=8", "hypothesis>=6.100", "psutil>=5.9", "ruff>=0.5"]},
+    entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
+    scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],
+)

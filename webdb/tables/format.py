@@ -1,0 +1,44 @@
+"""On-disk constants, all in one place (see docs/format.md).  Never reuse a value."""
+
+from __future__ import annotations
+
+# Table file: b"WEBDBTB1" closes every table and edit file; the trailing "1" is not the version.
+TABLE_MAGIC = b"WEBDBTB1"
+TABLE_VERSION = 1
+FOOTER_SIZE = 48
+
+# Block codecs (one byte in every block trailer).
+CODEC_NONE = 0
+CODEC_ZLIB = 1
+CODEC_LZ4 = 2
+
+BLOCK_TRAILER_SIZE = 5  # codec u8 + crc32 u32
+
+# Table kinds (one byte in the footer; a file opened as the wrong kind is an error).
+KIND_PAGES_BY_URL = 1
+KIND_PAGES_BY_MD5 = 2
+KIND_LINKS_BY_MD5 = 3
+KIND_LINKS_BY_URL = 4
+KIND_EDITS = 5
+KIND_RUN = 6  # a spilled sort run (scratch, never part of a generation)
+
+TABLE_KINDS = {
+    "pages_by_url": KIND_PAGES_BY_URL,
+    "pages_by_md5": KIND_PAGES_BY_MD5,
+    "links_by_md5": KIND_LINKS_BY_MD5,
+    "links_by_url": KIND_LINKS_BY_URL,
+}
+TABLE_SUFFIX = {"pages_by_url": "pbu", "pages_by_md5": "pbm", "links_by_md5": "lbm", "links_by_url": "lbu"}
+
+# Database directory.
+DB_FORMAT_VERSION = 1
+DB_IDENTITY = "webdb.json"
+CURRENT = "CURRENT"
+LOCK = "LOCK"
+GEN_DIR = "gen"
+TMP_DIR = "tmp"
+EDITS_DIR = "edits"
+
+# Separator after a URL inside a compound key: smaller than any byte a URL may hold.
+URL_END = b"\x00"
+MD5_LEN = 16
