@@ -75,7 +75,8 @@ def validate_url(url: object, max_bytes: int = MAX_URL_BYTES) -> bytes:
     return b
 
 
-_PAGE = struct.Struct("<16sBqqHIIdd")  # md5 status fetch_time next_fetch retries interval nout score next_score
+# md5 status fetch_time next_fetch retries interval num_outlinks score next_score
+_PAGE = struct.Struct("<16sBqqHIIdd")
 _LINK = struct.Struct("<qB")  # domain_id flags
 _LINK_OUT = 1  # flags bit: target has outlinks
 
@@ -175,7 +176,8 @@ def link_with_flag(value: bytes, flag: bool) -> bytes:
 
 def domain_id(host: str) -> int:
     """64-bit signed hash of a lowercased host name (stable across runs and machines)."""
-    return int.from_bytes(hashlib.md5(host.lower().encode("utf-8", "replace")).digest()[:8], "little", signed=True)
+    digest = hashlib.md5(host.lower().encode("utf-8", "replace")).digest()
+    return int.from_bytes(digest[:8], "little", signed=True)
 
 
 # ---- keys -------------------------------------------------------------------------------------
