@@ -35,6 +35,9 @@ DEFAULTS: dict[str, object] = {
     "max_interval": 365 * DAY,
     "inc_rate": 0.2,
     "dec_rate": 0.2,
+    # fsync table files, manifests and CURRENT before a commit is visible (durable against power
+    # loss).  Off only for scratch databases: a kill -9 is survived either way.
+    "sync": True,
     # Decoded-block cache of a reader, MiB.
     "cache_mb": 128,
     # URL sample size used to choose section breakpoints on the first load (or a rebalance).

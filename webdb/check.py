@@ -1,0 +1,141 @@
+"""``check()``: verify every invariant of a committed generation (``webdb check DB``).
+
+Per table: every block's checksum and decoding, index vs data, strict key order within and
+across sections, each key in the section the split assigns it, counts vs the manifest.
+Across tables: PagesByMD5 holds exactly (md5, url) → page of every page; LinksByURL holds
+exactly the links of LinksByMD5; every link's source content is carried by a page and its
+target is a page; every target_has_outlink flag is right; status counts match the manifest.
+Cost: one read of every table plus an external sort of the pages and the links.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+
+from webdb.errors import CorruptionError
+from webdb.tables.records import link_flag, page_num_outlinks
+from webdb.writer.sortbuf import SortBuffer
+
+
+def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
+    """(section, key, value) of a table in order, verifying order, placement and counts."""
+    secs = reader.sections
+    prev: bytes | None = None
+    for j, t in enumerate(reader.tables[table]):
+        entry = reader.manifest["tables"][j].get(table)
+        if t is None:
+            continue
+        if entry["records"] != t.count:
+            raise CorruptionError(f"{t.path}: holds {t.count} records, manifest says {entry['records']}")
+        n = 0
+        for b in range(t.nblocks):
+            keys, vals = t.block(b)
+            if keys and (keys[0] != t.first_keys[b] or keys[-1] != t.last_keys[b]):
+                raise CorruptionError(f"{t.where(b)}: first/last key differ from the index")
+            for k, v in zip(keys, vals):
+                if prev is not None and k <= prev:
+                    raise CorruptionError(f"{t.where(b)}: key {k!r:.80} out of order")
+                prev = k
+                want = _section_of(secs, table, k)
+                if want != j:
+                    raise CorruptionError(f"{t.where(b)}: key {k!r:.80} belongs in section {want}, found in {j}")
+                n += 1
+                yield j, k, v
+            if progress is not None:
+                progress.update(len(keys))
+        if n != t.count:
+            raise CorruptionError(f"{t.path}: {n} records read, footer says {t.count}")
+
+
+def _section_of(secs, table: str, k: bytes) -> int:
+    if table == "pages_by_url":
+        return secs.of_url(k)
+    if table == "links_by_url":
+        return secs.of_url(k[: k.index(b"\x00")])
+    return secs.of_md5(k)
+
+
+def _sorted_equal(a: SortBuffer, b: Iterator[bytes], what: str) -> int:
+    n = 0
+    it = iter(b)
+    for x in a.sorted():
+        y = next(it, None)
+        if y != x:
+            raise CorruptionError(f"{what}: expected {x!r:.120}, found {y!r:.120}")
+        n += 1
+    extra = next(it, None)
+    if extra is not None:
+        raise CorruptionError(f"{what}: unexpected record {extra!r:.120}")
+    return n
+
+
+def check(reader, progress: bool = False) -> dict:
+    """Raise CorruptionError at the first violation; return counts when all is well."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        total = sum(t.count for lst in reader.tables.values() for t in lst if t is not None)
+        bar = tqdm(total=total, unit="rec", desc="check", disable=None)
+    tmp = tempfile.mkdtemp(prefix="webdb-check-")
+    try:
+        return _check(reader, bar, tmp)
+    finally:
+        if bar is not None:
+            bar.close()
+        for f in os.listdir(tmp):
+            os.unlink(os.path.join(tmp, f))
+        os.rmdir(tmp)
+
+
+def _check(reader, bar, tmp: str) -> dict:
+    mem = 64 << 20
+    # Pages: PagesByURL → expected PagesByMD5 records; page presence and num_outlinks by url.
+    pbm_exp = SortBuffer(tmp, "pbm", mem)
+    status: dict[int, int] = {}
+    pages_out: list[tuple[bytes, bool]] = []
+    page_spill = SortBuffer(tmp, "pages", mem)
+    for _, k, v in _scan(reader, "pages_by_url", bar):
+        pbm_exp.add(v[:16] + k + b"\x00" + v)
+        status[v[16]] = status.get(v[16], 0) + 1
+        page_spill.add(k + b"\x00" + (b"\x01" if page_num_outlinks(v) else b"\x00"))
+    n_pages = _sorted_equal(pbm_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)),
+                            "PagesByMD5 vs PagesByURL")
+    want_status = {int(k): v for sc in reader.manifest["status"] for k, v in sc.items()}
+    merged: dict[int, int] = {}
+    for sc in reader.manifest["status"]:
+        for k, v in sc.items():
+            merged[int(k)] = merged.get(int(k), 0) + v
+    if {k: v for k, v in merged.items() if v} != status:
+        raise CorruptionError(f"status counts {status} differ from the manifest's {want_status}")
+    del pages_out
+    # Links: LinksByMD5 → expected LinksByURL; every source md5 carried by some page.
+    lbu_exp = SortBuffer(tmp, "lbu", mem)
+    md5s = (k[:16] for _, k, _ in _scan(reader, "pages_by_md5", None))
+    cur_md5 = next(md5s, None)
+    for _, k, v in _scan(reader, "links_by_md5", bar):
+        src = k[:16]
+        while cur_md5 is not None and cur_md5 < src:
+            cur_md5 = next(md5s, None)
+        if cur_md5 != src:
+            raise CorruptionError(f"LinksByMD5: link {k[16:]!r:.100} from md5 {src.hex()} that no page carries")
+        lbu_exp.add(k[16:] + b"\x00" + src + b"\x00" + v)
+    n_links = _sorted_equal(lbu_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "links_by_url", bar)),
+                            "LinksByURL vs LinksByMD5")
+    # Every link target is a page and its flag matches the page's num_outlinks.
+    pages = page_spill.sorted()
+    cur = next(pages, None)
+    for _, k, v in _scan(reader, "links_by_url", None):
+        url = k[: k.index(b"\x00")]
+        while cur is not None and cur[:-2] < url:
+            cur = next(pages, None)
+        if cur is None or cur[:-2] != url:
+            raise CorruptionError(f"LinksByURL: link to {url!r:.100} whose target page does not exist")
+        if link_flag(v) != (cur[-1] == 1):
+            raise CorruptionError(f"LinksByURL: link to {url!r:.100} has target_has_outlink={link_flag(v)}, "
+                                  f"but the page has {'some' if cur[-1] else 'no'} outlinks")
+    for buf in (pbm_exp, lbu_exp, page_spill):
+        buf.cleanup()
+    return {"pages": n_pages, "links": n_links, "status": status, "generation": reader.generation}

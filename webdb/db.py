@@ -1,0 +1,252 @@
+"""A database directory: identity, generations, the commit pointer, the writer lock, recovery.
+
+Layout (docs/design.md, *Files in a database*)::
+
+    DB/webdb.json            identity: format version, name, creation time, stored settings
+    DB/CURRENT               the committed generation number (replaced by rename, never edited)
+    DB/gen/NNNNNNNN.json     manifest of generation N: sections, breakpoints, table files, stats
+    DB/sec-JJJJ/             section J: its table files, named by generation and stage
+    DB/sec-JJJJ/edits/B/     incoming edit files of batch B (the section's share group)
+    DB/LOCK                  writer lock (flock) + who holds it
+    DB/tmp/                  scratch (sort runs)
+
+Data files are immutable; a commit writes the new generation's files, fsyncs them, writes the
+manifest, then flips CURRENT by rename.  Readers read CURRENT and open the files it names.
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import socket
+import time
+from typing import Any
+
+from webdb import _fault
+from webdb.errors import BadInput, LockedError, NotADatabase
+from webdb.sections import Sections
+from webdb.settings import resolve
+from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
+
+TABLES = tuple(TABLE_KINDS)
+_GEN_FILE = re.compile(r"^(\d{8})-s\d\.(pbu|pbm|lbm|lbu)$")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
+    """Write a small file by temp + fsync + rename (+ directory fsync)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def sec_dir(root: str, j: int) -> str:
+    return os.path.join(root, f"sec-{j:04d}")
+
+
+class WebDB:
+    """An open database directory.  Cheap to create; holds no file open between calls."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        ident = os.path.join(self.path, DB_IDENTITY)
+        try:
+            with open(ident, "rb") as f:
+                self.identity = json.loads(f.read())
+        except FileNotFoundError:
+            raise NotADatabase(f"{path}: not a webdb database (no {DB_IDENTITY})") from None
+        except (OSError, ValueError) as e:
+            raise NotADatabase(f"{path}: unreadable {DB_IDENTITY} ({e})") from None
+        if self.identity.get("format", 0) > DB_FORMAT_VERSION:
+            raise NotADatabase(f"{path}: database format {self.identity['format']} is newer than this webdb")
+        self.settings = resolve(self.identity.get("settings"))
+
+    # ---- generations -----------------------------------------------------------------------
+
+    def committed(self) -> int:
+        try:
+            with open(os.path.join(self.path, CURRENT)) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError) as e:
+            raise NotADatabase(f"{self.path}: cannot read {CURRENT} ({e})") from None
+
+    def manifest_path(self, gen: int) -> str:
+        return os.path.join(self.path, GEN_DIR, f"{gen:08d}.json")
+
+    def manifest(self, gen: int | None = None) -> dict:
+        gen = self.committed() if gen is None else gen
+        p = self.manifest_path(gen)
+        try:
+            with open(p, "rb") as f:
+                return json.loads(f.read())
+        except (OSError, ValueError) as e:
+            raise NotADatabase(f"{p}: unreadable manifest of generation {gen} ({e})") from None
+
+    def sections(self, manifest: dict | None = None) -> Sections:
+        return Sections.from_json((manifest or self.manifest())["sections"])
+
+    def commit(self, manifest: dict) -> None:
+        """Make ``manifest`` (already fully written files) the committed generation."""
+        gen = manifest["generation"]
+        sync = self.settings["sync"]
+        write_atomic(self.manifest_path(gen), json.dumps(manifest, indent=1, sort_keys=True).encode(), sync)
+        _fault.point("commit.before_current")
+        write_atomic(os.path.join(self.path, CURRENT), f"{gen:08d}\n".encode(), sync)
+        _fault.point("commit.after_current")
+
+    # ---- API -------------------------------------------------------------------------------
+
+    def writer(self, **overrides: Any):
+        """A writer for one batch (context manager).  Takes the lock; see ``webdb.Writer``."""
+        from webdb.writer.writer import Writer
+
+        return Writer(self, **overrides)
+
+    def reader(self):
+        """A snapshot of the last committed generation; see ``webdb.Reader``."""
+        from webdb.reader import Reader
+
+        return Reader(self)
+
+    # ---- lock and recovery -----------------------------------------------------------------
+
+    def lock(self) -> WriterLock:
+        return WriterLock(os.path.join(self.path, LOCK))
+
+    def recover(self) -> list[str]:
+        """Remove what an interrupted batch left (files of generations after CURRENT, edit
+        files, scratch) and what old generations no reader needs.  Call with the lock held."""
+        cur = self.committed()
+        keep_gens = {cur, cur - 1}
+        referenced: set[tuple[int, str]] = set()
+        for g in keep_gens:
+            if g >= 0 and os.path.exists(self.manifest_path(g)):
+                m = self.manifest(g)
+                for j, tabs in enumerate(m["tables"]):
+                    for t in tabs.values():
+                        referenced.add((j, t["file"]))
+        removed: list[str] = []
+        gdir = os.path.join(self.path, GEN_DIR)
+        for name in os.listdir(gdir):
+            m = re.match(r"^(\d{8})\.json$", name)
+            if (m and int(m.group(1)) not in keep_gens) or ".tmp." in name:
+                os.unlink(os.path.join(gdir, name))
+                removed.append(os.path.join(GEN_DIR, name))
+        for name in sorted(os.listdir(self.path)):
+            if not name.startswith("sec-"):
+                continue
+            j = int(name[4:])
+            d = os.path.join(self.path, name)
+            for f in os.listdir(d):
+                p = os.path.join(d, f)
+                if f == "edits":
+                    shutil.rmtree(p, ignore_errors=True)
+                    removed.append(os.path.join(name, f))
+                elif _GEN_FILE.match(f) and (j, f) not in referenced:
+                    os.unlink(p)
+                    removed.append(os.path.join(name, f))
+        shutil.rmtree(os.path.join(self.path, TMP_DIR), ignore_errors=True)
+        return removed
+
+
+class WriterLock:
+    """One writer at a time: an flock on DB/LOCK, plus who holds it (host, pid, since).
+
+    The kernel drops an flock when its process dies, so a lock left by a killed writer is
+    simply taken over (and reported as stale) — no manual cleanup.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.fd = -1
+        self.stale: dict | None = None
+
+    def acquire(self) -> WriterLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            holder = _read_holder(self.path)
+            raise LockedError(
+                f"{os.path.dirname(self.path)} is being written by pid {holder.get('pid', '?')} on host "
+                f"{holder.get('host', '?')} since {holder.get('since', '?')} (lock {self.path})") from None
+        prev = _read_holder(self.path)
+        if prev:
+            self.stale = prev  # its process is gone: flock would have failed otherwise
+        info = {"host": socket.gethostname(), "pid": os.getpid(),
+                "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(info).encode(), 0)
+        self.fd = fd
+        return self
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _read_holder(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return json.loads(data) if data.strip() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
+    """Create an empty database with ``sections`` sections at ``path`` (must not exist or be empty)."""
+    if not isinstance(sections, int) or sections < 1:
+        raise BadInput(f"sections must be a whole number >= 1, not {sections!r}")
+    s = resolve(None, **settings)
+    path = os.path.abspath(path)
+    if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
+        raise BadInput(f"{path}: exists and is not an empty directory")
+    os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
+    for j in range(sections):
+        os.makedirs(sec_dir(path, j), exist_ok=True)
+    stored = {k: v for k, v in settings.items() if v is not None}
+    ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(),
+             "settings": stored}
+    write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), s["sync"])
+    manifest = empty_manifest(Sections(sections))
+    db = WebDB(path)
+    db.commit(manifest)
+    return db
+
+
+def empty_manifest(secs: Sections, generation: int = 0) -> dict:
+    return {"generation": generation, "parent": None, "batch": None, "committed": time.time(),
+            "sections": secs.to_json(), "tables": [{} for _ in range(secs.k)],
+            "status": [{} for _ in range(secs.k)]}
+
+
+def open_db(path: str) -> WebDB:
+    """Open an existing database."""
+    if not os.path.isdir(path):
+        raise NotADatabase(f"{path}: no such database directory")
+    return WebDB(path)

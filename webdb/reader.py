@@ -1,0 +1,155 @@
+"""The reader: a snapshot of one committed generation across all sections.
+
+Point lookups go to the one section that can hold the key; enumerations read sections
+0..k-1 in order, which is the global key order.  All iterators stream one block at a time.
+Readers take no lock and never block a writer: they open the files CURRENT names, and
+open file handles stay valid after a later commit removes the files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from webdb.sections import Sections
+from webdb.tables.format import TABLE_KINDS
+from webdb.tables.records import Link, Page, validate_url
+from webdb.tables.table import BlockCache, TableReader
+
+__all__ = ["Reader"]
+
+
+class Reader:
+    """Snapshot of the committed generation.  Close it (or use ``with``) to release files."""
+
+    def __init__(self, db, root: str | None = None):
+        self.db = db
+        cache = BlockCache(int(db.settings["cache_mb"]) << 20)
+        for attempt in range(5):
+            m = db.manifest()
+            try:
+                self._open(m, cache, root or db.path)
+                break
+            except FileNotFoundError:
+                # A commit removed the generation between reading CURRENT and opening its
+                # files: read CURRENT again.
+                if attempt == 4:
+                    raise
+        self.manifest = m
+        self.generation = m["generation"]
+        self.sections = Sections.from_json(m["sections"])
+
+    def _open(self, m: dict, cache: BlockCache, root: str) -> None:
+        tabs: dict[str, list[TableReader | None]] = {t: [] for t in TABLE_KINDS}
+        try:
+            for j, entry in enumerate(m["tables"]):
+                for t in TABLE_KINDS:
+                    e = entry.get(t)
+                    tabs[t].append(TableReader(os.path.join(root, f"sec-{j:04d}", e["file"]), TABLE_KINDS[t], cache)
+                                   if e else None)
+        except BaseException:
+            for lst in tabs.values():
+                for r in lst:
+                    if r is not None:
+                        r.close()
+            raise
+        self.tables = tabs
+
+    def close(self) -> None:
+        for lst in self.tables.values():
+            for r in lst:
+                if r is not None:
+                    r.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- counts ----------------------------------------------------------------------------
+
+    def _total(self, table: str) -> int:
+        return sum(e.get(table, {}).get("records", 0) for e in self.manifest["tables"])
+
+    @property
+    def num_pages(self) -> int:
+        return self._total("pages_by_url")
+
+    @property
+    def num_links(self) -> int:
+        return self._total("links_by_md5")
+
+    def status_counts(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for sc in self.manifest["status"]:
+            for k, v in sc.items():
+                out[int(k)] = out.get(int(k), 0) + v
+        return out
+
+    # ---- lookups ---------------------------------------------------------------------------
+
+    def get_page(self, url: str) -> Page | None:
+        """The page of ``url`` or None.  Cost: one block read in one section (cached)."""
+        url_b = validate_url(url, 1 << 30)
+        t = self.tables["pages_by_url"][self.sections.of_url(url_b)]
+        v = t.get(url_b) if t is not None else None
+        return Page.decode(url, v) if v is not None else None
+
+    def get_pages(self, md5: bytes) -> Iterator[Page]:
+        """Every page whose content has ``md5``, by url."""
+        t = self.tables["pages_by_md5"][self.sections.of_md5(md5)]
+        if t is None:
+            return
+        for k, v in t.prefix(md5):
+            yield Page.decode(k[16:].decode("utf-8"), v)
+
+    def inlinks(self, url: str) -> Iterator[Link]:
+        """Links to ``url``, by from_id, streamed (a URL with a million inlinks is fine)."""
+        url_b = validate_url(url, 1 << 30)
+        t = self.tables["links_by_url"][self.sections.of_url(url_b)]
+        if t is None:
+            return
+        p = url_b + b"\x00"
+        for k, v in t.prefix(p):
+            yield Link.decode(k[len(p) :], url, v)
+
+    def outlinks(self, md5: bytes) -> Iterator[Link]:
+        """Links from the content ``md5``, by target url."""
+        t = self.tables["links_by_md5"][self.sections.of_md5(md5)]
+        if t is None:
+            return
+        for k, v in t.prefix(md5):
+            yield Link.decode(md5, k[16:].decode("utf-8"), v)
+
+    # ---- enumeration -----------------------------------------------------------------------
+
+    def items(self, table: str, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Raw (key, value) pairs of a table in global key order."""
+        for t in self.tables[table]:
+            if t is not None:
+                yield from t.items(start)
+
+    def pages(self) -> Iterator[Page]:
+        for k, v in self.items("pages_by_url"):
+            yield Page.decode(k.decode("utf-8"), v)
+
+    def pages_by_md5(self) -> Iterator[Page]:
+        for k, v in self.items("pages_by_md5"):
+            yield Page.decode(k[16:].decode("utf-8"), v)
+
+    def links(self) -> Iterator[Link]:
+        """All links by (url, from_id)."""
+        for k, v in self.items("links_by_url"):
+            i = k.index(b"\x00")
+            yield Link.decode(k[i + 1 :], k[:i].decode("utf-8"), v)
+
+    def links_by_md5(self) -> Iterator[Link]:
+        for k, v in self.items("links_by_md5"):
+            yield Link.decode(k[:16], k[16:].decode("utf-8"), v)
+
+    def check(self, progress: bool = False) -> dict:
+        """Verify every invariant; raises CorruptionError naming the first violation."""
+        from webdb.check import check
+
+        return check(self, progress=progress)

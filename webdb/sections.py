@@ -1,0 +1,59 @@
+"""How keys are split into k sections (docs/design.md, *Sections*).
+
+URL-keyed tables (PagesByURL, LinksByURL) split at k-1 breakpoint URLs chosen from the data;
+md5-keyed tables (PagesByMD5, LinksByMD5) split the md5 space into k equal ranges by its top
+64 bits.  Both splits are ranges, so sections 0..k-1 read in order give the global key order.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+
+class Sections:
+    """The split of one database generation: ``k`` and the URL breakpoints (UTF-8 bytes)."""
+
+    __slots__ = ("k", "breakpoints")
+
+    def __init__(self, k: int, breakpoints: list[bytes] | None = None):
+        if k < 1:
+            raise ValueError("a database has at least one section")
+        self.k = k
+        self.breakpoints = list(breakpoints or [])
+        if self.breakpoints and len(self.breakpoints) != k - 1:
+            raise ValueError(f"{k} sections need {k - 1} breakpoints, got {len(self.breakpoints)}")
+
+    @property
+    def ready(self) -> bool:
+        """False until breakpoints are chosen (k > 1 and nothing loaded yet)."""
+        return self.k == 1 or bool(self.breakpoints)
+
+    def of_url(self, url_b: bytes) -> int:
+        """Section of a URL key.  Cost: O(log k)."""
+        return bisect.bisect_right(self.breakpoints, url_b) if self.breakpoints else 0
+
+    def of_md5(self, md5: bytes) -> int:
+        """Section of an md5 key: equal ranges of its top 64 bits (any k, not only powers of 2)."""
+        return (int.from_bytes(md5[:8], "big") * self.k) >> 64
+
+    def md5_bounds(self, j: int) -> bytes:
+        """Smallest md5 prefix (8 bytes) that belongs to section j."""
+        lo = -((-j << 64) // self.k)  # ceil(j * 2**64 / k)
+        return lo.to_bytes(8, "big") if j else b""
+
+    @staticmethod
+    def choose(sample: list[bytes], k: int) -> list[bytes]:
+        """k-1 breakpoints at the quantiles of a URL sample (duplicates removed first)."""
+        if k == 1:
+            return []
+        s = sorted(set(sample))
+        if not s:
+            return []
+        return [s[min(len(s) - 1, (i * len(s)) // k)] for i in range(1, k)]
+
+    def to_json(self) -> dict:
+        return {"k": self.k, "breakpoints": [b.decode("utf-8") for b in self.breakpoints]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Sections:
+        return cls(d["k"], [b.encode("utf-8") for b in d.get("breakpoints") or []])

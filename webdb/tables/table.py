@@ -1,0 +1,529 @@
+"""Immutable sorted table files: blocks, sparse index, footer (layout in docs/format.md).
+
+A table is written once, front to back, by ``TableWriter`` and never modified.  ``TableReader``
+serves point lookups (index search + one block read), ordered iteration from any key, and the
+raw blocks a merge carries over without decoding them (``MergeCursor``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import struct
+import sys
+import zlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator
+from itertools import accumulate, chain
+from operator import lt
+
+import lz4.block
+
+from webdb.errors import CorruptionError
+from webdb.tables.format import (
+    BLOCK_TRAILER_SIZE,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_ZLIB,
+    FOOTER_SIZE,
+    TABLE_MAGIC,
+    TABLE_VERSION,
+)
+
+__all__ = ["TableWriter", "TableReader", "BlockCache", "MergeCursor", "Probe", "CODECS"]
+
+CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
+_FOOTER = struct.Struct("<QIQIQB3xI8s")
+_INDEX_VALUE = struct.Struct("<QII")  # block offset, on-disk length (with trailer), record count
+_TRAILER = struct.Struct("<BI")
+_BIG = sys.byteorder == "big"
+assert _FOOTER.size == FOOTER_SIZE
+
+
+def _compress(codec: int, raw: bytes) -> bytes:
+    if codec == CODEC_LZ4:
+        return lz4.block.compress(raw, store_size=True)
+    if codec == CODEC_ZLIB:
+        return zlib.compress(raw, 1)
+    return raw
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_LZ4:
+        return lz4.block.decompress(data)
+    if codec == CODEC_ZLIB:
+        return zlib.decompress(data)
+    if codec == CODEC_NONE:
+        return data
+    raise ValueError(f"unknown codec {codec}")
+
+
+def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
+    """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
+    n = len(keys)
+    ends = list(accumulate(chain.from_iterable(zip(map(len, keys), map(len, vals)))))
+    offs = array("I", ends[0::2])
+    offs.extend(ends[1::2])
+    offs.append(n)
+    if _BIG:
+        offs.byteswap()
+    raw = b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
+    body = _compress(codec, raw)
+    return body + _TRAILER.pack(codec, zlib.crc32(body + bytes((codec,))))
+
+
+def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
+    """Inverse of encode_block; ``where`` names file and block in errors."""
+    if len(data) < BLOCK_TRAILER_SIZE:
+        raise CorruptionError(f"{where}: truncated block")
+    body = data[:-BLOCK_TRAILER_SIZE]
+    codec, crc = _TRAILER.unpack_from(data, len(body))
+    if zlib.crc32(body + bytes((codec,))) != crc:
+        raise CorruptionError(f"{where}: checksum mismatch")
+    try:
+        raw = _decompress(codec, body)
+        n = int.from_bytes(raw[-4:], "little")
+        offs = array("I")
+        offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
+        if _BIG:
+            offs.byteswap()
+        kends, rends = offs[:n], offs[n:]
+        starts = [0]
+        starts.extend(rends[:-1])
+        keys = [raw[s:e] for s, e in zip(starts, kends)]
+        vals = [raw[s:e] for s, e in zip(kends, rends)]
+    except Exception as e:  # a damaged block can fail anywhere in here
+        raise CorruptionError(f"{where}: undecodable block ({type(e).__name__}: {e})") from None
+    if n and (rends[-1] != len(raw) - 4 - 8 * n):
+        raise CorruptionError(f"{where}: block offsets do not match its size")
+    return keys, vals
+
+
+def check_block_crc(data: bytes | memoryview, where: str) -> None:
+    body = data[:-BLOCK_TRAILER_SIZE]
+    codec, crc = _TRAILER.unpack_from(data, len(body))
+    if zlib.crc32(bytes(body) + bytes((codec,))) != crc:
+        raise CorruptionError(f"{where}: checksum mismatch")
+
+
+class TableWriter:
+    """Writes one table file front to back.  Keys must be strictly increasing.
+
+    The file is created with O_EXCL (data files are never overwritten) and fsynced on close
+    when ``sync`` is true.  Cost: one pass, O(bytes written); memory: one block.
+    """
+
+    def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
+        self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
+        self.codec = CODECS[codec]
+        self._f = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
+        self._keys: list[bytes] = []
+        self._vals: list[bytes] = []
+        self._size = 0
+        self._offset = 0
+        self._last: bytes | None = None
+        self.count = 0
+        self.index_keys: list[bytes] = []  # first key of each block
+        self.index_vals: list[bytes] = []  # offset, length, count, last key
+        self.first_key: bytes | None = None
+
+    def add(self, key: bytes, value: bytes) -> None:
+        if self._last is not None and key <= self._last:
+            raise AssertionError(f"{self.path}: keys out of order: {key!r:.80} after {self._last!r:.80}")
+        self._last = key
+        self._keys.append(key)
+        self._vals.append(value)
+        self._size += len(key) + len(value) + 8
+        if self._size >= self.block_size:
+            self._flush()
+
+    def add_many(self, keys: list[bytes], vals: list[bytes]) -> None:
+        """Append sorted records (faster than ``add`` one by one)."""
+        if not keys:
+            return
+        if (self._last is not None and keys[0] <= self._last) or not all(map(lt, keys, keys[1:])):
+            raise AssertionError(f"{self.path}: keys out of order in add_many")
+        self._last = keys[-1]
+        bs, i, n = self.block_size, 0, len(keys)
+        while i < n:
+            # Fill the pending block up to the block size, a slice at a time.
+            room = bs - self._size
+            j = i
+            while j < n and room > 0:
+                room -= len(keys[j]) + len(vals[j]) + 8
+                j += 1
+            self._keys.extend(keys[i:j])
+            self._vals.extend(vals[i:j])
+            self._size = bs - room
+            i = j
+            if self._size >= bs:
+                self._flush()
+
+    @property
+    def pending_bytes(self) -> int:
+        return self._size
+
+    def add_raw_block(self, data: bytes, first: bytes, last: bytes, count: int) -> None:
+        """Append an already encoded block (carried over from another table unchanged)."""
+        if self._last is not None and first <= self._last:
+            raise AssertionError(f"{self.path}: raw block out of order")
+        self._flush()
+        self._emit(data, first, last, count)
+        self._last = last
+
+    def _emit(self, data: bytes, first: bytes, last: bytes, count: int) -> None:
+        self._f.write(data)
+        if self.first_key is None:
+            self.first_key = first
+        self.index_keys.append(first)
+        self.index_vals.append(_INDEX_VALUE.pack(self._offset, len(data), count) + last)
+        self._offset += len(data)
+        self.count += count
+
+    def _flush(self) -> None:
+        if not self._keys:
+            return
+        data = encode_block(self._keys, self._vals, self.codec)
+        self._emit(data, self._keys[0], self._keys[-1], len(self._keys))
+        self._keys, self._vals, self._size = [], [], 0
+
+    def close(self, meta: dict | None = None) -> dict:
+        """Write index, meta block and footer; returns {records, bytes, first, last}."""
+        self._flush()
+        index_off = self._offset
+        index = encode_block(self.index_keys, self.index_vals, self.codec) if self.index_keys else b""
+        self._f.write(index)
+        meta_off = index_off + len(index)
+        info = dict(meta or {}, records=self.count, blocks=len(self.index_keys),
+                    first=self.first_key.hex() if self.first_key is not None else None,
+                    last=self._last.hex() if self._last is not None else None)
+        mblock = encode_block([b"meta"], [json.dumps(info, sort_keys=True).encode()], CODEC_NONE)
+        self._f.write(mblock)
+        self._f.write(_FOOTER.pack(index_off, len(index), meta_off, len(mblock), self.count, self.kind,
+                                   TABLE_VERSION, TABLE_MAGIC))
+        self._f.flush()
+        if self.sync:
+            os.fsync(self._f.fileno())
+        self._f.close()
+        size = meta_off + len(mblock) + FOOTER_SIZE
+        return {"records": self.count, "bytes": size}
+
+    def abort(self) -> None:
+        self._f.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class BlockCache:
+    """LRU cache of decoded blocks, bounded by their approximate decoded size."""
+
+    def __init__(self, max_bytes: int = 128 << 20):
+        self.max_bytes, self.bytes = max_bytes, 0
+        self._d: OrderedDict = OrderedDict()
+
+    def get(self, key):
+        v = self._d.get(key)
+        if v is not None:
+            self._d.move_to_end(key)
+        return v
+
+    def put(self, key, value, size: int) -> None:
+        if size > self.max_bytes:
+            return
+        self._d[key] = (value, size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            _, (_, s) = self._d.popitem(last=False)
+            self.bytes -= s
+
+
+class TableReader:
+    """A table file opened for reading.  The index (one entry per block) is held in memory.
+
+    Point lookup: O(log blocks) in memory + one block read and decode (cached).
+    """
+
+    def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None):
+        self.path = path
+        self.cache = cache
+        try:
+            self._fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise CorruptionError(f"{path}: cannot open ({e.strerror})") from None
+        try:
+            self._load(kind)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _load(self, kind: int | None) -> None:
+        size = os.fstat(self._fd).st_size
+        self.file_bytes = size
+        if size < FOOTER_SIZE:
+            raise CorruptionError(f"{self.path}: truncated (size {size} < footer {FOOTER_SIZE})")
+        foot = os.pread(self._fd, FOOTER_SIZE, size - FOOTER_SIZE)
+        io, il, mo, ml, count, k, version, magic = _FOOTER.unpack(foot)
+        if magic != TABLE_MAGIC:
+            raise CorruptionError(f"{self.path}: not a webdb table (bad magic {magic!r})")
+        if version > TABLE_VERSION:
+            raise CorruptionError(f"{self.path}: table format version {version} is newer than {TABLE_VERSION}")
+        if kind is not None and k != kind:
+            raise CorruptionError(f"{self.path}: table kind {k}, expected {kind}")
+        if io + il != mo or mo + ml + FOOTER_SIZE != size:
+            raise CorruptionError(f"{self.path}: footer offsets do not match the file size")
+        self.kind, self.count, self.data_end = k, count, io
+        if il:
+            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block")
+        else:
+            ikeys, ivals = [], []
+        self.first_keys = ikeys
+        self.offsets = [0] * len(ivals)
+        self.lengths = [0] * len(ivals)
+        self.counts = [0] * len(ivals)
+        self.last_keys: list[bytes] = [b""] * len(ivals)
+        for i, v in enumerate(ivals):
+            self.offsets[i], self.lengths[i], self.counts[i] = _INDEX_VALUE.unpack_from(v)
+            self.last_keys[i] = v[_INDEX_VALUE.size :]
+        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block")
+        try:
+            self.meta = json.loads(mv[0])
+        except (ValueError, IndexError):
+            raise CorruptionError(f"{self.path}: meta block is not JSON") from None
+        if sum(self.counts) != count:
+            raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def nblocks(self) -> int:
+        return len(self.first_keys)
+
+    def raw_block(self, i: int) -> bytes:
+        return os.pread(self._fd, self.lengths[i], self.offsets[i])
+
+    def raw_range(self, i: int, j: int) -> bytes:
+        """The bytes of blocks i..j-1 (contiguous on disk)."""
+        start = self.offsets[i]
+        return os.pread(self._fd, self.offsets[j - 1] + self.lengths[j - 1] - start, start)
+
+    def where(self, i: int) -> str:
+        return f"{self.path}: block {i} at offset {self.offsets[i]}"
+
+    def block(self, i: int) -> tuple[list[bytes], list[bytes]]:
+        c = self.cache
+        if c is not None:
+            hit = c.get((self.path, i))
+            if hit is not None:
+                return hit[0]
+        data = self.raw_block(i)
+        if len(data) != self.lengths[i]:
+            raise CorruptionError(f"{self.where(i)}: truncated")
+        kv = decode_block(data, self.where(i))
+        if len(kv[0]) != self.counts[i]:
+            raise CorruptionError(f"{self.where(i)}: holds {len(kv[0])} records, index says {self.counts[i]}")
+        if c is not None:
+            c.put((self.path, i), kv, len(data) * 3 + 100 * len(kv[0]))
+        return kv
+
+    def get(self, key: bytes) -> bytes | None:
+        """Value of ``key`` or None."""
+        i = bisect.bisect_right(self.first_keys, key) - 1
+        if i < 0:
+            return None
+        keys, vals = self.block(i)
+        j = bisect.bisect_left(keys, key)
+        if j < len(keys) and keys[j] == key:
+            return vals[j]
+        return None
+
+    def items(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs with start <= key < stop, in order, one block in memory at a time."""
+        i = 0 if start is None else max(0, bisect.bisect_right(self.first_keys, start) - 1)
+        for b in range(i, self.nblocks):
+            if stop is not None and self.first_keys[b] >= stop:
+                return
+            keys, vals = self.block(b)
+            lo = 0 if start is None else bisect.bisect_left(keys, start)
+            hi = len(keys) if stop is None else bisect.bisect_left(keys, stop)
+            yield from zip(keys[lo:hi], vals[lo:hi])
+            if hi < len(keys):
+                return
+
+    def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Records whose key starts with ``p``."""
+        stop = _prefix_end(p)
+        return self.items(p, stop)
+
+    def keys_blocks(self) -> Iterator[list[bytes]]:
+        for b in range(self.nblocks):
+            yield self.block(b)[0]
+
+
+def _prefix_end(p: bytes) -> bytes | None:
+    """Smallest key greater than every key with prefix p (None: no bound)."""
+    p = p.rstrip(b"\xff")
+    return p[:-1] + bytes((p[-1] + 1,)) if p else None
+
+
+class Probe:
+    """Forward-only lookups in one table for keys given in increasing order.
+
+    Each block is decoded at most once per probe pass, so probing m sorted keys costs
+    O(m log b) comparisons plus one decode per block that holds any of them.
+    """
+
+    def __init__(self, table: TableReader | None):
+        self.t = table
+        self._bi = -1
+        self._keys: list[bytes] = []
+        self._vals: list[bytes] = []
+
+    def _seek_block(self, key: bytes) -> int:
+        t = self.t
+        i = bisect.bisect_right(t.first_keys, key) - 1
+        return max(i, 0)
+
+    def ceiling(self, key: bytes) -> tuple[bytes, bytes] | None:
+        """The first record with record key >= key, or None."""
+        t = self.t
+        if t is None or not t.nblocks:
+            return None
+        i = self._seek_block(key)
+        while i < t.nblocks:
+            if i != self._bi:
+                self._keys, self._vals = t.block(i)
+                self._bi = i
+            j = bisect.bisect_left(self._keys, key)
+            if j < len(self._keys):
+                return self._keys[j], self._vals[j]
+            i += 1
+        return None
+
+    def get(self, key: bytes) -> bytes | None:
+        r = self.ceiling(key)
+        return r[1] if r is not None and r[0] == key else None
+
+    def has_prefix(self, p: bytes) -> bool:
+        r = self.ceiling(p)
+        return r is not None and r[0].startswith(p)
+
+
+class MergeCursor:
+    """Walks an old table in key order for a merge into ``out``.
+
+    ``copy_until(k)`` moves every old record with key < k to the output: whole blocks that lie
+    before k are carried over as raw bytes (checksum verified, not decoded) while the output has
+    no partly filled block of its own worth keeping; ``take_until(k)`` hands the records with
+    key < k to the caller instead (it decides what to write).  So a merge decodes only the
+    blocks its edits touch, and the cost of an untouched block is the cost of copying its bytes.
+    """
+
+    def __init__(self, table: TableReader | None, out: TableWriter):
+        self.t, self.out = table, out
+        self._bi = 0
+        self._keys: list[bytes] | None = None
+        self._vals: list[bytes] = []
+        self._pos = 0
+        self.decoded_blocks = 0
+        self.raw_blocks = 0
+
+    def _load(self) -> None:
+        self._keys, self._vals = self.t.block(self._bi)
+        self._pos = 0
+        self.decoded_blocks += 1
+
+    def _next_block(self) -> None:
+        self._keys, self._bi = None, self._bi + 1
+
+    def copy_until(self, key: bytes | None) -> None:
+        t, out = self.t, self.out
+        if t is None:
+            return
+        n = t.nblocks
+        while self._bi < n:
+            if self._keys is None:
+                # A run of whole blocks before `key`, raw.  Small pending output is topped up by
+                # decoding instead, so repeated batches do not fragment the table.
+                j = self._bi
+                while j < n and (key is None or t.last_keys[j] < key):
+                    j += 1
+                if j > self._bi and out.pending_bytes and out.pending_bytes < out.block_size // 2:
+                    self._load()
+                    continue
+                if j > self._bi:
+                    self._carry(self._bi, j)
+                    self._bi = j
+                    continue
+                self._load()
+            keys = self._keys
+            if key is None:
+                hi = len(keys)
+            else:
+                hi = bisect.bisect_left(keys, key, self._pos)
+            if hi > self._pos:
+                out.add_many(keys[self._pos : hi], self._vals[self._pos : hi])
+            self._pos = hi
+            if hi < len(keys):
+                return
+            self._next_block()
+
+    def _carry(self, i: int, j: int) -> None:
+        t, out = self.t, self.out
+        # Read a few MiB at a time; verify each block's checksum on the way through.
+        while i < j:
+            e, size = i, 0
+            while e < j and size < (4 << 20):
+                size += t.lengths[e]
+                e += 1
+            data = t.raw_range(i, e)
+            pos = 0
+            for b in range(i, e):
+                blk = data[pos : pos + t.lengths[b]]
+                if len(blk) != t.lengths[b]:
+                    raise CorruptionError(f"{t.where(b)}: truncated")
+                check_block_crc(blk, t.where(b))
+                out.add_raw_block(blk, t.first_keys[b], t.last_keys[b], t.counts[b])
+                pos += t.lengths[b]
+            self.raw_blocks += e - i
+            i = e
+
+    def take_until(self, key: bytes) -> tuple[list[bytes], list[bytes]]:
+        """Consume and return the old records with record key < key."""
+        t = self.t
+        rk: list[bytes] = []
+        rv: list[bytes] = []
+        if t is None:
+            return rk, rv
+        while self._bi < t.nblocks:
+            if self._keys is None:
+                if t.first_keys[self._bi] >= key:
+                    break
+                self._load()
+            keys = self._keys
+            hi = bisect.bisect_left(keys, key, self._pos)
+            if hi > self._pos:
+                rk.extend(keys[self._pos : hi])
+                rv.extend(self._vals[self._pos : hi])
+            self._pos = hi
+            if hi < len(keys):
+                break
+            self._next_block()
+        return rk, rv
+
+    def finish(self) -> None:
+        self.copy_until(None)

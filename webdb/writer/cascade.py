@@ -1,0 +1,378 @@
+"""The cascade: one stage of one section (docs/design.md, *The cascade*).
+
+``run_stage(job)`` merges the sorted incoming edit files of a section with the section's
+current table into a new table file and routes the edits it emits into per-section edit files
+for later stages.  It runs in a worker process (one per section, sections in parallel), reads
+and writes only files, and is the unit the distributed writer runs on each host.
+
+Stage   table        consumes                                emits
+1       PagesByURL   page calls, fetch results               2: page add/del, 3: links of new pages,
+                                                             4: target notices
+2       PagesByMD5   page add/del by (md5, url)              3: delete-all of an md5 no page holds
+3       LinksByMD5   link adds, delete-all(md5)              4: link add/del by (url, fromID)
+4       LinksByURL   link add/del, target notices            5: flag fix-ups, dangling deletes
+5       LinksByMD5   flag fix-ups, single deletes            nothing
+
+Cost of a stage: the bytes of its table (untouched blocks are copied raw, touched blocks
+decoded) + O(e log e) for its e edits, which were sorted by the producers.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+from webdb import _fault
+from webdb.schedule import FetchResult, Schedule, apply_fetch
+from webdb.sections import Sections
+from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.records import Page, link_flag, link_with_flag
+from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
+from webdb.writer import edits as E
+from webdb.writer.sortbuf import SortBuffer, merge_files
+
+_FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
+
+
+def encode_fetch(r: FetchResult) -> bytes:
+    import json
+
+    v = _FETCH.pack(r.status, r.fetch_time, r.md5 or b"\x00" * 16, r.num_outlinks)
+    v += b"\x01" if r.md5 else b"\x00"
+    if r.meta:
+        v += json.dumps(r.meta, separators=(",", ":"), sort_keys=True).encode("utf-8", "replace")
+    return v
+
+
+def decode_fetch(url: str, v: bytes) -> FetchResult:
+    import json
+
+    st, t, md5, nout = _FETCH.unpack_from(v)
+    has_md5 = v[_FETCH.size] == 1
+    meta = json.loads(v[_FETCH.size + 1 :]) if len(v) > _FETCH.size + 1 else None
+    return FetchResult(url, st, t, md5 if has_md5 else None, nout, meta)
+
+
+class Emitter:
+    """Edits a stage emits for a later stage, sorted and cut into one file per target section."""
+
+    def __init__(self, job: dict, stage: int, rank: int):
+        self.job, self.stage = job, stage
+        s = job["settings"]
+        self.buf = SortBuffer(job["tmp"], f"st{job['stage']}-{job['section']}-to{stage}",
+                              job["emit_mb"] << 20, s["block_size"], s["codec"])
+        self.seq = E.Seq(rank, job["section"])
+
+    def add(self, key: bytes, value: bytes = b"") -> None:
+        self.buf.add(E.pack(key, self.seq.next(), value))
+
+    def finish(self) -> int:
+        n = self.buf.count
+        if n:
+            write_routed(self.job, self.stage, self.buf.sorted(), f"st{self.job['stage']}-{self.job['section']:04d}")
+        self.buf.cleanup()
+        return n
+
+
+def edit_dir(job: dict, target: int, stage: int) -> str:
+    return os.path.join(job["db"], f"sec-{target:04d}", "edits", job["batch"], f"st{stage}")
+
+
+def write_routed(job: dict, stage: int, recs: Iterator[bytes], producer: str) -> dict[int, int]:
+    """Write a sorted record stream into one edit file per target section; returns counts."""
+    secs = Sections.from_json(job["sections"])
+    s = job["settings"]
+    by_url = E.STAGE_BY_URL[stage]
+    counts: dict[int, int] = {}
+    cur_j, w = -1, None
+    for rec in recs:
+        key, _ = E.unpack(rec)
+        _, rk = E.route_key(stage, key)
+        j = secs.of_url(rk) if by_url else secs.of_md5(rk)
+        if j != cur_j:
+            if w is not None:
+                w.close()
+            d = edit_dir(job, j, stage)
+            os.makedirs(d, exist_ok=True)
+            w = TableWriter(os.path.join(d, producer + ".edits"), KIND_EDITS, s["block_size"], s["codec"],
+                            sync=s["sync"])
+            cur_j = j
+        w.add(rec, b"")
+        counts[j] = counts.get(j, 0) + 1
+    if w is not None:
+        w.close()
+    return counts
+
+
+def _records(job: dict) -> Iterator[tuple[bytes, bytes]]:
+    for rec in merge_files(job["inputs"], KIND_EDITS):
+        kl = rec[-2] | (rec[-1] << 8)
+        yield rec[: kl - 8], rec[kl:-2]
+
+
+def _open(path: str | None, table: str) -> TableReader | None:
+    return TableReader(path, TABLE_KINDS[table]) if path else None
+
+
+def run_stage(job: dict) -> dict:
+    """Run one stage for one section; returns the new table's stats (see module doc)."""
+    t0 = time.monotonic()
+    stage, sec = job["stage"], job["section"]
+    table = E.STAGE_TABLE[stage]
+    s = job["settings"]
+    old = _open(job["tables"].get(table), table)
+    name = f"{job['gen']:08d}-s{stage}.{TABLE_SUFFIX[table]}"
+    path = os.path.join(job["db"], f"sec-{sec:04d}", name)
+    out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+    cur = MergeCursor(old, out)
+    res: dict = {"stage": stage, "section": sec, "table": table, "file": name, "emitted": {}, "status": {}}
+    try:
+        fn = {1: _stage_pbu, 2: _stage_pbm, 3: _stage_lbm, 4: _stage_lbu, 5: _stage_lbm2}[stage]
+        fn(job, cur, out, res)
+        if not res.pop("_closed", False):
+            cur.finish()
+            _fault.point(f"stage{stage}.before_table_close")
+            res.update(out.close())
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        if old is not None:
+            old.close()
+    res["decoded_blocks"], res["raw_blocks"] = cur.decoded_blocks, cur.raw_blocks
+    res["seconds"] = time.monotonic() - t0
+    _fault.point(f"stage{stage}.done")
+    return res
+
+
+# ---- stage 1: PagesByURL ---------------------------------------------------------------------
+
+def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+    sched = Schedule(**job["schedule"])
+    em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
+    status: dict[int, int] = {}
+    group_url: bytes | None = None
+    group: list[tuple[int, bytes]] = []
+
+    def apply(url_b: bytes, group: list[tuple[int, bytes]]) -> None:
+        cur.copy_until(url_b)
+        _, ov = cur.take_until(url_b + b"\x00")
+        old = ov[0] if ov else None
+        op, val = group[0]
+        new = old
+        link = None
+        if op == E.OP_ADD:
+            new = val[:43] + old[43:59] + val[59:] if old is not None else val
+        elif op == E.OP_ADD_SCORE:
+            new = val
+        elif op == E.OP_IFN:
+            if old is None:
+                new, lf, lv = E.split_ifn_value(val)
+                if lf is not None:
+                    link = (lf, lv)
+        elif op == E.OP_DEL:
+            new = None
+        fetches = [v for o, v in group if o == E.OP_FETCH]
+        if fetches:
+            url = url_b.decode("utf-8")
+            p = Page.decode(url, new) if new is not None else None
+            for fv in fetches:
+                p = apply_fetch(p, decode_fetch(url, fv), sched)
+            new = p.encode_value()
+        if new is not None:
+            out.add(url_b, new)
+        if old is not None and new is not None:
+            if old[:16] != new[:16]:
+                em2.add(E.pbm_edit_key(old[:16], url_b, E.OP2_DEL))
+                em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
+            elif old != new:
+                em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
+        elif old is not None:
+            em2.add(E.pbm_edit_key(old[:16], url_b, E.OP2_DEL))
+        elif new is not None:
+            em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
+        if link is not None:
+            em3.add(E.lbm_add_key(link[0], url_b), link[1])
+        so, sn = E.target_state(old), E.target_state(new)
+        if so != sn:
+            em4.add(E.lbu_notice_key(url_b), bytes((sn,)))
+        if old is not None:
+            status[old[16]] = status.get(old[16], 0) - 1
+        if new is not None:
+            status[new[16]] = status.get(new[16], 0) + 1
+
+    for key, val in _records(job):
+        url_b = key[:-2]
+        if url_b != group_url:
+            if group:
+                apply(group_url, group)
+            group_url, group = url_b, []
+        group.append((key[-1], val))
+    if group:
+        apply(group_url, group)
+    _fault.point("stage1.before_emit")
+    res["emitted"] = {2: em2.finish(), 3: em3.finish(), 4: em4.finish()}
+    res["status"] = {str(k): v for k, v in status.items() if v}
+
+
+# ---- stage 2: PagesByMD5 ---------------------------------------------------------------------
+
+def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+    lost: list[bytes] = []
+    for key, val in _records(job):
+        tk, op = key[:-2], key[-1]
+        cur.copy_until(tk)
+        ok, ov = cur.take_until(tk + b"\x00")
+        if op == E.OP2_ADD:
+            out.add(tk, val)
+        elif ok and (not lost or lost[-1] != tk[:16]):
+            lost.append(tk[:16])  # (md5, url) deleted: the md5 may have lost its last page
+    cur.finish()
+    out_path = out.path
+    info = out.close()
+    # Reference counting: an md5 no page carries any more loses its outlinks (defect 1 fixed:
+    # this looks at the new table, however many pages of the md5 went in this batch).
+    em3 = Emitter(job, 3, 2)
+    if lost:
+        probe = Probe(TableReader(out_path))
+        for md5 in lost:
+            if not probe.has_prefix(md5):
+                em3.add(E.lbm_del_all_key(md5))
+        probe.t.close()
+    res["emitted"] = {3: em3.finish()}
+    res.update(info)
+    res["_closed"] = True
+
+
+# ---- stage 3: LinksByMD5 ---------------------------------------------------------------------
+
+def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+    em4 = Emitter(job, 4, 3)
+    pbm = job["tables"].get("pages_by_md5")
+    probe = Probe(TableReader(pbm) if pbm else None)
+    dropped = 0
+    group_md5: bytes | None = None
+    del_all = False
+    adds: list[tuple[bytes, bytes]] = []
+
+    def apply(md5: bytes, del_all: bool, adds: list[tuple[bytes, bytes]]) -> None:
+        nonlocal dropped
+        cur.copy_until(md5)
+        ok, ov = cur.take_until(_prefix_end(md5) or b"\xff" * 17)
+        old = dict(zip((k[16:] for k in ok), ov))
+        if adds and not probe.has_prefix(md5):
+            dropped += len(adds)  # no page carries this content: its links would be orphans
+            adds = []
+        new: dict[bytes, bytes] = {} if del_all else dict(old)
+        for u, v in adds:  # in url order; the last add of a url wins
+            prev = old.get(u)
+            if prev is not None and prev[:8] == v[:8] and prev[9:] == v[9:]:
+                v = prev  # same link: keep the stored flag, emit nothing
+            new[u] = v
+        for u in sorted(new):
+            out.add(md5 + u, new[u])
+        for u, v in new.items():
+            if old.get(u) != v:
+                em4.add(E.lbu_link_key(u, md5, E.OP4_ADD), v)
+        for u in old:
+            if u not in new:
+                em4.add(E.lbu_link_key(u, md5, E.OP4_DEL))
+
+    for key, val in _records(job):
+        md5 = key[:16]
+        if md5 != group_md5:
+            if group_md5 is not None:
+                apply(group_md5, del_all, adds)
+            group_md5, del_all, adds = md5, False, []
+        if key[16:17] == E.TAG3_DEL_ALL:
+            del_all = True
+        else:
+            u = key[17:-1]
+            if adds and adds[-1][0] == u:
+                adds[-1] = (u, val)
+            else:
+                adds.append((u, val))
+    if group_md5 is not None:
+        apply(group_md5, del_all, adds)
+    if probe.t is not None:
+        probe.t.close()
+    res["emitted"] = {4: em4.finish()}
+    res["dropped_no_source"] = dropped
+
+
+# ---- stage 4: LinksByURL ---------------------------------------------------------------------
+
+def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+    em5 = Emitter(job, 5, 4)
+    pbu = job["tables"].get("pages_by_url")
+    probe = Probe(TableReader(pbu) if pbu else None)
+    dangling = 0
+    group_url: bytes | None = None
+    notice: int | None = None
+    ledits: list[tuple[bytes, int, bytes]] = []
+
+    def apply(url_b: bytes, notice: int | None, ledits: list[tuple[bytes, int, bytes]]) -> None:
+        nonlocal dangling
+        start = url_b + b"\x00"
+        cur.copy_until(start)
+        ok, ov = cur.take_until(url_b + b"\x01")
+        links = dict(zip((k[len(start) :] for k in ok), ov))
+        in_lbm = dict(links)  # what LinksByMD5 holds for these links after stage 3
+        for fid, op, v in ledits:
+            if op == E.OP4_DEL:
+                links.pop(fid, None)
+                in_lbm.pop(fid, None)
+            else:
+                links[fid] = v
+                in_lbm[fid] = v
+        state = notice
+        if state is None:
+            if not any(op == E.OP4_ADD for _, op, _ in ledits):
+                state = -1  # only deletes: kept links need no re-check
+            else:
+                state = E.target_state(probe.get(url_b))
+        if state == E.TARGET_ABSENT:
+            for fid in links:
+                em5.add(E.lbm2_key(fid, url_b, E.OP5_DEL))
+            dangling += len(links)
+            return
+        flag = state == E.TARGET_OUT
+        for fid in sorted(links):
+            v = links[fid]
+            if state >= 0 and link_flag(v) != flag:
+                v = link_with_flag(v, flag)
+            if link_flag(in_lbm[fid]) != link_flag(v):
+                em5.add(E.lbm2_key(fid, url_b, E.OP5_FLAG), v[8:9])
+            out.add(start + fid, v)
+
+    for key, val in _records(job):
+        i = key.index(b"\x00")
+        url_b = key[:i]
+        if url_b != group_url:
+            if group_url is not None:
+                apply(group_url, notice, ledits)
+            group_url, notice, ledits = url_b, None, []
+        if key[i + 1 : i + 2] == E.TAG4_NOTICE:
+            notice = val[0]
+        else:
+            ledits.append((key[i + 2 : i + 18], key[i + 18], val))
+    if group_url is not None:
+        apply(group_url, notice, ledits)
+    if probe.t is not None:
+        probe.t.close()
+    res["emitted"] = {5: em5.finish()}
+    res["dangling"] = dangling
+
+
+# ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
+
+def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+    for key, val in _records(job):
+        tk, op = key[:-2], key[-1]
+        cur.copy_until(tk)
+        ok, ov = cur.take_until(tk + b"\x00")
+        if not ok:
+            continue
+        if op == E.OP5_FLAG:
+            out.add(tk, link_with_flag(ov[0], val == b"\x01"))

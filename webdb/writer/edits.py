@@ -1,0 +1,130 @@
+"""Edit records: what each cascade stage consumes (layouts in docs/format.md, *Edit records*).
+
+An edit record is one ``bytes``::
+
+    key | seq (8) | value | len(key + seq) (u16 LE)
+
+``key`` is built so that byte order is the order the stage applies edits in, and so that no
+key is a prefix of another; ``seq`` = producer rank (1) + producer id (2) + counter (5, BE)
+makes records unique and keeps call order among equal keys.  So a plain bytes sort of
+records is the stable sort by key the semantics need ("first call wins", "last call wins").
+"""
+
+from __future__ import annotations
+
+import struct
+
+# Stages of the cascade and the table each one rewrites.
+ST_PBU, ST_PBM, ST_LBM, ST_LBU, ST_LBM2 = 1, 2, 3, 4, 5
+STAGE_TABLE = {1: "pages_by_url", 2: "pages_by_md5", 3: "links_by_md5", 4: "links_by_url", 5: "links_by_md5"}
+# Which split routes a stage's edits: URL breakpoints or md5 ranges.
+STAGE_BY_URL = {1: True, 2: False, 3: False, 4: True, 5: False}
+
+# Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last.
+OP_ADD, OP_ADD_SCORE, OP_IFN, OP_DEL, OP_FETCH = 1, 2, 3, 4, 5
+# Stage 2 (PagesByMD5) and stage 5 (LinksByMD5 fix-ups), stage 4 link edits.
+OP2_DEL, OP2_ADD = 0, 1
+OP5_DEL, OP5_FLAG = 0, 1
+OP4_DEL, OP4_ADD = 0, 1
+# Stage 3 tags after the md5: delete-all sorts before the adds of that md5.
+TAG3_DEL_ALL, TAG3_ADD = b"\x00", b"\x01"
+# Stage 4 tags after url 0x00: the target notice sorts before the links.
+TAG4_NOTICE, TAG4_LINK = b"\x00", b"\x01"
+# Target states carried by a stage-4 notice.
+TARGET_ABSENT, TARGET_NO_OUT, TARGET_OUT = 0, 1, 2
+
+# Producer ranks (first byte of seq): the API writer, then each stage's emissions.
+RANK_API = 0
+
+_U32 = struct.Struct("<I")
+
+
+class Seq:
+    """Hands out the 8-byte seq suffix for one producer."""
+
+    __slots__ = ("prefix", "n")
+
+    def __init__(self, rank: int, producer: int):
+        self.prefix = bytes((rank,)) + producer.to_bytes(2, "big")
+        self.n = 0
+
+    def next(self) -> bytes:
+        self.n += 1
+        return self.prefix + self.n.to_bytes(5, "big")
+
+
+def pack(key: bytes, seq: bytes, value: bytes = b"") -> bytes:
+    return key + seq + value + (len(key) + 8).to_bytes(2, "little")
+
+
+def unpack(rec: bytes) -> tuple[bytes, bytes]:
+    """(key without seq, value)."""
+    kl = rec[-2] | (rec[-1] << 8)
+    return rec[: kl - 8], rec[kl:-2]
+
+
+# ---- stage 1 ---------------------------------------------------------------------------------
+
+def pbu_edit_key(url_b: bytes, op: int) -> bytes:
+    return url_b + b"\x00" + bytes((op,))
+
+
+def ifn_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:
+    v = _U32.pack(len(page_value)) + page_value
+    if link_from is not None:
+        v += link_from + link_value
+    return v
+
+
+def split_ifn_value(v: bytes) -> tuple[bytes, bytes | None, bytes]:
+    n = _U32.unpack_from(v)[0]
+    page = v[4 : 4 + n]
+    rest = v[4 + n :]
+    if not rest:
+        return page, None, b""
+    return page, rest[:16], rest[16:]
+
+
+# ---- stage 2 ---------------------------------------------------------------------------------
+
+def pbm_edit_key(md5: bytes, url_b: bytes, op: int) -> bytes:
+    return md5 + url_b + b"\x00" + bytes((op,))
+
+
+# ---- stage 3 ---------------------------------------------------------------------------------
+
+def lbm_del_all_key(md5: bytes) -> bytes:
+    return md5 + TAG3_DEL_ALL
+
+
+def lbm_add_key(md5: bytes, url_b: bytes) -> bytes:
+    return md5 + TAG3_ADD + url_b + b"\x00"
+
+
+# ---- stage 4 ---------------------------------------------------------------------------------
+
+def lbu_notice_key(url_b: bytes) -> bytes:
+    return url_b + b"\x00" + TAG4_NOTICE
+
+
+def lbu_link_key(url_b: bytes, from_id: bytes, op: int) -> bytes:
+    return url_b + b"\x00" + TAG4_LINK + from_id + bytes((op,))
+
+
+# ---- stage 5 ---------------------------------------------------------------------------------
+
+def lbm2_key(from_id: bytes, url_b: bytes, op: int) -> bytes:
+    return from_id + url_b + b"\x00" + bytes((op,))
+
+
+def target_state(page_value: bytes | None) -> int:
+    if page_value is None:
+        return TARGET_ABSENT
+    return TARGET_OUT if page_value[39:43] != b"\x00\x00\x00\x00" else TARGET_NO_OUT
+
+
+def route_key(stage: int, key: bytes) -> tuple[bool, bytes]:
+    """(by_url, routing bytes) of an edit key of ``stage``."""
+    if STAGE_BY_URL[stage]:
+        return True, key[: key.index(b"\x00")] if stage == ST_LBU else key[:-2]
+    return False, key[:16]

@@ -1,0 +1,309 @@
+"""The writer: collects one batch of edits and applies them at ``close()`` through the cascade.
+
+Every call validates its input (``BadInput`` names the bad URL or field) and appends one edit
+record to a spilling sort buffer; nothing touches the tables until ``close()``.  Semantics:
+docs/semantics.md.  Memory: at most ``memory_mb`` for edits, whatever the batch size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from typing import Any
+
+from webdb import _fault
+from webdb.errors import BadInput, WebDBError
+from webdb.schedule import FetchResult
+from webdb.sections import Sections
+from webdb.settings import SCHEDULE_KEYS, resolve
+from webdb.tables.format import TMP_DIR
+from webdb.tables.records import Link, Page, Status, validate_url
+from webdb.writer import edits as E
+from webdb.writer.cascade import edit_dir, encode_fetch, run_stage, write_routed
+from webdb.writer.sortbuf import SortBuffer
+
+__all__ = ["Writer"]
+
+_STATUSES = frozenset(int(s) for s in Status)
+
+
+class Writer:
+    """One batch.  Use as a context manager: a normal exit commits, an exception aborts.
+
+    Only one writer may be open on a database at a time (``LockedError`` names the holder).
+    """
+
+    def __init__(self, db, **overrides: Any):
+        self.db = db
+        self.settings = resolve(db.identity.get("settings"), **overrides)
+        self.lock = db.lock().acquire()
+        try:
+            self.recovered = db.recover()
+            self.base = db.manifest()
+        except BaseException:
+            self.lock.release()
+            raise
+        self.secs = Sections.from_json(self.base["sections"])
+        self.tmp = os.path.join(db.path, TMP_DIR, f"w{os.getpid()}")
+        mem = int(self.settings["memory_mb"]) << 20
+        bs, codec = 65536, self.settings["codec"]
+        self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.4), bs, codec)
+        self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.4), bs, codec)
+        self._seq = E.Seq(E.RANK_API, 0)
+        self._sample: list[bytes] | None = None if self.secs.ready else []
+        self._seen = 0
+        self._rng = random.Random(0x5EED)
+        self._max_url = int(self.settings["max_url_bytes"])
+        self._anchor_max = int(self.settings["anchor_max"])
+        self.closed = False
+        self.result: dict | None = None
+
+    # ---- context manager -------------------------------------------------------------------
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        if et is None:
+            self.close()
+        else:
+            self.abort()
+
+    # ---- calls -----------------------------------------------------------------------------
+
+    def _url(self, url: object) -> bytes:
+        return validate_url(url, self._max_url)
+
+    def _page_edit(self, page: Page, op: int) -> bytes:
+        if not isinstance(page, Page):
+            raise BadInput(f"expected a webdb.Page, got {type(page).__name__}")
+        url_b = self._url(page.url)
+        if page.status not in _STATUSES:
+            raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
+        if self._sample is not None:
+            self._observe(url_b)
+        return url_b
+
+    def _observe(self, url_b: bytes) -> None:
+        # Reservoir sample of URLs: the first load of a k-section db chooses breakpoints from it.
+        n = self.settings["breakpoint_sample"]
+        self._seen += 1
+        if len(self._sample) < n:
+            self._sample.append(url_b)
+        else:
+            i = self._rng.randrange(self._seen)
+            if i < n:
+                self._sample[i] = url_b
+
+    def _add1(self, key: bytes, value: bytes) -> None:
+        self._pbu.add(E.pack(key, self._seq.next(), value))
+
+    def add_page(self, page: Page) -> None:
+        """Insert or replace ``page``; an existing page keeps its stored score and next_score."""
+        url_b = self._page_edit(page, E.OP_ADD)
+        self._add1(E.pbu_edit_key(url_b, E.OP_ADD), page.encode_value())
+
+    def add_page_with_score(self, page: Page) -> None:
+        """Insert or replace ``page``, scores included."""
+        url_b = self._page_edit(page, E.OP_ADD_SCORE)
+        self._add1(E.pbu_edit_key(url_b, E.OP_ADD_SCORE), page.encode_value())
+
+    def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
+        """Insert ``page`` only if its url is absent; then also add ``link`` (which must point to it)."""
+        url_b = self._page_edit(page, E.OP_IFN)
+        if link is None:
+            v = E.ifn_value(page.encode_value())
+        else:
+            self._check_link(link)
+            if link.url != page.url:
+                raise BadInput(f"link to {link.url!r:.200} given with page {page.url!r:.200}: must be the same url")
+            v = E.ifn_value(page.encode_value(), link.from_id, self._link_value(link))
+        self._add1(E.pbu_edit_key(url_b, E.OP_IFN), v)
+
+    def delete_page(self, url: str) -> None:
+        """Remove the page (its inlinks then dangle and are removed too)."""
+        url_b = self._url(url)
+        self._add1(E.pbu_edit_key(url_b, E.OP_DEL), b"")
+
+    def apply_fetch(self, result: FetchResult) -> None:
+        """Apply a fetch outcome to the stored page (docs/semantics.md, *Fetch results*)."""
+        if not isinstance(result, FetchResult):
+            raise BadInput(f"expected a webdb.FetchResult, got {type(result).__name__}")
+        url_b = self._url(result.url)
+        if result.status == Status.FETCHED and (not isinstance(result.md5, bytes) or len(result.md5) != 16):
+            raise BadInput(f"fetch result for {result.url!r:.200}: status FETCHED needs a 16-byte md5")
+        if result.status not in _STATUSES or result.status in (Status.UNFETCHED, Status.DUPLICATE):
+            raise BadInput(f"fetch result for {result.url!r:.200}: status {result.status!r} is not a fetch outcome")
+        if self._sample is not None:
+            self._observe(url_b)
+        self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
+
+    def _check_link(self, link: Link) -> bytes:
+        if not isinstance(link, Link):
+            raise BadInput(f"expected a webdb.Link, got {type(link).__name__}")
+        if not isinstance(link.from_id, bytes) or len(link.from_id) != 16:
+            raise BadInput(f"link to {link.url!r:.200}: from_id must be a 16-byte md5")
+        return self._url(link.url)
+
+    def _link_value(self, link: Link) -> bytes:
+        anchor = link.anchor if isinstance(link.anchor, str) else ""
+        return Link(link.from_id, link.url, anchor[: self._anchor_max], link.domain_id, False).encode_value()
+
+    def add_link(self, link: Link) -> None:
+        """Insert or replace the link (from_id, url); the last call for a key wins."""
+        url_b = self._check_link(link)
+        self._lbm.add(E.pack(E.lbm_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link)))
+
+    def delete_links(self, md5: bytes) -> None:
+        """Remove every link whose from_id is ``md5`` (applied before this batch's adds)."""
+        if not isinstance(md5, bytes) or len(md5) != 16:
+            raise BadInput(f"delete_links needs a 16-byte md5, got {md5!r:.80}")
+        self._lbm.add(E.pack(E.lbm_del_all_key(md5), self._seq.next()))
+
+    def add_outlinks(self, from_md5: bytes, outlinks: list[tuple[str, str]], *, domain_id: int = 0,
+                     next_fetch: int = 0, score: float = 1.0, fetch_interval: int | None = None) -> None:
+        """For each (url, anchor): ``add_link(Link(from_md5, url, anchor, domain_id))`` and
+        ``add_page_if_not_present(Page(url, next_fetch=…, score=…, fetch_interval=…))``.
+
+        The same edits as those calls, built with less work per link: the update tool's path.
+        """
+        if not isinstance(from_md5, bytes) or len(from_md5) != 16:
+            raise BadInput(f"add_outlinks needs a 16-byte md5, got {from_md5!r:.80}")
+        iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
+        tail = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, next_fetch, 0, iv, 0, score, score).encode_value()[16:]
+        ifn_len = len(tail) + 16
+        ifn_pre = ifn_len.to_bytes(4, "little")
+        link_pre = Link(from_md5, "", "", domain_id).encode_value()
+        amax, seq, pbu, lbm, md5 = self._anchor_max, self._seq, self._pbu, self._lbm, hashlib.md5
+        sample = self._sample
+        for url, anchor in outlinks:
+            url_b = self._url(url)
+            if sample is not None:
+                self._observe(url_b)
+            if len(anchor) > amax:
+                anchor = anchor[:amax]
+            pbu.add(E.pack(url_b + b"\x00\x03", seq.next(), ifn_pre + md5(url_b).digest() + tail))
+            lbm.add(E.pack(from_md5 + b"\x01" + url_b + b"\x00", seq.next(),
+                           link_pre + anchor.encode("utf-8", "replace")))
+
+    # ---- close -----------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """Discard the batch."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self._pbu.cleanup()
+            self._lbm.cleanup()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.db.recover()
+        finally:
+            self.lock.release()
+
+    def close(self) -> dict:
+        """Apply the batch and commit it; returns per-stage results.  Readers see the old
+        database until this returns."""
+        if self.closed:
+            return self.result or {}
+        try:
+            self.result = self._apply()
+        except BaseException:
+            self.closed = True
+            try:
+                self._pbu.cleanup()
+                self._lbm.cleanup()
+                self.db.recover()
+            finally:
+                self.lock.release()
+            raise
+        self.closed = True
+        try:
+            self.db.recover()
+        finally:
+            self.lock.release()
+        return self.result
+
+    def _apply(self) -> dict:
+        t0 = time.monotonic()
+        db, s, base = self.db, self.settings, self.base
+        gen = db.committed() + 1
+        batch = f"{gen:08d}-{os.urandom(4).hex()}"
+        secs = self.secs
+        if not secs.ready:
+            secs = Sections(secs.k, Sections.choose(self._sample or [], secs.k))
+            if not secs.ready:  # an empty first batch: nothing to split yet
+                secs = self.secs
+        workers = int(s["workers"]) or (os.cpu_count() or 1)
+        workers = max(1, min(workers, secs.k))
+        mem = int(s["memory_mb"])
+        job0 = {"db": db.path, "batch": batch, "gen": gen, "sections": secs.to_json(), "settings": s,
+                "schedule": {k: s[k] for k in SCHEDULE_KEYS}, "tmp": self.tmp,
+                "emit_mb": max(4, mem // (workers * 4))}
+        os.makedirs(self.tmp, exist_ok=True)
+        n_api = {"pages": self._pbu.count, "links": self._lbm.count}
+        if secs.ready:
+            write_routed(job0, E.ST_PBU, self._pbu.sorted(), "api-0000")
+            write_routed(job0, E.ST_LBM, self._lbm.sorted(), "api-0000")
+        self._pbu.cleanup()
+        self._lbm.cleanup()
+        _fault.point("close.after_route")
+        tables = [dict(t) for t in base["tables"]]
+        while len(tables) < secs.k:
+            tables.append({})
+        status = [dict(x) for x in base["status"]]
+        stages = []
+        pool = None
+        if workers > 1:
+            pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"))
+        try:
+            for stage in range(1, 6):
+                jobs = []
+                for j in range(secs.k):
+                    d = edit_dir(job0, j, stage)
+                    inputs = sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
+                    if not inputs:
+                        continue
+                    paths = {t: os.path.join(db.path, f"sec-{j:04d}", e["file"]) for t, e in tables[j].items()}
+                    jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
+                if pool is not None and len(jobs) > 1:
+                    results = list(pool.map(run_stage, jobs))
+                else:
+                    results = [run_stage(job) for job in jobs]
+                for r in results:
+                    j = r["section"]
+                    tables[j][r["table"]] = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
+                    for st, n in r["status"].items():
+                        status[j][st] = status[j].get(st, 0) + n
+                        if not status[j][st]:
+                            del status[j][st]
+                stages.append({"stage": stage, "sections": [
+                    {k: r[k] for k in ("section", "records", "bytes", "seconds", "emitted", "decoded_blocks",
+                                       "raw_blocks")} for r in results]})
+                _fault.point(f"close.after_stage{stage}")
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=True)
+        manifest = {"generation": gen, "parent": base["generation"], "batch": batch, "committed": time.time(),
+                    "sections": secs.to_json(), "tables": tables, "status": status,
+                    "edits": n_api, "stages": stages}
+        _check_counts(manifest)
+        db.commit(manifest)
+        manifest["seconds"] = time.monotonic() - t0
+        return manifest
+
+
+def _check_counts(m: dict) -> None:
+    """Cross-table counts must agree before a generation is committed."""
+    def total(t: str) -> int:
+        return sum(s.get(t, {}).get("records", 0) for s in m["tables"])
+
+    if total("pages_by_url") != total("pages_by_md5") or total("links_by_md5") != total("links_by_url"):
+        raise WebDBError(f"internal error: table counts disagree before commit: "
+                         f"pages {total('pages_by_url')}/{total('pages_by_md5')}, "
+                         f"links {total('links_by_md5')}/{total('links_by_url')}")
