@@ -1,0 +1,1 @@
+"""The crawl side of webdb: URL normalization and filters, fetch, parse, segments."""
