@@ -1,0 +1,132 @@
+"""Every crawl setting (fetch, robots, parse, filters), with its default and what it means.
+
+In the style of scrapy's ``default_settings``: one flat dict, one comment per setting.
+``resolve(**overrides)`` gives the defaults with overrides applied and rejects unknown names.
+The database's own settings (block size, fetch schedule, ...) are in ``webdb.settings``.
+"""
+
+from __future__ import annotations
+
+from webdb.errors import BadInput
+from webdb.tables.records import DEFAULT_ANCHOR_MAX
+
+DEFAULTS: dict[str, object] = {
+    # ---- identity ------------------------------------------------------------------------------
+    # User-Agent header of every request (robots.txt included).  A real crawl should add a
+    # contact URL or address: "mycrawler/1.0 (+https://example.org/crawler)".
+    "user_agent": "webdb-crawler/0.1",
+    # Product token matched against robots.txt "User-agent:" lines (RFC 9309 §2.2.1).
+    "robots_agent": "webdb-crawler",
+    # ---- concurrency and politeness --------------------------------------------------------------
+    # Fetcher threads, shared by all hosts.  A host never has more than one request in flight.
+    "threads": 10,
+    # How fetch queues are keyed: "host" (one queue per host name) or "domain" (one per
+    # registered domain: www.example.com and img.example.com share a queue and its delay).
+    "queue_mode": "host",
+    # Seconds between the end of one request to a queue and the start of the next.
+    "politeness_delay": 1.0,
+    # A robots.txt Crawl-delay raises the politeness delay of its host, up to this many seconds.
+    "crawl_delay_cap": 30.0,
+    # Consecutive transient failures (timeout, connection error, 5xx, 429) after which the rest
+    # of a host's queue is not requested this round but recorded RETRY.  0 = never give up.
+    "max_host_errors": 5,
+    # ---- requests --------------------------------------------------------------------------------
+    # Seconds to wait for a TCP connection.
+    "connect_timeout": 10.0,
+    # Seconds to wait for each read from the socket.
+    "read_timeout": 30.0,
+    # Seconds a whole fetch (connect, headers, body) may take; a slower one is a timeout (RETRY).
+    "fetch_timeout": 120.0,
+    # Content bytes kept per page; a longer body is cut there and the record marked truncated.
+    "max_content": 1024 * 1024,
+    # Headers sent with every request (User-Agent and the conditional headers are added).
+    "default_headers": {
+        "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5",
+        "Accept-Language": "en;q=1.0, *;q=0.5",
+        "Connection": "close",
+    },
+    # Send If-Modified-Since (the page's fetch_time) and If-None-Match (page.meta["etag"]) when
+    # refetching a page fetched before; a 304 answer is recorded NOT_MODIFIED.
+    "conditional": True,
+    # Response headers kept in the fetch output (lowercased names).
+    "keep_headers": [
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "content-language",
+        "last-modified",
+        "etag",
+        "location",
+        "date",
+        "expires",
+        "cache-control",
+        "retry-after",
+        "x-robots-tag",
+    ],
+    # Use HTTP(S)_PROXY / NO_PROXY from the environment (and ~/.netrc).  Off: a crawler's
+    # traffic does not depend on who runs it.
+    "trust_env": False,
+    # ---- robots.txt ------------------------------------------------------------------------------
+    # Obey robots.txt.  Off only for sites you own.
+    "robots_obey": True,
+    # Seconds a robots.txt answer (parsed, or 4xx = allow all) is reused by a Fetcher across
+    # rounds.  5xx and unreachable answers hold for one round only.
+    "robots_ttl": 86400.0,
+    # robots.txt bytes read; the rest is ignored (RFC 9309 asks for at least 500 KiB).
+    "robots_max_size": 500 * 1024,
+    # ---- parse -----------------------------------------------------------------------------------
+    # Parse fetched pages in the fetcher and write the parse part of the segment.
+    "parse": True,
+    # Outlinks kept per page, after normalization and deduplication, in document order.
+    "max_outlinks": 100,
+    # Anchor text is cut to this many characters (the db's default anchor_max).
+    "max_anchor": DEFAULT_ANCHOR_MAX,
+    # Plain text kept per page, characters.
+    "max_text": 100_000,
+    # Content bytes handed to the HTML parser (the rest is not parsed; the md5 covers it all).
+    "max_parse": 4 * 1024 * 1024,
+    # ---- URL rules -------------------------------------------------------------------------------
+    # Filter files (fetchlist.filters): paths, or (kind, path) pairs.  Empty: accept all.
+    "url_filters": [],
+    # www/non-www rules file (fetchlist.normalize.WwwRules); None: no rewriting.
+    "www_rules": None,
+    # ---- output ----------------------------------------------------------------------------------
+    # Show a tqdm progress bar: True, False, or None = only when stderr is a terminal.
+    "progress": None,
+}
+
+_TYPES: dict[str, type | tuple[type, ...]] = {
+    "threads": int,
+    "max_host_errors": int,
+    "max_content": int,
+    "robots_max_size": int,
+    "max_outlinks": int,
+    "max_anchor": int,
+    "max_text": int,
+    "max_parse": int,
+    "politeness_delay": (int, float),
+    "crawl_delay_cap": (int, float),
+    "connect_timeout": (int, float),
+    "read_timeout": (int, float),
+    "fetch_timeout": (int, float),
+    "robots_ttl": (int, float),
+}
+
+
+def resolve(settings: dict | None = None, **overrides: object) -> dict:
+    """Defaults, then ``settings``, then ``overrides``; an unknown name or bad value is BadInput."""
+    out = dict(DEFAULTS)
+    for src in (settings or {}), overrides:
+        for k, v in src.items():
+            if k not in DEFAULTS:
+                raise BadInput(f"unknown crawl setting {k!r} (known: {', '.join(sorted(DEFAULTS))})")
+            out[k] = v
+    for k, t in _TYPES.items():
+        v = out[k]
+        if isinstance(v, bool) or not isinstance(v, t) or v < 0:
+            raise BadInput(f"crawl setting {k} must be a number >= 0, not {v!r}")
+    if out["threads"] < 1:
+        raise BadInput(f"crawl setting threads must be at least 1, not {out['threads']!r}")
+    if out["queue_mode"] not in ("host", "domain"):
+        raise BadInput(f"crawl setting queue_mode must be 'host' or 'domain', not {out['queue_mode']!r}")
+    return out
