@@ -140,26 +140,18 @@ class TableWriter:
             self._flush()
 
     def add_many(self, keys: list[bytes], vals: list[bytes]) -> None:
-        """Append sorted records (faster than ``add`` one by one)."""
+        """Append sorted records (faster than ``add`` one by one).  A block is cut at the first
+        call boundary past ``block_size``, so blocks hold at least ``block_size`` bytes."""
         if not keys:
             return
         if (self._last is not None and keys[0] <= self._last) or not all(map(lt, keys, keys[1:])):
             raise AssertionError(f"{self.path}: keys out of order in add_many")
         self._last = keys[-1]
-        bs, i, n = self.block_size, 0, len(keys)
-        while i < n:
-            # Fill the pending block up to the block size, a slice at a time.
-            room = bs - self._size
-            j = i
-            while j < n and room > 0:
-                room -= len(keys[j]) + len(vals[j]) + 8
-                j += 1
-            self._keys.extend(keys[i:j])
-            self._vals.extend(vals[i:j])
-            self._size = bs - room
-            i = j
-            if self._size >= bs:
-                self._flush()
+        self._keys += keys
+        self._vals += vals
+        self._size += sum(map(len, keys)) + sum(map(len, vals)) + 8 * len(keys)
+        if self._size >= self.block_size:
+            self._flush()
 
     @property
     def pending_bytes(self) -> int:

@@ -19,15 +19,17 @@ decoded) + O(e log e) for its e edits, which were sorted by the producers.
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from collections.abc import Iterator
+from itertools import islice
 
 from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
-from webdb.tables.records import Page, link_flag, link_with_flag
+from webdb.tables.records import Page, link_with_flag
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
 from webdb.writer.sortbuf import SortBuffer, merge_files
@@ -62,10 +64,13 @@ class Emitter:
         s = job["settings"]
         self.buf = SortBuffer(job["tmp"], f"st{job['stage']}-{job['section']}-to{stage}",
                               job["emit_mb"] << 20, s["block_size"], s["codec"])
-        self.seq = E.Seq(rank, job["section"])
+        self.prefix = bytes((rank,)) + job["section"].to_bytes(2, "big")
+        self.n = 0
 
     def add(self, key: bytes, value: bytes = b"") -> None:
-        self.buf.add(E.pack(key, self.seq.next(), value))
+        # E.pack with an inline E.Seq: this runs once per emitted edit.
+        self.n += 1
+        self.buf.add(key + self.prefix + self.n.to_bytes(5, "big") + value + (len(key) + 8).to_bytes(2, "little"))
 
     def finish(self) -> int:
         n = self.buf.count
@@ -79,29 +84,45 @@ def edit_dir(job: dict, target: int, stage: int) -> str:
     return os.path.join(job["db"], f"sec-{target:04d}", "edits", job["batch"], f"st{stage}")
 
 
-def write_routed(job: dict, stage: int, recs: Iterator[bytes], producer: str) -> dict[int, int]:
-    """Write a sorted record stream into one edit file per target section; returns counts."""
+def section_bounds(secs: Sections, stage: int) -> list[bytes]:
+    """Record-key bounds of sections 1..k-1 for a stage: records >= bound j-1 go to section j or
+    later.  Valid because URLs hold no byte below 0x21 and md5 keys lead every md5 record."""
+    if E.STAGE_BY_URL[stage]:
+        return list(secs.breakpoints) if secs.breakpoints else []
+    return [secs.md5_bounds(j) for j in range(1, secs.k)]
+
+
+def write_routed(job: dict, stage: int, recs: Iterator[bytes] | list[bytes], producer: str) -> dict[int, int]:
+    """Write a sorted record stream into one edit file per target section; returns counts.
+
+    The split is a range split in the stream's own order, so routing is a bisect per chunk."""
     secs = Sections.from_json(job["sections"])
     s = job["settings"]
-    by_url = E.STAGE_BY_URL[stage]
+    bounds = section_bounds(secs, stage)
     counts: dict[int, int] = {}
-    cur_j, w = -1, None
-    for rec in recs:
-        key, _ = E.unpack(rec)
-        _, rk = E.route_key(stage, key)
-        j = secs.of_url(rk) if by_url else secs.of_md5(rk)
-        if j != cur_j:
-            if w is not None:
-                w.close()
-            d = edit_dir(job, j, stage)
-            os.makedirs(d, exist_ok=True)
-            w = TableWriter(os.path.join(d, producer + ".edits"), KIND_EDITS, s["block_size"], s["codec"],
-                            sync=s["sync"])
-            cur_j = j
-        w.add(rec, b"")
-        counts[j] = counts.get(j, 0) + 1
-    if w is not None:
-        w.close()
+    writers: dict[int, TableWriter] = {}
+    it = iter(recs)
+    try:
+        while True:
+            chunk = list(islice(it, 65536))
+            if not chunk:
+                break
+            lo = 0
+            for j in range(secs.k):
+                hi = bisect.bisect_left(chunk, bounds[j], lo) if j < len(bounds) else len(chunk)
+                if hi > lo:
+                    w = writers.get(j)
+                    if w is None:
+                        d = edit_dir(job, j, stage)
+                        os.makedirs(d, exist_ok=True)
+                        w = writers[j] = TableWriter(os.path.join(d, producer + ".edits"), KIND_EDITS,
+                                                     s["block_size"], s["codec"], sync=s["sync"])
+                    w.add_many(chunk[lo:hi], [b""] * (hi - lo))
+                    counts[j] = counts.get(j, 0) + hi - lo
+                lo = hi
+    finally:
+        for w in writers.values():
+            w.close()
     return counts
 
 
@@ -270,8 +291,8 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             if prev is not None and prev[:8] == v[:8] and prev[9:] == v[9:]:
                 v = prev  # same link: keep the stored flag, emit nothing
             new[u] = v
-        for u in sorted(new):
-            out.add(md5 + u, new[u])
+        us = sorted(new)
+        out.add_many([md5 + u for u in us], [new[u] for u in us])
         for u, v in new.items():
             if old.get(u) != v:
                 em4.add(E.lbu_link_key(u, md5, E.OP4_ADD), v)
@@ -315,36 +336,36 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     def apply(url_b: bytes, notice: int | None, ledits: list[tuple[bytes, int, bytes]]) -> None:
         nonlocal dangling
         start = url_b + b"\x00"
+        n0 = len(start)
         cur.copy_until(start)
         ok, ov = cur.take_until(url_b + b"\x01")
-        links = dict(zip((k[len(start) :] for k in ok), ov))
-        in_lbm = dict(links)  # what LinksByMD5 holds for these links after stage 3
+        links = dict(zip([k[n0:] for k in ok], ov))
+        added: dict[bytes, bytes] = {}  # value as stage 3 wrote it to LinksByMD5
         for fid, op, v in ledits:
             if op == E.OP4_DEL:
                 links.pop(fid, None)
-                in_lbm.pop(fid, None)
+                added.pop(fid, None)
             else:
-                links[fid] = v
-                in_lbm[fid] = v
+                links[fid] = added[fid] = v
         state = notice
         if state is None:
-            if not any(op == E.OP4_ADD for _, op, _ in ledits):
-                state = -1  # only deletes: kept links need no re-check
-            else:
-                state = E.target_state(probe.get(url_b))
+            # The target did not change: stored links have the right flag.  Added links need
+            # the target's state; a group of deletes only needs nothing.
+            state = E.target_state(probe.get(url_b)) if added else -1
         if state == E.TARGET_ABSENT:
             for fid in links:
                 em5.add(E.lbm2_key(fid, url_b, E.OP5_DEL))
             dangling += len(links)
             return
-        flag = state == E.TARGET_OUT
-        for fid in sorted(links):
-            v = links[fid]
-            if state >= 0 and link_flag(v) != flag:
-                v = link_with_flag(v, flag)
-            if link_flag(in_lbm[fid]) != link_flag(v):
-                em5.add(E.lbm2_key(fid, url_b, E.OP5_FLAG), v[8:9])
-            out.add(start + fid, v)
+        if state >= 0:
+            flag = 1 if state == E.TARGET_OUT else 0
+            fb = bytes((flag,))
+            for fid, v in (links if notice is not None else added).items():
+                if (v[8] & 1) != flag:
+                    links[fid] = v[:8] + fb + v[9:]
+                    em5.add(E.lbm2_key(fid, url_b, E.OP5_FLAG), fb)
+        fids = sorted(links)
+        out.add_many([start + f for f in fids], [links[f] for f in fids])
 
     for key, val in _records(job):
         i = key.index(b"\x00")

@@ -30,6 +30,8 @@ from webdb.writer.sortbuf import SortBuffer
 __all__ = ["Writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
+# Below this many edits a batch runs its sections in this process, one after the other.
+PARALLEL_MIN_EDITS = 200_000
 
 
 class Writer:
@@ -52,8 +54,10 @@ class Writer:
         self.tmp = os.path.join(db.path, TMP_DIR, f"w{os.getpid()}")
         mem = int(self.settings["memory_mb"]) << 20
         bs, codec = 65536, self.settings["codec"]
-        self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.4), bs, codec)
-        self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.4), bs, codec)
+        # The writer's two edit buffers get 60% of the budget; the rest is the interpreter, the
+        # block cache of probes and the write buffers.  Stage workers run after they are freed.
+        self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
+        self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
         self._seq = E.Seq(E.RANK_API, 0)
         self._sample: list[bytes] | None = None if self.secs.ready else []
         self._seen = 0
@@ -241,10 +245,14 @@ class Writer:
                 secs = self.secs
         workers = int(s["workers"]) or (os.cpu_count() or 1)
         workers = max(1, min(workers, secs.k))
+        if self._pbu.count + self._lbm.count < PARALLEL_MIN_EDITS and not s["workers"]:
+            workers = 1  # starting worker processes costs more than a small batch
         mem = int(s["memory_mb"])
+        # Each worker emits into at most three sort buffers; together they get half the budget
+        # (the rest: interpreters, decoded blocks, write buffers).
         job0 = {"db": db.path, "batch": batch, "gen": gen, "sections": secs.to_json(), "settings": s,
                 "schedule": {k: s[k] for k in SCHEDULE_KEYS}, "tmp": self.tmp,
-                "emit_mb": max(4, mem // (workers * 4))}
+                "emit_mb": max(2, mem // (workers * 6))}
         os.makedirs(self.tmp, exist_ok=True)
         n_api = {"pages": self._pbu.count, "links": self._lbm.count}
         if secs.ready:
@@ -260,7 +268,8 @@ class Writer:
         stages = []
         pool = None
         if workers > 1:
-            pool = ProcessPoolExecutor(workers, mp_context=get_context("fork"))
+            # spawn, not fork: a forked child would share (and be charged for) the writer's heap.
+            pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
         try:
             for stage in range(1, 6):
                 jobs = []

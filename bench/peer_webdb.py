@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""webdb as a peer of ../shared/peers/driver.py: the same workload, through webdb's public API.
+
+    PYTHONPATH=bench python3 ../shared/peers/driver.py --peer webdb --data DATA/n100000 --work /tmp/w \
+        --opt sections=2,sync=1
+
+Load: one writer batch (add_page_with_score for every page, add_link for every link).
+Round: one batch of update-tool calls: apply_fetch per fetched page and add_outlinks for its
+outlinks (add_link + add_page_if_not_present per outlink), as `webdb update` does.
+Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec.
+"""
+
+from __future__ import annotations
+
+import os
+
+import webdb
+from webdb import FetchResult, Link, Page, Status
+
+STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
+STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
+NEW_INTERVAL = 2592000
+
+
+def _opts(opt: str) -> dict:
+    out = {}
+    for kv in filter(None, opt.split(",")):
+        k, _, v = kv.partition("=")
+        if k in ("sections", "sync", "memory_mb", "workers", "block_size"):
+            out[k] = int(v)
+        elif k == "codec":
+            out[k] = v
+    return out
+
+
+class Peer:
+    name = "webdb"
+
+    def __init__(self, work: str, meta: dict, opt: str):
+        o = _opts(opt)
+        k = o.pop("sections", 2)
+        o["sync"] = bool(o.get("sync", 1))
+        self.name = f"webdb-k{k}" + ("" if o["sync"] else "-nosync")
+        # The workload never gives up on a page: failures only count retries.
+        self.db = webdb.create(os.path.join(work, "db"), sections=k, max_retries=1 << 15, **o)
+        self.meta = meta
+        self.r = None
+
+    def load(self, pages_tsv: str, links_tsv: str) -> None:
+        url_md5 = webdb.url_md5
+        with self.db.writer() as w:
+            with open(pages_tsv, encoding="utf-8") as f:
+                for line in f:
+                    url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
+                    score = float(sc)
+                    w.add_page_with_score(Page(url, bytes.fromhex(md5) if md5 else url_md5(url), STATUS_IN[st], 0,
+                                               int(ft), int(rt), int(iv), int(no), score, score))
+            with open(links_tsv, encoding="utf-8") as f:
+                for line in f:
+                    src, url, anchor = line[:-1].split("\t")
+                    w.add_link(Link(bytes.fromhex(src), url, anchor))
+
+    def apply_round(self, round_tsv: str) -> None:
+        with self.db.writer() as w:
+            with open(round_tsv, encoding="utf-8") as f:
+                for line in f:
+                    url, ok, md5, t, out = line[:-1].split("\t")
+                    t = int(t)
+                    if ok == "1":
+                        links = [tuple(x.split("\x1f")) for x in out.split("\x1e")] if out else []
+                        m = bytes.fromhex(md5)
+                        w.apply_fetch(FetchResult(url, Status.FETCHED, t, m, len(links)))
+                        w.add_outlinks(m, links, next_fetch=t, fetch_interval=NEW_INTERVAL)
+                    else:
+                        w.apply_fetch(FetchResult(url, Status.RETRY, t))
+
+    def _reader(self):
+        if self.r is None:
+            self.r = self.db.reader()
+        return self.r
+
+    def get_page(self, url: str):
+        return self._reader().get_page(url)
+
+    def inlinks(self, url: str):
+        return list(self._reader().inlinks(url))
+
+    def dump(self, table: str):
+        r = self._reader()
+        url_md5 = webdb.url_md5
+        buf: list[str] = []
+
+        def md5hex(url: str, md5: bytes) -> str:
+            return "" if md5 == url_md5(url) else md5.hex()
+
+        if table == "pages_by_url":
+            rows = (f"{p.url}\t{md5hex(p.url, p.md5)}\t{STATUS_OUT[p.status]}\t{p.next_fetch}\t{p.retries}\t"
+                    f"{p.fetch_interval}\t{p.score!r}\t{p.num_outlinks}\n" for p in r.pages())
+        elif table == "pages_by_md5":
+            # Unfetched pages carry md5(url) here but '' in the canonical dump, where they sort first.
+            unfetched = (f"\t{p.url}\n" for p in r.pages() if p.md5 == url_md5(p.url))
+            fetched = (f"{p.md5.hex()}\t{p.url}\n" for p in r.pages_by_md5() if p.md5 != url_md5(p.url))
+            rows = (x for it in (unfetched, fetched) for x in it)
+        elif table == "links_by_md5":
+            rows = (f"{lk.from_id.hex()}\t{lk.url}\t{lk.anchor}\n" for lk in r.links_by_md5())
+        else:
+            rows = (f"{lk.url}\t{lk.from_id.hex()}\t{lk.anchor}\n" for lk in r.links())
+        for row in rows:
+            buf.append(row)
+            if len(buf) >= 100_000:
+                yield "".join(buf)
+                buf = []
+        if buf:
+            yield "".join(buf)
+
+    def close(self) -> None:
+        if self.r is not None:
+            self.r.close()
