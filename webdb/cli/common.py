@@ -1,0 +1,47 @@
+"""Helpers shared by subcommands: opening a db, printing JSON or text, parsing settings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from webdb.errors import BadInput
+from webdb.settings import DEFAULTS
+
+
+def emit(args, data: Any, text: str | None = None) -> None:
+    """Print ``data`` as JSON with --json, else ``text`` (or a readable rendering of data)."""
+    if getattr(args, "json", False) or text is None:
+        json.dump(data, sys.stdout, indent=None if getattr(args, "json", False) else 1, default=str)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def parse_settings(pairs: list[str] | None) -> dict:
+    """``--set name=value`` pairs, typed by the default's type."""
+    out: dict = {}
+    for p in pairs or []:
+        k, sep, v = p.partition("=")
+        if not sep or k not in DEFAULTS:
+            raise BadInput(f"--set {p!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(DEFAULTS))}")
+        d = DEFAULTS[k]
+        try:
+            if isinstance(d, bool):
+                if v.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                    raise ValueError(v)
+                out[k] = v.lower() in ("1", "true", "yes")
+            elif isinstance(d, int):
+                out[k] = int(v)
+            elif isinstance(d, float):
+                out[k] = float(v)
+            else:
+                out[k] = v
+        except ValueError:
+            raise BadInput(f"--set {p!r}: {k} takes a {type(d).__name__}") from None
+    return out
+
+
+def add_json(p) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -1,0 +1,148 @@
+"""``webdb read DB``: stats, lookups and dumps of a database.
+
+    webdb read DB --stats                 counts by status, links, sections, bytes, top hosts
+    webdb read DB --page URL              one page
+    webdb read DB --pages-md5 HEX         every page with that content md5
+    webdb read DB --inlinks URL           links to URL (streamed)
+    webdb read DB --outlinks HEX          links from the content HEX
+    webdb read DB --dump TABLE [--format tsv|jsonl]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from urllib.parse import urlsplit
+
+import webdb
+from webdb.cli.common import add_json, emit
+from webdb.errors import BadInput
+from webdb.tables.records import Link, Page, Status
+
+TABLES = ("pages", "pages-by-md5", "links", "links-by-md5")
+PAGE_COLS = ("url", "md5", "status", "fetch_time", "next_fetch", "retries", "fetch_interval", "num_outlinks",
+             "score", "next_score", "meta")
+LINK_COLS = ("url", "from_id", "anchor", "domain_id", "target_has_outlink")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("read", help="stats, lookups and dumps", description=__doc__,
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("db")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--stats", action="store_true")
+    g.add_argument("--page", metavar="URL")
+    g.add_argument("--pages-md5", metavar="HEX")
+    g.add_argument("--inlinks", metavar="URL")
+    g.add_argument("--outlinks", metavar="HEX")
+    g.add_argument("--dump", choices=TABLES)
+    p.add_argument("--format", choices=("tsv", "jsonl"), default="tsv", help="dump format (default tsv)")
+    p.add_argument("--top-hosts", type=int, default=10, help="hosts listed by --stats (0: skip the scan)")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def page_dict(p: Page) -> dict:
+    d = {c: getattr(p, c) for c in PAGE_COLS}
+    d["md5"] = p.md5.hex()
+    d["status"] = Status(p.status).name.lower()
+    return d
+
+
+def link_dict(lk: Link) -> dict:
+    d = {c: getattr(lk, c) for c in LINK_COLS}
+    d["from_id"] = lk.from_id.hex()
+    return d
+
+
+def _md5(hexs: str) -> bytes:
+    try:
+        b = bytes.fromhex(hexs)
+    except ValueError:
+        b = b""
+    if len(b) != 16:
+        raise BadInput(f"{hexs!r} is not an md5 (32 hex digits)")
+    return b
+
+
+def _tsv(d: dict, cols: tuple[str, ...]) -> str:
+    def cell(v) -> str:
+        if isinstance(v, dict):
+            v = json.dumps(v, sort_keys=True) if v else ""
+        return str(v).replace("\t", " ").replace("\n", " ")
+
+    return "\t".join(cell(d[c]) for c in cols)
+
+
+def _rows(args, rows, cols) -> None:
+    out = sys.stdout
+    if args.json or args.format == "jsonl":
+        for d in rows:
+            out.write(json.dumps(d, ensure_ascii=False) + "\n")
+    else:
+        out.write("#" + "\t".join(cols) + "\n")
+        for d in rows:
+            out.write(_tsv(d, cols) + "\n")
+
+
+def stats(r, top_hosts: int, progress: bool) -> dict:
+    m = r.manifest
+    st = r.status_counts()
+    by_name = {Status(k).name.lower(): v for k, v in sorted(st.items())}
+    sections = []
+    total_bytes = 0
+    for j, tabs in enumerate(m["tables"]):
+        b = sum(t["bytes"] for t in tabs.values())
+        total_bytes += b
+        sections.append({"section": j, "pages": tabs.get("pages_by_url", {}).get("records", 0),
+                         "links": tabs.get("links_by_md5", {}).get("records", 0), "bytes": b})
+    out = {"generation": r.generation, "sections": r.sections.k, "pages": r.num_pages,
+           "fetched": r.num_pages - st.get(int(Status.UNFETCHED), 0), "unfetched": st.get(int(Status.UNFETCHED), 0),
+           "links": r.num_links, "status": by_name, "bytes": total_bytes, "by_section": sections}
+    if top_hosts:
+        from tqdm import tqdm
+
+        hosts: Counter[str] = Counter()
+        for k, _ in tqdm(r.items("pages_by_url"), total=r.num_pages, unit="page", desc="hosts",
+                         disable=None if progress else True):
+            hosts[urlsplit(k.decode("utf-8", "replace")).hostname or ""] += 1
+        out["top_hosts"] = hosts.most_common(top_hosts)
+    return out
+
+
+def run(args) -> int:
+    db = webdb.open(args.db)
+    with db.reader() as r:
+        if args.stats:
+            s = stats(r, args.top_hosts, progress=not args.json)
+            lines = [f"generation {s['generation']}, {s['sections']} section(s), {s['bytes']:,} bytes",
+                     f"pages {s['pages']:,} (fetched {s['fetched']:,}, unfetched {s['unfetched']:,})",
+                     f"links {s['links']:,}",
+                     "status " + ", ".join(f"{k} {v:,}" for k, v in s["status"].items())]
+            lines += [f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes"
+                      for x in s["by_section"]]
+            if "top_hosts" in s:
+                lines.append("top hosts: " + ", ".join(f"{h} {n:,}" for h, n in s["top_hosts"]))
+            emit(args, s, "\n".join(lines))
+        elif args.page:
+            p = r.get_page(args.page)
+            if p is None:
+                emit(args, None, f"not found: {args.page}")
+                return 1
+            d = page_dict(p)
+            emit(args, d, "\n".join(f"{k}\t{v}" for k, v in d.items()))
+        elif args.pages_md5:
+            _rows(args, (page_dict(p) for p in r.get_pages(_md5(args.pages_md5))), PAGE_COLS)
+        elif args.inlinks:
+            _rows(args, (link_dict(lk) for lk in r.inlinks(args.inlinks)), LINK_COLS)
+        elif args.outlinks:
+            _rows(args, (link_dict(lk) for lk in r.outlinks(_md5(args.outlinks))), LINK_COLS)
+        else:
+            it = {"pages": r.pages, "pages-by-md5": r.pages_by_md5, "links": r.links,
+                  "links-by-md5": r.links_by_md5}[args.dump]()
+            if args.dump.startswith("pages"):
+                _rows(args, (page_dict(p) for p in it), PAGE_COLS)
+            else:
+                _rows(args, (link_dict(lk) for lk in it), LINK_COLS)
+    return 0
