@@ -1,0 +1,328 @@
+"""hosts.ini: the hosts of an ndfs machine group and the share group -> location mapping.
+
+Every machine of a group reads the same file (see ``hosts.ini`` at the repository root and
+docs/ndfs.md for every key).  Sections:
+
+``[ndfs]``          defaults for every host (user, port, key_file, known_hosts, python,
+                    transport, connect_timeout, timeout) and the default ``db`` name.
+``[host:NAME]``     one machine: ``address`` and ``root`` are required.
+``[group:NAME]``    ``locations``: comma-separated host names and/or absolute local paths.
+``[sections]``      the distributed WebDB's ``section-0000`` ... groups, compactly:
+                    ``count``, round-robin ``hosts`` with ``replicas``, and explicit ranges
+                    such as ``0-3 = alpha`` or ``7 = /mnt/nfs/ndfs``.
+
+Every error names the file, the section and the key.
+"""
+
+from __future__ import annotations
+
+import configparser
+import getpass
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from webdb.errors import BadInput
+from webdb.ndfs.errors import ConfigError
+from webdb.ndfs.names import validate_component
+
+TRANSPORTS = ("auto", "sftp", "scp", "rsync")
+MAX_SECTIONS = 10000  # section-0000 ... section-9999 keep their lexical order
+
+HOST_KEYS = frozenset(
+    {
+        "address",
+        "port",
+        "user",
+        "key_file",
+        "known_hosts",
+        "root",
+        "python",
+        "transport",
+        "connect_timeout",
+        "timeout",
+    }
+)
+# Keys of [ndfs] that are defaults for every [host:*] section.
+INHERITED_KEYS = frozenset(
+    {"port", "user", "key_file", "known_hosts", "python", "transport", "connect_timeout", "timeout"}
+)
+NDFS_KEYS = INHERITED_KEYS | {"db"}
+
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def section_group(i: int) -> str:
+    """The share group of section ``i`` of the distributed WebDB: ``section-0000`` ..."""
+    if not 0 <= i < MAX_SECTIONS:
+        raise ConfigError(f"section number {i} out of range 0..{MAX_SECTIONS - 1}")
+    return f"section-{i:04d}"
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """One machine reachable over ssh.  ``known_hosts`` None means ``~/.ssh/known_hosts``."""
+
+    name: str
+    address: str
+    root: str
+    port: int = 22
+    user: str = field(default_factory=getpass.getuser)
+    key_file: Path | None = None
+    known_hosts: Path | None = None
+    python: str | None = None
+    transport: str = "auto"
+    connect_timeout: float = 10.0
+    timeout: float = 30.0
+
+    def known_hosts_path(self) -> Path:
+        """The known_hosts file host keys are checked against (resolved at connect time)."""
+        return self.known_hosts or Path(os.path.expanduser("~/.ssh/known_hosts"))
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a share group lives: a host (over ssh) or a local path (this disk or an NFS mount)."""
+
+    host: HostConfig | None = None
+    path: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The key of this location in per-host results."""
+        return self.host.name if self.host else str(self.path)
+
+
+@dataclass(frozen=True)
+class NdfsConfig:
+    """A parsed hosts.ini.  ``groups`` includes the ``section-NNNN`` groups of ``[sections]``."""
+
+    source: str
+    hosts: dict[str, HostConfig]
+    groups: dict[str, tuple[Location, ...]]
+    sections: int = 0
+    db: str | None = None
+
+    def locations(self, group: str) -> tuple[Location, ...]:
+        """Every location holding ``group``; BadInput if the group is not configured."""
+        try:
+            return self.groups[group]
+        except KeyError:
+            raise ConfigError(
+                f"{self.source}: share group {group!r} is not configured "
+                f"(known: {', '.join(sorted(self.groups)) or 'none'})"
+            ) from None
+
+    def section_group(self, i: int) -> str:
+        """The group name of section ``i``, checked against ``[sections] count``."""
+        if not 0 <= i < self.sections:
+            raise ConfigError(f"{self.source}: section {i} out of range (count = {self.sections})")
+        return section_group(i)
+
+    def groups_on(self, host: str) -> list[str]:
+        """The share groups a host holds, sorted."""
+        return sorted(g for g, locs in self.groups.items() if any(loc.label == host for loc in locs))
+
+
+class _Reader:
+    """Parses one file, turning every problem into a ConfigError naming file, section and key."""
+
+    def __init__(self, source: str, base_dir: Path) -> None:
+        self.source = source
+        self.base_dir = base_dir.absolute()
+
+    def error(self, section: str, key: str | None, problem: str) -> ConfigError:
+        where = f"[{section}] {key}" if key else f"[{section}]"
+        return ConfigError(f"{self.source}: {where}: {problem}")
+
+    def text(self, sec: str, key: str, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise self.error(sec, key, "is empty")
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise self.error(sec, key, f"contains a control character: {value!r}")
+        return value
+
+    def number(self, sec: str, key: str, value: str, lo: float, hi: float, kind: type) -> int | float:
+        try:
+            n = kind(value.strip())
+        except ValueError:
+            raise self.error(sec, key, f"bad {key} {value.strip()!r}: not a number") from None
+        if not lo <= n <= hi:
+            raise self.error(sec, key, f"bad {key} {n}: must be in {lo}..{hi}")
+        return n
+
+    def file(self, sec: str, key: str, value: str) -> Path:
+        p = Path(os.path.expanduser(self.text(sec, key, value)))
+        return p if p.is_absolute() else self.base_dir / p
+
+    def absolute(self, sec: str, key: str, value: str) -> str:
+        p = self.text(sec, key, value)
+        if not p.startswith("/"):
+            raise self.error(sec, key, f"{p!r} must be an absolute path")
+        return os.path.normpath(p)
+
+    def host(self, name: str, sec: str, items: dict[str, str], defaults: dict[str, str]) -> HostConfig:
+        for key in items:
+            if key not in HOST_KEYS:
+                raise self.error(sec, key, f"unknown key (known: {', '.join(sorted(HOST_KEYS))})")
+        for key in ("address", "root"):
+            if key not in items:
+                raise self.error(sec, key, f"missing (every host needs {key})")
+        merged = {**defaults, **items}
+        kw: dict[str, object] = {
+            "name": name,
+            "address": self.text(sec, "address", merged["address"]),
+            "root": self.absolute(sec, "root", merged["root"]),
+        }
+        if " " in str(kw["address"]):
+            raise self.error(sec, "address", f"bad address {kw['address']!r}")
+        if "port" in merged:
+            kw["port"] = self.number(sec, "port", merged["port"], 1, 65535, int)
+        if "user" in merged:
+            kw["user"] = self.text(sec, "user", merged["user"])
+        for key in ("key_file", "known_hosts"):
+            if key in merged:
+                kw[key] = self.file(sec, key, merged[key])
+        if "python" in merged:
+            kw["python"] = self.text(sec, "python", merged["python"])
+        if "transport" in merged:
+            t = merged["transport"].strip()
+            if t not in TRANSPORTS:
+                raise self.error(sec, "transport", f"unknown transport {t!r} (one of {', '.join(TRANSPORTS)})")
+            kw["transport"] = t
+        for key in ("connect_timeout", "timeout"):
+            if key in merged:
+                kw[key] = float(self.number(sec, key, merged[key], 0.001, 86400, float))
+        return HostConfig(**kw)  # type: ignore[arg-type]
+
+    def locations(self, sec: str, key: str, value: str, hosts: dict[str, HostConfig]) -> tuple[Location, ...]:
+        out: list[Location] = []
+        for token in (t.strip() for t in value.split(",")):
+            if not token:
+                raise self.error(sec, key, f"empty location in {value.strip()!r}")
+            if token.startswith("/"):
+                loc = Location(path=self.absolute(sec, key, token))
+            elif token in hosts:
+                loc = Location(host=hosts[token])
+            elif token.startswith(("~", ".")):
+                raise self.error(sec, key, f"local path {token!r} must be absolute")
+            else:
+                known = ", ".join(sorted(hosts)) or "none"
+                raise self.error(sec, key, f"unknown host {token!r} (hosts: {known}; paths must be absolute)")
+            if loc not in out:
+                out.append(loc)
+        return tuple(out)
+
+    def sections(
+        self, items: dict[str, str], hosts: dict[str, HostConfig]
+    ) -> tuple[int, dict[str, tuple[Location, ...]]]:
+        sec = "sections"
+        if "count" not in items:
+            raise self.error(sec, "count", "missing (how many sections the WebDB has)")
+        count = int(self.number(sec, "count", items["count"], 1, MAX_SECTIONS, int))
+        placed: dict[int, tuple[Location, ...]] = {}
+        given_by: dict[int, str] = {}
+        for key, value in items.items():
+            if key in ("count", "hosts", "replicas"):
+                continue
+            m = _RANGE.match(key)
+            if not m:
+                raise self.error(sec, key, "unknown key (count, hosts, replicas, or a range such as 0-3)")
+            lo, hi = int(m[1]), int(m[2] if m[2] is not None else m[1])
+            if lo > hi or hi >= count:
+                raise self.error(sec, key, f"range {key} is empty or beyond count = {count}")
+            locs = self.locations(sec, key, value, hosts)
+            for i in range(lo, hi + 1):
+                if i in given_by:
+                    raise self.error(sec, key, f"section {i} is also given by {given_by[i]!r}")
+                given_by[i] = key
+                placed[i] = locs
+        if "hosts" in items:
+            ring = self.locations(sec, "hosts", items["hosts"], hosts)
+            replicas = int(self.number(sec, "replicas", items.get("replicas", "1"), 1, len(ring), int))
+            for i in range(count):
+                placed.setdefault(i, tuple(ring[(i + r) % len(ring)] for r in range(replicas)))
+        elif "replicas" in items:
+            raise self.error(sec, "replicas", "needs hosts (replicas apply to the round-robin hosts list)")
+        missing = [i for i in range(count) if i not in placed]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise self.error(sec, None, f"sections {shown} have no location (add hosts = ... or a range)")
+        return count, {section_group(i): placed[i] for i in range(count)}
+
+
+def parse_config(text: str, source: str = "<hosts.ini>", base_dir: str | os.PathLike[str] = ".") -> NdfsConfig:
+    """Parse hosts.ini text.  Relative key_file/known_hosts paths are relative to ``base_dir``."""
+    # No DEFAULT section (its keys would leak into every section) and no %-interpolation.
+    cp = configparser.ConfigParser(default_section="\0", interpolation=None, strict=True)
+    try:
+        cp.read_string(text, source=source)
+    except configparser.Error as e:
+        raise ConfigError(f"{source}: {e.message if hasattr(e, 'message') else e}") from None
+    r = _Reader(source, Path(base_dir))
+
+    defaults: dict[str, str] = {}
+    db: str | None = None
+    if cp.has_section("ndfs"):
+        for key in cp["ndfs"]:
+            if key not in NDFS_KEYS:
+                raise r.error("ndfs", key, f"unknown key (known: {', '.join(sorted(NDFS_KEYS))})")
+        defaults = {k: v for k, v in cp.items("ndfs") if k in INHERITED_KEYS}
+        if "db" in cp["ndfs"]:
+            db = r.text("ndfs", "db", cp["ndfs"]["db"])
+            _component(r, "ndfs", "db", db, "db name")
+        # Check the defaults themselves once, so a bad default is reported where it is written.
+        r.host("defaults", "ndfs", {"address": "x", "root": "/", **defaults}, {})
+
+    hosts: dict[str, HostConfig] = {}
+    for sec in cp.sections():
+        kind, _, name = sec.partition(":")
+        if sec in ("ndfs", "sections") or kind == "group":
+            continue
+        if kind != "host" or not name:
+            raise r.error(sec, None, "unknown section (expected [ndfs], [host:NAME], [group:NAME] or [sections])")
+        if not _HOST_NAME.match(name):
+            raise r.error(sec, None, f"bad host name {name!r} (letters, digits, '.', '_', '-')")
+        hosts[name] = r.host(name, sec, dict(cp.items(sec)), defaults)
+
+    groups: dict[str, tuple[Location, ...]] = {}
+    for sec in cp.sections():
+        kind, _, name = sec.partition(":")
+        if kind != "group":
+            continue
+        _component(r, sec, None, name, "share group name")
+        if name.startswith("section-"):
+            raise r.error(sec, None, "section-NNNN groups are defined by [sections]")
+        items = dict(cp.items(sec))
+        for key in items:
+            if key != "locations":
+                raise r.error(sec, key, "unknown key (a group has only locations)")
+        if "locations" not in items:
+            raise r.error(sec, "locations", "missing (comma-separated host names and/or absolute paths)")
+        groups[name] = r.locations(sec, "locations", items["locations"], hosts)
+
+    count = 0
+    if cp.has_section("sections"):
+        count, section_groups = r.sections(dict(cp.items("sections")), hosts)
+        groups.update(section_groups)
+    return NdfsConfig(source=source, hosts=hosts, groups=groups, sections=count, db=db)
+
+
+def _component(r: _Reader, sec: str, key: str | None, value: str, what: str) -> None:
+    try:
+        validate_component(value, what)
+    except BadInput as e:
+        raise r.error(sec, key, str(e)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> NdfsConfig:
+    """Read and validate a hosts.ini file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read ndfs config: {e.strerror or e}") from None
+    return parse_config(text, source=str(p), base_dir=p.parent)
