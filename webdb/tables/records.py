@@ -51,7 +51,7 @@ class Status(enum.IntEnum):
 
 def url_md5(url: str) -> bytes:
     """The md5 a never-fetched page carries: MD5 of its URL bytes (as the original WebDB)."""
-    return hashlib.md5(url.encode("utf-8")).digest()
+    return hashlib.md5(url.encode("utf-8", "surrogatepass")).digest()
 
 
 def validate_url(url: object, max_bytes: int = MAX_URL_BYTES) -> bytes:

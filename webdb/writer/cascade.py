@@ -251,6 +251,7 @@ def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             lost.append(tk[:16])  # (md5, url) deleted: the md5 may have lost its last page
     cur.finish()
     out_path = out.path
+    _fault.point("stage2.before_table_close")
     info = out.close()
     # Reference counting: an md5 no page carries any more loses its outlinks (defect 1 fixed:
     # this looks at the new table, however many pages of the md5 went in this batch).

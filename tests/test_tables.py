@@ -1,0 +1,136 @@
+"""Table files: round trips against sorted(), lookups, merges, and corruption of every part."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from webdb.errors import CorruptionError
+from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
+from webdb.tables.table import BlockCache, MergeCursor, Probe, TableReader, TableWriter
+
+
+def build(path, keys, block_size=256, codec="lz4"):
+    w = TableWriter(str(path), KIND_PAGES_BY_URL, block_size, codec, sync=False)
+    for k in keys:
+        w.add(k, k[::-1] * 2)
+    w.close({"test": True})
+    return TableReader(str(path), KIND_PAGES_BY_URL, BlockCache(1 << 20))
+
+
+def rand_keys(rng, n):
+    # Many shared prefixes and keys that are prefixes of others.
+    alphabet = [b"a", b"b", b"/", b"\x00", b"\xff", b"http://x/"]
+    return sorted({b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(n)})
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zlib", "none"])
+def test_round_trip_and_lookup(tmp_path, codec):
+    rng = random.Random(3)
+    keys = rand_keys(rng, 3000)
+    t = build(tmp_path / "t", keys, codec=codec)
+    assert t.count == len(keys) and t.nblocks > 10
+    assert [k for k, _ in t.items()] == keys
+    for k in rng.sample(keys, 300):
+        assert t.get(k) == k[::-1] * 2
+    assert t.get(b"zzz") is None and t.get(b"") is None
+    lo, hi = keys[100], keys[900]
+    assert [k for k, _ in t.items(lo, hi)] == [k for k in keys if lo <= k < hi]
+    p = keys[50][:2]
+    assert [k for k, _ in t.prefix(p)] == [k for k in keys if k.startswith(p)]
+
+
+def test_empty_table(tmp_path):
+    t = build(tmp_path / "e", [])
+    assert t.count == 0 and list(t.items()) == [] and t.get(b"a") is None
+
+
+def test_writer_rejects_unsorted_and_never_overwrites(tmp_path):
+    w = TableWriter(str(tmp_path / "u"), 1, sync=False)
+    w.add(b"b", b"")
+    with pytest.raises(AssertionError):
+        w.add(b"a", b"")
+    w.abort()
+    build(tmp_path / "x", [b"a"])
+    with pytest.raises(FileExistsError):
+        TableWriter(str(tmp_path / "x"), 1)
+
+
+def test_merge_cursor_carries_untouched_blocks_raw(tmp_path):
+    rng = random.Random(5)
+    keys = [b"k%06d" % i for i in range(0, 20000, 2)]
+    old = build(tmp_path / "old", keys, block_size=1024)
+    ins = sorted(rng.sample([b"k%06d" % i for i in range(1, 20000, 2)], 20))
+    w = TableWriter(str(tmp_path / "new"), KIND_PAGES_BY_URL, 1024, sync=False)
+    m = MergeCursor(old, w)
+    for k in ins:
+        m.copy_until(k)
+        assert m.take_until(k + b"\x00") == ([], [])
+        w.add(k, b"new")
+    m.finish()
+    w.close()
+    new = TableReader(str(tmp_path / "new"))
+    assert [k for k, _ in new.items()] == sorted(keys + ins)
+    # Only the blocks an insert falls into (and a few neighbours to refill) were decoded.
+    assert m.decoded_blocks <= 3 * len(ins) and m.raw_blocks > old.nblocks - 3 * len(ins)
+    # Carried blocks are byte-identical to the old ones (copied, not re-encoded).
+    old_blocks = {old.raw_block(i) for i in range(old.nblocks)}
+    identical = sum(new.raw_block(i) in old_blocks for i in range(new.nblocks))
+    assert identical >= old.nblocks - 3 * len(ins)
+
+
+def test_probe_sorted_lookups(tmp_path):
+    keys = [b"p%05d" % i for i in range(5000)]
+    t = build(tmp_path / "p", keys)
+    pr = Probe(t)
+    assert pr.get(b"p00010") is not None and pr.get(b"p00010x") is None
+    assert pr.has_prefix(b"p0499") and not pr.has_prefix(b"q")
+
+
+def _flip(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x40]))
+
+
+def test_flipped_data_byte_names_file_and_block(tmp_path):
+    keys = [b"key%05d" % i for i in range(3000)]
+    t = build(tmp_path / "c", keys)
+    off = t.offsets[7] + 3
+    t.close()
+    _flip(tmp_path / "c", off)
+    t = TableReader(str(tmp_path / "c"))
+    with pytest.raises(CorruptionError, match=r"c: block 7 at offset \d+: checksum mismatch"):
+        list(t.items())
+
+
+@pytest.mark.parametrize("where", ["footer-magic", "footer-offsets", "index", "meta"])
+def test_flipped_structure_byte_fails_on_open(tmp_path, where):
+    keys = [b"key%05d" % i for i in range(3000)]
+    t = build(tmp_path / "s", keys)
+    size = os.path.getsize(tmp_path / "s")
+    off = {"footer-magic": size - 3, "footer-offsets": size - FOOTER_SIZE + 1, "index": t.data_end + 5,
+           "meta": size - FOOTER_SIZE - 10}[where]
+    t.close()
+    _flip(tmp_path / "s", off)
+    with pytest.raises(CorruptionError, match=str(tmp_path / "s")):
+        TableReader(str(tmp_path / "s"))
+
+
+@pytest.mark.parametrize("cut", [1, 20, 47, 48, 1000, 5000])
+def test_truncated_file_fails_on_open(tmp_path, cut):
+    build(tmp_path / "t", [b"key%05d" % i for i in range(3000)]).close()
+    size = os.path.getsize(tmp_path / "t")
+    os.truncate(tmp_path / "t", size - cut)
+    with pytest.raises(CorruptionError, match="truncated|footer|magic|offsets"):
+        TableReader(str(tmp_path / "t"))
+
+
+def test_not_a_table(tmp_path):
+    (tmp_path / "n").write_bytes(b"hello" * 100)
+    with pytest.raises(CorruptionError, match="not a webdb table"):
+        TableReader(str(tmp_path / "n"))
