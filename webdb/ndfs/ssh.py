@@ -257,12 +257,18 @@ class SFTPTransport(Transport):
         h = hashlib.sha256()
         n = 0
         # "x": a temp name is never shared; pipelined: do not wait for each write's ack.
-        with sftp.open(self._abs(tmp), "wx") as dst:
+        path = self._abs(tmp)
+        with sftp.open(path, "wx") as dst:
             dst.set_pipelined(True)
             while chunk := src.read(CHUNK):
                 h.update(chunk)
                 dst.write(chunk)
                 n += len(chunk)
+        # paramiko drops the status of pipelined writes still in flight at close, so a write the
+        # server refused (a full disk) can go unreported: the size the server holds tells.
+        stored = sftp.stat(path).st_size
+        if stored != n:
+            raise TransportError(self.label, tmp, f"short write: the server stored {stored} of {n} bytes")
         return Completion(n, h.hexdigest())
 
     def _digest(self, name: str, size_hint: int) -> Completion:
@@ -475,7 +481,8 @@ class SubprocessTransport(SFTPTransport):
         """The argv copying ``src`` to ``dst``; remote paths are written ``address:path``."""
         opts = ssh_options(self.host)
         if self.tool == "scp":
-            return ["scp", "-q", "-B", *opts, src, dst]
+            # No -q: it would also silence ssh's "Host key verification failed".
+            return ["scp", "-B", *opts, src, dst]
         # -s: remote file names are not word-split by the remote shell.
         ssh = shlex.join(["ssh", *opts])
         return ["rsync", "-s", "--whole-file", "--inplace", "--no-compress", "-q", "-e", ssh, src, dst]
@@ -512,9 +519,11 @@ class SubprocessTransport(SFTPTransport):
         if p.returncode == 0:
             return
         err = p.stderr.decode("utf-8", "replace").strip()
-        tail = " | ".join(err.splitlines()[-3:]) or f"exit status {p.returncode}"
-        if "Host key verification failed" in err or "REMOTE HOST IDENTIFICATION HAS CHANGED" in err:
-            raise HostKeyRejected(self.label, name, f"{self.tool}: {tail}")
+        lines = [ln.strip() for ln in err.splitlines() if ln.strip() and not ln.startswith("@")]
+        tail = " | ".join(lines[-3:]) or f"exit status {p.returncode}"
+        if "Host key verification failed" in err:
+            key_lines = [ln for ln in lines if ln.startswith(("Host key", "No ")) and "host key" in ln.lower()]
+            raise HostKeyRejected(self.label, name, f"{self.tool}: {' | '.join(key_lines)}")
         if "No space left on device" in err:
             raise DiskFull(self.label, name, f"{self.tool}: {tail}")
         if p.returncode == 255 or "Connection refused" in err or "timed out" in err:

@@ -128,8 +128,6 @@ class Transport(ABC):
         try:
             try:
                 sent = send(tmp)
-            except (HostUnreachable, DiskFull):
-                raise
             except (OSError, TransportError) as e:
                 raise self._write_error(name, parent, size, e) from e
             if sent.size != size:
@@ -163,6 +161,8 @@ class Transport(ABC):
     def _write_error(self, name: str, parent: str, size: int, e: Exception) -> TransportError:
         """Map a failed write to DiskFull when the destination is (nearly) full: SFTP reports
         ENOSPC only as a generic "Failure", so the free space is asked for afterwards."""
+        if isinstance(e, (HostUnreachable, DiskFull)):
+            return type(e)(self.label, name, e.message)  # name the file, not its temporary name
         cause = e.__cause__ if isinstance(e, TransportError) else e
         where = self._where(parent)
         if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
@@ -173,7 +173,8 @@ class Transport(ABC):
             free = None
         if free is not None and free < max(size, 1) // 16 + 65536:
             return DiskFull(self.label, name, f"write failed ({cause}) with {free} bytes free under {where}")
-        return e if isinstance(e, TransportError) else TransportError(self.label, name, f"write failed: {e}")
+        detail = e.message if isinstance(e, TransportError) else str(e)
+        return TransportError(self.label, name, f"write failed: {detail}")
 
     def _write_flag(self, name: str, c: Completion) -> None:
         flag = flag_name(name)
