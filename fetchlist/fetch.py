@@ -1,0 +1,455 @@
+"""The polite fetcher: per-host queues, one request per host at a time, N threads across hosts.
+
+Data flow of ``Fetcher.fetch(entries, sink)`` (docs/crawl.md has the whole crawl):
+
+1. Entries are deduplicated by URL and grouped into queues by host (or registered domain,
+   ``queue_mode``), keeping their order inside a queue.
+2. ``threads`` workers repeatedly take the queue whose next request is allowed earliest and that
+   no other worker holds.  A worker holds a queue for exactly one request, so a host never has
+   two requests in flight; after the request the queue may be taken again ``delay`` seconds
+   after it ended, ``delay = max(politeness_delay, min(Crawl-delay, crawl_delay_cap))``.
+3. The first request to a site is its robots.txt (``fetchlist.robots``); URLs it denies are
+   recorded GONE without a request; a site whose robots.txt answered 5xx or could not be
+   reached has its URLs recorded RETRY without a request.
+4. A page request never follows redirects (the target is recorded for the db), sends
+   If-Modified-Since / If-None-Match for pages fetched before, reads at most ``max_content``
+   bytes and gives up after ``fetch_timeout`` seconds.
+5. Fetched pages are parsed (``fetchlist.parse``) in the worker; every record goes to ``sink``
+   as soon as it is complete (``SegmentWriter.write`` appends and flushes it).
+6. Ctrl-C (KeyboardInterrupt) stops taking new URLs, lets requests in flight finish and be
+   written, then re-raises; ``fetch_segment`` run again on the same partition resumes.
+
+HTTP status → webdb Status (Nutch 1.x):
+
+============================  ===============  ==============================================
+answer                        status           notes
+============================  ===============  ==============================================
+2xx                           FETCHED          content, md5, parse
+301, 308                      REDIRECT_PERM    ``redirect`` = normalized Location, not followed
+300, 302, 303, 307            REDIRECT_TEMP    idem
+304                           NOT_MODIFIED
+404, 410, other 4xx           GONE             except 408 and 429
+robots.txt denies             GONE             no request made
+408, 429, 5xx                 RETRY
+timeout, connection error     RETRY            also a 3xx without Location
+robots.txt 5xx / unreachable  RETRY            no request made
+============================  ===============  ==============================================
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import heapq
+import itertools
+import sys
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import requests
+import urllib3
+from tqdm import tqdm
+
+from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
+from fetchlist.parse import parse
+from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
+from fetchlist.segment import FetchEntry, FetchRecord, Segment
+from fetchlist.settings import resolve
+from webdb.tables.records import Status
+
+__all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
+
+_PERM = (301, 308)
+_TEMP = (300, 302, 303, 307)
+_TRANSIENT_4XX = (408, 429)
+_CHUNK = 65536
+
+
+def status_of(http_status: int) -> Status:
+    """The webdb Status of an HTTP answer (table in the module docstring)."""
+    if 200 <= http_status < 300:
+        return Status.FETCHED
+    if http_status in _PERM:
+        return Status.REDIRECT_PERM
+    if http_status in _TEMP:
+        return Status.REDIRECT_TEMP
+    if http_status == 304:
+        return Status.NOT_MODIFIED
+    if 400 <= http_status < 500 and http_status not in _TRANSIENT_4XX:
+        return Status.GONE
+    return Status.RETRY
+
+
+@dataclass(slots=True)
+class HostStats:
+    """What happened on one queue (host or domain): requests made, records by status, time."""
+
+    requests: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    robots: str | None = None
+    delay: float = 0.0
+    busy_seconds: float = 0.0
+    gave_up: bool = False
+
+
+@dataclass(slots=True)
+class FetchStats:
+    """Per-run totals and the per-host results (``hosts``)."""
+
+    entries: int = 0
+    skipped: int = 0
+    records: int = 0
+    requests: int = 0
+    content_bytes: int = 0
+    statuses: Counter = field(default_factory=Counter)
+    hosts: dict[str, HostStats] = field(default_factory=dict)
+    elapsed: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def pages_per_second(self) -> float:
+        return self.records / self.elapsed if self.elapsed > 0 else 0.0
+
+
+class _Queue:
+    __slots__ = ("key", "urls", "ready", "delay", "errors", "stats")
+
+    def __init__(self, key: str, delay: float) -> None:
+        self.key, self.urls, self.ready, self.delay, self.errors = key, deque(), 0.0, delay, 0
+        self.stats = HostStats(delay=delay)
+
+
+class _Scheduler:
+    """Hands each idle queue whose time has come to one worker; see step 2 of the data flow."""
+
+    def __init__(self, queues: Iterable[_Queue]) -> None:
+        self._cv = threading.Condition()
+        self._seq = itertools.count()
+        self._heap = [(q.ready, next(self._seq), q) for q in queues if q.urls]
+        heapq.heapify(self._heap)
+        self._busy = 0
+        self.stopped = False
+
+    def take(self) -> _Queue | None:
+        with self._cv:
+            while not self.stopped:
+                if self._heap:
+                    ready, _, q = self._heap[0]
+                    wait = ready - time.monotonic()
+                    if wait <= 0:
+                        heapq.heappop(self._heap)
+                        self._busy += 1
+                        return q
+                    self._cv.wait(wait)
+                elif self._busy:
+                    self._cv.wait()
+                else:
+                    return None
+            return None
+
+    def release(self, q: _Queue) -> None:
+        with self._cv:
+            self._busy -= 1
+            if q.urls and not self.stopped:
+                heapq.heappush(self._heap, (q.ready, next(self._seq), q))
+            self._cv.notify_all()
+
+    def stop(self) -> None:
+        with self._cv:
+            self.stopped = True
+            self._cv.notify_all()
+
+
+class Fetcher:
+    """Fetches fetchlist entries politely and hands each FetchRecord to a sink.
+
+    ``Fetcher(settings, **overrides)``: ``settings`` and overrides as in fetchlist.settings.
+    One Fetcher may run several rounds; robots.txt answers are cached across them (``robots_ttl``).
+    """
+
+    def __init__(self, settings: dict | None = None, *, www: WwwRules | None = None, **overrides: object):
+        self.settings = s = resolve(settings, **overrides)
+        if www is None and s["www_rules"]:
+            www = WwwRules.from_file(s["www_rules"])
+        self.www = www
+        self.robots = RobotsCache(s["robots_ttl"])
+        self._local = threading.local()
+        self._timeout = (float(s["connect_timeout"]), float(s["read_timeout"]))
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> Fetcher:
+        return cls(settings)
+
+    # ---- running a round
+
+    def fetch_segment(self, segment: Segment, part: int = 0) -> FetchStats:
+        """Fetch partition ``part`` of ``segment`` into its output, skipping URLs already there."""
+        with segment.writer(part) as w:
+            done = set(w.done)
+            entries = [e for e in segment.fetchlist(part) if e.url not in done]
+            stats = self.fetch(entries, w.write)
+            stats.skipped += len(done)
+            return stats
+
+    def fetch(self, entries: Iterable[FetchEntry], sink: Callable[[FetchRecord], None]) -> FetchStats:
+        """Fetch every entry (first occurrence of each URL) and pass each record to ``sink``.
+
+        ``sink`` is called from worker threads, one call at a time.  Returns the run's stats;
+        on KeyboardInterrupt, finishes the requests in flight, then re-raises.
+        """
+        s = self.settings
+        self.robots.new_run()
+        t0 = time.monotonic()
+        queues: dict[str, _Queue] = {}
+        seen: set[str] = set()
+        stats = FetchStats()
+        self.stats = stats
+        for e in entries:
+            if e.url in seen:
+                continue
+            seen.add(e.url)
+            key = self._queue_key(e.url)
+            q = queues.get(key)
+            if q is None:
+                q = queues[key] = _Queue(key, float(s["politeness_delay"]))
+                stats.hosts[key] = q.stats
+            q.urls.append(e)
+        stats.entries = len(seen)
+        sched = _Scheduler(queues.values())
+        out_lock = threading.Lock()
+        progress = tqdm(total=stats.entries, unit="url", disable=_progress_off(s["progress"]), leave=False)
+        errors: list[BaseException] = []
+
+        def emit(rec: FetchRecord, q: _Queue) -> None:
+            with out_lock:
+                sink(rec)
+                stats.records += 1
+                stats.statuses[Status(rec.status).name] += 1
+                q.stats.statuses[Status(rec.status).name] += 1
+                stats.content_bytes += len(rec.content or b"")
+                progress.update(1)
+
+        def worker() -> None:
+            try:
+                while (q := sched.take()) is not None:
+                    try:
+                        self._serve(q, emit, sched)
+                    finally:
+                        sched.release(q)
+            except BaseException as e:  # a failing sink (disk full, ...) stops the run, reported below
+                errors.append(e)
+                sched.stop()
+            finally:
+                self._close_session()
+
+        threads = [
+            threading.Thread(target=worker, name=f"fetcher-{i}", daemon=True)
+            for i in range(min(int(s["threads"]), max(1, len(queues))))
+        ]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.1)
+        except KeyboardInterrupt:
+            stats.interrupted = True
+            sched.stop()
+            for t in threads:
+                t.join()
+            raise
+        finally:
+            progress.close()
+            stats.elapsed = time.monotonic() - t0
+            stats.requests = sum(h.requests for h in stats.hosts.values())
+        if errors:
+            raise errors[0]
+        return stats
+
+    def _queue_key(self, url: str) -> str:
+        host = host_of(url) or ""
+        return registered_domain(host) if self.settings["queue_mode"] == "domain" and host else host
+
+    def _serve(self, q: _Queue, emit: Callable[[FetchRecord, _Queue], None], sched: _Scheduler) -> None:
+        """Handle entries of ``q`` until one request has been made (or the queue is empty)."""
+        s = self.settings
+        while q.urls and not sched.stopped:
+            entry = q.urls[0]
+            started = time.monotonic()
+            rules = None
+            if s["robots_obey"] and normalize(entry.url):
+                rules = self.robots.get(entry.url)
+                if rules is None:
+                    rules = fetch_robots(
+                        self._session(), entry.url, timeout=self._timeout, max_size=int(s["robots_max_size"])
+                    )
+                    self._drop_connections()
+                    self.robots.put(entry.url, rules)
+                    self._apply_crawl_delay(q, rules)
+                    q.stats.robots = rules.state
+                    q.stats.requests += 1
+                    self._requested(q, started)
+                    return
+            q.urls.popleft()
+            rec, requested = self._fetch_entry(entry, q, rules)
+            emit(rec, q)
+            if requested:
+                self._requested(q, started)
+                return
+
+    def _requested(self, q: _Queue, started: float) -> None:
+        end = time.monotonic()
+        q.stats.busy_seconds += end - started
+        q.ready = end + q.delay
+
+    def _apply_crawl_delay(self, q: _Queue, rules: RobotsRules) -> None:
+        d = rules.crawl_delay(self.settings["robots_agent"])
+        if d is not None:
+            q.delay = max(q.delay, min(d, float(self.settings["crawl_delay_cap"])))
+            q.stats.delay = q.delay
+
+    def _fetch_entry(self, entry: FetchEntry, q: _Queue, rules: RobotsRules | None) -> tuple[FetchRecord, bool]:
+        """(record, whether a request was made) for one entry of queue ``q`` (``rules``: its site's)."""
+        s = self.settings
+        url, now = entry.url, int(time.time())
+        if normalize(url) is None:
+            return FetchRecord(url, Status.GONE, now, error="not a fetchable http(s) URL"), False
+        if s["max_host_errors"] and q.errors >= s["max_host_errors"]:
+            q.stats.gave_up = True
+            err = f"host skipped for this round after {q.errors} consecutive transient failures"
+            return FetchRecord(url, Status.RETRY, now, error=err), False
+        if rules is not None:
+            ok = rules.allowed(url, s["robots_agent"])
+            if ok is None:
+                return FetchRecord(url, Status.RETRY, now, error=f"robots.txt {rules.state}: {rules.error}"), False
+            if not ok:
+                return FetchRecord(url, Status.GONE, now, error="denied by robots.txt"), False
+        rec = self.request(entry)
+        q.stats.requests += 1
+        transient = rec.status == Status.RETRY
+        q.errors = q.errors + 1 if transient else 0
+        return rec, True
+
+    # ---- one request
+
+    def request(self, entry: FetchEntry) -> FetchRecord:
+        """GET ``entry.url`` once (no robots, no politeness): the record, parsed if FETCHED."""
+        s = self.settings
+        url = entry.url
+        headers = {}
+        page = entry.page
+        if (
+            s["conditional"]
+            and page is not None
+            and page.fetch_time > 0
+            and page.status
+            in (
+                Status.FETCHED,
+                Status.NOT_MODIFIED,
+            )
+        ):
+            headers["If-Modified-Since"] = email.utils.formatdate(page.fetch_time, usegmt=True)
+            if page.meta.get("etag"):
+                headers["If-None-Match"] = page.meta["etag"]
+        fetch_time = int(time.time())
+        t0 = time.monotonic()
+        rec = FetchRecord(url, Status.RETRY, fetch_time)
+        try:
+            with self._session().get(
+                url, headers=headers, timeout=self._timeout, allow_redirects=False, stream=True
+            ) as resp:
+                rec.http_status = code = resp.status_code
+                rec.status = status_of(code)
+                rec.headers = {k: resp.headers[k] for k in s["keep_headers"] if k in resp.headers}
+                ctype = resp.headers.get("content-type", "")
+                rec.content_type = ctype.split(";", 1)[0].strip().lower()
+                if rec.status == Status.FETCHED:
+                    rec.content, rec.truncated = self._read_body(resp, t0)
+                elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
+                    self._redirect(rec, resp.headers.get("location"))
+        except _FetchTimeout:
+            rec.status, rec.content, rec.error = Status.RETRY, None, "fetch_timeout exceeded while reading"
+        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, UnicodeError) as e:
+            rec.status, rec.content, rec.error = Status.GONE, None, f"{type(e).__name__}: {e}"[:300]
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+            rec.status, rec.content, rec.error = Status.RETRY, None, f"{type(e).__name__}: {e}"[:300]
+        finally:
+            self._drop_connections()
+        rec.elapsed = time.monotonic() - t0
+        if rec.status == Status.FETCHED:
+            rec.content = rec.content or b""
+            rec.md5 = hashlib.md5(rec.content).digest()
+            if s["parse"]:
+                rec.parse = parse(
+                    url,
+                    rec.content,
+                    rec.headers.get("content-type"),
+                    robots_header=rec.headers.get("x-robots-tag"),
+                    robots_agent=s["robots_agent"],
+                    max_outlinks=int(s["max_outlinks"]),
+                    max_anchor=int(s["max_anchor"]),
+                    max_text=int(s["max_text"]),
+                    max_parse=int(s["max_parse"]),
+                    www=self.www,
+                )
+        return rec
+
+    def _read_body(self, resp: requests.Response, t0: float) -> tuple[bytes, bool]:
+        limit, deadline = int(self.settings["max_content"]), t0 + float(self.settings["fetch_timeout"])
+        body = bytearray()
+        while len(body) <= limit:
+            chunk = resp.raw.read1(_CHUNK, decode_content=True)
+            if not chunk:
+                return bytes(body), False
+            body += chunk
+            if time.monotonic() > deadline:
+                raise _FetchTimeout
+        return bytes(body[:limit]), True
+
+    def _redirect(self, rec: FetchRecord, location: str | None) -> None:
+        if not location or not location.strip():
+            rec.status, rec.error = Status.RETRY, f"HTTP {rec.http_status} without a Location header"
+            return
+        try:
+            location = location.encode("latin-1").decode("utf-8")  # http.client decodes headers as latin-1
+        except UnicodeError:
+            pass
+        rec.redirect = normalize(location, rec.url, www=self.www)
+        if rec.redirect is None:
+            rec.error = f"redirect to an unusable URL: {location!r}"[:300]
+
+    # ---- sessions
+
+    def _session(self) -> requests.Session:
+        sess = getattr(self._local, "session", None)
+        if sess is None:
+            sess = self._local.session = requests.Session()
+            sess.trust_env = bool(self.settings["trust_env"])
+            sess.headers.update(self.settings["default_headers"])
+            sess.headers["User-Agent"] = self.settings["user_agent"]
+        return sess
+
+    def _drop_connections(self) -> None:
+        """Close the thread's pooled connections: no idle connection to a host outlives its turn."""
+        sess = getattr(self._local, "session", None)
+        if sess is not None:
+            sess.close()
+
+    def _close_session(self) -> None:
+        sess = getattr(self._local, "session", None)
+        if sess is not None:
+            sess.close()
+            self._local.session = None
+
+
+class _FetchTimeout(Exception):
+    pass
+
+
+def _progress_off(setting: object) -> bool:
+    if setting is None:
+        return not sys.stderr.isatty()
+    return not setting

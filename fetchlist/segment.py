@@ -1,0 +1,509 @@
+"""A segment: the directory of one crawl round (fetchlist in, fetch and parse output out).
+
+Layout and record formats: docs/segment.md.  In short::
+
+    SEGMENT                      identity (JSON): format name and version
+    fetchlist/part-NNNNN.jsonl   input of fetcher partition N, written once (temp + rename)
+    content/part-NNNNN.bin       fetched bytes: records of u32 length (LE) + bytes, appended
+    parse/part-NNNNN.jsonl       parse output, one JSON record per line, appended
+    fetch/part-NNNNN.jsonl       fetch output, one JSON record per line, appended
+
+For every fetched URL the writer appends, under one lock and flushing after each: the content,
+then the parse record, then the fetch record.  The fetch record is the commit point: a URL is
+fetched iff it has a fetch record.  A crash therefore leaves at most a torn last line in any
+file, one parse record at the end of the parse file whose fetch record was never written, and
+unreferenced bytes at the end of the content file.  Readers skip all three; ``SegmentWriter``
+(opened again on the same partition, e.g. to resume a fetch) cuts them off first.
+
+Runtime cost: reading a part is one sequential pass over its file; ``outcomes`` merges the
+fetch and parse files of a part in one pass each (parse records come in fetch-record order).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import struct
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
+
+from fetchlist.parse import ParseResult
+from webdb.errors import BadInput, CorruptionError
+from webdb.schedule import FetchResult
+from webdb.tables.records import Page, Status
+
+__all__ = ["Segment", "SegmentWriter", "FetchEntry", "FetchRecord", "FetchOutcome", "SEGMENT_FORMAT", "SEGMENT_VERSION"]
+
+SEGMENT_FILE = "SEGMENT"
+SEGMENT_FORMAT = "webdb-segment"
+SEGMENT_VERSION = 1
+FETCHLIST, FETCH, PARSE, CONTENT = "fetchlist", "fetch", "parse", "content"
+_LEN = struct.Struct("<I")
+_PAGE_FIELDS = [f.name for f in fields(Page) if f.name != "url"]
+
+
+@dataclass(slots=True)
+class FetchEntry:
+    """One URL to fetch: its page as stored in the db and anchors of links pointing to it."""
+
+    url: str
+    page: Page | None = None
+    anchors: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FetchRecord:
+    """The outcome of fetching one URL, as the fetcher writes it and the segment reads it back.
+
+    ``http_status`` is 0 when no HTTP response was received (robots denial, timeout, connection
+    error).  ``md5`` is the digest of ``content`` for FETCHED records, else None.  ``content``
+    is None when read back without content (see ``Segment.content``); ``content_ref`` is then
+    ``(offset, length)`` in the part's content file.
+    """
+
+    url: str
+    status: int
+    fetch_time: int
+    http_status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = ""
+    md5: bytes | None = None
+    content: bytes | None = None
+    truncated: bool = False
+    redirect: str | None = None
+    error: str | None = None
+    elapsed: float = 0.0
+    parse: ParseResult | None = None
+    content_ref: tuple[int, int] | None = None
+
+
+@dataclass(slots=True)
+class FetchOutcome:
+    """What the db update applies for one fetched URL: the FetchResult, outlinks, redirect."""
+
+    result: FetchResult
+    outlinks: list[tuple[str, str]]
+    redirect: str | None
+    record: FetchRecord
+
+
+# ---- JSON records -----------------------------------------------------------------------------
+
+
+def _dumps(obj: dict) -> bytes:
+    return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+
+
+def entry_to_json(e: FetchEntry) -> dict:
+    page = e.page or Page(e.url)
+    p = {name: getattr(page, name) for name in _PAGE_FIELDS}
+    p["md5"] = page.md5.hex()
+    p["status"] = int(page.status)
+    return {"url": e.url, "page": p, "anchors": list(e.anchors)}
+
+
+def entry_from_json(d: dict) -> FetchEntry:
+    p = dict(d["page"])
+    p["md5"] = bytes.fromhex(p["md5"])
+    return FetchEntry(d["url"], Page(d["url"], **p), list(d.get("anchors", ())))
+
+
+def parse_to_json(p: ParseResult) -> dict:
+    return {
+        "url": p.url,
+        "md5": p.md5.hex(),
+        "title": p.title,
+        "text": p.text,
+        "outlinks": [list(o) for o in p.outlinks],
+        "base": p.base,
+        "encoding": p.encoding,
+        "noindex": p.noindex,
+        "nofollow": p.nofollow,
+        "error": p.error,
+    }
+
+
+def parse_from_json(d: dict) -> ParseResult:
+    return ParseResult(
+        url=d["url"],
+        md5=bytes.fromhex(d["md5"]),
+        title=d["title"],
+        text=d["text"],
+        outlinks=[(u, a) for u, a in d["outlinks"]],
+        base=d["base"],
+        encoding=d["encoding"],
+        noindex=d["noindex"],
+        nofollow=d["nofollow"],
+        error=d["error"],
+    )
+
+
+def record_to_json(r: FetchRecord) -> dict:
+    return {
+        "url": r.url,
+        "status": int(r.status),
+        "status_name": Status(r.status).name,
+        "http_status": r.http_status,
+        "fetch_time": r.fetch_time,
+        "elapsed": round(r.elapsed, 4),
+        "headers": r.headers,
+        "content_type": r.content_type,
+        "md5": r.md5.hex() if r.md5 is not None else None,
+        "content": list(r.content_ref) if r.content_ref else None,
+        "truncated": r.truncated,
+        "redirect": r.redirect,
+        "error": r.error,
+    }
+
+
+def record_from_json(d: dict) -> FetchRecord:
+    return FetchRecord(
+        url=d["url"],
+        status=Status(d["status"]),
+        fetch_time=d["fetch_time"],
+        http_status=d["http_status"],
+        headers=d["headers"],
+        content_type=d["content_type"],
+        md5=bytes.fromhex(d["md5"]) if d["md5"] is not None else None,
+        truncated=d["truncated"],
+        redirect=d["redirect"],
+        error=d["error"],
+        elapsed=d["elapsed"],
+        content_ref=tuple(d["content"]) if d["content"] else None,
+    )
+
+
+def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
+    """(line number, end offset, record) of each complete line of a JSON-lines file.
+
+    A last line without its newline (torn by a crash, or being written right now) is skipped;
+    a complete line that is not a JSON object is a CorruptionError naming file and line.
+    A missing file reads as empty.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        pos = 0
+        for lineno, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                return
+            pos += len(line)
+            try:
+                rec = json.loads(line)
+            except ValueError as e:
+                raise CorruptionError(f"{path}:{lineno}: not a JSON record ({e})") from None
+            if not isinstance(rec, dict):
+                raise CorruptionError(f"{path}:{lineno}: not a JSON object")
+            yield lineno, pos, rec
+
+
+# ---- the segment --------------------------------------------------------------------------------
+
+
+class Segment:
+    """A segment directory.  ``Segment.create(dir)`` makes a new one; ``Segment.open(dir)``."""
+
+    def __init__(self, path: str, info: dict) -> None:
+        self.path = path
+        self.info = info
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, **info: object) -> Segment:
+        """Create the segment directory ``path`` (absent or empty); ``info`` is kept in SEGMENT."""
+        path = os.fspath(path)
+        os.makedirs(path, exist_ok=True)
+        if os.listdir(path):
+            raise BadInput(f"{path}: cannot create a segment in a non-empty directory")
+        for sub in (FETCHLIST, FETCH, PARSE, CONTENT):
+            os.mkdir(os.path.join(path, sub))
+        ident = {"format": SEGMENT_FORMAT, "version": SEGMENT_VERSION, "created": int(time.time()), **info}
+        _write_new(os.path.join(path, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
+        return cls(path, ident)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> Segment:
+        path = os.fspath(path)
+        ident_path = os.path.join(path, SEGMENT_FILE)
+        try:
+            with open(ident_path, "rb") as f:
+                ident = json.loads(f.read())
+        except FileNotFoundError:
+            raise BadInput(f"{path}: not a segment (no {SEGMENT_FILE} file)") from None
+        except ValueError as e:
+            raise CorruptionError(f"{ident_path}: not JSON ({e})") from None
+        if not isinstance(ident, dict) or ident.get("format") != SEGMENT_FORMAT:
+            raise BadInput(f"{path}: {SEGMENT_FILE} does not name the format {SEGMENT_FORMAT!r}")
+        if ident.get("version") != SEGMENT_VERSION:
+            raise BadInput(
+                f"{path}: segment format version {ident.get('version')!r}, this code reads version {SEGMENT_VERSION}"
+            )
+        return cls(path, ident)
+
+    def file(self, kind: str, part: int) -> str:
+        ext = ".bin" if kind == CONTENT else ".jsonl"
+        return os.path.join(self.path, kind, f"part-{part:05d}{ext}")
+
+    def parts(self) -> list[int]:
+        """Partition numbers that have a fetchlist or any output."""
+        found = set()
+        for kind in (FETCHLIST, FETCH):
+            for name in os.listdir(os.path.join(self.path, kind)):
+                if name.startswith("part-") and name.endswith(".jsonl"):
+                    found.add(int(name[5:10]))
+        return sorted(found)
+
+    def _parts(self, part: int | None) -> list[int]:
+        return self.parts() if part is None else [part]
+
+    # ---- fetchlist
+
+    def write_fetchlist(self, part: int, entries: Iterable[FetchEntry]) -> int:
+        """Write partition ``part``'s fetchlist once (temp file, fsync, rename); return its size."""
+        path = self.file(FETCHLIST, part)
+        if os.path.exists(path):
+            raise BadInput(f"{path}: fetchlist already written (segments are write-once)")
+        tmp = f"{path}.tmp.{os.getpid()}"
+        n = 0
+        with open(tmp, "wb") as f:
+            for e in entries:
+                f.write(_dumps(entry_to_json(e)))
+                n += 1
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, path)
+        return n
+
+    def fetchlist(self, part: int | None = None) -> Iterator[FetchEntry]:
+        """The entries of one partition's fetchlist (every partition if ``part`` is None)."""
+        for p in self._parts(part):
+            for _, _, d in read_lines(self.file(FETCHLIST, p)):
+                yield entry_from_json(d)
+
+    # ---- fetch output
+
+    def writer(self, part: int) -> SegmentWriter:
+        """The appending writer of partition ``part`` (recovers a crashed earlier writer first)."""
+        return SegmentWriter(self, part)
+
+    def fetch_records(self, part: int | None = None, *, content: bool = False) -> Iterator[FetchRecord]:
+        """Fetch records in the order they were written; with ``content`` their bytes loaded."""
+        for p in self._parts(part):
+            with _ContentReader(self.file(CONTENT, p)) as cr:
+                for _, _, d in read_lines(self.file(FETCH, p)):
+                    r = record_from_json(d)
+                    if content:
+                        r.content = cr.read(r)
+                    yield r
+
+    def parse_records(self, part: int | None = None) -> Iterator[ParseResult]:
+        """Parse records of fetched URLs (an orphan left by a crash is skipped)."""
+        for r in self.records(part):
+            if r.parse is not None:
+                yield r.parse
+
+    def content(self, record: FetchRecord, part: int) -> bytes:
+        """The stored content of ``record`` (b"" if it has none), length-checked."""
+        with _ContentReader(self.file(CONTENT, part)) as cr:
+            return cr.read(record)
+
+    def records(self, part: int | None = None, *, content: bool = False) -> Iterator[FetchRecord]:
+        """Fetch records joined with their parse records (``record.parse``)."""
+        for p in self._parts(part):
+            parses = _Peek(read_lines(self.file(PARSE, p)))
+            with _ContentReader(self.file(CONTENT, p)) as cr:
+                for _, _, d in read_lines(self.file(FETCH, p)):
+                    r = record_from_json(d)
+                    nxt = parses.peek()
+                    if (
+                        nxt is not None
+                        and nxt[2]["url"] == r.url
+                        and r.md5 is not None
+                        and (nxt[2]["md5"] == r.md5.hex())
+                    ):
+                        r.parse = parse_from_json(parses.take()[2])
+                    if content:
+                        r.content = cr.read(r)
+                    yield r
+
+    def outcomes(self, part: int | None = None) -> Iterator[FetchOutcome]:
+        """For each fetched URL: the ``webdb.schedule.FetchResult`` to apply, outlinks, redirect.
+
+        ``num_outlinks`` and ``outlinks`` come from the parse record (empty when there is none or
+        the page said nofollow); ``meta`` carries the response's ETag as ``{"etag": ...}``.
+        """
+        for r in self.records(part):
+            links = r.parse.outlinks if (r.parse is not None and r.status == Status.FETCHED) else []
+            meta = {"etag": r.headers["etag"]} if "etag" in r.headers else None
+            md5 = r.md5 if r.status == Status.FETCHED else None
+            res = FetchResult(r.url, int(r.status), r.fetch_time, md5, len(links), meta)
+            yield FetchOutcome(res, list(links), r.redirect, r)
+
+    def check(self) -> dict[str, int]:
+        """Verify every part: records parse, parse records pair with fetch records in order,
+        content references are in range with matching length prefix and md5, no URL twice.
+
+        Return counts; raise CorruptionError naming the file and record on a violation.
+        """
+        counts = {"entries": 0, "fetched": 0, "parsed": 0, "content_bytes": 0}
+        for p in self.parts():
+            counts["entries"] += sum(1 for _ in self.fetchlist(p))
+            seen: set[str] = set()
+            parsed = 0
+            fetch_path = self.file(FETCH, p)
+            for r in self.records(p, content=True):
+                if r.url in seen:
+                    raise CorruptionError(f"{fetch_path}: {r.url!r} has two fetch records")
+                seen.add(r.url)
+                parsed += r.parse is not None
+                counts["content_bytes"] += len(r.content)
+                if r.status == Status.FETCHED and r.md5 != hashlib.md5(r.content).digest():
+                    raise CorruptionError(f"{fetch_path}: content of {r.url!r} does not match its md5")
+            parse_path = self.file(PARSE, p)
+            unmatched = sum(1 for _ in read_lines(parse_path)) - parsed
+            if unmatched > 1:
+                raise CorruptionError(
+                    f"{parse_path}: {unmatched} parse records are not paired in order "
+                    "with fetch records (at most one, the last, may be)"
+                )
+            counts["fetched"] += len(seen)
+            counts["parsed"] += parsed
+        return counts
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path!r})"
+
+
+class _Peek:
+    def __init__(self, it: Iterator) -> None:
+        self._it, self._next, self._done = it, None, False
+
+    def peek(self):
+        if self._next is None and not self._done:
+            self._next = next(self._it, None)
+            self._done = self._next is None
+        return self._next
+
+    def take(self):
+        v = self.peek()
+        self._next = None
+        return v
+
+
+class _ContentReader:
+    def __init__(self, path: str) -> None:
+        self.path, self._f = path, None
+
+    def __enter__(self) -> _ContentReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._f is not None:
+            self._f.close()
+
+    def read(self, r: FetchRecord) -> bytes:
+        if r.content_ref is None:
+            return b""
+        off, n = r.content_ref
+        if self._f is None:
+            try:
+                self._f = open(self.path, "rb")
+            except FileNotFoundError:
+                raise CorruptionError(f"{self.path}: missing, but {r.url!r} refers to it") from None
+        self._f.seek(off)
+        head = self._f.read(_LEN.size)
+        data = self._f.read(n)
+        if len(head) != _LEN.size or _LEN.unpack(head)[0] != n or len(data) != n:
+            raise CorruptionError(f"{self.path}: content of {r.url!r} at offset {off} is not {n} bytes")
+        return data
+
+
+class SegmentWriter:
+    """Appends fetch records of one partition (thread-safe; one process per partition).
+
+    Opening recovers what a crashed writer left (see the module docstring); ``done`` is then
+    the set of URLs that already have a fetch record.  Every ``write`` appends and flushes the
+    content, parse and fetch record, so a killed process loses at most the record in flight;
+    ``close`` also fsyncs.
+    """
+
+    def __init__(self, segment: Segment, part: int) -> None:
+        self.segment, self.part = segment, part
+        self._lock = threading.Lock()
+        fetch_path = segment.file(FETCH, part)
+        self._fetch = open(fetch_path, "ab+")
+        try:
+            fcntl.flock(self._fetch.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fetch.close()
+            raise BadInput(f"{fetch_path}: partition {part} is being written by another process") from None
+        self._parse = open(segment.file(PARSE, part), "ab+")
+        self._content = open(segment.file(CONTENT, part), "ab+")
+        self.done: set[str] = set()
+        self._recover()
+        self.written = 0
+
+    def _recover(self) -> None:
+        end, last_md5 = 0, {}
+        content_end = 0
+        for _, pos, d in read_lines(self.segment.file(FETCH, self.part)):
+            end = pos
+            self.done.add(d["url"])
+            last_md5[d["url"]] = d["md5"]
+            if d["content"]:
+                content_end = max(content_end, d["content"][0] + _LEN.size + d["content"][1])
+        self._fetch.truncate(end)
+        pend, prev_end, last = 0, 0, None
+        for _, pos, d in read_lines(self.segment.file(PARSE, self.part)):
+            prev_end, pend, last = pend, pos, d
+        if last is not None and last_md5.get(last["url"], "") != last["md5"]:
+            pend = prev_end  # the parse record of a fetch that never committed
+        self._parse.truncate(pend)
+        self._content.truncate(content_end)
+        for f in (self._fetch, self._parse, self._content):
+            f.seek(0, os.SEEK_END)
+
+    def write(self, r: FetchRecord) -> None:
+        """Append ``r`` (its content and parse record too).  ``r.content_ref`` is set."""
+        with self._lock:
+            if r.content:
+                off = self._content.tell()
+                self._content.write(_LEN.pack(len(r.content)))
+                self._content.write(r.content)
+                self._content.flush()
+                r.content_ref = (off, len(r.content))
+            if r.parse is not None:
+                self._parse.write(_dumps(parse_to_json(r.parse)))
+                self._parse.flush()
+            self._fetch.write(_dumps(record_to_json(r)))
+            self._fetch.flush()
+            self.done.add(r.url)
+            self.written += 1
+
+    def close(self) -> None:
+        with self._lock:
+            for f in (self._content, self._parse, self._fetch):
+                if not f.closed:
+                    f.flush()
+                    os.fsync(f.fileno())
+                    f.close()
+
+    def __enter__(self) -> SegmentWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _write_new(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "xb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)

@@ -1,0 +1,371 @@
+"""fetchlist.fetch and fetchlist.robots against the loopback test site (tests/httpsite.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from httpsite import AVAILABLE, ETAG, GRAPH_PAGES, HUGE, LAST_MODIFIED, TestSite, intervals, overlaps
+
+from fetchlist.fetch import Fetcher, status_of
+from fetchlist.segment import FetchEntry, Segment
+from fetchlist.settings import resolve
+from webdb.errors import BadInput
+from webdb.tables.records import Page, Status
+
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="needs 127.0.0.x loopback addresses")
+
+FAST = {"politeness_delay": 0.0, "threads": 4, "progress": False, "connect_timeout": 2.0, "read_timeout": 2.0}
+
+
+@pytest.fixture
+def site():
+    with TestSite() as s:
+        yield s
+
+
+def run(urls_or_entries, **settings):
+    entries = [e if isinstance(e, FetchEntry) else FetchEntry(e) for e in urls_or_entries]
+    records = []
+    stats = Fetcher(**{**FAST, **settings}).fetch(entries, records.append)
+    return {r.url: r for r in records}, stats
+
+
+def test_status_of_table():
+    expected = {
+        200: Status.FETCHED,
+        204: Status.FETCHED,
+        301: Status.REDIRECT_PERM,
+        308: Status.REDIRECT_PERM,
+        300: Status.REDIRECT_TEMP,
+        302: Status.REDIRECT_TEMP,
+        303: Status.REDIRECT_TEMP,
+        307: Status.REDIRECT_TEMP,
+        304: Status.NOT_MODIFIED,
+        404: Status.GONE,
+        410: Status.GONE,
+        400: Status.GONE,
+        403: Status.GONE,
+        408: Status.RETRY,
+        429: Status.RETRY,
+        500: Status.RETRY,
+        503: Status.RETRY,
+        599: Status.RETRY,
+        305: Status.RETRY,
+        100: Status.RETRY,
+    }
+    assert {c: status_of(c) for c in expected} == expected
+
+
+def test_status_mapping_and_redirects_not_followed(site):
+    codes = [200, 201, 204, 300, 301, 302, 303, 307, 308, 400, 401, 403, 404, 405, 408, 410, 429, 500, 502, 503, 504]
+    urls = [site.url("misc", f"/s/{c}") for c in codes]
+    recs, stats = run(urls, max_host_errors=0)
+    for c, u in zip(codes, urls):
+        r = recs[u]
+        assert r.http_status == c and r.status == status_of(c), (c, r)
+        if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
+            assert r.redirect == site.url("misc", f"/target/{c}?from=x")
+        else:
+            assert r.redirect is None
+        assert (r.md5 is not None) == (r.status == Status.FETCHED)
+        assert (r.parse is not None) == (r.status == Status.FETCHED)
+    assert recs[urls[0]].content == recs[urls[0]].content and recs[urls[0]].parse.title == "status 200"
+    assert recs[site.url("misc", "/s/204")].content == b""
+    assert not any(p.startswith("/target/") for p in site.paths("misc"))  # never followed
+    assert stats.statuses["REDIRECT_TEMP"] == 4 and stats.statuses["REDIRECT_PERM"] == 2
+    assert stats.records == len(codes) and stats.requests == len(codes) + 1  # + robots.txt
+
+
+def test_redirect_edge_cases(site):
+    urls = {
+        k: site.url("misc", p)
+        for k, p in [
+            ("abs", "/redirect/absolute"),
+            ("self", "/redirect/self"),
+            ("mailto", "/redirect/mailto"),
+            ("none", "/redirect/none"),
+            ("loop", "/loop/a"),
+        ]
+    }
+    recs, _ = run(urls.values())
+    assert recs[urls["abs"]].redirect == site.url("graph", "/g/0.html")
+    assert recs[urls["self"]].redirect == urls["self"]
+    assert recs[urls["mailto"]].status == Status.REDIRECT_TEMP and recs[urls["mailto"]].redirect is None
+    assert "unusable" in recs[urls["mailto"]].error
+    assert recs[urls["none"]].status == Status.RETRY and "Location" in recs[urls["none"]].error
+    assert recs[urls["loop"]].redirect == site.url("misc", "/loop/b")
+    assert site.paths("misc").count("/loop/a") == 1 and "/loop/b" not in site.paths("misc")
+    assert site.paths("graph") == []
+
+
+def test_politeness_one_connection_per_host(site):
+    graph = [site.url("graph", f"/g/{i}.html") for i in range(GRAPH_PAGES)]
+    misc = [site.url("misc", f"/s/{c}") for c in (200, 404, 410, 301)] + [site.url("misc", "/text.txt")]
+    t0 = time.monotonic()
+    recs, stats = run(graph + misc, politeness_delay=0.2, threads=4)
+    elapsed = time.monotonic() - t0
+    for name in ("graph", "misc"):
+        log = site.requests(name)
+        assert overlaps(log) == 0
+        assert min(intervals(log)) >= 0.2 - 0.002, (name, intervals(log))
+        assert len({r.client for r in log}) == len(log)  # a fresh connection each time, never two at once
+        assert all(r.headers.get("Connection") == "close" for r in log)
+        assert all(r.headers.get("User-Agent") == resolve()["user_agent"] for r in log)
+    # the two hosts were fetched at the same time: graph alone needs 13 slots of 0.2 s
+    assert elapsed < (GRAPH_PAGES + 1 + len(misc) + 1) * 0.2
+    assert site.paths("graph")[0] == "/robots.txt" and site.paths("graph").count("/robots.txt") == 1
+    assert all(recs[u].status == Status.FETCHED for u in graph)
+    assert stats.hosts["127.0.0.21"].requests == GRAPH_PAGES + 1 and stats.hosts["127.0.0.21"].robots == "parsed"
+
+
+def test_robots_disallowed_never_requested(site):
+    private = [site.url("graph", f"/private/{i}.html") for i in range(3)]
+    recs, _ = run(private + [site.url("graph", "/g/1.html")])
+    for u in private:
+        assert recs[u].status == Status.GONE and recs[u].error == "denied by robots.txt" and recs[u].http_status == 0
+    assert not any(p.startswith("/private/") for p in site.paths("graph"))
+    assert site.paths("graph") == ["/robots.txt", "/g/1.html"]
+    # robots off (a site you own): fetched
+    recs, _ = run(private[:1], robots_obey=False)
+    assert recs[private[0]].status == Status.FETCHED
+
+
+def test_crawl_delay_honoured_and_capped(site):
+    urls = [site.url("slowbot", f"/p{i}.html") for i in range(4)]
+    recs, stats = run(urls, politeness_delay=0.05)
+    gaps = intervals(site.requests("slowbot"))
+    assert len(gaps) == 4 and min(gaps) >= 0.3 - 0.002, gaps
+    assert stats.hosts["127.0.0.22"].delay == 0.3
+    site.server.log.clear()
+    stats = Fetcher(**{**FAST, "politeness_delay": 0.05, "crawl_delay_cap": 0.1}).fetch(
+        [FetchEntry(u) for u in urls], lambda r: None
+    )
+    gaps = intervals(site.requests("slowbot"))
+    assert min(gaps) >= 0.1 - 0.002 and max(gaps) < 0.3, gaps
+    assert stats.hosts["127.0.0.22"].delay == 0.1
+
+
+def test_robots_states(site):
+    broken = [site.url("broken", f"/p{i}.html") for i in range(3)]
+    down = [site.url("down", "/a"), site.url("down", "/b")]
+    misc = [site.url("misc", "/s/200")]
+    hang = [site.url("hang", "/x")]
+    recs, stats = run(broken + down + misc + hang, read_timeout=0.5)
+    for u in broken:  # robots.txt 500: back off, nothing requested
+        assert recs[u].status == Status.RETRY and "backoff" in recs[u].error
+    assert site.paths("broken") == ["/robots.txt"]
+    for u in down + hang:  # robots.txt unreachable: retry later
+        assert recs[u].status == Status.RETRY and "unreachable" in recs[u].error
+    assert stats.hosts["127.0.0.26"].requests == 1  # robots.txt only (logged when its answer ends)
+    assert recs[misc[0]].status == Status.FETCHED  # robots.txt 404: everything allowed
+    assert stats.hosts["127.0.0.23"].robots == "backoff" and stats.hosts["127.0.0.24"].robots == "allow_all"
+    assert stats.hosts["127.0.0.25"].robots == "unreachable"
+
+
+def test_robots_cache_across_rounds(site):
+    f = Fetcher(**FAST)
+    f.fetch([FetchEntry(site.url("graph", "/g/1.html")), FetchEntry(site.url("broken", "/p0.html"))], lambda r: None)
+    f.fetch([FetchEntry(site.url("graph", "/g/2.html")), FetchEntry(site.url("broken", "/p1.html"))], lambda r: None)
+    assert site.paths("graph").count("/robots.txt") == 1  # parsed answers are kept
+    assert site.paths("broken").count("/robots.txt") == 2  # a 5xx answer holds for one round only
+
+
+def test_timeouts_and_errors_retry(site):
+    urls = {"slow": site.url("misc", "/slow"), "drip": site.url("misc", "/drip"), "down": site.url("down", "/x")}
+    recs, _ = run(urls.values(), read_timeout=0.5, fetch_timeout=1.0, robots_obey=False)
+    assert recs[urls["slow"]].status == Status.RETRY and "Timeout" in recs[urls["slow"]].error
+    assert recs[urls["drip"]].status == Status.RETRY and "fetch_timeout" in recs[urls["drip"]].error
+    assert recs[urls["drip"]].elapsed < 2.0
+    assert recs[urls["down"]].status == Status.RETRY and "Connection" in recs[urls["down"]].error
+    assert all(r.content is None and r.md5 is None for r in recs.values())
+
+
+def test_host_given_up_after_consecutive_errors(site):
+    urls = [site.url("misc", f"/err/{i}") for i in range(6)]
+    recs, stats = run(urls, max_host_errors=2, threads=1)
+    assert [p for p in site.paths("misc") if p.startswith("/err/")] == ["/err/0", "/err/1"]
+    assert all(recs[u].status == Status.RETRY for u in urls)
+    assert all("consecutive" in recs[u].error for u in urls[2:])
+    assert stats.hosts["127.0.0.24"].gave_up
+
+
+def test_max_content_truncates(site):
+    url = site.url("misc", "/huge")
+    recs, _ = run([url], max_content=100_000)
+    r = recs[url]
+    assert r.status == Status.FETCHED and r.truncated and len(r.content) == 100_000
+    assert r.md5 == hashlib.md5(r.content).digest()
+    assert r.parse.text.startswith("huge page")
+    recs, _ = run([url], max_content=HUGE + 1000)
+    assert not recs[url].truncated and len(recs[url].content) > HUGE - 100
+
+
+def test_content_types_and_charsets(site):
+    paths = [
+        "/binary.png",
+        "/binary-as-html",
+        "/text.txt",
+        "/broken.html",
+        "/cp1251.html",
+        "/sjis.html",
+        "/noindex.html",
+    ]
+    recs, _ = run([site.url("misc", p) for p in paths])
+    r = {p: recs[site.url("misc", p)] for p in paths}
+    assert r["/binary.png"].content_type == "image/png" and r["/binary.png"].status == Status.FETCHED
+    assert r["/binary.png"].parse.error.startswith("unsupported content type")
+    assert r["/binary-as-html"].parse.error == "binary content"
+    assert r["/text.txt"].parse.text == "plain text file" and r["/text.txt"].content_type == "text/plain"
+    assert r["/text.txt"].headers["content-type"] == "text/plain; charset=utf-8"
+    assert r["/broken.html"].parse.outlinks == [(site.url("misc", "/g"), "link")]
+    assert (r["/cp1251.html"].parse.title, r["/cp1251.html"].parse.text) == ("Новости", "Привет")
+    assert (r["/sjis.html"].parse.title, r["/sjis.html"].parse.text) == ("日本", "テスト")
+    assert r["/noindex.html"].parse.noindex and r["/noindex.html"].parse.text == ""
+    assert r["/noindex.html"].headers["x-robots-tag"] == "noindex"
+
+
+def test_conditional_requests(site):
+    etag_url, lm_url = site.url("misc", "/etag.html"), site.url("misc", "/lastmod.html")
+    fetched = Page(etag_url, status=Status.FETCHED, fetch_time=LAST_MODIFIED + 10, meta={"etag": ETAG})
+    recs, _ = run([FetchEntry(etag_url, fetched)])
+    assert recs[etag_url].status == Status.NOT_MODIFIED and recs[etag_url].http_status == 304
+    assert recs[etag_url].content is None and recs[etag_url].parse is None
+    req = [r for r in site.requests("misc") if r.path == "/etag.html"][-1]
+    assert req.headers["If-None-Match"] == ETAG
+    assert req.headers["If-Modified-Since"] == "Sun, 13 Sep 2020 12:26:50 GMT"
+    # Last-Modified only: modified since our fetch → 200; not modified → 304
+    older = Page(lm_url, status=Status.FETCHED, fetch_time=LAST_MODIFIED - 100)
+    newer = Page(lm_url, status=Status.NOT_MODIFIED, fetch_time=LAST_MODIFIED + 100)
+    assert run([FetchEntry(lm_url, older)])[0][lm_url].status == Status.FETCHED
+    assert run([FetchEntry(lm_url, newer)])[0][lm_url].status == Status.NOT_MODIFIED
+    # never fetched, or conditional off: no conditional headers
+    site.server.log.clear()
+    run([FetchEntry(etag_url, Page(etag_url))])
+    run([FetchEntry(etag_url, fetched)], conditional=False)
+    for req in site.requests("misc"):
+        assert "If-None-Match" not in req.headers and "If-Modified-Since" not in req.headers
+    rec = run([FetchEntry(etag_url, fetched)], conditional=False)[0][etag_url]
+    assert rec.status == Status.FETCHED and rec.headers["etag"] == ETAG
+
+
+def test_duplicate_and_invalid_entries(site):
+    u = site.url("misc", "/s/200")
+    records = []
+    stats = Fetcher(**FAST).fetch(
+        [FetchEntry(u), FetchEntry(u), FetchEntry("ftp://x/"), FetchEntry("nonsense")], records.append
+    )
+    assert [r.url for r in records].count(u) == 1 and stats.entries == 3
+    bad = [r for r in records if r.url != u]
+    assert all(r.status == Status.GONE and "http" in r.error for r in bad)
+
+
+def test_domain_queue_mode_and_settings_errors():
+    f = Fetcher(queue_mode="domain", progress=False)
+    assert f._queue_key("http://a.news.example.co.uk/x") == "example.co.uk"
+    assert Fetcher(progress=False)._queue_key("http://a.news.example.co.uk/x") == "a.news.example.co.uk"
+    with pytest.raises(BadInput, match="unknown crawl setting"):
+        Fetcher(threadz=3)
+    with pytest.raises(BadInput, match="threads"):
+        Fetcher(threads=0)
+    with pytest.raises(BadInput, match="politeness_delay"):
+        Fetcher(politeness_delay=-1)
+
+
+def test_fetch_segment_and_outcomes(site, tmp_path):
+    seg = Segment.create(tmp_path / "seg")
+    graph = [site.url("graph", f"/g/{i}.html") for i in range(GRAPH_PAGES)]
+    extra = [site.url("misc", "/s/301"), site.url("misc", "/s/404"), site.url("graph", "/private/0.html")]
+    seg.write_fetchlist(0, [FetchEntry(u, Page(u), [f"anchor {i}"]) for i, u in enumerate(graph + extra)])
+    stats = Fetcher(**FAST).fetch_segment(seg, 0)
+    assert stats.records == len(graph) + len(extra)
+    assert seg.check()["fetched"] == len(graph) + len(extra)
+    out = {o.result.url: o for o in seg.outcomes(0)}
+    for u in graph:
+        o = out[u]
+        assert o.result.status == Status.FETCHED and len(o.result.md5) == 16
+        expected = site.links[u]
+        assert [x for x, _ in o.outlinks] == expected and o.result.num_outlinks == len(expected)
+    assert out[extra[0]].redirect == site.url("misc", "/target/301?from=x")
+    assert out[extra[0]].result.status == Status.REDIRECT_PERM and out[extra[0]].result.md5 is None
+    assert out[extra[1]].result.status == Status.GONE and out[extra[2]].result.status == Status.GONE
+    # a second run on the same partition has nothing left to do
+    again = Fetcher(**FAST).fetch_segment(seg, 0)
+    assert again.records == 0 and again.skipped == len(graph) + len(extra)
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from fetchlist.fetch import Fetcher
+    from fetchlist.segment import Segment
+    seg = Segment.open(sys.argv[1])
+    try:
+        Fetcher(politeness_delay=float(sys.argv[2]), threads=2, progress=False).fetch_segment(seg, 0)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(130)
+    print("done", flush=True)
+    """
+)
+
+
+def _child(seg_path, delay):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), *sys.path]))
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(seg_path), str(delay)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_records(seg, n, proc, limit=20.0):
+    t = time.monotonic()
+    while sum(1 for _ in seg.fetch_records(0)) < n:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() - t < limit
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupt_and_crash_keep_fetched_records(site, tmp_path, sig):
+    seg = Segment.create(tmp_path / "seg")
+    urls = [site.url("graph", f"/g/{i}.html") for i in range(GRAPH_PAGES)]
+    urls += [site.url("slowbot", f"/p{i}.html") for i in range(4)]
+    seg.write_fetchlist(0, [FetchEntry(u) for u in urls])
+    proc = _child(seg.path, 0.15)
+    _wait_records(seg, 4, proc)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "interrupted" in out, err
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    kept = list(seg.records(0, content=True))
+    assert 4 <= len(kept) < len(urls)
+    assert seg.check()["fetched"] == len(kept)
+    for r in kept:
+        assert r.status == Status.FETCHED and r.parse is not None and len(r.content) > 0
+    fetched_paths = {(r.host, r.path) for r in site.server.log if r.path != "/robots.txt"}
+    assert len(fetched_paths) >= len(kept)  # at most the page in flight is lost
+    # resume: only the missing URLs are fetched, nothing twice in the segment
+    stats = Fetcher(**FAST).fetch_segment(seg, 0)
+    assert stats.skipped == len(kept) and stats.records == len(urls) - len(kept)
+    assert seg.check()["fetched"] == len(urls)
+    assert sorted(r.url for r in seg.fetch_records(0)) == sorted(urls)
+
+
+def test_sink_failure_stops_the_run(site):
+    def sink(r):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        Fetcher(**FAST).fetch([FetchEntry(site.url("misc", "/s/200"))], sink)
