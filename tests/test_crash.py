@@ -68,7 +68,7 @@ def test_kill_at_fault_point_keeps_old_state_then_rerun_completes(states, point)
     with db.reader() as r:
         r.check()
     # Nothing of the interrupted batch is left behind.
-    leftovers = [f for d in os.listdir(path) if d.startswith("sec-") for f in os.listdir(path / d)]
+    leftovers = [f for d in os.listdir(path) if d.startswith("section-") for f in os.listdir(path / d)]
     assert not [f for f in leftovers if f == "edits"]
 
 

@@ -5,8 +5,8 @@ Layout (docs/design.md, *Files in a database*)::
     DB/webdb.json            identity: format version, name, creation time, stored settings
     DB/CURRENT               the committed generation number (replaced by rename, never edited)
     DB/gen/NNNNNNNN.json     manifest of generation N: sections, breakpoints, table files, stats
-    DB/sec-JJJJ/             section J: its table files, named by generation and stage
-    DB/sec-JJJJ/edits/B/     incoming edit files of batch B (the section's share group)
+    DB/section-JJJJ/         section J: its table files, named by generation and stage
+    DB/section-JJJJ/edits/B/ incoming edit files of batch B (the section's share group)
     DB/LOCK                  writer lock (flock) + who holds it
     DB/tmp/                  scratch (sort runs)
 
@@ -29,7 +29,7 @@ from typing import Any
 
 from webdb import _fault
 from webdb.errors import BadInput, LockedError, NotADatabase
-from webdb.sections import Sections
+from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
 
@@ -56,10 +56,6 @@ def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
-
-
-def sec_dir(root: str, j: int) -> str:
-    return os.path.join(root, f"sec-{j:04d}")
 
 
 class WebDB:
@@ -151,9 +147,9 @@ class WebDB:
                 os.unlink(os.path.join(gdir, name))
                 removed.append(os.path.join(GEN_DIR, name))
         for name in sorted(os.listdir(self.path)):
-            if not name.startswith("sec-"):
+            if not name.startswith("section-"):
                 continue
-            j = int(name[4:])
+            j = int(name[len("section-") :])
             d = os.path.join(self.path, name)
             for f in os.listdir(d):
                 p = os.path.join(d, f)
@@ -228,7 +224,7 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
         raise BadInput(f"{path}: exists and is not an empty directory")
     os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
     for j in range(sections):
-        os.makedirs(sec_dir(path, j), exist_ok=True)
+        os.makedirs(section_path(path, j), exist_ok=True)
     stored = {k: v for k, v in settings.items() if v is not None}
     ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(),
              "settings": stored}

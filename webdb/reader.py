@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from webdb.sections import Sections
+from webdb.sections import Sections, section_path
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
@@ -45,8 +45,8 @@ class Reader:
             for j, entry in enumerate(m["tables"]):
                 for t in TABLE_KINDS:
                     e = entry.get(t)
-                    tabs[t].append(TableReader(os.path.join(root, f"sec-{j:04d}", e["file"]), TABLE_KINDS[t], cache)
-                                   if e else None)
+                    path = os.path.join(section_path(root, j), e["file"]) if e else None
+                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache) if path else None)
         except BaseException:
             for lst in tabs.values():
                 for r in lst:

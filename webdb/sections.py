@@ -8,6 +8,16 @@ md5-keyed tables (PagesByMD5, LinksByMD5) split the md5 space into k equal range
 from __future__ import annotations
 
 import bisect
+import os
+
+
+def section_dirname(j: int) -> str:
+    """Directory (and ndfs share group) of section j: ``section-JJJJ``."""
+    return f"section-{j:04d}"
+
+
+def section_path(root: str, j: int) -> str:
+    return os.path.join(root, section_dirname(j))
 
 
 class Sections:

@@ -27,7 +27,7 @@ from itertools import islice
 
 from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
-from webdb.sections import Sections
+from webdb.sections import Sections, section_dirname, section_path
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.records import Page, link_with_flag
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
@@ -81,7 +81,17 @@ class Emitter:
 
 
 def edit_dir(job: dict, target: int, stage: int) -> str:
-    return os.path.join(job["db"], f"sec-{target:04d}", "edits", job["batch"], f"st{stage}")
+    """Where edits for ``stage`` of section ``target`` go.  Locally that is the target's
+    incoming directory; with ``job["outbox"]`` (the distributed writer) a local outbox that
+    is then shipped to the target's share group (same relative path)."""
+    rel = os.path.join("edits", job["batch"], f"st{stage}")
+    if job.get("outbox"):
+        return os.path.join(job["outbox"], section_dirname(target), rel)
+    return os.path.join(section_path(job["db"], target), rel)
+
+
+def incoming_dir(root: str, section: int, batch: str, stage: int) -> str:
+    return os.path.join(section_path(root, section), "edits", batch, f"st{stage}")
 
 
 def section_bounds(secs: Sections, stage: int) -> list[bytes]:
@@ -144,7 +154,7 @@ def run_stage(job: dict) -> dict:
     s = job["settings"]
     old = _open(job["tables"].get(table), table)
     name = f"{job['gen']:08d}-s{stage}.{TABLE_SUFFIX[table]}"
-    path = os.path.join(job["db"], f"sec-{sec:04d}", name)
+    path = os.path.join(section_path(job["db"], sec), name)
     out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
     cur = MergeCursor(old, out)
     res: dict = {"stage": stage, "section": sec, "table": table, "file": name, "emitted": {}, "status": {}}

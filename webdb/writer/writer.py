@@ -19,66 +19,53 @@ from typing import Any
 from webdb import _fault
 from webdb.errors import BadInput, WebDBError
 from webdb.schedule import FetchResult
-from webdb.sections import Sections
+from webdb.sections import Sections, section_path
 from webdb.settings import SCHEDULE_KEYS, resolve
 from webdb.tables.format import TMP_DIR
 from webdb.tables.records import Link, Page, Status, validate_url
 from webdb.writer import edits as E
-from webdb.writer.cascade import edit_dir, encode_fetch, run_stage, write_routed
+from webdb.writer.cascade import encode_fetch, incoming_dir, run_stage, write_routed
 from webdb.writer.sortbuf import SortBuffer
 
-__all__ = ["Writer"]
+__all__ = ["EditLog", "Writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
 # Below this many edits a batch runs its sections in this process, one after the other.
 PARALLEL_MIN_EDITS = 200_000
 
 
-class Writer:
-    """One batch.  Use as a context manager: a normal exit commits, an exception aborts.
+class EditLog:
+    """The writer calls of one batch, recorded as sorted edit records (no db access).
 
-    Only one writer may be open on a database at a time (``LockedError`` names the holder).
+    ``route(job)`` writes them as one edit file per target section: what the local writer
+    applies, and what each host of the distributed writer ships to the others.
     """
 
-    def __init__(self, db, **overrides: Any):
-        self.db = db
-        self.settings = resolve(db.identity.get("settings"), **overrides)
-        self.lock = db.lock().acquire()
-        try:
-            self.recovered = db.recover()
-            self.base = db.manifest()
-        except BaseException:
-            self.lock.release()
-            raise
-        self.secs = Sections.from_json(self.base["sections"])
-        self.tmp = os.path.join(db.path, TMP_DIR, f"w{os.getpid()}")
+    def __init__(self, settings: dict, sections: Sections, tmp: str, producer: int = 0):
+        self.settings = settings
+        self.secs = sections
+        self.tmp = tmp
+        self.producer = producer
         mem = int(self.settings["memory_mb"]) << 20
         bs, codec = 65536, self.settings["codec"]
         # The writer's two edit buffers get 60% of the budget; the rest is the interpreter, the
         # block cache of probes and the write buffers.  Stage workers run after they are freed.
         self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
         self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
-        self._seq = E.Seq(E.RANK_API, 0)
+        self._seq = E.Seq(E.RANK_API, producer)
         self._sample: list[bytes] | None = None if self.secs.ready else []
         self._seen = 0
         self._rng = random.Random(0x5EED)
         self._max_url = int(self.settings["max_url_bytes"])
         self._anchor_max = int(self.settings["anchor_max"])
-        self.closed = False
-        self.result: dict | None = None
 
-    # ---- context manager -------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        return self._pbu.count + self._lbm.count
 
-    def __enter__(self) -> Writer:
-        return self
-
-    def __exit__(self, et, ev, tb) -> None:
-        if et is None:
-            self.close()
-        else:
-            self.abort()
-
-    # ---- calls -----------------------------------------------------------------------------
+    def sample(self) -> list[bytes]:
+        """The URL sample (reservoir) taken while the sections had no breakpoints yet."""
+        return list(self._sample or [])
 
     def _url(self, url: object) -> bytes:
         return validate_url(url, self._max_url)
@@ -195,7 +182,49 @@ class Writer:
             lbm.add(E.pack(from_md5 + b"\x01" + url_b + b"\x00", seq.next(),
                            link_pre + anchor.encode("utf-8", "replace")))
 
-    # ---- close -----------------------------------------------------------------------------
+    def route(self, job: dict) -> dict[str, dict[int, int]]:
+        """Sort the edits and write them as edit files per target section (consumes them)."""
+        prod = f"api-{self.producer:04d}"
+        counts = {"pages": write_routed(job, E.ST_PBU, self._pbu.sorted(), prod),
+                  "links": write_routed(job, E.ST_LBM, self._lbm.sorted(), prod)}
+        self.discard()
+        return counts
+
+    def discard(self) -> None:
+        self._pbu.cleanup()
+        self._lbm.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Writer(EditLog):
+    """One batch.  Use as a context manager: a normal exit commits, an exception aborts.
+
+    Only one writer may be open on a database at a time (``LockedError`` names the holder).
+    """
+
+    def __init__(self, db, **overrides: Any):
+        self.db = db
+        settings = resolve(db.identity.get("settings"), **overrides)
+        self.lock = db.lock().acquire()
+        try:
+            self.recovered = db.recover()
+            self.base = db.manifest()
+        except BaseException:
+            self.lock.release()
+            raise
+        super().__init__(settings, Sections.from_json(self.base["sections"]),
+                         os.path.join(db.path, TMP_DIR, f"w{os.getpid()}"))
+        self.closed = False
+        self.result: dict | None = None
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        if et is None:
+            self.close()
+        else:
+            self.abort()
 
     def abort(self) -> None:
         """Discard the batch."""
@@ -203,9 +232,7 @@ class Writer:
             return
         self.closed = True
         try:
-            self._pbu.cleanup()
-            self._lbm.cleanup()
-            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.discard()
             self.db.recover()
         finally:
             self.lock.release()
@@ -220,8 +247,7 @@ class Writer:
         except BaseException:
             self.closed = True
             try:
-                self._pbu.cleanup()
-                self._lbm.cleanup()
+                self.discard()
                 self.db.recover()
             finally:
                 self.lock.release()
@@ -240,74 +266,92 @@ class Writer:
         batch = f"{gen:08d}-{os.urandom(4).hex()}"
         secs = self.secs
         if not secs.ready:
-            secs = Sections(secs.k, Sections.choose(self._sample or [], secs.k))
-            if not secs.ready:  # an empty first batch: nothing to split yet
-                secs = self.secs
+            secs = Sections(secs.k, Sections.choose(self.sample(), secs.k)) if self._seen else secs
         workers = int(s["workers"]) or (os.cpu_count() or 1)
         workers = max(1, min(workers, secs.k))
-        if self._pbu.count + self._lbm.count < PARALLEL_MIN_EDITS and not s["workers"]:
+        if self.count < PARALLEL_MIN_EDITS and not s["workers"]:
             workers = 1  # starting worker processes costs more than a small batch
-        mem = int(s["memory_mb"])
-        # Each worker emits into at most three sort buffers; together they get half the budget
-        # (the rest: interpreters, decoded blocks, write buffers).
-        job0 = {"db": db.path, "batch": batch, "gen": gen, "sections": secs.to_json(), "settings": s,
-                "schedule": {k: s[k] for k in SCHEDULE_KEYS}, "tmp": self.tmp,
-                "emit_mb": max(2, mem // (workers * 6))}
+        job0 = stage_job(db.path, batch, gen, secs, s, self.tmp, workers)
         os.makedirs(self.tmp, exist_ok=True)
         n_api = {"pages": self._pbu.count, "links": self._lbm.count}
         if secs.ready:
-            write_routed(job0, E.ST_PBU, self._pbu.sorted(), "api-0000")
-            write_routed(job0, E.ST_LBM, self._lbm.sorted(), "api-0000")
-        self._pbu.cleanup()
-        self._lbm.cleanup()
+            self.route(job0)
+        self.discard()
         _fault.point("close.after_route")
-        tables = [dict(t) for t in base["tables"]]
-        while len(tables) < secs.k:
-            tables.append({})
-        status = [dict(x) for x in base["status"]]
-        stages = []
-        pool = None
-        if workers > 1:
-            # spawn, not fork: a forked child would share (and be charged for) the writer's heap.
-            pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
-        try:
-            for stage in range(1, 6):
-                jobs = []
-                for j in range(secs.k):
-                    d = edit_dir(job0, j, stage)
-                    inputs = sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
-                    if not inputs:
-                        continue
-                    paths = {t: os.path.join(db.path, f"sec-{j:04d}", e["file"]) for t, e in tables[j].items()}
-                    jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
-                if pool is not None and len(jobs) > 1:
-                    results = list(pool.map(run_stage, jobs))
-                else:
-                    results = [run_stage(job) for job in jobs]
-                for r in results:
-                    j = r["section"]
-                    tables[j][r["table"]] = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
-                    for st, n in r["status"].items():
-                        status[j][st] = status[j].get(st, 0) + n
-                        if not status[j][st]:
-                            del status[j][st]
-                stages.append({"stage": stage, "sections": [
-                    {k: r[k] for k in ("section", "records", "bytes", "seconds", "emitted", "decoded_blocks",
-                                       "raw_blocks")} for r in results]})
-                _fault.point(f"close.after_stage{stage}")
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=True)
+        tables, status, stages = run_cascade(job0, base, workers)
         manifest = {"generation": gen, "parent": base["generation"], "batch": batch, "committed": time.time(),
                     "sections": secs.to_json(), "tables": tables, "status": status,
                     "edits": n_api, "stages": stages}
-        _check_counts(manifest)
+        check_counts(manifest)
         db.commit(manifest)
         manifest["seconds"] = time.monotonic() - t0
         return manifest
 
 
-def _check_counts(m: dict) -> None:
+def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict, tmp: str, workers: int) -> dict:
+    """The part of a stage job every stage and section shares."""
+    mem = int(settings["memory_mb"])
+    # Each worker emits into at most three sort buffers; together they get half the budget
+    # (the rest: interpreters, decoded blocks, write buffers).
+    return {"db": db_path, "batch": batch, "gen": gen, "sections": secs.to_json(), "settings": settings,
+            "schedule": {k: settings[k] for k in SCHEDULE_KEYS}, "tmp": tmp,
+            "emit_mb": max(2, mem // (workers * 6))}
+
+
+def run_cascade(job0: dict, base: dict, workers: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """Run stages 1..5 over every section that has incoming edits (sections of one stage in
+    parallel); returns the new per-section tables, status counts and per-stage results."""
+    secs = Sections.from_json(job0["sections"])
+    root = job0["db"]
+    tables = [dict(t) for t in base["tables"]]
+    while len(tables) < secs.k:
+        tables.append({})
+    status = [dict(x) for x in base["status"]]
+    while len(status) < secs.k:
+        status.append({})
+    stages = []
+    pool = None
+    if workers > 1:
+        # spawn, not fork: a forked child would share (and be charged for) the writer's heap.
+        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    try:
+        for stage in range(1, 6):
+            jobs = []
+            for j in range(secs.k):
+                d = incoming_dir(root, j, job0["batch"], stage)
+                inputs = sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
+                if not inputs:
+                    continue
+                paths = {t: os.path.join(section_path(root, j), e["file"]) for t, e in tables[j].items()}
+                jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
+            if pool is not None and len(jobs) > 1:
+                results = list(pool.map(run_stage, jobs))
+            else:
+                results = [run_stage(job) for job in jobs]
+            for r in results:
+                apply_stage_result(tables, status, r)
+            stages.append({"stage": stage, "sections": [stage_summary(r) for r in results]})
+            _fault.point(f"close.after_stage{stage}")
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+    return tables, status, stages
+
+
+def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
+    j = r["section"]
+    tables[j][r["table"]] = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
+    for st, n in r["status"].items():
+        status[j][st] = status[j].get(st, 0) + n
+        if not status[j][st]:
+            del status[j][st]
+
+
+def stage_summary(r: dict) -> dict:
+    return {k: r[k] for k in ("section", "records", "bytes", "seconds", "emitted", "decoded_blocks", "raw_blocks")}
+
+
+def check_counts(m: dict) -> None:
     """Cross-table counts must agree before a generation is committed."""
     def total(t: str) -> int:
         return sum(s.get(t, {}).get("records", 0) for s in m["tables"])
