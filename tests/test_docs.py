@@ -32,3 +32,14 @@ def test_format_worked_example_matches_real_bytes(tmp_path):
         assert data[off : off + len(b)] == b, f"docs/format.md worked example differs at offset {off:#x}"
     t = TableReader(str(tmp_path / "ex"), KIND_PAGES_BY_URL)
     assert list(t.items()) == [(b"http://a/", b"V1"), (b"http://a/b", b"V22")]
+
+
+def test_api_examples_run(tmp_path, monkeypatch, capsys):
+    md = open(os.path.join(ROOT, "docs", "api.md")).read()
+    blocks = re.findall(r"```python\n(.*?)```", md, re.S)
+    assert len(blocks) >= 5
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {}
+    for code in blocks:
+        exec(compile(code, "docs/api.md", "exec"), ns)
+    assert "url has no scheme" in capsys.readouterr().out
