@@ -9,8 +9,9 @@ meant to stay obviously correct.  It implements the fetch schedule itself rather
 
 Choices where the contract leaves room (each is the reading closest to the original WebDB):
 
-* The link of a winning ``add_page_if_not_present`` is subject to ``anchor_max`` like any
-  ``add_link``; two such links with one key: the later call wins.
+* The link of ``add_page_if_not_present(page, link)`` must point to ``page`` (it is the inlink
+  that made the page known, as in the original's update tool); another url is ``BadInput``.
+  It is subject to ``anchor_max`` like any ``add_link``.
 * A fetch result for a url with no page (and no page call winning) starts from
   ``Page(url, fetch_interval=default_interval)``.
 * Adaptive intervals are whole seconds: ``int(iv * (1 + inc_rate))`` / ``int(iv * (1 -
@@ -107,6 +108,8 @@ class Model:
         self._calls.append(("add_page_with_score", copy.deepcopy(page), None))
 
     def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
+        if link is not None and link.url != page.url:
+            raise BadInput(f"link to {link.url!r} given with page {page.url!r}: must be the same url")
         self._calls.append(("add_page_if_not_present", copy.deepcopy(page), copy.deepcopy(link)))
 
     def delete_page(self, url: str) -> None:
@@ -288,3 +291,25 @@ class Model:
 
 def _sorted_copies(items: Iterable, key) -> list:
     return [copy.deepcopy(x) for x in sorted(items, key=key)]
+
+
+def assert_reader_matches(r, m: Model, urls: Iterable[str] = (), md5s: Iterable[bytes] = ()) -> None:
+    """A webdb reader ``r`` shows exactly the model's committed state and passes ``r.check()``.
+
+    Compares the four tables in full, the counts, and the point lookups of ``urls`` and ``md5s``
+    plus every url and md5 the model holds.
+    """
+    assert list(r.pages()) == m.pages()
+    assert list(r.pages_by_md5()) == m.pages_by_md5()
+    assert list(r.links()) == m.links()
+    assert list(r.links_by_md5()) == m.links_by_md5()
+    assert (r.num_pages, r.num_links) == (m.num_pages, m.num_links)
+    all_urls = set(urls) | {p.url for p in m.pages()} | {link.url for link in m.links()}
+    all_md5s = set(md5s) | {p.md5 for p in m.pages()}
+    for url in sorted(all_urls):
+        assert r.get_page(url) == m.get_page(url), url
+        assert list(r.inlinks(url)) == m.inlinks(url), url
+    for md5 in sorted(all_md5s):
+        assert list(r.get_pages(md5)) == m.get_pages(md5), md5
+        assert list(r.outlinks(md5)) == m.outlinks(md5), md5
+    r.check()
