@@ -264,12 +264,27 @@ class SFTPTransport(Transport):
                 h.update(chunk)
                 dst.write(chunk)
                 n += len(chunk)
+            dst.flush()
+            self._fsync(sftp, dst)
         # paramiko drops the status of pipelined writes still in flight at close, so a write the
         # server refused (a full disk) can go unreported: the size the server holds tells.
         stored = sftp.stat(path).st_size
         if stored != n:
             raise TransportError(self.label, tmp, f"short write: the server stored {stored} of {n} bytes")
         return Completion(n, h.hexdigest())
+
+    def _fsync(self, sftp: paramiko.SFTPClient, f: paramiko.SFTPFile) -> None:
+        """Make the written bytes durable before the file is renamed and flagged.
+
+        fsync@openssh.com (OpenSSH >= 6.5) has no public paramiko API; the server handles
+        requests in order, so it runs after every pipelined write.  Servers without it are
+        tolerated: the rename is then only as durable as the remote filesystem makes it.
+        """
+        try:
+            sftp._request(CMD_EXTENDED, "fsync@openssh.com", f.handle)
+        except OSError as e:
+            if _is_connection_error(e) or not self._alive():
+                raise
 
     def _digest(self, name: str, size_hint: int) -> Completion:
         if size_hint > REREAD_VERIFY_MAX:
@@ -286,7 +301,9 @@ class SFTPTransport(Transport):
             assert self._client is not None
             real_size = sftp.stat(path).st_size or 0
             budget = self._timeout(self.host.timeout + size / (20 << 20))
-            _in, out, err = self._client.exec_command(f"sha256sum -- {shlex.quote(path)}", timeout=budget)
+            # sync first: bytes written by scp/rsync are made durable before they are published.
+            q = shlex.quote(path)
+            _in, out, err = self._client.exec_command(f"sync -- {q} 2>/dev/null; sha256sum -- {q}", timeout=budget)
             text = out.read().decode("ascii", "replace")
             status = out.channel.recv_exit_status()
             if status == 127:
