@@ -260,8 +260,9 @@ def test_local_namespace_operations(tmp_path: Path) -> None:
     assert t.read_text("db/h/a2") == "A" and t.is_complete("db/h/a2")
     t.rename("db/g/incomplete", "db/h/inc")
     assert t.exists("db/h/inc") and not t.is_complete("db/h/inc")
-    with pytest.raises(RemoteFileNotFound):
-        t.rename("db/g/missing", "db/h/x")
+    with pytest.raises(RemoteFileNotFound, match="db/g/missing"):
+        t.rename("db/g/missing", "db/h/a2")
+    assert t.is_complete("db/h/a2")  # a failed rename leaves the destination's flag alone
 
     assert t.delete("db/h/a2") is True and t.delete("db/h/a2") is False
     assert not (tmp_path / "root/db/h/a2.completed").exists()

@@ -290,3 +290,11 @@ def test_fabric_connection_helper_checks_host_keys(ssh_hosts: list[SSHHost]) -> 
     with h.fabric_connection() as c:
         r = c.run(f"ls {h.root} && echo ok-from-$(hostname)", hide=True, in_stream=False)
         assert r.ok and "ok-from-" in r.stdout
+
+
+def test_missing_sshd_fails_with_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sshd
+
+    monkeypatch.setattr(sshd, "SSHD", "/nonexistent/sbin/sshd")
+    with pytest.raises(sshd.SSHDUnavailable, match="/nonexistent/sbin/sshd.*apt-get install -y openssh-server"):
+        sshd.require_openssh()

@@ -290,6 +290,8 @@ class Transport(ABC):
         removed from ``src`` (and any old one from ``dst``) before the move, written after."""
         validate_name(src)
         validate_name(dst)
+        if self._size(src) is None:  # before touching any flag: a failed rename changes nothing
+            raise RemoteFileNotFound(self.label, src, f"no such file {self._where(src)!r}")
         c = self.completion(src)
         self._remove(flag_name(src), missing_ok=True)
         self._remove(flag_name(dst), missing_ok=True)
