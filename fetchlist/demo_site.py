@@ -206,6 +206,12 @@ class SiteServer:
             self._log_cv.wait_for(lambda: self._in_flight[host] == 0, wait)
             return sorted((r for r in self.log if r.host == host), key=lambda r: r.start)
 
+    def clear_log(self, wait: float = 10.0) -> None:
+        """Forget the requests logged so far (after waiting for the ones still being answered)."""
+        with self._log_cv:
+            self._log_cv.wait_for(lambda: not any(self._in_flight.values()), wait)
+            self.log.clear()
+
     def close(self) -> None:
         for srv in self._servers:
             srv.shutdown()

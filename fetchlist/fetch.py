@@ -115,11 +115,12 @@ class FetchStats:
 
 
 class _Queue:
-    __slots__ = ("key", "urls", "ready", "delay", "errors", "stats")
+    __slots__ = ("key", "urls", "ready", "delay", "errors", "stats", "rules")
 
-    def __init__(self, key: str, delay: float) -> None:
-        self.key, self.urls, self.ready, self.delay, self.errors = key, deque(), 0.0, delay, 0
+    def __init__(self, key: str, delay: float, ready: float) -> None:
+        self.key, self.urls, self.ready, self.delay, self.errors = key, deque(), ready, delay, 0
         self.stats = HostStats(delay=delay)
+        self.rules: RobotsRules | None = None
 
 
 class _Scheduler:
@@ -167,7 +168,10 @@ class Fetcher:
     """Fetches fetchlist entries politely and hands each FetchRecord to a sink.
 
     ``Fetcher(settings, **overrides)``: ``settings`` and overrides as in fetchlist.settings.
-    One Fetcher may run several rounds; robots.txt answers are cached across them (``robots_ttl``).
+    One Fetcher may run several rounds: robots.txt answers are cached across them (``robots_ttl``)
+    and a host's politeness delay holds across them too (the first request of a round waits for
+    the last one of the previous round).  After a run, ``stats`` holds its FetchStats (also
+    when it was interrupted).
     """
 
     def __init__(self, settings: dict | None = None, *, www: WwwRules | None = None, **overrides: object):
@@ -177,6 +181,7 @@ class Fetcher:
         self.www = www
         self.robots = RobotsCache(s["robots_ttl"])
         self._local = threading.local()
+        self._ready: dict[str, float] = {}  # queue key → when it may be asked again (monotonic)
         self._timeout = (float(s["connect_timeout"]), float(s["read_timeout"]))
 
     @classmethod
@@ -214,7 +219,7 @@ class Fetcher:
             key = self._queue_key(e.url)
             q = queues.get(key)
             if q is None:
-                q = queues[key] = _Queue(key, float(s["politeness_delay"]))
+                q = queues[key] = _Queue(key, float(s["politeness_delay"]), self._ready.get(key, 0.0))
                 stats.hosts[key] = q.stats
             q.urls.append(e)
         stats.entries = len(seen)
@@ -265,6 +270,7 @@ class Fetcher:
             progress.close()
             stats.elapsed = time.monotonic() - t0
             stats.requests = sum(h.requests for h in stats.hosts.values())
+            self._ready.update((k, q.ready) for k, q in queues.items())
         if errors:
             raise errors[0]
         return stats
@@ -282,15 +288,19 @@ class Fetcher:
             rules = None
             if s["robots_obey"] and normalize(entry.url):
                 rules = self.robots.get(entry.url)
-                if rules is None:
+                fresh = rules is None
+                if fresh:
                     rules = fetch_robots(
                         self._session(), entry.url, timeout=self._timeout, max_size=int(s["robots_max_size"])
                     )
                     self._drop_connections()
                     self.robots.put(entry.url, rules)
+                    q.stats.requests += 1
+                if rules is not q.rules:  # fresh, or cached from an earlier round
+                    q.rules = rules
                     self._apply_crawl_delay(q, rules)
                     q.stats.robots = rules.state
-                    q.stats.requests += 1
+                if fresh:
                     self._requested(q, started)
                     return
             q.urls.popleft()

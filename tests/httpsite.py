@@ -12,7 +12,8 @@
   dripping body, a huge body, binary and text files, broken HTML, windows-1251 and
   Shift_JIS pages, an ETag/Last-Modified resource;
 * ``down``    — an address nobody listens on (connection refused);
-* ``hang``    — robots.txt that answers after 5 s (a read timeout).
+* ``hang``    — robots.txt that answers after 5 s (a read timeout);
+* ``redirbot`` — robots.txt redirected (301) to ``/rules.txt``, which disallows ``/no/``.
 
 Every request is logged with its host and server-side start/end times (``site.server.log``);
 ``intervals`` and ``overlaps`` turn the log into what the politeness tests assert.
@@ -30,6 +31,7 @@ HOSTS = {
     "broken": "127.0.0.23",
     "misc": "127.0.0.24",
     "hang": "127.0.0.26",
+    "redirbot": "127.0.0.27",
 }
 DOWN = "127.0.0.25"  # no server
 GRAPH_PAGES = 12
@@ -59,6 +61,12 @@ class TestSite:
         self._broken()
         self._misc()
         self.server.routes[HOSTS["hang"]]["/robots.txt"] = Resource(200, b"User-agent: *\n", "text/plain", delay=5)
+        r = self.server.routes[HOSTS["redirbot"]]
+        r["/robots.txt"] = Resource(301, b"", None, {"Location": "/rules.txt"})
+        r["/rules.txt"] = Resource(
+            200, b"User-agent: otherbot\nDisallow: /\n\nUser-agent: webdb-crawler\nDisallow: /no/\n", "text/plain"
+        )
+        r["/yes.html"] = Resource(200, html("yes"))
 
     def url(self, name: str, path: str) -> str:
         host = DOWN if name == "down" else HOSTS[name]

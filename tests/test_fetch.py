@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import signal
 import subprocess
@@ -11,9 +12,11 @@ import textwrap
 import time
 
 import pytest
+import requests
 from httpsite import AVAILABLE, ETAG, GRAPH_PAGES, HUGE, LAST_MODIFIED, TestSite, intervals, overlaps
 
 from fetchlist.fetch import Fetcher, status_of
+from fetchlist.robots import ALLOW_ALL, fetch_robots
 from fetchlist.segment import FetchEntry, Segment
 from fetchlist.settings import resolve
 from webdb.errors import BadInput
@@ -143,7 +146,7 @@ def test_crawl_delay_honoured_and_capped(site):
     gaps = intervals(site.requests("slowbot"))
     assert len(gaps) == 4 and min(gaps) >= 0.3 - 0.002, gaps
     assert stats.hosts["127.0.0.22"].delay == 0.3
-    site.server.log.clear()
+    site.server.clear_log()
     stats = Fetcher(**{**FAST, "politeness_delay": 0.05, "crawl_delay_cap": 0.1}).fetch(
         [FetchEntry(u) for u in urls], lambda r: None
     )
@@ -169,12 +172,53 @@ def test_robots_states(site):
     assert stats.hosts["127.0.0.25"].robots == "unreachable"
 
 
-def test_robots_cache_across_rounds(site):
-    f = Fetcher(**FAST)
-    f.fetch([FetchEntry(site.url("graph", "/g/1.html")), FetchEntry(site.url("broken", "/p0.html"))], lambda r: None)
-    f.fetch([FetchEntry(site.url("graph", "/g/2.html")), FetchEntry(site.url("broken", "/p1.html"))], lambda r: None)
+def test_robots_redirected_and_agent_groups(site):
+    yes, no = site.url("redirbot", "/yes.html"), site.url("redirbot", "/no/x.html")
+    recs, _ = run([yes, no])
+    assert recs[yes].status == Status.FETCHED and recs[no].status == Status.GONE
+    assert site.paths("redirbot") == ["/robots.txt", "/rules.txt", "/yes.html"]
+    # another robots agent falls under "otherbot"'s rules only if it matches that group
+    recs, _ = run([yes], robots_agent="otherbot")
+    assert recs[yes].status == Status.GONE
+
+
+def test_robots_too_many_redirects_means_allow_all():
+    session = requests.Session()
+    adapter_calls = []
+
+    class Loop(requests.adapters.BaseAdapter):
+        def send(self, request, **kw):
+            adapter_calls.append(request.url)
+            r = requests.Response()
+            r.status_code, r.url, r.request = 301, request.url, request
+            r.headers["Location"] = f"/r{len(adapter_calls)}"
+            r.raw = io.BytesIO(b"")
+            return r
+
+        def close(self):
+            pass
+
+    session.mount("http://", Loop())
+    rules = fetch_robots(session, "http://loop.test/x", timeout=(1, 1), max_size=1000)
+    assert rules.state == ALLOW_ALL and "too many redirects" in rules.error
+    assert len(adapter_calls) == 6  # the request and 5 redirects
+    assert rules.allowed("http://loop.test/anything", "webdb-crawler")
+
+
+def test_robots_cache_and_politeness_across_rounds(site):
+    f = Fetcher(**{**FAST, "politeness_delay": 0.1})
+    for i in range(2):
+        urls = [
+            site.url("graph", f"/g/{i}.html"),
+            site.url("broken", f"/p{i}.html"),
+            site.url("slowbot", f"/p{i}.html"),
+        ]
+        f.fetch([FetchEntry(u) for u in urls], lambda r: None)
     assert site.paths("graph").count("/robots.txt") == 1  # parsed answers are kept
     assert site.paths("broken").count("/robots.txt") == 2  # a 5xx answer holds for one round only
+    assert site.paths("slowbot") == ["/robots.txt", "/p0.html", "/p1.html"]
+    assert min(intervals(site.requests("graph"))) >= 0.1 - 0.002  # the delay holds from round to round
+    assert min(intervals(site.requests("slowbot"))) >= 0.3 - 0.002  # and so does a cached Crawl-delay
 
 
 def test_timeouts_and_errors_retry(site):
@@ -246,7 +290,7 @@ def test_conditional_requests(site):
     assert run([FetchEntry(lm_url, older)])[0][lm_url].status == Status.FETCHED
     assert run([FetchEntry(lm_url, newer)])[0][lm_url].status == Status.NOT_MODIFIED
     # never fetched, or conditional off: no conditional headers
-    site.server.log.clear()
+    site.server.clear_log()
     run([FetchEntry(etag_url, Page(etag_url))])
     run([FetchEntry(etag_url, fetched)], conditional=False)
     for req in site.requests("misc"):
@@ -354,8 +398,11 @@ def test_interrupt_and_crash_keep_fetched_records(site, tmp_path, sig):
     assert seg.check()["fetched"] == len(kept)
     for r in kept:
         assert r.status == Status.FETCHED and r.parse is not None and len(r.content) > 0
-    fetched_paths = {(r.host, r.path) for r in site.server.log if r.path != "/robots.txt"}
-    assert len(fetched_paths) >= len(kept)  # at most the page in flight is lost
+    served = {f"http://{r.host}:{site.port}{r.path}" for n in ("graph", "slowbot") for r in site.requests(n)}
+    served.discard(site.url("graph", "/robots.txt"))
+    served.discard(site.url("slowbot", "/robots.txt"))
+    assert {r.url for r in kept} <= served
+    assert len(served) - len(kept) <= 2  # at most the pages in flight (2 threads) are lost
     # resume: only the missing URLs are fetched, nothing twice in the segment
     stats = Fetcher(**FAST).fetch_segment(seg, 0)
     assert stats.skipped == len(kept) and stats.records == len(urls) - len(kept)
