@@ -15,6 +15,7 @@ directly: ``cluster = start_cluster(tmp_dir, k=3)`` ... ``cluster.stop_all()``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import pwd
 import shutil
@@ -54,6 +55,13 @@ def keygen(path: Path, comment: str) -> str:
         stdin=subprocess.DEVNULL,
     )
     return path.with_suffix(".pub").read_text().strip()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL sshd if the test process dies without stopping it
+    (Linux prctl PR_SET_PDEATHSIG), so an aborted run leaves no server behind."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def free_port(address: str) -> int:
@@ -138,7 +146,11 @@ class SSHHost:
         log = open(self.log_path, "ab")
         with log:
             self.process = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(conf)], stdin=subprocess.DEVNULL, stdout=log, stderr=log
+                [SSHD, "-D", "-e", "-f", str(conf)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
