@@ -60,11 +60,11 @@ def normalize(url: str, base: str | None = None, *, www: WwwRules | None = None)
 
 
 def _normalize(url: str, base: str | None, www: WwwRules | None) -> str | None:
-    u = url.strip(_EDGE).translate(_TAB_NL)
+    u = _clean(url)
     if len(u) > _MAX_INPUT:
         return None
     if base is not None:
-        u = urljoin(base.strip(_EDGE).translate(_TAB_NL), u)
+        u = urljoin(_clean(base), u)
     scheme = u.partition(":")[0].lower()
     if scheme not in _DEFAULT_PORT or not urlsplit(u).netloc:
         return None
@@ -89,6 +89,11 @@ def _normalize(url: str, base: str | None, www: WwwRules | None) -> str | None:
     except BadInput:
         return None
     return out
+
+
+def _clean(s: str) -> str:
+    s = s.strip(_EDGE)
+    return s.translate(_TAB_NL) if ("\t" in s or "\n" in s or "\r" in s) else s
 
 
 def _split_hostport(hostport: str) -> tuple[str | None, str | None]:
