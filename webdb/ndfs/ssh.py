@@ -51,6 +51,9 @@ REREAD_VERIFY_MAX = 1 << 20
 # SubprocessTransport sends files at least this large with scp/rsync, smaller ones over SFTP
 # (a process start and a second ssh handshake cost more than a small file).
 LARGE_FILE_BYTES = 8 << 20
+# What `transport = auto` uses for large files: scp downloads 3-6x faster than paramiko SFTP
+# and uploads as fast (bench/bench_transport.py; docs/ndfs.md, "Throughput").
+DEFAULT_LARGE_FILE_TOOL: str | None = "scp"
 # Lower bound on bulk throughput used to size the subprocess timeout: a hang guard only.
 MIN_BULK_RATE = 1 << 20
 # Outstanding 32 KiB read requests of an SFTP download.
@@ -563,9 +566,6 @@ def open_ssh_transport(host: HostConfig, *, default_tool: str | None = None) -> 
         return SubprocessTransport(host, tool)
     return SFTPTransport(host)
 
-
-# Chosen from bench/bench_transport.py (docs/ndfs.md, "Throughput").
-DEFAULT_LARGE_FILE_TOOL: str | None = "scp"
 
 __all__ = [
     "DEFAULT_LARGE_FILE_TOOL",
