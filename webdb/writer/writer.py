@@ -185,7 +185,7 @@ class EditLog:
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
         prod = f"api-{self.producer:04d}"
-        counts = {"pages": write_routed(job, E.ST_PBU, self._pbu.sorted(), prod),
+        counts = {"pages": write_routed(job, E.ST_PBU, first_ifn_only(self._pbu.sorted()), prod),
                   "links": write_routed(job, E.ST_LBM, self._lbm.sorted(), prod)}
         self.discard()
         return counts
@@ -194,6 +194,19 @@ class EditLog:
         self._pbu.cleanup()
         self._lbm.cleanup()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def first_ifn_only(recs):
+    """Drop every add_page_if_not_present edit of a url but its first: only the first can win
+    (docs/semantics.md), and an update adds one per outlink, so most targets repeat."""
+    prev = b""
+    for rec in recs:
+        kl = rec[-2] | (rec[-1] << 8)
+        key = rec[: kl - 8]
+        if key[-1] == E.OP_IFN and key == prev:
+            continue
+        prev = key
+        yield rec
 
 
 class Writer(EditLog):
