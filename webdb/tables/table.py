@@ -140,18 +140,44 @@ class TableWriter:
             self._flush()
 
     def add_many(self, keys: list[bytes], vals: list[bytes]) -> None:
-        """Append sorted records (faster than ``add`` one by one).  A block is cut at the first
-        call boundary past ``block_size``, so blocks hold at least ``block_size`` bytes."""
+        """Append sorted records (faster than ``add`` one by one); blocks are cut at the first
+        record boundary past ``block_size``, as with ``add``."""
         if not keys:
             return
         if (self._last is not None and keys[0] <= self._last) or not all(map(lt, keys, keys[1:])):
             raise AssertionError(f"{self.path}: keys out of order in add_many")
         self._last = keys[-1]
+        bs = self.block_size
+        sizes = [a + b + 8 for a, b in zip(map(len, keys), map(len, vals))]
+        total = sum(sizes)
+        if self._size + total < bs:
+            self._keys += keys
+            self._vals += vals
+            self._size += total
+            return
+        # Cut where the running size passes the block size (bisect over running sums).
+        cum = list(accumulate(sizes, initial=self._size))
+        i, n = 0, len(keys)
+        while i < n:
+            j = bisect.bisect_left(cum, cum[i] - self._size + bs, i + 1)
+            j = min(j, n)
+            self._keys += keys[i:j]
+            self._vals += vals[i:j]
+            self._size += cum[j] - cum[i]
+            i = j
+            if self._size >= bs:
+                self._flush()
+
+    def absorb_block(self, keys: list[bytes], vals: list[bytes]) -> None:
+        """Append a whole decoded old block to the pending records and cut there (at most
+        1.5 block sizes), so the blocks after it line up with the old file again."""
+        if self._last is not None and keys and keys[0] <= self._last:
+            raise AssertionError(f"{self.path}: absorbed block out of order")
         self._keys += keys
         self._vals += vals
-        self._size += sum(map(len, keys)) + sum(map(len, vals)) + 8 * len(keys)
-        if self._size >= self.block_size:
-            self._flush()
+        if keys:
+            self._last = keys[-1]
+        self._flush()
 
     @property
     def pending_bytes(self) -> int:
@@ -316,7 +342,9 @@ class TableReader:
     def where(self, i: int) -> str:
         return f"{self.path}: block {i} at offset {self.offsets[i]}"
 
-    def block(self, i: int) -> tuple[list[bytes], list[bytes]]:
+    def block(self, i: int, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
+        """Decoded block i; cached if ``fill_cache`` (scans pass False, as LevelDB iterators
+        do, so one long scan does not evict every hot block)."""
         c = self.cache
         if c is not None:
             hit = c.get((self.path, i))
@@ -328,7 +356,7 @@ class TableReader:
         kv = decode_block(data, self.where(i))
         if len(kv[0]) != self.counts[i]:
             raise CorruptionError(f"{self.where(i)}: holds {len(kv[0])} records, index says {self.counts[i]}")
-        if c is not None:
+        if c is not None and fill_cache:
             c.put((self.path, i), kv, len(data) * 3 + 100 * len(kv[0]))
         return kv
 
@@ -349,7 +377,7 @@ class TableReader:
         for b in range(i, self.nblocks):
             if stop is not None and self.first_keys[b] >= stop:
                 return
-            keys, vals = self.block(b)
+            keys, vals = self.block(b, fill_cache=b == i)
             lo = 0 if start is None else bisect.bisect_left(keys, start)
             hi = len(keys) if stop is None else bisect.bisect_left(keys, stop)
             yield from zip(keys[lo:hi], vals[lo:hi])
@@ -455,7 +483,10 @@ class MergeCursor:
                 while j < n and (key is None or t.last_keys[j] < key):
                     j += 1
                 if j > self._bi and out.pending_bytes and out.pending_bytes < out.block_size // 2:
-                    self._load()
+                    keys, vals = t.block(self._bi, fill_cache=False)
+                    self.decoded_blocks += 1
+                    out.absorb_block(keys, vals)
+                    self._bi += 1
                     continue
                 if j > self._bi:
                     self._carry(self._bi, j)
