@@ -54,7 +54,10 @@ class RequestLog:
     method: str
     headers: dict[str, str]
     start: float  # time.monotonic() when the request line was read
-    end: float  # time.monotonic() when the answer was written (or the client went away)
+    # time.monotonic() when the server began sending the answer (status line and headers): the
+    # client cannot have been done with it earlier (it may stop reading after the headers), so
+    # ``next.start - end`` never overstates how long the client waited between two requests
+    end: float
     status: int
     client: tuple[str, int]
 
@@ -76,6 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
         site._begin(host)
         res = site.routes.get(host, {}).get(self.path)
         status = 404
+        self._answered = None
         try:
             if res is None:
                 res = Resource(404, b"<html><body><h1>Not found</h1></body></html>")
@@ -91,7 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.command,
                 dict(self.headers.items()),
                 start,
-                time.monotonic(),
+                self._answered or time.monotonic(),
                 status,
                 self.client_address,
             )
@@ -114,16 +118,15 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Connection", "").lower() == "close":
             self.send_header("Connection", "close")
             self.close_connection = True
+        self._answered = time.monotonic()
         self.end_headers()
         if head:
             return status
-        if res.drip:
-            for i in range(0, len(body), res.drip_chunk):
-                self.wfile.write(body[i : i + res.drip_chunk])
-                self.wfile.flush()
+        step = res.drip_chunk if res.drip else max(1, len(body))
+        for i in range(0, len(body), step):
+            self.wfile.write(body[i : i + step])
+            if res.drip:
                 time.sleep(res.drip)
-        else:
-            self.wfile.write(body)
         return status
 
     def _not_modified(self, res: Resource) -> bool:

@@ -143,11 +143,12 @@ class TestSite:
 
 
 def intervals(log: list[RequestLog]) -> list[float]:
-    """Gaps between the end of each request and the start of the next one, in arrival order."""
+    """Per pair of consecutive requests: next start minus the moment the server began answering
+    the previous one (a lower bound of how long the client waited in between)."""
     log = sorted(log, key=lambda r: r.start)
     return [b.start - a.end for a, b in zip(log, log[1:])]
 
 
 def overlaps(log: list[RequestLog]) -> int:
-    """How many requests started before the previous one to the same host had ended."""
+    """How many requests started before the previous one to the same host was answered."""
     return sum(1 for gap in intervals(log) if gap < 0)

