@@ -124,6 +124,7 @@ class TestSite:
         r["/redirect/self"] = Resource(302, b"", None, {"Location": "/redirect/self"})
         r["/redirect/mailto"] = Resource(302, b"", None, {"Location": "mailto:someone@example.com"})
         r["/redirect/none"] = Resource(302, b"")
+        r["/redirect/example"] = Resource(301, b"", None, {"Location": "HTTP://Example.COM:80/x#top"})
         r["/loop/a"] = Resource(301, b"", None, {"Location": "/loop/b"})
         r["/loop/b"] = Resource(301, b"", None, {"Location": "/loop/a"})
         r["/slow"] = Resource(200, html("slow"), delay=2.0)

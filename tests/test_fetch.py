@@ -308,6 +308,21 @@ def test_duplicate_and_invalid_entries(site):
     assert all(r.status == Status.GONE and "http" in r.error for r in bad)
 
 
+def test_www_rules_setting_applies_to_redirects(site, tmp_path):
+    rules = tmp_path / "www.txt"
+    rules.write_text("example.com www\n")
+    url = site.url("misc", "/redirect/example")
+    assert run([url])[0][url].redirect == "http://example.com/x"
+    assert run([url], www_rules=str(rules))[0][url].redirect == "http://www.example.com/x"
+
+
+def test_progress_bar_and_empty_input(site, capsys):
+    Fetcher(**{**FAST, "progress": True}).fetch([FetchEntry(site.url("misc", "/s/200"))], lambda r: None)
+    assert "0/1 [" in capsys.readouterr().err  # tqdm drew its bar (and cleared it at the end)
+    stats = Fetcher(**FAST).fetch([], lambda r: None)
+    assert (stats.entries, stats.records, stats.requests) == (0, 0, 0)
+
+
 def test_domain_queue_mode_and_settings_errors():
     f = Fetcher(queue_mode="domain", progress=False)
     assert f._queue_key("http://a.news.example.co.uk/x") == "example.co.uk"
