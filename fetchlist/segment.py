@@ -445,8 +445,13 @@ class SegmentWriter:
         self._parse = open(segment.file(PARSE, part), "ab+")
         self._content = open(segment.file(CONTENT, part), "ab+")
         self.done: set[str] = set()
-        self._recover()
         self.written = 0
+        try:
+            self._recover()
+        except BaseException:
+            for f in (self._content, self._parse, self._fetch):
+                f.close()
+            raise
 
     def _recover(self) -> None:
         end, last_md5 = 0, {}

@@ -179,6 +179,12 @@ def test_corruption_is_reported(tmp_path):
     open(path, "wb").write(b"\n".join(lines))
     with pytest.raises(CorruptionError, match=r"part-00000\.jsonl:2: not a JSON record"):
         list(seg.fetch_records(0))
+    with pytest.raises(CorruptionError) as failed:  # the writer will not append to a damaged part
+        seg.writer(0)
+    good = b"\n".join(x for i, x in enumerate(lines) if i != 1)
+    open(path, "wb").write(good)
+    seg.writer(0).close()  # the failed writer released its lock (its exception is still alive)
+    assert failed.value is not None
     lines[1] = b"[1, 2]"
     open(path, "wb").write(b"\n".join(lines))
     with pytest.raises(CorruptionError, match=":2: not a JSON object"):
