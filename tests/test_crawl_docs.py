@@ -85,3 +85,14 @@ def test_every_setting_documented():
     table = text[text.index("## Settings") :]
     documented = re.findall(r"^\| `(\w+)` \|", table, re.M)
     assert documented == list(DEFAULTS)
+
+
+def test_package_exports_and_modules():
+    import importlib
+
+    import fetchlist
+
+    assert all(hasattr(fetchlist, name) for name in fetchlist.__all__)
+    for mod in ("normalize", "parse", "fetch", "segment", "filters", "robots", "settings", "demo_site"):
+        m = importlib.import_module(f"fetchlist.{mod}")
+        assert getattr(fetchlist, mod) is m  # a re-exported function never hides its module

@@ -59,4 +59,5 @@ def test_served_and_crawled_to_completion(tmp_path):
         gaps = [
             b.start - a.end for a, b in zip(server.requests_to(DEMO_HOSTS[1]), server.requests_to(DEMO_HOSTS[1])[1:])
         ]
+        assert site.crawl_delay == {server.base(DEMO_HOSTS[1]): 0.05}
         assert min(gaps) >= 0.05 - 0.002  # host 1 asks for a Crawl-delay
