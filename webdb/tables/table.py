@@ -550,3 +550,59 @@ class MergeCursor:
 
     def finish(self) -> None:
         self.copy_until(None)
+
+    def merge_points(self, groups: Iterator[tuple[bytes, object]], combine) -> None:
+        """Apply point edits, a decoded block at a time.
+
+        ``groups`` yields ``(key, payload)`` in strictly increasing key order; for each,
+        ``combine(key, old_value_or_None, payload)`` returns the value to write or None to
+        write nothing.  All edits that fall inside one old block are located by binary search
+        and spliced into one ``add_many`` per block, so the cost is a bisect and a call per
+        edit plus slice copies, not a method round trip per edit.
+        """
+        out = self.out
+        it = iter(groups)
+        held = None
+        while True:
+            if held is not None:
+                g, held = held, None
+            else:
+                g = next(it, None)
+            if g is None:
+                return
+            key, payload = g
+            self.copy_until(key)
+            if self._keys is None:  # between two old blocks or past the end: no old record
+                v = combine(key, None, payload)
+                if v is not None:
+                    out.add(key, v)
+                continue
+            keys, vals, pos = self._keys, self._vals, self._pos
+            last = keys[-1]
+            nk: list[bytes] = []
+            nv: list[bytes] = []
+            while True:
+                j = bisect.bisect_left(keys, key, pos)
+                if j > pos:
+                    nk += keys[pos:j]
+                    nv += vals[pos:j]
+                if j < len(keys) and keys[j] == key:
+                    v = combine(key, vals[j], payload)
+                    pos = j + 1
+                else:
+                    v = combine(key, None, payload)
+                    pos = j
+                if v is not None:
+                    nk.append(key)
+                    nv.append(v)
+                g = next(it, None)
+                if g is None or g[0] > last:
+                    held = g
+                    break
+                key, payload = g
+            nk += keys[pos:]
+            nv += vals[pos:]
+            out.add_many(nk, nv)
+            self._next_block()
+            if held is None:
+                return

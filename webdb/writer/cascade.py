@@ -20,16 +20,20 @@ decoded) + O(e log e) for its e edits, which were sorted by the producers.
 from __future__ import annotations
 
 import bisect
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from itertools import islice
 
 from webdb import _fault
+from webdb.errors import WebDBError
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
-from webdb.tables.records import Page, link_with_flag
+from webdb.tables.records import Page
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
 from webdb.writer.sortbuf import SortBuffer, merge_files
@@ -38,8 +42,6 @@ _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_
 
 
 def encode_fetch(r: FetchResult) -> bytes:
-    import json
-
     v = _FETCH.pack(r.status, r.fetch_time, r.md5 or b"\x00" * 16, r.num_outlinks)
     v += b"\x01" if r.md5 else b"\x00"
     if r.meta:
@@ -48,8 +50,6 @@ def encode_fetch(r: FetchResult) -> bytes:
 
 
 def decode_fetch(url: str, v: bytes) -> FetchResult:
-    import json
-
     st, t, md5, nout = _FETCH.unpack_from(v)
     has_md5 = v[_FETCH.size] == 1
     meta = json.loads(v[_FETCH.size + 1 :]) if len(v) > _FETCH.size + 1 else None
@@ -183,13 +183,8 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     sched = Schedule(**job["schedule"])
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
-    group_url: bytes | None = None
-    group: list[tuple[int, bytes]] = []
 
-    def apply(url_b: bytes, group: list[tuple[int, bytes]]) -> None:
-        cur.copy_until(url_b)
-        _, ov = cur.take_until(url_b + b"\x00")
-        old = ov[0] if ov else None
+    def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
         op, val = group[0]
         new = old
         link = None
@@ -204,15 +199,13 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
                     link = (lf, lv)
         elif op == E.OP_DEL:
             new = None
-        fetches = [v for o, v in group if o == E.OP_FETCH]
-        if fetches:
+        if group[-1][0] == E.OP_FETCH:
             url = url_b.decode("utf-8")
             p = Page.decode(url, new) if new is not None else None
-            for fv in fetches:
-                p = apply_fetch(p, decode_fetch(url, fv), sched)
+            for o, fv in group:
+                if o == E.OP_FETCH:
+                    p = apply_fetch(p, decode_fetch(url, fv), sched)
             new = p.encode_value()
-        if new is not None:
-            out.add(url_b, new)
         if old is not None and new is not None:
             if old[:16] != new[:16]:
                 em2.add(E.pbm_edit_key(old[:16], url_b, E.OP2_DEL))
@@ -225,23 +218,30 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
         if link is not None:
             em3.add(E.lbm_add_key(link[0], url_b), link[1])
-        so, sn = E.target_state(old), E.target_state(new)
-        if so != sn:
-            em4.add(E.lbu_notice_key(url_b), bytes((sn,)))
+        if old is None or new is None or (old[39:43] == b"\0\0\0\0") != (new[39:43] == b"\0\0\0\0"):
+            so, sn = E.target_state(old), E.target_state(new)
+            if so != sn:
+                em4.add(E.lbu_notice_key(url_b), bytes((sn,)))
         if old is not None:
             status[old[16]] = status.get(old[16], 0) - 1
         if new is not None:
             status[new[16]] = status.get(new[16], 0) + 1
+        return new
 
-    for key, val in _records(job):
-        url_b = key[:-2]
-        if url_b != group_url:
-            if group:
-                apply(group_url, group)
-            group_url, group = url_b, []
-        group.append((key[-1], val))
-    if group:
-        apply(group_url, group)
+    def groups():
+        gu: bytes | None = None
+        group: list[tuple[int, bytes]] = []
+        for key, val in _records(job):
+            url_b = key[:-2]
+            if url_b != gu:
+                if group:
+                    yield gu, group
+                gu, group = url_b, []
+            group.append((key[-1], val))
+        if group:
+            yield gu, group
+
+    cur.merge_points(groups(), combine)
     _fault.point("stage1.before_emit")
     res["emitted"] = {2: em2.finish(), 3: em3.finish(), 4: em4.finish()}
     res["status"] = {str(k): v for k, v in status.items() if v}
@@ -251,14 +251,32 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     lost: list[bytes] = []
-    for key, val in _records(job):
-        tk, op = key[:-2], key[-1]
-        cur.copy_until(tk)
-        ok, ov = cur.take_until(tk + b"\x00")
-        if op == E.OP2_ADD:
-            out.add(tk, val)
-        elif ok and (not lost or lost[-1] != tk[:16]):
-            lost.append(tk[:16])  # (md5, url) deleted: the md5 may have lost its last page
+
+    def groups():
+        # One group per (md5, url): its edits in order (a delete sorts before an add).
+        gk, ops = None, []
+        for key, val in _records(job):
+            tk = key[:-2]
+            if tk != gk:
+                if ops:
+                    yield gk, ops
+                gk, ops = tk, []
+            ops.append((key[-1], val))
+        if ops:
+            yield gk, ops
+
+    def combine(tk: bytes, old: bytes | None, ops: list[tuple[int, bytes]]) -> bytes | None:
+        v = old
+        for op, val in ops:
+            if op == E.OP2_ADD:
+                v = val
+            else:
+                if v is not None and (not lost or lost[-1] != tk[:16]):
+                    lost.append(tk[:16])  # (md5, url) deleted: the md5 may have lost its last page
+                v = None
+        return v
+
+    cur.merge_points(groups(), combine)
     cur.finish()
     out_path = out.path
     _fault.point("stage2.before_table_close")
@@ -400,11 +418,56 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
 
 def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
-    for key, val in _records(job):
-        tk, op = key[:-2], key[-1]
-        cur.copy_until(tk)
-        ok, ov = cur.take_until(tk + b"\x00")
-        if not ok:
-            continue
-        if op == E.OP5_FLAG:
-            out.add(tk, link_with_flag(ov[0], val == b"\x01"))
+    def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
+        if old is None or op_val[0] == E.OP5_DEL:
+            return None
+        return old[:8] + op_val[1] + old[9:]
+
+    cur.merge_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine)
+
+
+def run_jobs(jobs: list[dict], workers: int, tmp: str) -> list[dict]:
+    """Run stage jobs, ``workers`` at a time, each in a fresh ``python -m webdb.writer.cascade``
+    process (its own memory, no import of the caller's ``__main__``); in this process when
+    there is one job or one worker."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [run_stage(job) for job in jobs]
+    os.makedirs(tmp, exist_ok=True)
+    results: list[dict | None] = [None] * len(jobs)
+    running: list[tuple[int, subprocess.Popen, str]] = []
+    pending = list(enumerate(jobs))
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i, job = pending.pop(0)
+                path = os.path.join(tmp, f"job-st{job['stage']}-{job['section']:04d}.json")
+                with open(path, "w") as f:
+                    json.dump(job, f)
+                p = subprocess.Popen([sys.executable, "-m", "webdb.writer.cascade", path], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE)
+                running.append((i, p, path))
+            i, p, path = running.pop(0)
+            out, err = p.communicate()
+            os.unlink(path)
+            if p.returncode != 0:
+                job = jobs[i]
+                tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {p.returncode}"]
+                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {tail[0]}")
+            results[i] = json.loads(out)
+    finally:
+        for _, p, _ in running:
+            p.kill()
+            p.wait()
+    return results  # type: ignore[return-value]
+
+
+def _main(argv: list[str]) -> int:
+    with open(argv[0]) as f:
+        job = json.load(f)
+    res = run_stage(job)
+    sys.stdout.write(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

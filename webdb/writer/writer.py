@@ -12,8 +12,6 @@ import os
 import random
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from typing import Any
 
 from webdb import _fault
@@ -24,7 +22,7 @@ from webdb.settings import SCHEDULE_KEYS, resolve
 from webdb.tables.format import TMP_DIR
 from webdb.tables.records import Link, Page, Status, validate_url
 from webdb.writer import edits as E
-from webdb.writer.cascade import encode_fetch, incoming_dir, run_stage, write_routed
+from webdb.writer.cascade import encode_fetch, incoming_dir, run_jobs, write_routed
 from webdb.writer.sortbuf import SortBuffer
 
 __all__ = ["EditLog", "Writer"]
@@ -323,31 +321,20 @@ def run_cascade(job0: dict, base: dict, workers: int) -> tuple[list[dict], list[
     while len(status) < secs.k:
         status.append({})
     stages = []
-    pool = None
-    if workers > 1:
-        # spawn, not fork: a forked child would share (and be charged for) the writer's heap.
-        pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
-    try:
-        for stage in range(1, 6):
-            jobs = []
-            for j in range(secs.k):
-                d = incoming_dir(root, j, job0["batch"], stage)
-                inputs = sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
-                if not inputs:
-                    continue
-                paths = {t: os.path.join(section_path(root, j), e["file"]) for t, e in tables[j].items()}
-                jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
-            if pool is not None and len(jobs) > 1:
-                results = list(pool.map(run_stage, jobs))
-            else:
-                results = [run_stage(job) for job in jobs]
-            for r in results:
-                apply_stage_result(tables, status, r)
-            stages.append({"stage": stage, "sections": [stage_summary(r) for r in results]})
-            _fault.point(f"close.after_stage{stage}")
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+    for stage in range(1, 6):
+        jobs = []
+        for j in range(secs.k):
+            d = incoming_dir(root, j, job0["batch"], stage)
+            inputs = sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
+            if not inputs:
+                continue
+            paths = {t: os.path.join(section_path(root, j), e["file"]) for t, e in tables[j].items()}
+            jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
+        results = run_jobs(jobs, workers, job0["tmp"])
+        for r in results:
+            apply_stage_result(tables, status, r)
+        stages.append({"stage": stage, "sections": [stage_summary(r) for r in results]})
+        _fault.point(f"close.after_stage{stage}")
     return tables, status, stages
 
 
