@@ -606,3 +606,68 @@ class MergeCursor:
             self._next_block()
             if held is None:
                 return
+
+    def merge_ranges(self, groups: Iterator[tuple[bytes, bytes, object]], combine) -> None:
+        """Apply range edits, a decoded block at a time.
+
+        ``groups`` yields ``(lo, hi, payload)`` with disjoint, increasing ranges [lo, hi);
+        ``combine(lo, old_keys, old_vals, payload)`` gets the old records in the range and
+        returns the (keys, values) to write there, sorted and inside the range.  A range that
+        runs past the end of its block takes the slow path (``take_until`` across blocks).
+        """
+        out = self.out
+        it = iter(groups)
+        held = None
+        while True:
+            if held is not None:
+                g, held = held, None
+            else:
+                g = next(it, None)
+            if g is None:
+                return
+            lo, hi, payload = g
+            self.copy_until(lo)
+            if self._keys is None:
+                if self.t is None or self._bi >= self.t.nblocks or self.t.first_keys[self._bi] >= hi:
+                    ok, ov = [], []  # nothing old in the range
+                else:
+                    ok, ov = self.take_until(hi)
+                nk, nv = combine(lo, ok, ov, payload)
+                out.add_many(nk, nv)
+                continue
+            keys, vals, pos = self._keys, self._vals, self._pos
+            n = len(keys)
+            nk: list[bytes] = []
+            nv: list[bytes] = []
+            while True:
+                j1 = bisect.bisect_left(keys, lo, pos)
+                j2 = bisect.bisect_left(keys, hi, j1)
+                if j2 == n:
+                    # The range may go on in the next block: finish this block's output, then
+                    # collect the range across blocks.
+                    nk += keys[pos:j1]
+                    nv += vals[pos:j1]
+                    out.add_many(nk, nv)
+                    self._pos = j1
+                    ok, ov = self.take_until(hi)
+                    rk, rv = combine(lo, ok, ov, payload)
+                    out.add_many(rk, rv)
+                    break
+                if j1 > pos:
+                    nk += keys[pos:j1]
+                    nv += vals[pos:j1]
+                rk, rv = combine(lo, keys[j1:j2], vals[j1:j2], payload)
+                nk += rk
+                nv += rv
+                pos = j2
+                g = next(it, None)
+                if g is None or g[0] > keys[-1]:
+                    held = g
+                    nk += keys[pos:]
+                    nv += vals[pos:]
+                    out.add_many(nk, nv)
+                    self._next_block()
+                    break
+                lo, hi, payload = g
+            if held is None and g is None:
+                return

@@ -148,7 +148,7 @@ def _open(path: str | None, table: str) -> TableReader | None:
 
 def run_stage(job: dict) -> dict:
     """Run one stage for one section; returns the new table's stats (see module doc)."""
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), time.process_time()
     stage, sec = job["stage"], job["section"]
     table = E.STAGE_TABLE[stage]
     s = job["settings"]
@@ -173,6 +173,7 @@ def run_stage(job: dict) -> dict:
             old.close()
     res["decoded_blocks"], res["raw_blocks"] = cur.decoded_blocks, cur.raw_blocks
     res["seconds"] = time.monotonic() - t0
+    res["cpu_seconds"] = time.process_time() - c0
     _fault.point(f"stage{stage}.done")
     return res
 
@@ -302,49 +303,51 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     pbm = job["tables"].get("pages_by_md5")
     probe = Probe(TableReader(pbm) if pbm else None)
     dropped = 0
-    group_md5: bytes | None = None
-    del_all = False
-    adds: list[tuple[bytes, bytes]] = []
 
-    def apply(md5: bytes, del_all: bool, adds: list[tuple[bytes, bytes]]) -> None:
+    def combine(md5: bytes, ok: list[bytes], ov: list[bytes], payload) -> tuple[list[bytes], list[bytes]]:
         nonlocal dropped
-        cur.copy_until(md5)
-        ok, ov = cur.take_until(_prefix_end(md5) or b"\xff" * 17)
-        old = dict(zip((k[16:] for k in ok), ov))
+        del_all, adds = payload
+        old = dict(zip([k[16:] for k in ok], ov))
         if adds and not probe.has_prefix(md5):
             dropped += len(adds)  # no page carries this content: its links would be orphans
             adds = []
         new: dict[bytes, bytes] = {} if del_all else dict(old)
-        for u, v in adds:  # in url order; the last add of a url wins
+        for u, v in adds:  # in url order; the last add of a url won already
             prev = old.get(u)
             if prev is not None and prev[:8] == v[:8] and prev[9:] == v[9:]:
                 v = prev  # same link: keep the stored flag, emit nothing
-            new[u] = v
-        us = sorted(new)
-        out.add_many([md5 + u for u in us], [new[u] for u in us])
-        for u, v in new.items():
-            if old.get(u) != v:
-                em4.add(E.lbu_link_key(u, md5, E.OP4_ADD), v)
-        for u in old:
-            if u not in new:
-                em4.add(E.lbu_link_key(u, md5, E.OP4_DEL))
-
-    for key, val in _records(job):
-        md5 = key[:16]
-        if md5 != group_md5:
-            if group_md5 is not None:
-                apply(group_md5, del_all, adds)
-            group_md5, del_all, adds = md5, False, []
-        if key[16:17] == E.TAG3_DEL_ALL:
-            del_all = True
-        else:
-            u = key[17:-1]
-            if adds and adds[-1][0] == u:
-                adds[-1] = (u, val)
             else:
-                adds.append((u, val))
-    if group_md5 is not None:
-        apply(group_md5, del_all, adds)
+                em4.add(E.lbu_link_key(u, md5, E.OP4_ADD), v)
+            new[u] = v
+        if del_all:
+            for u in old:
+                if u not in new:
+                    em4.add(E.lbu_link_key(u, md5, E.OP4_DEL))
+        us = sorted(new)
+        return [md5 + u for u in us], [new[u] for u in us]
+
+    def groups():
+        gm: bytes | None = None
+        del_all = False
+        adds: list[tuple[bytes, bytes]] = []
+        for key, val in _records(job):
+            md5 = key[:16]
+            if md5 != gm:
+                if gm is not None:
+                    yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
+                gm, del_all, adds = md5, False, []
+            if key[16:17] == E.TAG3_DEL_ALL:
+                del_all = True
+            else:
+                u = key[17:-1]
+                if adds and adds[-1][0] == u:
+                    adds[-1] = (u, val)
+                else:
+                    adds.append((u, val))
+        if gm is not None:
+            yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
+
+    cur.merge_ranges(groups(), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {4: em4.finish()}
@@ -358,16 +361,11 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     pbu = job["tables"].get("pages_by_url")
     probe = Probe(TableReader(pbu) if pbu else None)
     dangling = 0
-    group_url: bytes | None = None
-    notice: int | None = None
-    ledits: list[tuple[bytes, int, bytes]] = []
 
-    def apply(url_b: bytes, notice: int | None, ledits: list[tuple[bytes, int, bytes]]) -> None:
+    def combine(start: bytes, ok: list[bytes], ov: list[bytes], payload) -> tuple[list[bytes], list[bytes]]:
         nonlocal dangling
-        start = url_b + b"\x00"
+        url_b, notice, ledits = payload
         n0 = len(start)
-        cur.copy_until(start)
-        ok, ov = cur.take_until(url_b + b"\x01")
         links = dict(zip([k[n0:] for k in ok], ov))
         added: dict[bytes, bytes] = {}  # value as stage 3 wrote it to LinksByMD5
         for fid, op, v in ledits:
@@ -385,7 +383,7 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             for fid in links:
                 em5.add(E.lbm2_key(fid, url_b, E.OP5_DEL))
             dangling += len(links)
-            return
+            return [], []
         if state >= 0:
             flag = 1 if state == E.TARGET_OUT else 0
             fb = bytes((flag,))
@@ -394,21 +392,27 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
                     links[fid] = v[:8] + fb + v[9:]
                     em5.add(E.lbm2_key(fid, url_b, E.OP5_FLAG), fb)
         fids = sorted(links)
-        out.add_many([start + f for f in fids], [links[f] for f in fids])
+        return [start + f for f in fids], [links[f] for f in fids]
 
-    for key, val in _records(job):
-        i = key.index(b"\x00")
-        url_b = key[:i]
-        if url_b != group_url:
-            if group_url is not None:
-                apply(group_url, notice, ledits)
-            group_url, notice, ledits = url_b, None, []
-        if key[i + 1 : i + 2] == E.TAG4_NOTICE:
-            notice = val[0]
-        else:
-            ledits.append((key[i + 2 : i + 18], key[i + 18], val))
-    if group_url is not None:
-        apply(group_url, notice, ledits)
+    def groups():
+        gu: bytes | None = None
+        notice: int | None = None
+        ledits: list[tuple[bytes, int, bytes]] = []
+        for key, val in _records(job):
+            i = key.index(b"\x00")
+            url_b = key[:i]
+            if url_b != gu:
+                if gu is not None:
+                    yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
+                gu, notice, ledits = url_b, None, []
+            if key[i + 1 : i + 2] == E.TAG4_NOTICE:
+                notice = val[0]
+            else:
+                ledits.append((key[i + 2 : i + 18], key[i + 18], val))
+        if gu is not None:
+            yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
+
+    cur.merge_ranges(groups(), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}

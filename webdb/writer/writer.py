@@ -348,7 +348,8 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
 
 
 def stage_summary(r: dict) -> dict:
-    return {k: r[k] for k in ("section", "records", "bytes", "seconds", "emitted", "decoded_blocks", "raw_blocks")}
+    keys = ("section", "records", "bytes", "seconds", "cpu_seconds", "emitted", "decoded_blocks", "raw_blocks")
+    return {k: r[k] for k in keys}
 
 
 def check_counts(m: dict) -> None:
