@@ -153,9 +153,12 @@ class Model:
         """New url -> page map, and the links of the winning add_page_if_not_present calls."""
         new = dict(self._pages)
         ifn_links: list[tuple[int, Link]] = []
-        named = {self._call_url(op, a) for op, a, _ in calls} - {None}
-        for url in named:
-            mine = [(i, op, a, b) for i, (op, a, b) in enumerate(calls) if self._call_url(op, a) == url]
+        by_url: dict[str, list[tuple[int, str, object, object]]] = {}
+        for i, (op, a, b) in enumerate(calls):
+            url = self._call_url(op, a)
+            if url is not None:
+                by_url.setdefault(url, []).append((i, op, a, b))
+        for url, mine in by_url.items():
             old = self._pages.get(url)
             edits = [c for c in mine if c[1] in PRIORITY]
             if edits:
@@ -280,13 +283,13 @@ class Model:
         return _sorted_copies(self._links.values(), lbm_key)
 
     def get_pages(self, md5: bytes) -> list[Page]:
-        return [p for p in self.pages_by_md5() if p.md5 == md5]
+        return _sorted_copies([p for p in self._pages.values() if p.md5 == md5], pbm_key)
 
     def inlinks(self, url: str) -> list[Link]:
-        return [link for link in self.links() if link.url == url]
+        return _sorted_copies([x for x in self._links.values() if x.url == url], lbu_key)
 
     def outlinks(self, md5: bytes) -> list[Link]:
-        return [link for link in self.links_by_md5() if link.from_id == md5]
+        return _sorted_copies([x for x in self._links.values() if x.from_id == md5], lbm_key)
 
 
 def _sorted_copies(items: Iterable, key) -> list:

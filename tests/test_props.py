@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 import shutil
 import tempfile
 from pathlib import Path
@@ -222,3 +223,72 @@ def test_webdb_matches_model(config):
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_webdb_matches_model_long(config):
     run_state_machine_as_test(machine(config), settings=_settings(300, 20))
+
+
+# ---- seeded stress: large batches that spill sorted runs -------------------------------------------
+
+
+def random_batch(rnd: random.Random, urls: list[str], md5s: list[bytes], held: list[bytes], n: int) -> list:
+    """``n`` random writer calls over the given universe (links mostly from ``held`` md5s)."""
+    calls: list[tuple[str, tuple]] = []
+    sources = (held or md5s) + md5s[:3]
+    for _ in range(n):
+        op = rnd.choice(["add_page"] * 3 + ["with_score", "ifn", "delete_page", "fetch"] + ["add_link"] * 3 + ["del"])
+        url = rnd.choice(urls)
+        page = Page(
+            url,
+            md5=rnd.choice(md5s + [b""]),
+            status=rnd.choice(list(Status)),
+            num_outlinks=rnd.randrange(3),
+            score=rnd.random(),
+        )
+        link = Link(rnd.choice(sources), rnd.choice(urls), "a" * rnd.randrange(120), rnd.randrange(1 << 40))
+        if op == "add_page":
+            calls.append(("add_page", (page,)))
+        elif op == "with_score":
+            calls.append(("add_page_with_score", (page,)))
+        elif op == "ifn":
+            calls.append(("add_page_if_not_present", (page, rnd.choice([None, dataclasses.replace(link, url=url)]))))
+        elif op == "delete_page":
+            calls.append(("delete_page", (url,)))
+        elif op == "fetch":
+            status = rnd.choice(sorted(FETCH_STATUSES))
+            md5 = rnd.choice(md5s) if status == Status.FETCHED or rnd.random() < 0.5 else None
+            calls.append(("apply_fetch", (FetchResult(url, status, rnd.randrange(1 << 40), md5, rnd.randrange(3)),)))
+        elif op == "add_link":
+            calls.append(("add_link", (link,)))
+        else:
+            calls.append(("delete_links", (rnd.choice(sources),)))
+    return calls
+
+
+def stress(tmp: Path, seed: int, k: int, n_urls: int, n_calls: int, batches: int) -> None:
+    """Seeded random batches big enough that a 1 MiB writer spills its edits to sorted runs."""
+    rnd = random.Random(seed)
+    paths = {"/".join(str(rnd.randrange(5)) for _ in range(rnd.randrange(4))) for _ in range(n_urls)}
+    urls = sorted(f"http://h{rnd.randrange(20)}/{p}" for p in paths) + ["http://\u00e9/x", "zz://z"]
+    md5s = [rnd.randbytes(16) for _ in range(n_urls // 10)] + [url_md5(u) for u in urls[:30]]
+    settings = {"memory_mb": 1, "block_size": 512}
+    db = webdb.create(str(tmp / f"db-{seed}-{k}"), sections=k, sync=False, **settings)
+    m = Model(**settings)
+    for _ in range(batches):
+        calls = random_batch(rnd, urls, md5s, [p.md5 for p in m.pages()], n_calls)
+        with db.writer() as w:
+            for name, args in calls:
+                getattr(w, name)(*copy.deepcopy(args))
+                getattr(m, name)(*copy.deepcopy(args))
+        m.commit()
+        with db.reader() as r:
+            assert_reader_matches(r, m)
+    assert m.num_links > 0 and m.num_pages > 0
+
+
+def test_large_batches_match_model(tmp_path):
+    stress(tmp_path, seed=1, k=3, n_urls=1500, n_calls=12000, batches=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("seed", [7, 8])
+def test_large_batches_match_model_long(tmp_path, seed, k):
+    stress(tmp_path, seed=seed, k=k, n_urls=4000, n_calls=30000, batches=3)
