@@ -1,0 +1,421 @@
+"""The distributed writer against the single-process Writer, locally and over real sshd hosts,
+and its failures: a section writer killed at each step, a host stopped or hung mid-stage, a full
+disk, an edit file corrupted in transit, the coordinator killed around the commit point.  Every
+failure must stop all writers in bounded time with an error naming host and stage, leave the
+old generation readable on every host, and a rerun must complete without manual cleanup."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from dbutil import batch_a, batch_b, snapshot
+from sshd import SSHHost
+
+import webdb
+from webdb.writer.inputs import CallRecorder, apply_call
+from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
+
+REPLAY = "webdb.writer.inputs:replay_calls"
+SETTINGS = {"sync": False, "block_size": 512}
+HB = 4.0  # heartbeat timeout of the fault tests: failures must be noticed within about this
+
+
+def recorded(batch) -> list[str]:
+    rec = CallRecorder()
+    batch(rec)
+    return rec.calls
+
+
+CALLS_A, CALLS_B = recorded(batch_a), recorded(batch_b)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, dict]:
+    """Snapshots of the single-process Writer after batch A and after A+B."""
+    db = webdb.create(str(tmp_path_factory.mktemp("ref") / "db"), sections=1, **SETTINGS)
+    out = {}
+    for name, calls in (("a", CALLS_A), ("ab", CALLS_B)):
+        with db.writer() as w:
+            for c in calls:
+                apply_call(w, json.loads(c))
+        out[name] = snapshot(db)
+    return out
+
+
+def split(calls: list[str], dirs: list[Path], tag: str) -> dict[int, dict]:
+    """Section j applies the j-th contiguous slice of ``calls``, from a file in ``dirs[j]``: the
+    concatenation in section order is the original order (docs/distributed.md)."""
+    k, n = len(dirs), len(calls)
+    out = {}
+    for j, d in enumerate(dirs):
+        p = d / f"{tag}-{j}.jsonl"
+        p.write_text("".join(c + "\n" for c in calls[j * n // k : (j + 1) * n // k]))
+        out[j] = {"paths": [str(p)]}
+    return out
+
+
+def gather(roots: list[Path], dest: Path, db: str = "crawl") -> webdb.WebDB:
+    """One readable copy of a rack db: the first root's identity/CURRENT/gen, every root's
+    section directories (a test-side view; the lead's multi-root Reader does this in place)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    src = roots[0] / db
+    for f in ("webdb.json", "CURRENT"):
+        shutil.copy(src / f, dest / f)
+    shutil.copytree(src / "gen", dest / "gen")
+    for r in roots:
+        for d in sorted((r / db).glob("section-*")):
+            shutil.copytree(d, dest / d.name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("edits"))
+    return webdb.open(str(dest))
+
+
+def committed(root: Path, db: str = "crawl") -> int:
+    return int((root / db / "CURRENT").read_text())
+
+
+def assert_state(roots: list[Path], tmp: Path, gen: int, expect: dict) -> None:
+    """Every location is at generation ``gen``; together they hold ``expect`` and pass check()."""
+    assert [committed(r) for r in roots] == [gen] * len(roots)
+    db = gather(roots, tmp / "gathered")
+    assert snapshot(db) == expect
+    with db.reader() as r:
+        r.check()
+
+
+def no_leftovers(roots: list[Path], db: str = "crawl") -> None:
+    for r in roots:
+        left = [p for p in (r / db).rglob("*") if {"edits", "tmp"} & set(p.relative_to(r / db).parts)]
+        assert left == [], left
+
+
+# ---- local mode: k section processes on this machine -----------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_local_update_equals_single_writer(k: int, tmp_path: Path, reference) -> None:
+    db = webdb.create(str(tmp_path / "crawl"), sections=k, **SETTINGS)
+    rack = Rack.local(db.path)
+    assert len(rack.places) == 1 and rack.k == k
+    events: list[dict] = []
+    r = update(rack, split(CALLS_A, [tmp_path] * k, "a"), input_fn=REPLAY, progress=events.append)
+    assert r.committed and r.generation == 1 and r.hosts.ok
+    assert snapshot(db) == reference["a"]
+    assert len(db.sections().breakpoints) == k - 1  # chosen from every section's sample
+    r = update(rack, split(CALLS_B, [tmp_path] * k, "b"), input_fn=REPLAY)
+    assert snapshot(db) == reference["ab"]
+    with db.reader() as rd:
+        rd.check()
+    # Per-section progress reached the coordinator: every stage merged somewhere, steps shipped.
+    merged = {e["step"] for e in events if e.get("state") == "merged"}
+    assert merged == {1, 2, 3, 4, 5}
+    assert [s["step"] for s in r.shipped] == [0, 1, 2, 3, 4] and r.shipped[0]["bytes"] > 0
+    assert r.manifest["distributed"]["hosts"] == {str(tmp_path): list(range(k))}
+    no_leftovers([tmp_path])
+
+
+def test_local_section_killed_then_rerun(tmp_path: Path, reference) -> None:
+    db = webdb.create(str(tmp_path / "crawl"), sections=3, **SETTINGS)
+    rack = Rack.local(db.path)
+    update(rack, split(CALLS_A, [tmp_path] * 3, "a"), input_fn=REPLAY)
+    inputs = split(CALLS_B, [tmp_path] * 3, "b")
+    t0 = time.monotonic()
+    with pytest.raises(UpdateFailed, match=r"section 2 writer killed by signal 9.*|failed at stage 3") as e:
+        update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, env={"WEBDB_FAULTS": "dist.s2.step3.before_ship"})
+    assert time.monotonic() - t0 < 10
+    assert "stage 3" in str(e.value) and not e.value.result.committed
+    assert db.committed() == 1 and snapshot(db) == reference["a"]
+    update(rack, inputs, input_fn=REPLAY)
+    assert snapshot(db) == reference["ab"]
+    no_leftovers([tmp_path])
+
+
+def test_local_update_fails_fast_when_the_db_is_locked(tmp_path: Path) -> None:
+    db = webdb.create(str(tmp_path / "crawl"), sections=2, **SETTINGS)
+    w = db.writer()
+    try:
+        with pytest.raises(UpdateFailed, match=rf"{tmp_path}.*LockedError: .*being written by pid {os.getpid()}"):
+            update(Rack.local(db.path), {}, input_fn=REPLAY)
+    finally:
+        w.abort()
+    assert update(Rack.local(db.path), {}, input_fn=REPLAY).generation == 1
+
+
+def test_cli_update_local_and_round_tsv(tmp_path: Path) -> None:
+    """`webdb update DB INPUT…` on one machine, with the benchmark workload's round input."""
+    db = webdb.create(str(tmp_path / "crawl"), sections=2, **SETTINGS)
+    md5 = "0123456789abcdef0123456789abcdef"
+    (tmp_path / "round.tsv").write_text(
+        f"http://a.example/\t1\t{md5}\t1700000000\thttp://b.example/x\x1fbee\x1ehttp://a.example/y\x1fwhy\n"
+        "http://c.example/\t0\t\t1700000000\t\n"
+    )
+    env = dict(os.environ, WEBDB_FAULTS="")
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "update", db.path, str(tmp_path / "round.tsv"),
+         "--input", "webdb.writer.inputs:apply_round_tsv", "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["committed"] and out["generation"] == 1
+    with db.reader() as r:
+        assert r.get_page("http://a.example/").status == webdb.Status.FETCHED
+        assert r.get_page("http://c.example/").retries == 1
+        assert [lk.anchor for lk in r.inlinks("http://b.example/x")] == ["bee"]
+        assert r.num_pages == 4 and r.num_links == 2
+        r.check()
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "update", db.path, str(tmp_path / "missing.tsv"),
+         "--input", "webdb.writer.inputs:apply_round_tsv"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 1
+    assert "nothing committed" in p.stderr and "missing.tsv" in p.stderr and "step 0" in p.stderr
+    assert db.committed() == 1
+
+
+# ---- over ssh: one section writer per host -------------------------------------------------------------
+
+
+def make_rack(
+    hosts: list[SSHHost], tmp: Path, k: int | None = None, on: list[SSHHost] | None = None, extra: str = ""
+) -> Rack:
+    """hosts.ini for ``hosts``; k sections round-robin on ``on`` (default: all of them)."""
+    k = k or len(hosts)
+    names = ", ".join(h.name for h in on or hosts)
+    ini = "[ndfs]\ndb = crawl\nconnect_timeout = 3\ntimeout = 5\n\n" + "".join(h.ini() for h in hosts)
+    ini += f"\n[sections]\ncount = {k}\nhosts = {names}\n{extra}"
+    (tmp / "hosts.ini").write_text(ini)
+    return Rack.from_file(tmp / "hosts.ini")
+
+
+@pytest.fixture
+def rack2(ssh_hosts: list[SSHHost], tmp_path: Path, reference):
+    """Two hosts with batch A committed (generation 1) and batch B's input in place."""
+    hosts = ssh_hosts[:2]
+    rack = make_rack(hosts, tmp_path)
+    create_rack(rack, **SETTINGS)
+    update(rack, split(CALLS_A, [h.root for h in hosts], "a"), input_fn=REPLAY)
+    return hosts, rack, split(CALLS_B, [h.root for h in hosts], "b")
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_ssh_update_equals_single_writer(k: int, ssh_hosts: list[SSHHost], tmp_path: Path, reference) -> None:
+    hosts = ssh_hosts[:k]
+    roots = [h.root for h in hosts]
+    rack = make_rack(hosts, tmp_path)
+    res = create_rack(rack, **SETTINGS)
+    assert res.ok and list(res) == [h.name for h in hosts]
+    assert committed(roots[-1]) == 0 and (roots[-1] / "crawl" / f"section-{k - 1:04d}").is_dir()
+    r = update(rack, split(CALLS_A, roots, "a"), input_fn=REPLAY)
+    assert r.hosts.ok and r.committed
+    if k > 1:
+        assert all(r.hosts[h.name].value["remote_bytes"] > 0 for h in hosts)  # edits crossed hosts
+    assert_state(roots, tmp_path, 1, reference["a"])
+    r = update(rack, split(CALLS_B, roots, "b"), input_fn=REPLAY)
+    assert_state(roots, tmp_path, 2, reference["ab"])
+    no_leftovers(roots)
+    text = r.summary()
+    assert "generation 2 committed" in text and all(h.name in text for h in hosts)
+
+
+@pytest.mark.ssh
+def test_ssh_two_sections_per_host_and_master_group(ssh_hosts: list[SSHHost], tmp_path: Path, reference) -> None:
+    """4 sections on 2 hosts, and a master location holding no section (a third host)."""
+    hosts = ssh_hosts[:3]
+    rack = make_rack(hosts, tmp_path, k=4, on=hosts[:2], extra="\n[group:master]\nlocations = h2\n")
+    assert {p.label: (p.sections, p.master) for p in rack.places.values()} == {
+        "h0": ([0, 2], False), "h1": ([1, 3], False), "h2": ([], True)}  # fmt: skip
+    create_rack(rack, **SETTINGS)
+    roots = [h.root for h in hosts[:2]]
+    update(rack, split(CALLS_A, [roots[0], roots[1], roots[0], roots[1]], "a"), input_fn=REPLAY)
+    update(rack, split(CALLS_B, [roots[0], roots[1], roots[0], roots[1]], "b"), input_fn=REPLAY)
+    assert committed(hosts[2].root) == 2
+    assert_state(roots, tmp_path, 2, reference["ab"])
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("step", [0, 1, 2, 3, 4, 5])
+def test_ssh_section_writer_killed_at_each_step(step: int, rack2, tmp_path: Path, reference) -> None:
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+    point = f"dist.s1.step{step}.before_ship" if step < 5 else "dist.s1.stage5.done"
+    t0 = time.monotonic()
+    with pytest.raises(UpdateFailed) as e:
+        update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, env={"WEBDB_FAULTS": point})
+    assert time.monotonic() - t0 < 15
+    msg = str(e.value)
+    where = "step 0" if step == 0 else f"stage {step}"
+    assert "h1 (section 1)" in msg and where in msg and "killed by signal 9" in msg, msg
+    assert not e.value.result.hosts["h1"].ok and "killed" in e.value.result.hosts["h1"].reason
+    assert_state(roots, tmp_path, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, tmp_path, 2, reference["ab"])
+    no_leftovers(roots)
+
+
+@pytest.mark.ssh
+def test_ssh_host_stopped_mid_stage(rack2, tmp_path: Path, reference) -> None:
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+
+    def stop_at_stage_2(e: dict) -> None:
+        if e["host"] == "h1" and e.get("step") == 2 and e.get("state") == "waiting" and hosts[1].running:
+            hosts[1].stop()
+
+    t0 = time.monotonic()
+    with pytest.raises(UpdateFailed, match="h1") as e:
+        update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, progress=stop_at_stage_2)
+    assert time.monotonic() - t0 < HB + 12
+    assert "stage 2" in str(e.value), str(e.value)
+    assert e.value.result.hosts["h0"].ok is False or "h1" in str(e.value)
+    hosts[1].start()
+    assert_state(roots, tmp_path, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, tmp_path, 2, reference["ab"])
+    no_leftovers(roots)
+
+
+def wait_unlocked(path: Path, timeout: float) -> None:
+    """Until no process holds the writer lock of a db copy (a resumed agent gives up on its own)."""
+    deadline = time.monotonic() + timeout
+    with open(path, "a") as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                return
+            except OSError:
+                assert time.monotonic() < deadline, f"{path} still locked"
+                time.sleep(0.1)
+
+
+@pytest.mark.ssh
+def test_ssh_host_hung_mid_stage(rack2, tmp_path: Path, reference) -> None:
+    """A frozen host (SIGSTOP: connections open, nothing answers) is the original's endless
+    wait; here it stops the update within the heartbeat timeout."""
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+
+    def pause_at_stage_3(e: dict) -> None:
+        if e["host"] == "h1" and e.get("step") == 3 and e.get("state") == "waiting" and not hosts[1].paused:
+            hosts[1].pause()
+
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(UpdateFailed, match=rf"h1 \(section 1\) failed at stage 3: no heartbeat for {HB:g}s"):
+            update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, progress=pause_at_stage_3)
+        assert time.monotonic() - t0 < HB + 15
+    finally:
+        hosts[1].resume()
+    wait_unlocked(roots[1] / "crawl" / "LOCK", HB + 10)
+    assert_state(roots, tmp_path, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, tmp_path, 2, reference["ab"])
+
+
+@pytest.mark.ssh
+def test_ssh_edit_file_corrupted_in_transit(rack2, tmp_path: Path, reference) -> None:
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+    with pytest.raises(UpdateFailed, match=r"h0 \(section 0\) failed at stage 1: .*ChecksumMismatch.*h1") as e:
+        update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, env={"WEBDB_FAULTS": "dist.s0.step1.corrupt"})
+    assert "not published" in str(e.value)
+    assert_state(roots, tmp_path, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, tmp_path, 2, reference["ab"])
+
+
+@pytest.fixture
+def small_disk(ssh_hosts: list[SSHHost]):
+    """Host 1's data root on a 4 MiB tmpfs."""
+    root = ssh_hosts[1].root
+    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)], capture_output=True, text=True)
+    assert p.returncode == 0, f"mounting a tmpfs needs root: {p.stderr}"
+    try:
+        yield root
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=True)
+
+
+@pytest.mark.ssh
+def test_ssh_full_disk_on_one_host(ssh_hosts: list[SSHHost], small_disk: Path, tmp_path: Path, reference) -> None:
+    hosts = ssh_hosts[:2]
+    roots = [h.root for h in hosts]
+    rack = make_rack(hosts, tmp_path)
+    create_rack(rack, **SETTINGS)
+    update(rack, split(CALLS_A, roots, "a"), input_fn=REPLAY)
+    inputs = split(CALLS_B, roots, "b")
+    filler = small_disk / "filler"
+    free = shutil.disk_usage(small_disk).free
+    filler.write_bytes(b"\0" * max(0, free - 24 * 1024))  # leave 24 KiB: less than one stage needs
+    with pytest.raises(UpdateFailed, match=r"h1.*(DiskFull|No space left)") as e:
+        update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB)
+    assert "stage" in str(e.value) or "step 0" in str(e.value)
+    filler.unlink()
+    assert_state(roots, tmp_path, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, tmp_path, 2, reference["ab"])
+
+
+def cli(args: list[str], faults: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WEBDB_FAULTS=faults)
+    return subprocess.run([sys.executable, "-m", "webdb.cli.main", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)  # fmt: skip
+
+
+@pytest.mark.ssh
+@pytest.mark.parametrize("point", ["dist.coordinator.before_commit", "dist.coordinator.after_master_commit"])
+def test_ssh_coordinator_killed_around_the_commit_point(point: str, rack2, tmp_path: Path, reference) -> None:
+    """Before the master's CURRENT flips nothing is committed; after it, the batch is, and the
+    next update brings the other host forward before it starts."""
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+    args = ["update", "--hosts", str(tmp_path / "hosts.ini"), "--input", REPLAY, "--heartbeat-timeout", "4", "crawl"]
+    p = cli([*args, *(f"{h.name}:{inputs[j]['paths'][0]}" for j, h in enumerate(hosts))], faults=point)
+    assert p.returncode == -9, p.stderr
+    after = point.endswith("after_master_commit")
+    time.sleep(0.5)
+    wait_unlocked(roots[1] / "crawl" / "LOCK", HB + 10)
+    assert [committed(r) for r in roots] == ([2, 1] if after else [1, 1])
+    p = cli(args)  # an empty batch: brings every host to the rack's generation, then commits
+    assert p.returncode == 0, p.stderr
+    assert "generation 3 committed" in p.stdout if after else "generation 2 committed" in p.stdout
+    assert_state(roots, tmp_path, 3 if after else 2, reference["ab"] if after else reference["a"])
+    no_leftovers(roots)
+
+
+@pytest.mark.ssh
+def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp_path: Path, reference) -> None:
+    hosts = ssh_hosts[:2]
+    roots = [h.root for h in hosts]
+    make_rack(hosts, tmp_path)
+    ini = str(tmp_path / "hosts.ini")
+    p = cli(["create", "--hosts", ini, "crawl", "--set", "sync=false", "--set", "block_size=512"])
+    assert p.returncode == 0 and "created crawl with 2 section(s) on h0 (0), h1 (1)" in p.stdout, p.stderr
+    p = cli(["create", "--hosts", ini, "crawl", "--sections", "3"])
+    assert p.returncode == 2 and "--sections 3 but" in p.stderr
+    inputs = split(CALLS_A, roots, "a")
+    # A bare relative path is read on every host, relative to <root>/<db> there.
+    for j, h in enumerate(hosts):
+        shutil.move(inputs[j]["paths"][0], h.root / "crawl" / "round-a.jsonl")
+    p = cli(["update", "--hosts", ini, "crawl", "round-a.jsonl", "--input", REPLAY])
+    assert p.returncode == 0, p.stderr
+    assert "h1  section 1: stage 3/5 merged" in p.stderr and "to other hosts" in p.stderr
+    assert p.stdout.startswith("generation 1 committed") and "h0    0" in p.stdout
+    assert_state(roots, tmp_path, 1, reference["a"])
+    p = cli(["update", "--hosts", ini, "crawl", "h1:nowhere.jsonl", "--input", REPLAY])
+    assert p.returncode == 1 and "nothing committed" in p.stderr and "h1 (section 1)" in p.stderr
+    assert "nowhere.jsonl" in p.stderr and "FAILED" in p.stdout
+    p = cli(["update", "--hosts", ini, "crawl", "h9:x", "--input", REPLAY])
+    assert p.returncode == 2 and "'h9' is not a location" in p.stderr
+    p = cli(["update", "--hosts", ini, "crawl", "x", "--input", "nosuch.mod:fn"])
+    assert p.returncode == 2 and "module 'nosuch' is not installed" in p.stderr

@@ -1,0 +1,237 @@
+"""Inputs of a distributed update: what feeds each section writer's ``EditLog``.
+
+An input is a function ``fn(log, paths, **options) -> dict`` that applies the round's data
+found at ``paths`` on the writer's own host as writer calls on ``log`` (an ``EditLog``, which
+has every ``Writer`` call) and returns counts to report.  The update names it as
+``"module:function"`` so it can be imported on every host; the default is the crawl loop's
+``fetchlist.update:apply_segments`` (fetch segments).  Two more ship here:
+
+- ``apply_round_tsv``: the benchmark workload's ``round.tsv`` (bench/peer_webdb.py);
+- ``replay_calls``: JSON lines of writer calls, written with ``CallRecorder`` (tests, tools
+  that prepare calls elsewhere).
+
+Calls of different section writers are ordered as if section 0's came first, then section
+1's, and so on (docs/distributed.md, *Order of calls*).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from webdb.errors import BadInput
+from webdb.schedule import FetchResult
+from webdb.tables.records import Link, Page, Status
+
+__all__ = ["DEFAULT_INPUT", "CallRecorder", "apply_round_tsv", "replay_calls", "resolve"]
+
+DEFAULT_INPUT = "fetchlist.update:apply_segments"
+# round.tsv pages new to the db get this fetch interval (the benchmark workload's rule).
+ROUND_NEW_INTERVAL = 2592000
+
+InputFn = Callable[..., dict]
+
+
+def resolve(spec: str) -> InputFn:
+    """The function named ``"module:function"``; BadInput naming it if it cannot be imported."""
+    mod, sep, name = spec.partition(":")
+    if not sep or not mod or not name:
+        raise BadInput(f"input {spec!r}: expected MODULE:FUNCTION")
+    try:
+        fn = getattr(importlib.import_module(mod), name)
+    except ModuleNotFoundError as e:
+        raise BadInput(f"input {spec!r}: module {e.name!r} is not installed") from None
+    except AttributeError:
+        raise BadInput(f"input {spec!r}: {mod} has no {name}") from None
+    if not callable(fn):
+        raise BadInput(f"input {spec!r} is not a function")
+    return fn
+
+
+def apply_round_tsv(log: Any, paths: list[str], **_options: Any) -> dict:
+    """Apply round.tsv files of the benchmark workload (/work/shared/peers/webgraph.py):
+    ``url, ok, md5, time, outlinks`` per line; outlinks ``url 0x1f anchor`` joined by 0x1e.
+
+    A fetched line is ``apply_fetch(FETCHED)`` + ``add_outlinks``; a failed one
+    ``apply_fetch(RETRY)``.  Cost: one pass over the file, O(outlinks) writer calls.
+    """
+    fetched = failed = outlinks = 0
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                url, ok, md5, t, out = line[:-1].split("\t")
+                t = int(t)
+                if ok == "1":
+                    links = [tuple(x.split("\x1f")) for x in out.split("\x1e")] if out else []
+                    m = bytes.fromhex(md5)
+                    log.apply_fetch(FetchResult(url, Status.FETCHED, t, m, len(links)))
+                    log.add_outlinks(m, links, next_fetch=t, fetch_interval=ROUND_NEW_INTERVAL)
+                    fetched += 1
+                    outlinks += len(links)
+                else:
+                    log.apply_fetch(FetchResult(url, Status.RETRY, t))
+                    failed += 1
+    return {"fetched": fetched, "failed": failed, "outlinks": outlinks}
+
+
+# ---- writer calls as JSON lines ----------------------------------------------------------------
+
+
+def _page(p: Page) -> dict:
+    return {
+        "url": p.url,
+        "md5": p.md5.hex(),
+        "status": int(p.status),
+        "fetch_time": p.fetch_time,
+        "next_fetch": p.next_fetch,
+        "retries": p.retries,
+        "fetch_interval": p.fetch_interval,
+        "num_outlinks": p.num_outlinks,
+        "score": p.score,
+        "next_score": p.next_score,
+        "meta": p.meta,
+    }
+
+
+def _link(lk: Link) -> dict:
+    return {"from_id": lk.from_id.hex(), "url": lk.url, "anchor": lk.anchor, "domain_id": lk.domain_id}
+
+
+def _fetch(r: FetchResult) -> dict:
+    return {
+        "url": r.url,
+        "status": int(r.status),
+        "fetch_time": r.fetch_time,
+        "md5": r.md5.hex() if r.md5 is not None else None,
+        "num_outlinks": r.num_outlinks,
+        "meta": r.meta,
+    }
+
+
+def _to_page(d: dict) -> Page:
+    return Page(
+        d["url"],
+        bytes.fromhex(d["md5"]),
+        d["status"],
+        d["fetch_time"],
+        d["next_fetch"],
+        d["retries"],
+        d["fetch_interval"],
+        d["num_outlinks"],
+        d["score"],
+        d["next_score"],
+        d["meta"],
+    )
+
+
+def _to_link(d: dict) -> Link:
+    return Link(bytes.fromhex(d["from_id"]), d["url"], d["anchor"], d["domain_id"])
+
+
+def _to_fetch(d: dict) -> FetchResult:
+    md5 = bytes.fromhex(d["md5"]) if d["md5"] is not None else None
+    return FetchResult(d["url"], d["status"], d["fetch_time"], md5, d["num_outlinks"], d["meta"])
+
+
+class CallRecorder:
+    """Has the writer's calls; records each as one JSON line (``replay_calls`` applies them).
+
+    ``calls`` keeps the lines; ``write(f, lo, hi)`` writes a slice, so one recorded batch can
+    be split across section writers (their order is kept: see the module doc).
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def _rec(self, call: str, **args: Any) -> None:
+        self.calls.append(json.dumps({"call": call, **args}, separators=(",", ":")))
+
+    def add_page(self, page: Page) -> None:
+        self._rec("add_page", page=_page(page))
+
+    def add_page_with_score(self, page: Page) -> None:
+        self._rec("add_page_with_score", page=_page(page))
+
+    def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
+        self._rec("add_page_if_not_present", page=_page(page), link=_link(link) if link is not None else None)
+
+    def delete_page(self, url: str) -> None:
+        self._rec("delete_page", url=url)
+
+    def apply_fetch(self, result: FetchResult) -> None:
+        self._rec("apply_fetch", result=_fetch(result))
+
+    def add_link(self, link: Link) -> None:
+        self._rec("add_link", link=_link(link))
+
+    def delete_links(self, md5: bytes) -> None:
+        self._rec("delete_links", md5=md5.hex())
+
+    def add_outlinks(
+        self,
+        from_md5: bytes,
+        outlinks: list[tuple[str, str]],
+        *,
+        domain_id: int = 0,
+        next_fetch: int = 0,
+        score: float = 1.0,
+        fetch_interval: int | None = None,
+    ) -> None:
+        self._rec(
+            "add_outlinks",
+            md5=from_md5.hex(),
+            outlinks=[list(x) for x in outlinks],
+            domain_id=domain_id,
+            next_fetch=next_fetch,
+            score=score,
+            fetch_interval=fetch_interval,
+        )
+
+    def write(self, f: TextIO, lo: int = 0, hi: int | None = None) -> None:
+        for line in self.calls[lo:hi]:
+            f.write(line + "\n")
+
+
+def apply_call(log: Any, d: dict) -> None:
+    """Apply one recorded call to a writer or EditLog."""
+    c = d["call"]
+    if c in ("add_page", "add_page_with_score"):
+        getattr(log, c)(_to_page(d["page"]))
+    elif c == "add_page_if_not_present":
+        log.add_page_if_not_present(_to_page(d["page"]), _to_link(d["link"]) if d["link"] else None)
+    elif c == "delete_page":
+        log.delete_page(d["url"])
+    elif c == "apply_fetch":
+        log.apply_fetch(_to_fetch(d["result"]))
+    elif c == "add_link":
+        log.add_link(_to_link(d["link"]))
+    elif c == "delete_links":
+        log.delete_links(bytes.fromhex(d["md5"]))
+    elif c == "add_outlinks":
+        log.add_outlinks(
+            bytes.fromhex(d["md5"]),
+            [tuple(x) for x in d["outlinks"]],
+            domain_id=d["domain_id"],
+            next_fetch=d["next_fetch"],
+            score=d["score"],
+            fetch_interval=d["fetch_interval"],
+        )
+    else:
+        raise BadInput(f"unknown writer call {c!r}")
+
+
+def replay_calls(log: Any, paths: list[str], **_options: Any) -> dict:
+    """Apply files of JSON-lines writer calls (``CallRecorder``), in order."""
+    n = 0
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    raise BadInput(f"{path}:{i}: not a JSON writer call") from None
+                apply_call(log, d)
+                n += 1
+    return {"calls": n}
