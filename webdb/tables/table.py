@@ -148,14 +148,18 @@ class TableWriter:
             raise AssertionError(f"{self.path}: keys out of order in add_many")
         self._last = keys[-1]
         bs = self.block_size
-        sizes = [a + b + 8 for a, b in zip(map(len, keys), map(len, vals))]
-        total = sum(sizes)
-        if self._size + total < bs:
+        total = sum(map(len, keys)) + sum(map(len, vals)) + 8 * len(keys)
+        if total <= bs:
+            # The common case (a merge appends about a block at a time): cut at this call's end
+            # once past the block size, so a block holds at most about two block sizes.
             self._keys += keys
             self._vals += vals
             self._size += total
+            if self._size >= bs:
+                self._flush()
             return
-        # Cut where the running size passes the block size (bisect over running sums).
+        # A large append: cut where the running size passes the block size.
+        sizes = [a + b + 8 for a, b in zip(map(len, keys), map(len, vals))]
         cum = list(accumulate(sizes, initial=self._size))
         i, n = 0, len(keys)
         while i < n:

@@ -72,6 +72,13 @@ class Emitter:
         self.n += 1
         self.buf.add(key + self.prefix + self.n.to_bytes(5, "big") + value + (len(key) + 8).to_bytes(2, "little"))
 
+    def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
+        """``add`` for many edits at once (one list comprehension instead of n calls)."""
+        n0, pre = self.n, self.prefix
+        self.n += len(keys)
+        self.buf.extend([k + pre + (n0 + i).to_bytes(5, "big") + v + (len(k) + 8).to_bytes(2, "little")
+                         for i, (k, v) in enumerate(zip(keys, values), 1)])
+
     def finish(self) -> int:
         n = self.buf.count
         if n:
@@ -312,17 +319,24 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             dropped += len(adds)  # no page carries this content: its links would be orphans
             adds = []
         new: dict[bytes, bytes] = {} if del_all else dict(old)
+        tail = b"\x00" + E.TAG4_LINK + md5 + bytes((E.OP4_ADD,))
+        ek: list[bytes] = []
+        ev: list[bytes] = []
         for u, v in adds:  # in url order; the last add of a url won already
             prev = old.get(u)
             if prev is not None and prev[:8] == v[:8] and prev[9:] == v[9:]:
                 v = prev  # same link: keep the stored flag, emit nothing
             else:
-                em4.add(E.lbu_link_key(u, md5, E.OP4_ADD), v)
+                ek.append(u + tail)  # E.lbu_link_key(u, md5, OP4_ADD)
+                ev.append(v)
             new[u] = v
+        if ek:
+            em4.add_many(ek, ev)
         if del_all:
-            for u in old:
-                if u not in new:
-                    em4.add(E.lbu_link_key(u, md5, E.OP4_DEL))
+            gone = [u for u in old if u not in new]
+            if gone:
+                tail = b"\x00" + E.TAG4_LINK + md5 + bytes((E.OP4_DEL,))
+                em4.add_many([u + tail for u in gone], [b""] * len(gone))
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
 
@@ -380,17 +394,21 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             # the target's state; a group of deletes only needs nothing.
             state = E.target_state(probe.get(url_b)) if added else -1
         if state == E.TARGET_ABSENT:
-            for fid in links:
-                em5.add(E.lbm2_key(fid, url_b, E.OP5_DEL))
+            if links:
+                tail = url_b + b"\x00" + bytes((E.OP5_DEL,))  # E.lbm2_key(fid, url_b, OP5_DEL)
+                em5.add_many([fid + tail for fid in links], [b""] * len(links))
             dangling += len(links)
             return [], []
         if state >= 0:
             flag = 1 if state == E.TARGET_OUT else 0
             fb = bytes((flag,))
-            for fid, v in (links if notice is not None else added).items():
-                if (v[8] & 1) != flag:
+            fix = [fid for fid, v in (links if notice is not None else added).items() if (v[8] & 1) != flag]
+            if fix:
+                for fid in fix:
+                    v = links[fid]
                     links[fid] = v[:8] + fb + v[9:]
-                    em5.add(E.lbm2_key(fid, url_b, E.OP5_FLAG), fb)
+                tail = url_b + b"\x00" + bytes((E.OP5_FLAG,))  # E.lbm2_key(fid, url_b, OP5_FLAG)
+                em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
