@@ -61,8 +61,10 @@ def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
 class WebDB:
     """An open database directory.  Cheap to create; holds no file open between calls."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, section_dirs: dict[int, str] | None = None):
         self.path = os.path.abspath(path)
+        # Where each section's files are, when not under ``path`` (a rack read from one mount).
+        self.section_dirs = {int(j): os.path.abspath(d) for j, d in (section_dirs or {}).items()}
         ident = os.path.join(self.path, DB_IDENTITY)
         try:
             with open(ident, "rb") as f:
@@ -96,6 +98,10 @@ class WebDB:
         except (OSError, ValueError) as e:
             raise NotADatabase(f"{p}: unreadable manifest of generation {gen} ({e})") from None
 
+    def section_dir(self, j: int) -> str:
+        """Directory of section j: given explicitly, else ``<path>/section-JJJJ``."""
+        return self.section_dirs.get(j) or section_path(self.path, j)
+
     def sections(self, manifest: dict | None = None) -> Sections:
         return Sections.from_json((manifest or self.manifest())["sections"])
 
@@ -121,6 +127,12 @@ class WebDB:
         from webdb.reader import Reader
 
         return Reader(self)
+
+    def rebalance(self, sections: int) -> dict:
+        """Re-split into ``sections`` sections as one atomic generation; see webdb.rebalance."""
+        from webdb.rebalance import rebalance
+
+        return rebalance(self, sections)
 
     # ---- lock and recovery -----------------------------------------------------------------
 
@@ -241,8 +253,37 @@ def empty_manifest(secs: Sections, generation: int = 0) -> dict:
             "status": [{} for _ in range(secs.k)]}
 
 
-def open_db(path: str) -> WebDB:
-    """Open an existing database."""
+def open_db(path: str, section_dirs: dict[int, str] | None = None, mount: str | None = None) -> WebDB:
+    """Open an existing database.
+
+    ``path`` holds the identity, ``CURRENT`` and ``gen/`` (any host's copy, for a rack).
+    Sections are read from ``path/section-JJJJ`` unless ``section_dirs`` maps a section to
+    another directory, or ``mount`` is a directory under which every host's root is visible
+    (``MOUNT/*/DB/section-JJJJ`` or ``MOUNT/DB/section-JJJJ``, DB being the database's name):
+    the way an indexer reads all partitions from one mount.
+    """
     if not os.path.isdir(path):
         raise NotADatabase(f"{path}: no such database directory")
-    return WebDB(path)
+    dirs = dict(section_dirs or {})
+    if mount is not None:
+        dirs = {**find_sections(mount, os.path.basename(os.path.abspath(path))), **dirs}
+    return WebDB(path, dirs)
+
+
+def find_sections(mount: str, name: str) -> dict[int, str]:
+    """Section directories of database ``name`` under ``mount`` (one level of host dirs)."""
+    if not os.path.isdir(mount):
+        raise BadInput(f"{mount}: no such directory to find sections in")
+    found: dict[int, str] = {}
+    cands = [os.path.join(mount, name)] + [os.path.join(mount, h, name) for h in sorted(os.listdir(mount))]
+    for d in cands:
+        if not os.path.isdir(d):
+            continue
+        for f in os.listdir(d):
+            m = re.match(r"^section-(\d{4})$", f)
+            if m and os.listdir(os.path.join(d, f)):
+                j = int(m.group(1))
+                if j in found and os.path.realpath(found[j]) != os.path.realpath(os.path.join(d, f)):
+                    raise BadInput(f"section {j} of {name} found twice under {mount}: {found[j]} and {d}/{f}")
+                found[j] = os.path.join(d, f)
+    return found

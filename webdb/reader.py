@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from webdb.sections import Sections, section_path
+from webdb.errors import CorruptionError
+from webdb.sections import Sections
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
@@ -22,30 +23,31 @@ __all__ = ["Reader"]
 class Reader:
     """Snapshot of the committed generation.  Close it (or use ``with``) to release files."""
 
-    def __init__(self, db, root: str | None = None):
+    def __init__(self, db):
         self.db = db
         cache = BlockCache(int(db.settings["cache_mb"]) << 20)
         for attempt in range(5):
             m = db.manifest()
             try:
-                self._open(m, cache, root or db.path)
+                self._open(m, cache)
                 break
-            except FileNotFoundError:
+            except FileNotFoundError as e:
                 # A commit removed the generation between reading CURRENT and opening its
-                # files: read CURRENT again.
+                # files: read CURRENT again.  Five misses: the file is really not there.
                 if attempt == 4:
-                    raise
+                    raise CorruptionError(f"{e.filename}: missing table file of generation "
+                                          f"{m['generation']} (wrong section directory or mount?)") from None
         self.manifest = m
         self.generation = m["generation"]
         self.sections = Sections.from_json(m["sections"])
 
-    def _open(self, m: dict, cache: BlockCache, root: str) -> None:
+    def _open(self, m: dict, cache: BlockCache) -> None:
         tabs: dict[str, list[TableReader | None]] = {t: [] for t in TABLE_KINDS}
         try:
             for j, entry in enumerate(m["tables"]):
                 for t in TABLE_KINDS:
                     e = entry.get(t)
-                    path = os.path.join(section_path(root, j), e["file"]) if e else None
+                    path = os.path.join(self.db.section_dir(j), e["file"]) if e else None
                     tabs[t].append(TableReader(path, TABLE_KINDS[t], cache) if path else None)
         except BaseException:
             for lst in tabs.values():

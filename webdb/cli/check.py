@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import webdb
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_db_location, add_json, emit, open_db
 from webdb.errors import CorruptionError
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("check", help="verify a database", description=__doc__)
     p.add_argument("db")
+    add_db_location(p)
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    with webdb.open(args.db).reader() as r:
+    with open_db(args).reader() as r:
         try:
             res = r.check(progress=not args.json)
         except CorruptionError as e:

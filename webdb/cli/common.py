@@ -45,3 +45,23 @@ def parse_settings(pairs: list[str] | None) -> dict:
 
 def add_json(p) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_db_location(p) -> None:
+    """Options to read a rack's sections from other directories than DB/section-JJJJ."""
+    p.add_argument("--mount", metavar="DIR", help="find sections under DIR/*/DBNAME/section-JJJJ (every host's "
+                   "root mounted side by side)")
+    p.add_argument("--section-dir", action="append", metavar="J=DIR", help="section J is in DIR (repeatable)")
+
+
+def open_db(args):
+    """webdb.open with --mount / --section-dir applied."""
+    import webdb
+
+    dirs: dict[int, str] = {}
+    for item in getattr(args, "section_dir", None) or []:
+        j, sep, d = item.partition("=")
+        if not sep or not j.isdigit():
+            raise BadInput(f"--section-dir {item!r}: expected J=DIR")
+        dirs[int(j)] = d
+    return webdb.open(args.db, section_dirs=dirs, mount=getattr(args, "mount", None))

@@ -15,8 +15,7 @@ import sys
 from collections import Counter
 from urllib.parse import urlsplit
 
-import webdb
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_db_location, add_json, emit, open_db
 from webdb.errors import BadInput
 from webdb.tables.records import Link, Page, Status
 
@@ -39,6 +38,7 @@ def add_parser(sub) -> None:
     g.add_argument("--dump", choices=TABLES)
     p.add_argument("--format", choices=("tsv", "jsonl"), default="tsv", help="dump format (default tsv)")
     p.add_argument("--top-hosts", type=int, default=10, help="hosts listed by --stats (0: skip the scan)")
+    add_db_location(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -112,7 +112,7 @@ def stats(r, top_hosts: int, progress: bool) -> dict:
 
 
 def run(args) -> int:
-    db = webdb.open(args.db)
+    db = open_db(args)
     with db.reader() as r:
         if args.stats:
             s = stats(r, args.top_hosts, progress=not args.json)
