@@ -4,7 +4,7 @@
     PYTHONPATH=bench python3 ../shared/peers/driver.py --peer webdb --data DATA/n100000 --work /tmp/w \
         --opt sections=2,sync=1
 
-Load: one writer batch (add_page_with_score for every page, add_link for every link).
+Load: one writer batch (add_page_with_score for every page, add_links for each source's links).
 Round: one batch of update-tool calls: apply_fetch per fetched page and add_outlinks for its
 outlinks (add_link + add_page_if_not_present per outlink), as `webdb update` does.
 Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 import webdb
-from webdb import FetchResult, Link, Page, Status
+from webdb import FetchResult, Page, Status
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
@@ -56,9 +56,17 @@ class Peer:
                     w.add_page_with_score(Page(url, bytes.fromhex(md5) if md5 else url_md5(url), STATUS_IN[st], 0,
                                                int(ft), int(rt), int(iv), int(no), score, score))
             with open(links_tsv, encoding="utf-8") as f:
+                # links.tsv lists each source's links together: one add_links call per source.
+                cur, batch = None, []
                 for line in f:
                     src, url, anchor = line[:-1].split("\t")
-                    w.add_link(Link(bytes.fromhex(src), url, anchor))
+                    if src != cur:
+                        if batch:
+                            w.add_links(bytes.fromhex(cur), batch)
+                        cur, batch = src, []
+                    batch.append((url, anchor))
+                if batch:
+                    w.add_links(bytes.fromhex(cur), batch)
 
     def apply_round(self, round_tsv: str) -> None:
         with self.db.writer() as w:

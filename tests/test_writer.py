@@ -186,3 +186,19 @@ def test_truncated_table_file_gives_clear_error_on_open(tmp_path):
     p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "read", str(path), "--stats"], capture_output=True,
                        text=True)
     assert p.returncode == 2 and name in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bulk_calls_equal_the_single_calls(tmp_path):
+    """add_links / add_outlinks record exactly the edits of add_link / add_page_if_not_present."""
+    src = md5("content-0")
+    outs = [("http://h1.example/p1", "one"), ("http://bulk.example/new", "two"), ("http://h2.example/p2", "x" * 300)]
+    a, b = make_db(tmp_path / "a"), make_db(tmp_path / "b")
+    with a.writer() as w:
+        w.add_links(src, outs[:1])
+        w.add_outlinks(src, outs[1:], next_fetch=77, score=0.5, fetch_interval=3600)
+    with b.writer() as w:
+        w.add_link(Link(src, *outs[0]))
+        for url, anchor in outs[1:]:
+            w.add_link(Link(src, url, anchor))
+            w.add_page_if_not_present(Page(url, next_fetch=77, score=0.5, next_score=0.5, fetch_interval=3600))
+    assert snapshot(a) == snapshot(b)

@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from webdb import _fault
@@ -154,31 +155,38 @@ class EditLog:
             raise BadInput(f"delete_links needs a 16-byte md5, got {md5!r:.80}")
         self._lbm.add(E.pack(E.lbm_del_all_key(md5), self._seq.next()))
 
-    def add_outlinks(self, from_md5: bytes, outlinks: list[tuple[str, str]], *, domain_id: int = 0,
+    def add_links(self, from_md5: bytes, links: Iterable[tuple[str, str]], *, domain_id: int = 0) -> None:
+        """``add_link(Link(from_md5, url, anchor, domain_id))`` for each (url, anchor), with less work per link."""
+        self._links(from_md5, links, domain_id, None)
+
+    def add_outlinks(self, from_md5: bytes, outlinks: Iterable[tuple[str, str]], *, domain_id: int = 0,
                      next_fetch: int = 0, score: float = 1.0, fetch_interval: int | None = None) -> None:
         """For each (url, anchor): ``add_link(Link(from_md5, url, anchor, domain_id))`` and
         ``add_page_if_not_present(Page(url, next_fetch=…, score=…, fetch_interval=…))``.
 
         The same edits as those calls, built with less work per link: the update tool's path.
         """
-        if not isinstance(from_md5, bytes) or len(from_md5) != 16:
-            raise BadInput(f"add_outlinks needs a 16-byte md5, got {from_md5!r:.80}")
         iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
-        tail = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, next_fetch, 0, iv, 0, score, score).encode_value()[16:]
-        ifn_len = len(tail) + 16
-        ifn_pre = ifn_len.to_bytes(4, "little")
+        page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, next_fetch, 0, iv, 0, score, score)
+        self._links(from_md5, outlinks, domain_id, page.encode_value()[16:])
+
+    def _links(self, from_md5: bytes, links: Iterable[tuple[str, str]], domain_id: int, page_tail: bytes | None):
+        if not isinstance(from_md5, bytes) or len(from_md5) != 16:
+            raise BadInput(f"links need a 16-byte source md5, got {from_md5!r:.80}")
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
         amax, seq, pbu, lbm, md5 = self._anchor_max, self._seq, self._pbu, self._lbm, hashlib.md5
-        sample = self._sample
-        for url, anchor in outlinks:
-            url_b = self._url(url)
-            if sample is not None:
+        sample, url_ok = self._sample, self._url
+        ifn_pre = (len(page_tail) + 16).to_bytes(4, "little") if page_tail is not None else b""
+        lkey = from_md5 + b"\x01"
+        for url, anchor in links:
+            url_b = url_ok(url)
+            if sample is not None and page_tail is not None:
                 self._observe(url_b)
             if len(anchor) > amax:
                 anchor = anchor[:amax]
-            pbu.add(E.pack(url_b + b"\x00\x03", seq.next(), ifn_pre + md5(url_b).digest() + tail))
-            lbm.add(E.pack(from_md5 + b"\x01" + url_b + b"\x00", seq.next(),
-                           link_pre + anchor.encode("utf-8", "replace")))
+            if page_tail is not None:
+                pbu.add(E.pack(url_b + b"\x00\x03", seq.next(), ifn_pre + md5(url_b).digest() + page_tail))
+            lbm.add(E.pack(lkey + url_b + b"\x00", seq.next(), link_pre + anchor.encode("utf-8", "replace")))
 
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
