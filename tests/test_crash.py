@@ -116,5 +116,6 @@ def test_kill_at_random_instants(states):
         seen.add("new" if s == new else "old")
         with db.reader() as r:
             r.check()
-        assert run_child(path) == 0
-        assert snapshot(db) == new
+        if s == old:  # killed before the commit point: the rerun completes the batch
+            assert run_child(path) == 0
+            assert snapshot(db) == new

@@ -202,7 +202,7 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             new = val
         elif op == E.OP_IFN:
             if old is None:
-                new, lf, lv = E.split_ifn_value(val)
+                new, lf, lv = E.split_ifn_value(val, url_b)
                 if lf is not None:
                     link = (lf, lv)
         elif op == E.OP_DEL:

@@ -516,6 +516,8 @@ class Agent:
             manifest=man,
             identity=identity,
             stale_lock=self.lock.stale,
+            python=sys.executable,
+            webdb=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         )
         msg = self.next_command("sync")
         removed = self.sync(msg["gen"], msg["manifest"])

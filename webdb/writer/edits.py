@@ -12,6 +12,7 @@ records is the stable sort by key the semantics need ("first call wins", "last c
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
 # Stages of the cascade and the table each one rewrites.
@@ -76,8 +77,16 @@ def ifn_value(page_value: bytes, link_from: bytes | None = None, link_value: byt
     return v
 
 
-def split_ifn_value(v: bytes) -> tuple[bytes, bytes | None, bytes]:
+# High bit of an IFN value's length: the page value lacks its md5, which is MD5(url) (an
+# outlink's new page); stage 1 computes it only when the page is really inserted.
+IFN_NO_MD5 = 0x80000000
+
+
+def split_ifn_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, bytes]:
     n = _U32.unpack_from(v)[0]
+    if n & IFN_NO_MD5:
+        n &= ~IFN_NO_MD5
+        return hashlib.md5(url_b).digest() + v[4 : 4 + n], None, b""
     page = v[4 : 4 + n]
     rest = v[4 + n :]
     if not rest:

@@ -394,6 +394,7 @@ class _Host:
     remote_bytes: int = 0
     error: str | None = None
     events: set[str] = field(default_factory=set)
+    hello: dict = field(default_factory=dict)
 
     def where(self) -> str:
         if self.steps:
@@ -521,6 +522,8 @@ class _Run:
     def track(self, h: _Host, obj: dict) -> None:
         ev = obj.get("ev")
         h.events.add(ev)
+        if ev == "hello":
+            h.hello = {k: obj[k] for k in ("version", "hostname", "python", "webdb", "pid") if k in obj}
         if ev == "section":
             h.steps[obj["section"]] = obj["step"]
             if obj.get("state") == "merged":
@@ -563,6 +566,7 @@ class _Run:
                 "remote_bytes": h.remote_bytes,
                 "master": h.place.master,
                 "at": h.where(),
+                **h.hello,
             }
             err = DistributedError(h.error) if h.error else None
             out[label] = HostResult(label, err is None, v, err, h.bytes, end - (h.t0 or self.t0))

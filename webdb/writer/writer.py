@@ -171,22 +171,29 @@ class EditLog:
         self._links(from_md5, outlinks, domain_id, page.encode_value()[16:])
 
     def _links(self, from_md5: bytes, links: Iterable[tuple[str, str]], domain_id: int, page_tail: bytes | None):
+        # The hot path of an update: E.pack and Seq.next inlined; an outlink's page edit leaves
+        # its md5 (MD5 of the url) to stage 1, which computes it only if the page is new.
         if not isinstance(from_md5, bytes) or len(from_md5) != 16:
             raise BadInput(f"links need a 16-byte source md5, got {from_md5!r:.80}")
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
-        amax, seq, pbu, lbm, md5 = self._anchor_max, self._seq, self._pbu, self._lbm, hashlib.md5
-        sample, url_ok = self._sample, self._url
-        ifn_pre = (len(page_tail) + 16).to_bytes(4, "little") if page_tail is not None else b""
+        amax, seq, pbu, lbm = self._anchor_max, self._seq, self._pbu, self._lbm
+        sample, url_ok, prefix = self._sample, self._url, seq.prefix
+        ifn_pre = (len(page_tail) | E.IFN_NO_MD5).to_bytes(4, "little") if page_tail is not None else b""
         lkey = from_md5 + b"\x01"
         for url, anchor in links:
             url_b = url_ok(url)
-            if sample is not None and page_tail is not None:
-                self._observe(url_b)
             if len(anchor) > amax:
                 anchor = anchor[:amax]
             if page_tail is not None:
-                pbu.add(E.pack(url_b + b"\x00\x03", seq.next(), ifn_pre + md5(url_b).digest() + page_tail))
-            lbm.add(E.pack(lkey + url_b + b"\x00", seq.next(), link_pre + anchor.encode("utf-8", "replace")))
+                if sample is not None:
+                    self._observe(url_b)
+                seq.n += 1
+                pbu.add(url_b + b"\x00\x03" + prefix + seq.n.to_bytes(5, "big") + ifn_pre + page_tail
+                        + (len(url_b) + 10).to_bytes(2, "little"))
+            k = lkey + url_b + b"\x00"
+            seq.n += 1
+            lbm.add(k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor.encode("utf-8", "replace")
+                    + (len(k) + 8).to_bytes(2, "little"))
 
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""

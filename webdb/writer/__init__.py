@@ -1,0 +1,1 @@
+"""The writer: edit records, the cascade, the local and the distributed writer."""
