@@ -116,11 +116,12 @@ class WebDB:
 
     # ---- API -------------------------------------------------------------------------------
 
-    def writer(self, **overrides: Any):
-        """A writer for one batch (context manager).  Takes the lock; see ``webdb.Writer``."""
+    def writer(self, progress: bool = False, **overrides: Any):
+        """A writer for one batch (context manager).  Takes the lock; see ``webdb.Writer``.
+        ``progress`` shows a bar over the cascade's stages on a terminal."""
         from webdb.writer.writer import Writer
 
-        return Writer(self, **overrides)
+        return Writer(self, progress=progress, **overrides)
 
     def reader(self):
         """A snapshot of the last committed generation; see ``webdb.Reader``."""

@@ -7,13 +7,14 @@ docs/semantics.md.  Memory: at most ``memory_mb`` for edits, whatever the batch 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import shutil
 import time
 from collections.abc import Iterable
 from typing import Any
+
+from tqdm import tqdm
 
 from webdb import _fault
 from webdb.errors import BadInput, WebDBError
@@ -228,8 +229,9 @@ class Writer(EditLog):
     Only one writer may be open on a database at a time (``LockedError`` names the holder).
     """
 
-    def __init__(self, db, **overrides: Any):
+    def __init__(self, db, progress: bool = False, **overrides: Any):
         self.db = db
+        self.progress = progress
         settings = resolve(db.identity.get("settings"), **overrides)
         self.lock = db.lock().acquire()
         try:
@@ -304,7 +306,7 @@ class Writer(EditLog):
             self.route(job0)
         self.discard()
         _fault.point("close.after_route")
-        tables, status, stages = run_cascade(job0, base, workers)
+        tables, status, stages = run_cascade(job0, base, workers, self.progress)
         manifest = {"generation": gen, "parent": base["generation"], "batch": batch, "committed": time.time(),
                     "sections": secs.to_json(), "tables": tables, "status": status,
                     "edits": n_api, "stages": stages}
@@ -324,7 +326,9 @@ def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict
             "emit_mb": max(2, mem // (workers * 6))}
 
 
-def run_cascade(job0: dict, base: dict, workers: int) -> tuple[list[dict], list[dict], list[dict]]:
+def run_cascade(
+    job0: dict, base: dict, workers: int, progress: bool = False
+) -> tuple[list[dict], list[dict], list[dict]]:
     """Run stages 1..5 over every section that has incoming edits (sections of one stage in
     parallel); returns the new per-section tables, status counts and per-stage results."""
     secs = Sections.from_json(job0["sections"])
@@ -336,7 +340,10 @@ def run_cascade(job0: dict, base: dict, workers: int) -> tuple[list[dict], list[
     while len(status) < secs.k:
         status.append({})
     stages = []
+    # A bar over the five stages (tqdm turns itself off when stderr is not a terminal).
+    bar = tqdm(total=5, desc="update", unit="stage", disable=None if progress else True, leave=False)
     for stage in range(1, 6):
+        bar.set_postfix_str(f"stage {stage}: {E.STAGE_TABLE[stage]}")
         jobs = []
         for j in range(secs.k):
             d = incoming_dir(root, j, job0["batch"], stage)
@@ -349,7 +356,9 @@ def run_cascade(job0: dict, base: dict, workers: int) -> tuple[list[dict], list[
         for r in results:
             apply_stage_result(tables, status, r)
         stages.append({"stage": stage, "sections": [stage_summary(r) for r in results]})
+        bar.update(1)
         _fault.point(f"close.after_stage{stage}")
+    bar.close()
     return tables, status, stages
 
 
