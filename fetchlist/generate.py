@@ -1,0 +1,445 @@
+"""Generate: choose the pages due for fetching and write them as a segment's fetchlists.
+
+    res = generate(db, "segments/20240601120000", top_n=1000, max_per_host=50, fetchers=2)
+
+Data flow (docs/crawl.md, *Generate*):
+
+1. Take the database's writer lock (waiting up to ``lock_wait`` seconds if another writer —
+   another generate, an update — holds it).  Holding it from the scan to the commit of the
+   marks is what makes concurrent generates disjoint, and keeps an update from changing a page
+   between the scan and the mark (the mark rewrites the page as it was read).
+2. Scan PagesByURL once.  A page is *eligible* when ``next_fetch <= now + add_days``, its score
+   is at least ``min_score``, it carries no live generate mark (``meta["gen"]``, see below)
+   and it passes the URL filter (if one is given).
+3. Select the best by ``(score desc, order_key)``: per host (``max_per_host``) and per
+   registered domain (``max_per_domain``) at most that many, at most ``top_n`` in all —
+   exactly what taking eligible pages in that order while the caps have room gives (Nutch 2's
+   generate.max.count).  Memory O(top_n) with at most one cap (streaming heaps), else the
+   per-host top ``max_per_host`` of every host.
+4. Partition by a hash (mmh3) of the host, or of the registered domain (``partition``), into
+   ``fetchers`` lists: all of one host in one list.  Within a list hosts are interleaved (each
+   host's best, then each host's second, ...), so a fetcher's queues all start at once.
+5. Each entry carries its page as stored and the distinct anchor texts of its inlinks, one per
+   source domain (``max_anchors``, at most ``max_inlinks_scanned`` inlinks read per URL).
+6. Write the segment (fetchlists: temp file, fsync, rename), then commit the marks: one
+   ``add_page`` per selected page with ``meta["gen"] = "<segment name>@<generate time>"``.
+   A crash between the two leaves a segment nobody marked for (harmless: its pages are
+   generated again); never marks without a segment.
+
+The mark: a page marked at time T is skipped by later generates until ``T + mark_expiry``
+(default 7 days, Nutch's crawl.gen.delay) or until an update applies a fetch outcome for it
+(``fetchlist.update`` sets ``meta["gen"] = ""``).  So a round whose segment is lost or never
+updated gives its pages back after the expiry.
+
+Cost: one sequential read of PagesByURL (every block decoded once, not cached); per eligible
+page a struct unpack and a heap operation, O(log top_n); per selected page one inlink lookup
+and one add_page edit (a PagesByURL and PagesByMD5 merge at commit).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import struct
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+import mmh3
+
+from fetchlist.filters import UrlFilter
+from fetchlist.normalize import registered_domain
+from fetchlist.segment import FetchEntry, Segment
+from webdb.errors import BadInput, LockedError
+from webdb.tables.records import DAY, PAGE_FIXED, Page
+
+__all__ = ["GenerateResult", "generate", "order_key", "host_key", "partition_of", "mark_time", "MARK", "select"]
+
+MARK = "gen"  # page.meta key of the generate mark
+DEFAULT_MARK_EXPIRY = 7 * DAY
+DEFAULT_MAX_ANCHORS = 10
+DEFAULT_MAX_INLINKS_SCANNED = 1000
+_FIELDS = struct.Struct("<16sBqqHIIdd")  # the fixed part of a page value (webdb.tables.records)
+_MARK_BYTES = b'"' + MARK.encode() + b'"'
+
+
+@dataclass
+class GenerateResult:
+    """What a generate did.  ``segment`` is None when nothing was selected (no segment written)."""
+
+    segment: str | None
+    selected: int
+    parts: list[int]
+    scanned: int
+    eligible: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    hosts: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        sk = ", ".join(f"{k} {v:,}" for k, v in self.skipped.items() if v)
+        head = (
+            f"generated {self.selected:,} URLs from {self.hosts:,} hosts into {self.segment} "
+            f"({len(self.parts)} fetchlists: {', '.join(f'{n:,}' for n in self.parts)})"
+            if self.segment
+            else "nothing to generate"
+        )
+        return f"{head}; scanned {self.scanned:,} pages, {self.eligible:,} eligible" + (
+            f"; skipped: {sk}" if sk else ""
+        )
+
+
+# ---- keys -----------------------------------------------------------------------------------------
+
+
+def order_key(score: float, url: str | bytes) -> tuple[float, int]:
+    """Selection order: higher score first; equal scores by a hash of the URL (mmh3), which
+    spreads ties over hosts instead of favouring the alphabet.  Larger key = selected first."""
+    b = url.encode("utf-8") if isinstance(url, str) else url
+    return (score, -mmh3.hash64(b, signed=True)[0])
+
+
+def host_key(url: str | bytes) -> str:
+    """The lowercased host of a (normalized) URL, without userinfo and port.  A few hundred ns."""
+    u = url.decode("utf-8", "replace") if isinstance(url, bytes) else url
+    i = u.find("//")
+    rest = u[i + 2 :] if i >= 0 else u
+    j = len(rest)
+    for sep in "/?#":
+        k = rest.find(sep)
+        if 0 <= k < j:
+            j = k
+    hp = rest[:j].rpartition("@")[2]
+    if hp.startswith("["):
+        return hp[: hp.find("]") + 1].lower()
+    return hp.partition(":")[0].lower()
+
+
+def partition_of(url: str, fetchers: int, mode: str = "host") -> int:
+    """Fetchlist of ``url``: mmh3 of its host (or registered domain) modulo ``fetchers``."""
+    h = host_key(url)
+    key = registered_domain(h) if mode == "domain" and h else h
+    return mmh3.hash(key.encode("utf-8"), 0, signed=False) % fetchers
+
+
+def mark_time(meta: dict) -> int | None:
+    """Generate time of a page's mark (None: not marked)."""
+    m = meta.get(MARK) or ""
+    at = m.rpartition("@")[2]
+    return int(at) if at.isdigit() else None
+
+
+# ---- selection ------------------------------------------------------------------------------------
+
+
+class _Capped:
+    """The best ``top_n`` offers, at most ``cap`` per group: exactly the greedy selection in
+    key order (a group's items beyond its top ``cap`` can never be chosen, and the worst item
+    kept overall is also the worst of its own group, so evicting it keeps the group heaps exact).
+
+    Memory O(top_n).  Offer cost O(log top_n + log cap).
+    """
+
+    def __init__(self, top_n: int | None, cap: int | None) -> None:
+        self.top_n, self.cap = top_n, cap
+        self.heap: list = []  # (key, seq, item) of live items; item = [url, value, group, alive]
+        self.groups: dict[str, list] = defaultdict(list)  # group -> heap of (key, seq, item)
+        self.n = 0
+        self._seq = 0
+
+    def offer(self, key: tuple, url: bytes, value: bytes, group: str) -> None:
+        top_n, cap = self.top_n, self.cap
+        if top_n is not None and self.n >= top_n and key <= self._root()[0]:
+            return
+        self._seq += 1
+        item = [url, value, group, True]
+        ent = (key, self._seq, item)
+        if cap is not None:
+            g = self.groups[group]
+            if len(g) >= cap:
+                if key <= g[0][0]:
+                    return
+                old = heapq.heapreplace(g, ent)
+                old[2][3] = False  # dead in the global heap (removed lazily)
+                self.n -= 1
+            else:
+                heapq.heappush(g, ent)
+        heapq.heappush(self.heap, ent)
+        self.n += 1
+        if top_n is not None and self.n > top_n:
+            worst = self._root()
+            heapq.heappop(self.heap)
+            worst[2][3] = False
+            self.n -= 1
+            if cap is not None:
+                g = self.groups[worst[2][2]]
+                assert g[0] is worst
+                heapq.heappop(g)
+                if not g:
+                    del self.groups[worst[2][2]]
+
+    def _root(self):
+        h = self.heap
+        while not h[0][2][3]:
+            heapq.heappop(h)
+        return h[0]
+
+    def items(self) -> list[tuple[tuple, bytes, bytes]]:
+        """Selected (key, url, value), best first."""
+        live = [(k, it[0], it[1]) for k, _, it in self.heap if it[3]]
+        live.sort(key=lambda x: x[0], reverse=True)
+        return live
+
+
+def select(
+    candidates: Iterable[tuple[tuple, bytes, bytes]],
+    *,
+    top_n: int | None = None,
+    max_per_host: int | None = None,
+    max_per_domain: int | None = None,
+) -> list[tuple[tuple, bytes, bytes]]:
+    """The greedy selection of ``candidates`` (key, url bytes, page value): in key order (larger
+    first), take one while its host and its domain are under their caps and fewer than
+    ``top_n`` are taken.  Returned best first.
+
+    With at most one cap this streams in O(top_n) memory; with both, the per-host top
+    ``max_per_host`` of each host is kept, then the greedy pass runs over those.
+    """
+    if max_per_host is not None and max_per_domain is not None:
+        per_host = _Capped(None, max_per_host)
+        for key, url, value in candidates:
+            per_host.offer(key, url, value, host_key(url))
+        taken: list = []
+        hosts: dict[str, int] = defaultdict(int)
+        doms: dict[str, int] = defaultdict(int)
+        for key, url, value in per_host.items():
+            if top_n is not None and len(taken) >= top_n:
+                break
+            h = host_key(url)
+            d = registered_domain(h) if h else h
+            if hosts[h] < max_per_host and doms[d] < max_per_domain:
+                hosts[h] += 1
+                doms[d] += 1
+                taken.append((key, url, value))
+        return taken
+    cap = max_per_host if max_per_host is not None else max_per_domain
+    sel = _Capped(top_n, cap)
+    by_domain = max_per_domain is not None
+    for key, url, value in candidates:
+        h = host_key(url) if cap is not None else ""
+        sel.offer(key, url, value, (registered_domain(h) if h else h) if by_domain else h)
+    return sel.items()
+
+
+# ---- the scan ---------------------------------------------------------------------------------------
+
+
+def _eligible(
+    reader,
+    *,
+    horizon: int,
+    now: int,
+    min_score: float | None,
+    mark_expiry: int,
+    url_filter: UrlFilter | None,
+    skipped: dict[str, int],
+    counter: list[int],
+) -> Iterator[tuple[tuple, bytes, bytes]]:
+    """(order key, url bytes, page value) of every eligible page, by URL.  One pass over
+    PagesByURL, block by block, decoding only the fixed fields (and meta if it has a mark)."""
+    unpack = _FIELDS.unpack_from
+    hash64 = mmh3.hash64
+    lo_score = float("-inf") if min_score is None else min_score
+    not_due = low = marked = filtered = 0
+    for t in reader.tables["pages_by_url"]:
+        if t is None:
+            continue
+        for b in range(t.nblocks):
+            keys, vals = t.block(b, fill_cache=False)
+            counter[0] += len(keys)
+            for k, v in zip(keys, vals):
+                f = unpack(v)
+                if f[3] > horizon:
+                    not_due += 1
+                    continue
+                score = f[7]
+                if score < lo_score:
+                    low += 1
+                    continue
+                if len(v) > PAGE_FIXED and _MARK_BYTES in v:
+                    at = mark_time(json.loads(v[PAGE_FIXED:]))
+                    if at is not None and at + mark_expiry > now:
+                        marked += 1
+                        continue
+                if url_filter is not None and not url_filter.accept(k.decode("utf-8")):
+                    filtered += 1
+                    continue
+                yield (score, -hash64(k, signed=True)[0]), k, v
+    skipped.update(not_due=not_due, low_score=low, marked=marked, filtered=filtered)
+
+
+def _anchors(reader, url: str, max_anchors: int, max_scanned: int) -> list[str]:
+    """Distinct anchor texts of links to ``url``, one per source domain (domain_id)."""
+    seen_dom: set[int] = set()
+    out: list[str] = []
+    texts: set[str] = set()
+    for n, lk in enumerate(reader.inlinks(url)):
+        if n >= max_scanned or len(out) >= max_anchors:
+            break
+        if lk.domain_id in seen_dom:
+            continue
+        seen_dom.add(lk.domain_id)
+        a = lk.anchor.strip()
+        if a and a not in texts:
+            texts.add(a)
+            out.append(a)
+    return out
+
+
+def _interleave(selected: list[tuple[tuple, bytes, bytes]]) -> list[tuple[tuple, bytes, bytes]]:
+    """Best of every host first (hosts by their best), then every host's second, and so on."""
+    rank: dict[str, int] = defaultdict(int)
+    first: dict[str, int] = {}
+    keyed = []
+    for i, x in enumerate(selected):  # selected is best first
+        h = host_key(x[1])
+        first.setdefault(h, i)
+        keyed.append((rank[h], first[h], i))
+        rank[h] += 1
+    keyed.sort()
+    return [selected[i] for _, _, i in keyed]
+
+
+def _open_writer(db, lock_wait: float, overrides: dict):
+    deadline = time.monotonic() + lock_wait
+    delay = 0.05
+    while True:
+        try:
+            return db.writer(**overrides)
+        except LockedError as e:
+            if time.monotonic() >= deadline:
+                raise LockedError(f"generate waited {lock_wait:g}s for the writer lock: {e}") from None
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
+def generate(
+    db,
+    segment_dir: str | os.PathLike,
+    *,
+    now: int | None = None,
+    top_n: int | None = None,
+    max_per_host: int | None = None,
+    max_per_domain: int | None = None,
+    min_score: float | None = None,
+    add_days: float = 0,
+    fetchers: int = 1,
+    partition: str = "host",
+    mark_expiry: int = DEFAULT_MARK_EXPIRY,
+    max_anchors: int = DEFAULT_MAX_ANCHORS,
+    max_inlinks_scanned: int = DEFAULT_MAX_INLINKS_SCANNED,
+    url_filter: UrlFilter | None = None,
+    lock_wait: float = 60.0,
+    writer_settings: dict | None = None,
+    info: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> GenerateResult:
+    """Select due pages of ``db`` (a ``webdb.WebDB``), write them as the segment
+    ``segment_dir`` (created; must be absent or empty) and mark them.  See the module doc.
+
+    ``info`` is stored in the segment's SEGMENT file.  Raises BadInput for bad options,
+    LockedError if the writer lock stays held for ``lock_wait`` seconds.
+    """
+    for name, v in (("top_n", top_n), ("max_per_host", max_per_host), ("max_per_domain", max_per_domain)):
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise BadInput(f"{name} must be a whole number >= 1, not {v!r}")
+    if not isinstance(fetchers, int) or fetchers < 1:
+        raise BadInput(f"fetchers must be a whole number >= 1, not {fetchers!r}")
+    if partition not in ("host", "domain"):
+        raise BadInput(f"partition must be 'host' or 'domain', not {partition!r}")
+    segment_dir = os.fspath(segment_dir)
+    if os.path.exists(segment_dir) and (not os.path.isdir(segment_dir) or os.listdir(segment_dir)):
+        raise BadInput(f"{segment_dir}: exists and is not an empty directory (a segment is written once)")
+    say = progress or (lambda _msg: None)
+    t0 = time.monotonic()
+    secs: dict[str, float] = {}
+    w = _open_writer(db, lock_wait, writer_settings or {})
+    try:
+        now = int(time.time()) if now is None else int(now)
+        horizon = now + int(add_days * DAY)
+        skipped: dict[str, int] = {}
+        counter = [0]
+        with db.reader() as r:
+            secs["lock"] = time.monotonic() - t0
+            say(f"scanning {r.num_pages:,} pages")
+            cands = _eligible(
+                r,
+                horizon=horizon,
+                now=now,
+                min_score=min_score,
+                mark_expiry=mark_expiry,
+                url_filter=url_filter,
+                skipped=skipped,
+                counter=counter,
+            )
+            n_elig = [0]
+
+            def counted(it):
+                for x in it:
+                    n_elig[0] += 1
+                    yield x
+
+            chosen = select(counted(cands), top_n=top_n, max_per_host=max_per_host, max_per_domain=max_per_domain)
+            secs["scan"] = time.monotonic() - t0 - secs["lock"]
+            eligible = n_elig[0]
+            skipped["capped"] = eligible - len(chosen)
+            if not chosen:
+                w.abort()
+                secs["total"] = time.monotonic() - t0
+                return GenerateResult(None, 0, [], counter[0], eligible, skipped, 0, secs)
+            t1 = time.monotonic()
+            say(f"selected {len(chosen):,}; reading inlink anchors")
+            anchors: dict[bytes, list[str]] = {}
+            for _, url, _ in sorted(chosen, key=lambda x: x[1]):  # by URL: inlink blocks read in order
+                anchors[url] = _anchors(r, url.decode("utf-8"), max_anchors, max_inlinks_scanned)
+            secs["anchors"] = time.monotonic() - t1
+        t1 = time.monotonic()
+        parts: list[list] = [[] for _ in range(fetchers)]
+        for x in chosen:
+            parts[partition_of(x[1].decode("utf-8"), fetchers, partition)].append(x)
+        name = os.path.basename(os.path.normpath(segment_dir))
+        mark = f"{name}@{now}"
+        seg = Segment.create(
+            segment_dir,
+            generated=now,
+            db=db.path,
+            fetchers=fetchers,
+            partition=partition,
+            urls=len(chosen),
+            **(info or {}),
+        )
+        sizes = []
+        hosts = set()
+        for i, part in enumerate(parts):
+            entries = []
+            for _, url_b, value in _interleave(part):
+                url = url_b.decode("utf-8")
+                hosts.add(host_key(url))
+                entries.append(FetchEntry(url, Page.decode(url, value), anchors[url_b]))
+            sizes.append(seg.write_fetchlist(i, entries))
+        secs["write"] = time.monotonic() - t1
+        t1 = time.monotonic()
+        say(f"marking {len(chosen):,} pages")
+        for _, url_b, value in chosen:
+            p = Page.decode(url_b.decode("utf-8"), value)
+            p.meta[MARK] = mark
+            w.add_page(p)
+        w.close()
+        secs["mark"] = time.monotonic() - t1
+    except BaseException:
+        w.abort()
+        raise
+    secs["total"] = time.monotonic() - t0
+    return GenerateResult(segment_dir, len(chosen), sizes, counter[0], eligible, skipped, len(hosts), secs)

@@ -1,0 +1,183 @@
+"""Inject: seed URLs into the database, each added only if not present (reference §7).
+
+    counts = inject(db, ["seeds.txt"], score=1.0)
+
+A seed file is UTF-8 text, one URL per line, as Nutch's injector reads it: the URL, then
+optional tab-separated ``name=value`` metadata::
+
+    # comment lines and blank lines are skipped
+    http://example.com/
+    http://example.org/news/	score=2.5	fetch_interval=86400
+    http://example.net/	nutch.score=0.5	nutch.fetchInterval=3600	lang=en
+
+``score`` (or ``nutch.score``) sets the page's score (default: the injected score),
+``fetch_interval`` (or ``nutch.fetchInterval``) its refetch interval in seconds (default: the
+db's ``default_interval``); any other ``name=value`` goes to ``page.meta``.  A line without a
+tab may separate its fields with spaces.  URLs are normalized (``fetchlist.normalize``, www
+rules if given) and filtered (``url_filter``): a URL that cannot be normalized or a malformed
+``name=value`` is an error naming file and line (``skip_bad`` counts and skips it instead); a
+URL the filter rejects is counted as ``filtered``.  New pages are due at once (``next_fetch =
+now``).
+
+Cost: one pass over the files; one ``add_page_if_not_present`` per URL.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fetchlist.filters import UrlFilter
+from fetchlist.normalize import WwwRules, normalize
+from webdb.errors import BadInput
+from webdb.tables.records import DEFAULT_INTERVAL, Page
+
+__all__ = ["Seed", "read_seeds", "inject_seeds", "inject"]
+
+_SCORE = ("score", "nutch.score")
+_INTERVAL = ("fetch_interval", "nutch.fetchInterval")
+
+
+@dataclass(slots=True)
+class Seed:
+    """One seed line: the normalized URL, its optional score and interval, other metadata."""
+
+    url: str
+    score: float | None = None
+    fetch_interval: int | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+    where: str = ""
+
+
+def _parse_line(line: str, where: str, www: WwwRules | None) -> Seed:
+    fields = line.split("\t") if "\t" in line else line.split()
+    fields = [f.strip() for f in fields if f.strip()]
+    raw = fields[0]
+    url = normalize(raw, www=www)
+    if url is None:
+        raise BadInput(f"{where}: not an http(s) URL: {raw!r:.200}")
+    seed = Seed(url, where=where)
+    for f in fields[1:]:
+        name, sep, value = f.partition("=")
+        if not sep or not name:
+            raise BadInput(f"{where}: expected name=value after the URL, got {f!r:.100}")
+        try:
+            if name in _SCORE:
+                seed.score = float(value)
+                if seed.score != seed.score or seed.score in (float("inf"), float("-inf")):
+                    raise ValueError(value)
+            elif name in _INTERVAL:
+                seed.fetch_interval = int(value)
+                if not 0 < seed.fetch_interval < 2**32:
+                    raise ValueError(value)
+            else:
+                seed.meta[name] = value
+        except ValueError:
+            what = "a number" if name in _SCORE else "whole seconds > 0"
+            raise BadInput(f"{where}: {name} must be {what}, got {value!r:.50}") from None
+    return seed
+
+
+def read_seeds(
+    paths: Iterable[str | os.PathLike],
+    *,
+    www: WwwRules | None = None,
+    skip_bad: bool = False,
+    bad: list[str] | None = None,
+) -> Iterator[Seed]:
+    """The seeds of each file in order.  A file that cannot be read is BadInput naming it;
+    a bad line too, unless ``skip_bad`` (then its message is appended to ``bad``)."""
+    for p in paths:
+        p = os.fspath(p)
+        try:
+            f = open(p, encoding="utf-8")
+        except OSError as e:
+            raise BadInput(f"{p}: cannot read seed file: {e.strerror}") from None
+        with f:
+            try:
+                for lineno, line in enumerate(f, 1):
+                    s = line.strip()
+                    if not s or s.startswith("#"):
+                        continue
+                    try:
+                        yield _parse_line(line.rstrip("\r\n"), f"{p}:{lineno}", www)
+                    except BadInput as e:
+                        if not skip_bad:
+                            raise
+                        if bad is not None:
+                            bad.append(str(e))
+            except UnicodeDecodeError as e:
+                raise BadInput(f"{p}: seed file is not UTF-8 ({e.reason} at byte {e.start})") from None
+
+
+def inject_seeds(
+    log: Any,
+    paths: Iterable[str | os.PathLike],
+    *,
+    score: float = 1.0,
+    now: int | None = None,
+    url_filter: UrlFilter | None = None,
+    www: WwwRules | None = None,
+    skip_bad: bool = False,
+    focus: Any = None,
+    fit_score: float | None = None,
+) -> dict:
+    """``add_page_if_not_present`` on ``log`` (any writer) for each seed; return counts
+    (``urls``, ``filtered``, ``bad``, and ``bad_lines``: the first messages of skipped lines).
+
+    With ``focus`` (fetchlist.focus.FocusRules) a fitting seed gets ``meta["fit"] = "1"`` (and
+    ``fit_score`` if given and the line sets no score).
+    """
+    now = int(time.time()) if now is None else int(now)
+    s = getattr(log, "settings", None)
+    default_iv = int(s["default_interval"]) if s else DEFAULT_INTERVAL
+    bad: list[str] = []
+    urls = filtered = 0
+    for seed in read_seeds(paths, www=www, skip_bad=skip_bad, bad=bad):
+        if url_filter is not None and not url_filter.accept(seed.url):
+            filtered += 1
+            continue
+        sc = seed.score if seed.score is not None else score
+        meta = dict(seed.meta)
+        if focus is not None and focus.fits(seed.url):
+            meta["fit"] = "1"
+            if seed.score is None and fit_score is not None:
+                sc = fit_score
+        iv = seed.fetch_interval or default_iv
+        log.add_page_if_not_present(
+            Page(seed.url, next_fetch=now, fetch_interval=iv, score=sc, next_score=sc, meta=meta)
+        )
+        urls += 1
+    return {"urls": urls, "filtered": filtered, "bad": len(bad), "bad_lines": bad[:10]}
+
+
+def inject(db, paths: Iterable[str | os.PathLike], **options: Any) -> dict:
+    """Inject into ``db`` (a ``webdb.WebDB``) in one batch; counts as ``inject_seeds`` plus
+    ``new`` (pages added: the rest were already present) and ``pages`` (the db size after).
+
+    A bad line aborts the batch (nothing is injected); the count is exact because the
+    writer lock is held from before the count to after the commit.
+    """
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise BadInput("no seed file given")
+    for p in paths:
+        if not os.path.isfile(p):
+            raise BadInput(f"{p}: no such seed file")
+    t0 = time.monotonic()
+    w = db.writer()
+    try:
+        with db.reader() as r:
+            before = r.num_pages
+        counts = inject_seeds(w, paths, **options)
+        m = w.close()
+    except BaseException:
+        w.abort()
+        raise
+    counts["pages"] = sum(t.get("pages_by_url", {}).get("records", 0) for t in m["tables"])
+    counts["new"] = counts["pages"] - before
+    counts["seconds"] = round(time.monotonic() - t0, 3)
+    return counts

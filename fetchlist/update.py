@@ -1,0 +1,249 @@
+"""Update: apply crawl segments to the database as writer calls (reference §7, Nutch 1.x rules).
+
+    with db.writer() as w:
+        counts = apply_segments(w, ["segments/20240601120000"], ignore_internal=False)
+
+``apply_segments(log, segment_dirs, **options)`` feeds anything that has the writer calls — a
+``webdb.Writer``, the distributed writer's ``EditLog`` (it is the default input of ``webdb
+update``, see webdb.writer.inputs), a ``CallRecorder`` — and returns counts.  Options are plain
+JSON values, so they travel to every host of a rack.
+
+Per fetch record of each segment, in segment order then fetch order:
+
+* ``apply_fetch(result)``: the fetch schedule of webdb.schedule (status, retries, intervals,
+  the ``adaptive`` setting) is applied to the *stored* page at commit.  The result's meta also
+  clears the generate mark (``gen = ""``) and, for a redirect, records its target
+  (``redirect``).
+* FETCHED with an md5 different from the md5 the page had when it was generated (the one in
+  the fetchlist): the content changed, so its outlinks are emitted —
+  ``add_outlinks(new_md5, links)``: a link from the new content to each target and the target
+  as a new page if it is not present.  The old content's links go by the md5 cascade (when no
+  page carries the old md5 any more).  Unchanged content (same md5, NOT_MODIFIED) emits no link:
+  its links are already there.
+* REDIRECT_* with a target: the target is added as a new page if not present; no link is
+  recorded (a link's source is a content md5, and a redirect has no content of its own: a link
+  from the page's old content would attach the redirect to that content's duplicates too).
+  The page keeps ``meta["redirect"] = target``.
+
+Outlinks and redirect targets go through, in this order: the www rules (``www_rules``), the URL
+filter (``url_filters``), the internal/external rule (``ignore_internal`` / ``ignore_external``
+by ``link_mode`` host or domain; outlinks only), then at most ``max_outlinks`` per page.  With
+``no_additions`` no new page is added: links are still added, and the database keeps those
+whose target exists (a link to an absent page dangles and is dropped by the cascade).
+
+Cost: one sequential pass over each segment's fetchlist (a dict url → md5 per partition) and
+its fetch and parse files; O(1) writer calls per record plus O(outlinks) for changed pages.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from fetchlist.filters import UrlFilter
+from fetchlist.generate import MARK, host_key
+from fetchlist.normalize import WwwRules, normalize, registered_domain
+from fetchlist.segment import Segment
+from webdb.errors import BadInput
+from webdb.schedule import FetchResult
+from webdb.tables.records import DEFAULT_INTERVAL, Link, Page, Status, domain_id
+
+__all__ = ["apply_segments", "UpdateOptions", "OPTIONS"]
+
+# Every option of apply_segments, with its default (plain JSON values).
+OPTIONS: dict[str, Any] = {
+    # Add no new pages (links are still added; those to absent pages are dropped by the db).
+    "no_additions": False,
+    # Drop outlinks to the page's own host (or domain, link_mode).
+    "ignore_internal": False,
+    # Drop outlinks to other hosts (or domains).
+    "ignore_external": False,
+    # What "internal" means: "host" or "domain" (registered domain).
+    "link_mode": "host",
+    # Outlinks kept per page (after rewriting and filtering), in document order.
+    "max_outlinks": 100,
+    # URL filter files (fetchlist.filters) applied to outlinks and redirect targets.
+    "url_filters": [],
+    # www/non-www rules file (fetchlist.normalize.WwwRules) applied to outlinks and redirect targets.
+    "www_rules": None,
+    # Normalize outlinks again (they are normalized by the fetcher; costs ~20 µs per link).
+    "normalize": False,
+    # Score of a page added by an outlink or a redirect.
+    "new_score": 1.0,
+    # Fetch interval of a new page, seconds (None: the db's default_interval).
+    "new_interval": None,
+    # Focused crawling (fetchlist.focus): a rules file; new pages whose URL fits get score
+    # fit_score and meta fit=1, the others other_score.
+    "focus_rules": None,
+    "fit_score": 1.0,
+    "other_score": 0.1,
+}
+
+
+class UpdateOptions:
+    """Resolved options: files loaded once, unknown names rejected (BadInput naming them)."""
+
+    def __init__(self, **options: Any) -> None:
+        unknown = set(options) - set(OPTIONS)
+        if unknown:
+            raise BadInput(f"unknown update option(s) {', '.join(sorted(unknown))} (known: {', '.join(OPTIONS)})")
+        o = {**OPTIONS, **{k: v for k, v in options.items() if v is not None}}
+        if o["link_mode"] not in ("host", "domain"):
+            raise BadInput(f"update option link_mode must be 'host' or 'domain', not {o['link_mode']!r}")
+        if not isinstance(o["max_outlinks"], int) or o["max_outlinks"] < 0:
+            raise BadInput(f"update option max_outlinks must be a whole number >= 0, not {o['max_outlinks']!r}")
+        self.no_additions = bool(o["no_additions"])
+        self.ignore_internal = bool(o["ignore_internal"])
+        self.ignore_external = bool(o["ignore_external"])
+        self.by_domain = o["link_mode"] == "domain"
+        self.max_outlinks = o["max_outlinks"]
+        uf = o["url_filters"]
+        self.url_filter = uf if isinstance(uf, UrlFilter) else (UrlFilter.from_files(uf) if uf else None)
+        www = o["www_rules"]
+        self.www = www if isinstance(www, WwwRules) or www is None else WwwRules.from_file(www)
+        self.normalize = bool(o["normalize"]) or self.www is not None
+        self.new_score = float(o["new_score"])
+        self.new_interval = o["new_interval"]
+        focus = o["focus_rules"]
+        if focus is not None and not hasattr(focus, "fits"):
+            from fetchlist.focus import FocusRules
+
+            focus = FocusRules.from_file(focus)
+        self.focus = focus
+        self.fit_score, self.other_score = float(o["fit_score"]), float(o["other_score"])
+
+    def _group(self, host: str) -> str:
+        return registered_domain(host) if self.by_domain and host else host
+
+    def targets(self, src: str, links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The outlinks of ``src`` to record: rewritten, filtered, internal/external rule, capped."""
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        check_side = self.ignore_internal or self.ignore_external
+        mine = self._group(host_key(src)) if check_side else ""
+        for url, anchor in links:
+            if len(out) >= self.max_outlinks:
+                break
+            if self.normalize:
+                url = normalize(url, www=self.www)
+                if url is None:
+                    continue
+            if url in seen:
+                continue
+            if self.url_filter is not None and not self.url_filter.accept(url):
+                continue
+            if check_side:
+                internal = self._group(host_key(url)) == mine
+                if (internal and self.ignore_internal) or (not internal and self.ignore_external):
+                    continue
+            seen.add(url)
+            out.append((url, anchor))
+        return out
+
+    def target(self, url: str) -> str | None:
+        """A redirect target to add, or None (rewritten and filtered like an outlink)."""
+        if self.normalize:
+            url = normalize(url, www=self.www)
+        if url is None or (self.url_filter is not None and not self.url_filter.accept(url)):
+            return None
+        return url
+
+
+def _new_interval(log: Any, opts: UpdateOptions) -> int:
+    if opts.new_interval is not None:
+        return int(opts.new_interval)
+    s = getattr(log, "settings", None)
+    return int(s["default_interval"]) if s else DEFAULT_INTERVAL
+
+
+def _add_new(
+    log: Any, src_md5: bytes | None, links: list[tuple[str, str]], dom: int, t: int, iv: int, opts: UpdateOptions
+) -> None:
+    """Links from ``src_md5`` (if given) to each target, and each target as a new page (due at
+    ``t``).  Focused crawling checks fit here; the result is kept only if the page is new."""
+    if opts.focus is None:
+        groups = [(links, opts.new_score, None)]
+    else:
+        fit = [x for x in links if opts.focus.fits(x[0])]
+        other = [x for x in links if not opts.focus.fits(x[0])] if fit else links
+        groups = [(other, opts.other_score, None), (fit, opts.fit_score, {"fit": "1"})]
+    for batch, score, meta in groups:
+        if not batch:
+            continue
+        if src_md5 is not None and meta is None:
+            log.add_outlinks(src_md5, batch, domain_id=dom, next_fetch=t, score=score, fetch_interval=iv)
+            continue
+        if src_md5 is not None:
+            _links_only(log, src_md5, batch, dom)
+        for url, _ in batch:
+            log.add_page_if_not_present(
+                Page(url, next_fetch=t, fetch_interval=iv, score=score, next_score=score, meta=dict(meta or {}))
+            )
+
+
+def apply_segments(log: Any, segment_dirs: Iterable[str | os.PathLike], **options: Any) -> dict:
+    """Apply each segment's fetch output to ``log`` (writer calls); return counts.
+
+    ``options``: see ``OPTIONS`` (unknown names are BadInput).  A directory that is not a
+    segment is BadInput naming it, raised before any call is made.
+    """
+    opts = UpdateOptions(**options)
+    segs = []
+    for d in segment_dirs:
+        d = os.fspath(d)
+        if not os.path.isdir(d):
+            raise BadInput(f"{d}: no such segment directory")
+        segs.append(Segment.open(d))
+    iv = _new_interval(log, opts)
+    counts: Counter[str] = Counter()
+    t0 = time.monotonic()
+    for seg in segs:
+        counts["segments"] += 1
+        for part in seg.parts():
+            old_md5 = {e.url: (e.page.md5, e.page.meta) for e in seg.fetchlist(part)}
+            for o in seg.outcomes(part):
+                r = o.result
+                url = r.url
+                prev_md5, prev_meta = old_md5.get(url, (None, {}))
+                meta = dict(r.meta or {})
+                if MARK in prev_meta:
+                    meta[MARK] = ""
+                redirect = opts.target(o.redirect) if o.redirect else None
+                if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
+                    meta["redirect"] = o.redirect or ""
+                elif prev_meta.get("redirect"):
+                    meta["redirect"] = ""
+                log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
+                counts[Status(r.status).name.lower()] += 1
+                if r.status == Status.FETCHED:
+                    if prev_md5 is not None and r.md5 == prev_md5:
+                        counts["unchanged"] += 1
+                        continue
+                    counts["changed"] += 1
+                    links = opts.targets(url, o.outlinks)
+                    if not links:
+                        continue
+                    counts["outlinks"] += len(links)
+                    dom = domain_id(host_key(url))
+                    if opts.no_additions:
+                        _links_only(log, r.md5, links, dom)
+                    else:
+                        _add_new(log, r.md5, links, dom, r.fetch_time, iv, opts)
+                elif redirect is not None and redirect != url:
+                    counts["redirect_targets"] += 1
+                    if not opts.no_additions:
+                        _add_new(log, None, [(redirect, "")], 0, r.fetch_time, iv, opts)
+    out = dict(counts)
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def _links_only(log: Any, md5: bytes, links: list[tuple[str, str]], dom: int) -> None:
+    if hasattr(log, "add_links"):
+        log.add_links(md5, links, domain_id=dom)
+        return
+    for url, anchor in links:
+        log.add_link(Link(md5, url, anchor, dom))

@@ -1,0 +1,115 @@
+"""``webdb demo``: crawl the bundled website on loopback and print what the db holds.
+
+Serves the generated demo site (fetchlist.demo_site: four hosts on 127.0.0.2-5 with real links,
+robots.txt rules, a Crawl-delay, redirects, a loop, 404/410/500 answers), injects its home pages
+and crawls it for --rounds rounds (default 4), printing one line per round and the db stats at
+the end.  The db goes to a new temporary directory that is removed at the end (--keep keeps
+it), or to --db PATH (kept).  Nothing leaves loopback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+from webdb.cli.common import add_json, emit
+from webdb.cli.crawlopts import positive_int
+from webdb.errors import BadInput
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="crawl the bundled website on loopback",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--db", metavar="PATH", help="database directory (must not exist); default: a temporary one")
+    p.add_argument("--keep", action="store_true", help="keep the temporary database and segments")
+    p.add_argument("--rounds", type=positive_int, default=4, help="crawl rounds (default 4)")
+    p.add_argument("--pages", type=positive_int, default=300, help="size of the generated site (default 300)")
+    p.add_argument("--sections", type=positive_int, default=2, help="sections of the demo db (default 2)")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from fetchlist.crawl import crawl
+    from fetchlist.demo_site import DEMO_HOSTS, loopback_ok, serve_demo
+    from fetchlist.fetch import Fetcher
+    from webdb.cli.read import stats
+
+    missing = [h for h in DEMO_HOSTS if not loopback_ok(h)]
+    if missing:
+        raise BadInput(f"the demo serves on {', '.join(DEMO_HOSTS)}; this machine cannot bind {', '.join(missing)}")
+    if args.db and os.path.exists(args.db) and (not os.path.isdir(args.db) or os.listdir(args.db)):
+        raise BadInput(f"{args.db}: exists; give a new path (the demo site's port changes every run)")
+    tmp = None if args.db else tempfile.mkdtemp(prefix="webdb-demo-")
+    root = args.db or os.path.join(tmp, "demo.db")
+    quiet = args.json
+    t0 = time.monotonic()
+    try:
+        server, site = serve_demo(pages=args.pages, crawl_delay=0.1)
+        with server:
+            seeds = os.path.join(os.path.dirname(os.path.abspath(root)), "demo-seeds.txt")
+            if not quiet:
+                where = (
+                    ("a temporary directory, kept" if args.keep else "a temporary directory, removed at the end")
+                    if tmp
+                    else "--db"
+                )
+                print(f"demo site: {len(site.graph):,} pages on {', '.join(server.base(h) for h in DEMO_HOSTS)}")
+                print(f"db: {root} ({where}); seeds: {seeds}")
+            with open(seeds, "w", encoding="utf-8") as f:
+                f.write("".join(u + "\n" for u in site.seeds))
+            # Our own servers: a short politeness delay (host 1 still asks for Crawl-delay 0.1 s).
+            fetcher = Fetcher(politeness_delay=0.02, threads=8, progress=False)
+            res = crawl(
+                root,
+                seeds=[seeds],
+                rounds=args.rounds,
+                sections=args.sections,
+                fetcher=fetcher,
+                create_settings={"sync": False},
+                report=None if quiet else (lambda rs: print(rs.line(), flush=True)),
+            )
+        import webdb
+
+        with webdb.open(root).reader() as r:
+            st = stats(r, top_hosts=4, progress=False)
+            check = r.check()
+        reach = site.reachable()
+        with webdb.open(root).reader() as r:
+            got = {p.url for p in r.pages() if p.status == 1 and p.url in site.graph}
+        data = {
+            "db": root,
+            "kept": tmp is None or args.keep,
+            "crawl": res.to_json(),
+            "stats": st,
+            "check": "ok",
+            "site_pages": len(site.graph),
+            "reachable_html": len(reach),
+            "fetched_html": len(got & reach),
+            "seconds": round(time.monotonic() - t0, 2),
+        }
+        lines = [
+            f"db stats: {st['pages']:,} pages ({st['fetched']:,} fetched, {st['unfetched']:,} unfetched), "
+            f"{st['links']:,} links, {st['bytes']:,} bytes in {st['sections']} sections; check {data['check']} "
+            f"({check['pages']:,} pages, {check['links']:,} links verified)",
+            "status: " + ", ".join(f"{k} {v:,}" for k, v in st["status"].items()),
+            "top hosts: " + ", ".join(f"{h} {n:,}" for h, n in st["top_hosts"]),
+            f"fetched {data['fetched_html']:,} of the {len(reach):,} HTML pages a polite crawler can reach "
+            f"in {data['seconds']:.1f}s",
+        ]
+        if tmp and not args.keep:
+            lines.append(f"removed {tmp} (run `webdb demo --keep` or `--db PATH` to keep the db)")
+        else:
+            lines.append(f"try: webdb read {root} --stats")
+        emit(args, data, "\n".join(lines))
+    finally:
+        if tmp and not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
