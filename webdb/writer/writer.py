@@ -273,12 +273,7 @@ class Writer(EditLog):
         try:
             self.result = self._apply()
         except BaseException:
-            self.closed = True
-            try:
-                self.discard()
-                self.db.recover()
-            finally:
-                self.lock.release()
+            self.abort()
             raise
         self.closed = True
         try:
