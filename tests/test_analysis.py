@@ -1,0 +1,103 @@
+"""Tests of webdb.analysis: link analysis, dedup, prefix statistics, filter generation."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+import webdb
+from webdb import Page, Status
+from webdb.analysis.rank import rank
+from webdb.cli.main import main
+
+
+def _md5(s: str) -> bytes:
+    return hashlib.md5(s.encode()).digest()
+
+
+def _new_db(path, k: int) -> webdb.WebDB:
+    return webdb.create(str(path), sections=k, sync=False, block_size=512)
+
+
+# ---- link analysis ------------------------------------------------------------------------------
+
+
+def _random_graph(seed: int, n: int = 60) -> tuple[dict[str, bytes], dict[bytes, list[str]]]:
+    """url → content md5, md5 → outlink targets.  Some pages unfetched, some dangling, some
+    sharing another page's content (and so its outlinks)."""
+    rng = random.Random(seed)
+    urls = [f"http://h{i % 5}.example/p{i}" for i in range(n)]
+    md5_of: dict[str, bytes] = {}
+    out: dict[bytes, list[str]] = {}
+    for u in urls:
+        x = rng.random()
+        if x < 0.2:
+            md5_of[u] = webdb.url_md5(u)  # unfetched: no outlinks
+        elif x < 0.3 and out:
+            md5_of[u] = rng.choice(sorted(out))  # duplicate content
+        else:
+            c = _md5("content " + u)
+            md5_of[u] = c
+            out[c] = rng.sample(urls, rng.choice([0, 1, 2, 5, 9]))  # 0: dangling
+    return md5_of, out
+
+
+def _load(db, md5_of, out) -> None:
+    with db.writer() as w:
+        for u, c in md5_of.items():
+            fetched = c != webdb.url_md5(u)
+            w.add_page_with_score(
+                Page(u, c, Status.FETCHED if fetched else Status.UNFETCHED, num_outlinks=len(out.get(c, [])))
+            )
+        for c, targets in out.items():
+            w.add_links(c, [(t, "") for t in targets])
+
+
+def _reference_rank(md5_of, out, iterations: int, d: float) -> dict[str, float]:
+    score = dict.fromkeys(md5_of, 1.0)
+    for _ in range(iterations):
+        acc = dict.fromkeys(md5_of, 0.0)
+        for u, c in md5_of.items():
+            targets = out.get(c, [])
+            for t in targets:
+                acc[t] += score[u] / len(targets)
+        score = {u: (1 - d) + d * acc[u] for u in md5_of}
+    return score
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rank_equals_in_memory_pagerank(tmp_path, k, seed):
+    md5_of, out = _random_graph(seed)
+    db = _new_db(tmp_path / "db", k)
+    _load(db, md5_of, out)
+    res = rank(db, 4, 0.85, workers=2 if k > 1 else 1)
+    assert len(res) == 4 and all(x["pages"] == len(md5_of) for x in res)
+    want = _reference_rank(md5_of, out, 4, 0.85)
+    with db.reader() as r:
+        got = {p.url: p for p in r.pages()}
+        r.check()
+    assert set(got) == set(want)
+    inlinked = {t for ts in out.values() for t in ts}
+    for u, s in want.items():
+        assert got[u].score == pytest.approx(s, rel=1e-9, abs=1e-12)
+        assert got[u].next_score == got[u].score
+        if u not in inlinked:
+            assert got[u].score == pytest.approx(0.15)
+
+
+def test_rank_dangling_and_cli(tmp_path):
+    db = _new_db(tmp_path / "db", 2)
+    a, b = _md5("a"), _md5("b")
+    with db.writer() as w:
+        w.add_page_with_score(Page("http://x.example/a", a, Status.FETCHED, num_outlinks=2, score=2.0))
+        w.add_page_with_score(Page("http://x.example/b", b, Status.FETCHED, score=3.0))  # dangling
+        w.add_page(Page("http://x.example/c"))
+        w.add_links(a, [("http://x.example/b", ""), ("http://x.example/c", "")])
+    assert main(["rank", str(tmp_path / "db"), "--iterations", "1", "--damping", "0.5"]) == 0
+    with db.reader() as r:
+        s = {p.url: p.score for p in r.pages()}
+    # a: no inlinks → 1-d; b and c: half of a's 2.0 each; b's 3.0 goes nowhere
+    assert s == pytest.approx({"http://x.example/a": 0.5, "http://x.example/b": 1.0, "http://x.example/c": 1.0})
