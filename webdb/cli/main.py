@@ -21,6 +21,7 @@ COMMANDS = {
     "crawl": "crawl",
     "demo": "demo",
     "rebalance": "rebalance",
+    "rank": "rank",
 }
 
 
