@@ -9,6 +9,7 @@ import pytest
 
 import webdb
 from webdb import Page, Status
+from webdb.analysis.dedup import dedup
 from webdb.analysis.rank import rank
 from webdb.cli.main import main
 
@@ -101,3 +102,70 @@ def test_rank_dangling_and_cli(tmp_path):
         s = {p.url: p.score for p in r.pages()}
     # a: no inlinks → 1-d; b and c: half of a's 2.0 each; b's 3.0 goes nowhere
     assert s == pytest.approx({"http://x.example/a": 0.5, "http://x.example/b": 1.0, "http://x.example/c": 1.0})
+
+
+# ---- dedup ----------------------------------------------------------------------------------------
+
+
+def test_dedup_keeps_best_page_per_content(tmp_path, capsys):
+    rng = random.Random(5)
+    db = _new_db(tmp_path / "db", 2)
+    contents = [_md5(f"c{i}") for i in range(30)]
+    pages = []
+    for i in range(200):
+        u = "http://h%d.example/%s" % (i % 4, "x" * rng.randrange(3) + str(i))
+        if rng.random() < 0.25:
+            pages.append(Page(u, score=rng.choice([1.0, 2.0])))  # unfetched: url_md5, never a duplicate
+        else:
+            pages.append(Page(u, rng.choice(contents), Status.FETCHED, score=rng.choice([1.0, 2.0, 3.0])))
+    with db.writer() as w:
+        for p in pages:
+            w.add_page_with_score(p)
+    want: dict[str, int] = {p.url: p.status for p in pages}
+    by_md5: dict[bytes, list[Page]] = {}
+    for p in pages:
+        if p.status == Status.FETCHED:
+            by_md5.setdefault(p.md5, []).append(p)
+    for run in by_md5.values():
+        keep = sorted(run, key=lambda p: (-p.score, len(p.url), p.url))[0]
+        for p in run:
+            if p is not keep:
+                want[p.url] = Status.DUPLICATE
+    n_dup = sum(1 for s in want.values() if s == Status.DUPLICATE)
+    assert n_dup > 50
+
+    assert main(["dedup", str(tmp_path / "db"), "--dry-run"]) == 0
+    listed = [ln.split("\t") for ln in capsys.readouterr().out.splitlines() if ln.count("\t") == 2]
+    assert sorted(u for u, s, _ in listed if s == "duplicate") == sorted(
+        u for u, s in want.items() if s == Status.DUPLICATE
+    )
+    with db.reader() as r:
+        assert all(p.status != Status.DUPLICATE for p in r.pages())  # dry run wrote nothing
+
+    assert main(["dedup", str(tmp_path / "db")]) == 0
+    with db.reader() as r:
+        got = {p.url: p for p in r.pages()}
+        r.check()
+    assert {u: p.status for u, p in got.items()} == want
+    assert all(got[p.url].score == p.score for p in pages)  # scores kept
+    assert dedup(db) == {"duplicate": 0, "restored": 0}  # idempotent
+
+
+def test_dedup_restores_a_keeper_whose_twin_left(tmp_path):
+    db = _new_db(tmp_path / "db", 1)
+    c = _md5("same")
+    with db.writer() as w:
+        w.add_page_with_score(Page("http://a.example/long-url", c, Status.FETCHED, score=5.0))
+        w.add_page_with_score(Page("http://a.example/s", c, Status.FETCHED, score=5.0))
+        w.add_page_with_score(Page("http://a.example/u"))
+    assert dedup(db) == {"duplicate": 1, "restored": 0}
+    with db.reader() as r:
+        assert r.get_page("http://a.example/long-url").status == Status.DUPLICATE
+        assert r.get_page("http://a.example/s").status == Status.FETCHED
+    with db.writer() as w:
+        w.delete_page("http://a.example/s")
+    assert dedup(db, dry_run=True) == {"duplicate": 0, "restored": 1}
+    assert dedup(db) == {"duplicate": 0, "restored": 1}
+    with db.reader() as r:
+        assert r.get_page("http://a.example/long-url").status == Status.FETCHED
+        assert r.get_page("http://a.example/u").status == Status.UNFETCHED

@@ -1,0 +1,78 @@
+"""Dedup by content: of the fetched pages carrying one md5, keep one, mark the others DUPLICATE.
+
+The keeper of an md5 is the page with the highest score, then the shortest url, then the
+smallest url (bytes).  Unfetched pages carry ``url_md5(url)`` and are never duplicates.
+Pages already DUPLICATE compete again, so the result does not depend on earlier runs: a keeper
+that is DUPLICATE (its better twin was deleted or lost score) is restored to FETCHED, and a
+second run finds nothing to change.
+
+PagesByMD5 is sorted by (md5, url), so the pages of an md5 are contiguous: one sequential
+read, memory O(largest md5 run).  Cost: one read of PagesByMD5; one ``add_page`` per changed
+page, all in one batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from webdb.tables.records import Page, Status, url_md5
+
+__all__ = ["Change", "dedup", "find_duplicates"]
+
+
+@dataclass(slots=True)
+class Change:
+    """``page`` gets ``status``; ``keeper`` is the url kept for its content."""
+
+    page: Page
+    status: int
+    keeper: str
+
+
+def _carries_content(p: Page) -> bool:
+    return p.status != Status.UNFETCHED and p.md5 != url_md5(p.url)
+
+
+def _rank_key(p: Page) -> tuple[float, int, bytes]:
+    return (-p.score, len(p.url), p.url.encode("utf-8"))
+
+
+def find_duplicates(reader) -> Iterator[Change]:
+    """Every status change dedup makes, streamed in (md5, url) order."""
+    for _, grp in itertools.groupby(reader.items("pages_by_md5"), key=lambda kv: kv[0][:16]):
+        run = [Page.decode(k[16:].decode("utf-8"), v) for k, v in grp]
+        if len(run) == 1 and run[0].status != Status.DUPLICATE:
+            continue  # the common case: content carried by one url
+        fetched = [p for p in run if _carries_content(p)]
+        if len(fetched) < 2 and not any(p.status == Status.DUPLICATE for p in fetched):
+            continue
+        keeper = min(fetched, key=_rank_key)
+        for p in fetched:
+            if p is keeper:
+                if p.status == Status.DUPLICATE:
+                    yield Change(p, Status.FETCHED, p.url)
+            elif p.status != Status.DUPLICATE:
+                yield Change(p, Status.DUPLICATE, keeper.url)
+
+
+def dedup(db, dry_run: bool = False, on_change: Callable[[Change], None] | None = None) -> dict[str, int]:
+    """Apply (with ``dry_run`` only find) the changes of ``find_duplicates``, in one batch.
+
+    ``on_change`` sees each change as it is found.  Returns counts of pages marked DUPLICATE
+    and keepers restored to FETCHED.
+    """
+    counts = {"duplicate": 0, "restored": 0}
+    with contextlib.ExitStack() as stack:
+        w = None if dry_run else stack.enter_context(db.writer())
+        r = stack.enter_context(db.reader())
+        for c in find_duplicates(r):
+            counts["duplicate" if c.status == Status.DUPLICATE else "restored"] += 1
+            if on_change is not None:
+                on_change(c)
+            if w is not None:
+                c.page.status = c.status
+                w.add_page(c.page)  # add_page keeps the stored scores
+    return counts

@@ -1,0 +1,50 @@
+"""``webdb dedup DB [--dry-run] [--json]``: mark pages with the same content as DUPLICATE.
+
+Of the fetched pages carrying one content md5 the one with the highest score (then the
+shortest url, then the smallest) is kept; the others become status DUPLICATE, in one batch.
+``--dry-run`` lists the changes (url, new status, kept url) and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from webdb.cli.common import add_json, emit
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "dedup",
+        help="mark pages with duplicate content",
+        description=__doc__,
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
+    p.add_argument("db")
+    p.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    import webdb
+    from webdb.analysis.dedup import Change, dedup
+    from webdb.tables.records import Status
+
+    def show(c: Change) -> None:
+        status = Status(c.status).name.lower()
+        if args.json:
+            sys.stdout.write(json.dumps({"url": c.page.url, "status": status, "kept": c.keeper}) + "\n")
+        else:
+            sys.stdout.write(f"{c.page.url}\t{status}\t{c.keeper}\n")
+
+    counts = dedup(webdb.open(args.db), dry_run=args.dry_run, on_change=show if args.dry_run else None)
+    if args.dry_run and args.json:
+        return 0  # the JSON lines above are the output
+    emit(
+        args,
+        counts,
+        f"{'would mark' if args.dry_run else 'marked'} {counts['duplicate']:,} duplicate(s), "
+        f"{'would restore' if args.dry_run else 'restored'} {counts['restored']:,}",
+    )
+    return 0
