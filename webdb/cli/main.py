@@ -22,6 +22,7 @@ COMMANDS = {
     "demo": "demo",
     "rebalance": "rebalance",
     "rank": "rank",
+    "dedup": "dedup",
 }
 
 
