@@ -113,7 +113,7 @@ def test_dedup_keeps_best_page_per_content(tmp_path, capsys):
     contents = [_md5(f"c{i}") for i in range(30)]
     pages = []
     for i in range(200):
-        u = "http://h%d.example/%s" % (i % 4, "x" * rng.randrange(3) + str(i))
+        u = f"http://h{i % 4}.example/{'x' * rng.randrange(3)}{i}"
         if rng.random() < 0.25:
             pages.append(Page(u, score=rng.choice([1.0, 2.0])))  # unfetched: url_md5, never a duplicate
         else:
