@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import webdb
 from webdb import Page, Status
 from webdb.analysis.dedup import dedup
+from webdb.analysis.prefixes import prefix_stats, url_prefixes
 from webdb.analysis.rank import rank
 from webdb.cli.main import main
 
@@ -169,3 +171,91 @@ def test_dedup_restores_a_keeper_whose_twin_left(tmp_path):
     with db.reader() as r:
         assert r.get_page("http://a.example/long-url").status == Status.FETCHED
         assert r.get_page("http://a.example/u").status == Status.UNFETCHED
+
+
+# ---- prefix statistics ----------------------------------------------------------------------------
+
+
+def test_url_prefixes():
+    assert url_prefixes("http://lenta.ru/2010/05/09/x", 4) == [
+        "http://lenta.ru/",
+        "http://lenta.ru/2010/",
+        "http://lenta.ru/2010/05/",
+        "http://lenta.ru/2010/05/09/",
+    ]
+    assert url_prefixes("http://lenta.ru/2010/05/09/x", 2) == ["http://lenta.ru/", "http://lenta.ru/2010/"]
+    assert url_prefixes("http://lenta.ru/a/b?q=/c/d/#/e/", 9) == ["http://lenta.ru/", "http://lenta.ru/a/"]
+    assert url_prefixes("http://lenta.ru", 3) == ["http://lenta.ru/"]
+
+
+def _site_pages(seed: int, n_domains: int = 3) -> list[Page]:
+    """A news site per domain: fit articles under /news/YYYY/MM/, an archive, tags, photos,
+    on two hosts of the registered domain, a third of the pages unfetched."""
+    rng = random.Random(seed)
+    pages: dict[str, Page] = {}
+    for d in range(n_domains):
+        dom = f"site{d}.co.uk"
+        for i in range(rng.randrange(150, 250)):
+            host = rng.choice([f"www.{dom}", f"news.{dom}"])
+            kind = rng.random()
+            if kind < 0.3:
+                url, fit = f"http://{host}/news/{2010 + i % 3}/{i % 12 + 1:02d}/story-{i}.html", True
+            elif kind < 0.6:
+                url, fit = f"http://{host}/archive/{i % 40}/", False
+            elif kind < 0.8:
+                url, fit = f"http://{host}/tags/t{i % 17}/p/{i}", False
+            elif kind < 0.95:
+                url, fit = f"http://{host}/photo/{i}?size=big", False
+            else:
+                url, fit = f"http://{host}", False
+            fetched = fit or rng.random() < 0.6
+            meta = {"fit": "1" if fit else "0"} if fetched else {}
+            pages[url] = Page(url, _md5(url) if fetched else b"", Status.FETCHED if fetched else 0, meta=meta)
+    return list(pages.values())
+
+
+def _reference_prefixes(pages: list[Page], depth: int, min_count: int) -> list[tuple]:
+    acc: dict[tuple[str, str], list[int]] = {}
+    for p in pages:
+        for pre in url_prefixes(p.url, depth):
+            dom = pre.split("/")[2].split(".", 1)[1]  # the test's hosts are www./news. + registered domain
+            c = acc.setdefault((dom, pre), [0, 0, 0])
+            c[1 if p.fetched else 0] += 1
+            c[2] += p.meta.get("fit") == "1"
+    rows = [(d, pre, *c) for (d, pre), c in acc.items() if c[0] + c[1] >= min_count]
+    return sorted(rows, key=lambda r: (r[0].encode(), r[1].encode()))
+
+
+@pytest.mark.parametrize("k,depth,min_count", [(1, 4, 1), (3, 3, 5), (2, 9, 2)])
+def test_prefix_stats_equal_a_dict_count(tmp_path, k, depth, min_count):
+    pages = _site_pages(k + depth)
+    db = _new_db(tmp_path / "db", k)
+    with db.writer() as w:
+        for p in pages:
+            w.add_page(p)
+    with db.reader() as r:
+        got = [
+            (s.domain, s.prefix, s.unfetched, s.fetched, s.fit)
+            for s in prefix_stats(r, depth, min_count, max_bytes=1 << 16)
+        ]
+    assert got == _reference_prefixes(pages, depth, min_count)
+    assert len(got) > 40
+
+
+def test_prefixes_cli(tmp_path, capsys):
+    db = _new_db(tmp_path / "db", 2)
+    with db.writer() as w:
+        w.add_page(Page("http://www.lenta.ru/2010/05/09/a", _md5("a"), Status.FETCHED, meta={"fit": "1"}))
+        w.add_page(Page("http://www.lenta.ru/2010/05/10/b", _md5("b"), Status.FETCHED))
+        w.add_page(Page("http://lenta.ru/about"))
+    assert main(["prefixes", str(tmp_path / "db"), "--depth", "3", "--min-count", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "#domain\tprefix\tunfetched\tfetched\tfit",
+        "lenta.ru\thttp://www.lenta.ru/\t0\t2\t1",
+        "lenta.ru\thttp://www.lenta.ru/2010/\t0\t2\t1",
+        "lenta.ru\thttp://www.lenta.ru/2010/05/\t0\t2\t1",
+    ]
+    assert main(["prefixes", str(tmp_path / "db"), "--json", "--depth", "1"]) == 0
+    rows = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert rows[0] == {"domain": "lenta.ru", "prefix": "http://lenta.ru/", "unfetched": 1, "fetched": 0, "fit": 0}
+    assert len(rows) == 2
