@@ -23,6 +23,7 @@ COMMANDS = {
     "rebalance": "rebalance",
     "rank": "rank",
     "dedup": "dedup",
+    "prefixes": "prefixes",
 }
 
 
