@@ -5,13 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 
 import pytest
 
 import webdb
+from fetchlist.filters import UrlFilter
 from webdb import Page, Status
 from webdb.analysis.dedup import dedup
-from webdb.analysis.prefixes import prefix_stats, url_prefixes
+from webdb.analysis.filtergen import filtergen, generate_rules
+from webdb.analysis.prefixes import PrefixStat, prefix_stats, url_prefixes
 from webdb.analysis.rank import rank
 from webdb.cli.main import main
 
@@ -259,3 +262,85 @@ def test_prefixes_cli(tmp_path, capsys):
     rows = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
     assert rows[0] == {"domain": "lenta.ru", "prefix": "http://lenta.ru/", "unfetched": 1, "fetched": 0, "fit": 0}
     assert len(rows) == 2
+
+
+# ---- filter generation ----------------------------------------------------------------------------
+
+
+def _news_site(seed: int) -> list[Page]:
+    """Two news domains with few useful sections and large useless ones (tags, photos, a forum
+    host, search pages), a small archive, and a young domain with too few useful pages."""
+    rng = random.Random(seed)
+    pages: dict[str, Page] = {}
+
+    def add(url: str, fit: bool, fetched: bool) -> None:
+        meta = {"fit": "1" if fit else "0"} if fetched else {}
+        pages[url] = Page(url, _md5(url) if fetched else b"", Status.FETCHED if fetched else 0, meta=meta)
+
+    for dom in ("lenta.ru", "news.co.uk"):
+        for i in range(80):
+            add(f"http://www.{dom}/news/{2009 + i % 3}/{i % 12 + 1:02d}/{i}.html", True, True)
+        for i in range(20):
+            add(f"http://www.{dom}/archive/{i}/", False, True)  # links to the news: smaller than it
+        for i in range(300):
+            add(f"http://www.{dom}/tags/{rng.choice('abcdefgh')}/{i}", False, rng.random() < 0.5)
+        for i in range(150):
+            add(f"http://www.{dom}/photo/{i}.jpg?size={rng.choice(['s', 'l'])}", False, rng.random() < 0.3)
+        for i in range(120):
+            add(f"http://forum.{dom}/t/{i}", False, rng.random() < 0.5)
+        add(f"http://www.{dom}/", False, True)
+    for i in range(5):
+        add(f"http://young.org/news/{i}", True, True)
+    for i in range(200):
+        add(f"http://young.org/tags/{i}", False, False)
+    return list(pages.values())
+
+
+def test_filters_keep_every_useful_url_and_drop_most_others(tmp_path):
+    pages = _news_site(7)
+    db = _new_db(tmp_path / "db", 2)
+    with db.writer() as w:
+        for p in pages:
+            w.add_page(p)
+    out = tmp_path / "generated-filters.txt"
+    assert main(["filters", str(tmp_path / "db"), "--out", str(out), "--min-useful", "10", "--depth", "3"]) == 0
+    text = out.read_text()
+    assert text.rstrip().endswith("+.")
+    f = UrlFilter.from_files([str(out)])
+    rules = [ln for ln in text.splitlines() if ln.startswith("-")]
+    useful = [p.url for p in pages if p.meta.get("fit") == "1"]
+    others = [p.url for p in pages if p.meta.get("fit") != "1"]
+    for rule in rules:  # no rule covers a useful URL
+        assert not any(re.search(rule[1:], u) for u in useful), rule
+    assert all(f.accept(u) for u in useful)
+    rejected = [u for u in others if not f.accept(u)]
+    young = [u for u in others if "young.org" in u]
+    assert len(rejected) > 0.8 * (len(others) - len(young))
+    assert all(f.accept(u) for u in young)  # 5 useful < 10: too early to judge
+    assert f.accept("http://www.lenta.ru/archive/3/") and f.accept("http://www.lenta.ru/")
+    assert f.accept("http://elsewhere.example/tags/x")  # other sites pass
+    assert "-^http://forum\\.lenta\\.ru/" in rules  # a host with nothing useful goes whole
+    assert not any(
+        r.startswith("-^http://www\\.lenta\\.ru/tags/") and r != "-^http://www\\.lenta\\.ru/tags/" for r in rules
+    )  # sub-prefixes of an excluded prefix add nothing
+
+    # a disabled rule is not re-created, nor its sub-prefixes
+    disabled = tmp_path / "disabled.txt"
+    disabled.write_text("# keep tags crawlable\n-^http://www\\.lenta\\.ru/tags/\n")
+    assert filtergen(db, str(out), 10, 3, str(disabled))["disabled"] == 1
+    again = [ln for ln in out.read_text().splitlines() if ln.startswith("-")]
+    assert set(again) == set(rules) - {"-^http://www\\.lenta\\.ru/tags/"}
+    f2 = UrlFilter.from_files([str(out)])
+    assert f2.accept("http://www.lenta.ru/tags/a/3") and not f2.accept("http://www.news.co.uk/tags/a/3")
+
+
+def test_generate_rules_thresholds():
+    stats = [
+        PrefixStat("x.ru", "http://x.ru/", 0, 30, 10),
+        PrefixStat("x.ru", "http://x.ru/a/", 0, 10, 10),
+        PrefixStat("x.ru", "http://x.ru/b/", 0, 10, 0),  # known 10 = u_d: not more, kept
+        PrefixStat("x.ru", "http://x.ru/c/", 5, 6, 0),  # 11 > 10: excluded
+        PrefixStat("x.ru", "http://x.ru/c/d/", 11, 0, 0),  # under an excluded prefix
+    ]
+    assert [r.prefix for r in generate_rules(stats, min_useful=10)] == ["http://x.ru/c/"]
+    assert list(generate_rules(stats, min_useful=11)) == []
