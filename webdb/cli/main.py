@@ -24,6 +24,7 @@ COMMANDS = {
     "rank": "rank",
     "dedup": "dedup",
     "prefixes": "prefixes",
+    "filters": "filters",
 }
 
 
