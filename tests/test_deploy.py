@@ -1,0 +1,131 @@
+"""`fab deploy` and `fab check` against real sshd test hosts, twice (idempotent), then a
+distributed update that runs from the deployed virtualenvs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dbutil import batch_a, snapshot
+from rackutil import assert_state
+from sshd import SSHHost
+
+import webdb
+from webdb.deploy import build_wheel, source_digest, venv_of
+from webdb.errors import BadInput
+from webdb.ndfs import parse_config
+from webdb.writer.inputs import CallRecorder, apply_call
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def snapshot_tree(dest: Path) -> Path:
+    """A copy of the source tree: deploy, check and the update all run from it, so edits made
+    to the working tree meanwhile (other engineers) cannot change the digest mid-test."""
+    for name in ("setup.py", "pyproject.toml", "README.md", "fabfile.py"):
+        shutil.copy(REPO / name, dest / name)
+    for name in ("bin", "webdb", "fetchlist"):
+        shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def run(argv: list[str], src: Path, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WEBDB_FAULTS="", PYTHONPATH=str(src))
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd, timeout=300, env=env)
+
+
+def test_wheel_holds_every_package_and_the_scripts(tmp_path: Path) -> None:
+    import zipfile
+
+    names = zipfile.ZipFile(build_wheel(str(tmp_path))).namelist()
+    for mod in ("webdb/writer/distributed.py", "webdb/tables/table.py", "webdb/ndfs/ssh.py", "fetchlist/fetch.py"):
+        assert mod in names
+    assert "webdb-0.1.0.data/scripts/webdb-update" in names and "webdb-0.1.0.dist-info/RECORD" in names
+    assert len(source_digest()) == 64
+
+
+def test_deploy_needs_a_virtualenv_python() -> None:
+    cfg = parse_config("[host:a]\naddress = x\nroot = /r\npython = python3\n")
+    assert venv_of(parse_config("[host:a]\naddress = x\nroot = /r\npython = /v/bin/python\n").hosts["a"]) == "/v"
+    with pytest.raises(BadInput, match=r"\[host:a\] python = 'python3'"):
+        venv_of(cfg.hosts["a"])
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
+    hosts = ssh_hosts[:2]
+    ini = "[ndfs]\ndb = crawl\nconnect_timeout = 5\ntimeout = 10\n\n"
+    for h in hosts:
+        ini += h.ini().replace(f"python = {sys.executable}", f"python = {h.root}/.webdb/venv/bin/python")
+    ini += "\n[sections]\ncount = 2\nhosts = h0, h1\n"
+    path = tmp_path / "hosts.ini"
+    path.write_text(ini)
+    (tmp_path / "src").mkdir()
+    src = snapshot_tree(tmp_path / "src")
+
+    def fab(*args: str) -> subprocess.CompletedProcess:
+        return run(["-m", "fabric", "-r", str(src), *args], src, tmp_path)
+
+    def webdb_cli(*args: str) -> subprocess.CompletedProcess:
+        return run(["-m", "webdb.cli.main", *args], src, tmp_path)
+
+    p = fab("deploy", "--ini", str(path), "--base-python", sys.executable)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for h in hosts:
+        assert f"{h.name}" in p.stdout and "venv created, installed, config pushed" in p.stdout
+        assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()
+        assert (h.root / "crawl" / f"section-{int(h.name[1:]):04d}").is_dir()
+        assert (h.root / ".webdb" / "hosts.ini").read_text() == ini
+    digest = re.findall(r"digest (\w+)", p.stdout)
+    assert len(set(digest)) == 1
+    for rerun in (False, True):
+        p = fab("check", "--ini", str(path))
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert p.stdout.count(" ok ") == 2 and f"version 0.1.0, digest {digest[0]}" in p.stdout and "skew" in p.stdout
+        if not rerun:
+            p = fab("deploy", "--ini", str(path), "--base-python", sys.executable)
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert p.stdout.count("done unchanged") == 2, p.stdout  # idempotent: nothing to do
+
+    # An update through the deployed install: the agents run the venvs' python and webdb.
+    calls = CallRecorder()
+    batch_a(calls)
+    n = len(calls.calls)
+    for j, h in enumerate(hosts):
+        with open(h.root / "crawl" / "a.jsonl", "w") as f:
+            calls.write(f, j * n // 2, (j + 1) * n // 2)
+    p = webdb_cli("create", "--hosts", str(path), "crawl", "--set", "sync=false")
+    assert p.returncode == 0, p.stderr
+    replay = "webdb.writer.inputs:replay_calls"
+    p = webdb_cli("update", "--hosts", str(path), "crawl", "a.jsonl", "--input", replay, "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["committed"] and out["generation"] == 1
+    for h in hosts:
+        info = out["hosts"][h.name]
+        assert info["python"] == f"{h.root}/.webdb/venv/bin/python"
+        assert info["webdb"].startswith(f"{h.root}/.webdb/venv/lib/"), info["webdb"]
+
+    ref = webdb.create(str(tmp_path / "ref"), sync=False)
+    with ref.writer() as w:
+        for c in calls.calls:
+            apply_call(w, json.loads(c))
+    assert_state([h.root for h in hosts], tmp_path, 1, snapshot(ref))
+
+    # A host that is down fails the check with a reason, and so does every host that cannot
+    # reach it (edits travel host to host).
+    hosts[1].stop()
+    try:
+        p = fab("check", "--ini", str(path))
+        assert p.returncode == 1
+        assert re.search(r"h0 +FAILED .*cannot reach h1 from h0", p.stdout), p.stdout
+        assert re.search(r"h1 +FAILED .*h1: cannot connect to 127.0.0.3:\d+: connection refused", p.stdout), p.stdout
+    finally:
+        hosts[1].start()

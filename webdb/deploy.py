@@ -1,0 +1,385 @@
+"""Deploying webdb to the hosts of a hosts.ini, and checking them (the tasks of fabfile.py).
+
+``deploy`` makes every ``[host:*]`` ready to run a section writer, idempotently:
+
+1. the virtualenv whose python hosts.ini names (``python = /opt/webdb/venv/bin/python``),
+   created with ``--system-site-packages`` from ``base_python`` (dependencies come from the
+   host's Python, or from an index with ``deps=True``);
+2. this source tree, installed into it with pip when its digest differs from what is there;
+3. the data root, ``<root>/<db>/`` and the share-group directories the host holds;
+4. the config: hosts.ini and the key/known_hosts files it names by relative path, under
+   ``<root>/.webdb/`` (where an agent resolves them).
+
+``check`` verifies per host: ssh reachable, the same webdb version and source digest as here,
+free disk, the clock within tolerance, the pushed config current, and that the host itself
+reaches every other host over ssh (the edits travel host to host).  Both return a
+``GroupResult`` (host -> HostResult), like every distributed action.
+"""
+
+from __future__ import annotations
+
+import configparser
+import hashlib
+import os
+import posixpath
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from webdb.errors import BadInput, DistributedError, WebDBError
+from webdb.ndfs import GroupResult, HostConfig, HostResult, NdfsConfig, load_config, parse_config
+from webdb.writer.distributed import DEPLOY_DIR
+
+__all__ = ["check", "deploy", "source_digest", "venv_of"]
+
+PACKAGES = ("webdb", "fetchlist")
+TOP_FILES = ("setup.py", "pyproject.toml", "README.md")
+MARKER = "webdb-deployed.txt"  # in the venv: the digest of the installed source
+CMD_TIMEOUT = 600  # a pip install on a slow host
+
+
+def _package_dirs() -> dict[str, str]:
+    import fetchlist
+    import webdb
+
+    return {"webdb": os.path.dirname(webdb.__file__), "fetchlist": os.path.dirname(fetchlist.__file__)}
+
+
+def source_digest() -> str:
+    """SHA-256 over the ``.py`` files of the imported webdb and fetchlist packages (relative
+    path + content): equal here and on a host iff the same code runs there."""
+    h = hashlib.sha256()
+    for pkg, d in sorted(_package_dirs().items()):
+        files = sorted(
+            os.path.relpath(os.path.join(p, f), d)
+            for p, dirs, fs in os.walk(d)
+            if "__pycache__" not in p
+            for f in fs
+            if f.endswith(".py")
+        )
+        for rel in files:
+            with open(os.path.join(d, rel), "rb") as f:
+                h.update(f"{pkg}/{rel}\0".encode() + hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def _setup_kwargs(top: str) -> dict:
+    """The literal keyword arguments of setup.py's ``setup(...)`` call (``packages`` evaluated
+    with find_packages), read without running setup.py."""
+    import ast
+
+    from setuptools import find_packages
+
+    with open(os.path.join(top, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
+    kw = {}
+    for k in call.keywords:
+        if k.arg == "packages" and isinstance(k.value, ast.Call):
+            kw["packages"] = find_packages(top, **{a.arg: ast.literal_eval(a.value) for a in k.value.keywords})
+        else:
+            kw[k.arg] = ast.literal_eval(k.value)
+    return kw
+
+
+def build_wheel(dest: str) -> str:
+    """Build a pure-Python wheel of this source tree into ``dest``; returns its path.
+
+    Assembled here (files + dist-info + RECORD, PEP 427) so that deploying needs neither the
+    ``wheel`` package nor an index; pip installs it offline.  Cost: reads the source once."""
+    import base64
+    import glob
+    import zipfile
+
+    top = os.path.dirname(_package_dirs()["webdb"])
+    missing = [f for f in TOP_FILES if not os.path.exists(os.path.join(top, f))]
+    if missing:
+        raise BadInput(f"{top}: not a webdb source tree (no {', '.join(missing)}); deploy from a checkout")
+    kw = _setup_kwargs(top)
+    name, version = kw["name"], kw["version"]
+    files: list[tuple[str, bytes]] = []
+    for pkg in sorted(kw["packages"]):
+        d = os.path.join(top, *pkg.split("."))
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".py"):
+                files.append((f"{pkg.replace('.', '/')}/{f}", open(os.path.join(d, f), "rb").read()))
+        for pattern in kw.get("package_data", {}).get(pkg, []):
+            for path in sorted(glob.glob(os.path.join(d, pattern))):
+                if os.path.isfile(path):
+                    files.append((os.path.relpath(path, top).replace(os.sep, "/"), open(path, "rb").read()))
+    data = f"{name}-{version}.data"
+    for script in kw.get("scripts", []):
+        with open(os.path.join(top, script), "rb") as f:
+            body = f.read().split(b"\n", 1)[1]
+        files.append((f"{data}/scripts/{os.path.basename(script)}", b"#!python\n" + body))
+    info = f"{name}-{version}.dist-info"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {kw.get('description', '')}"]
+    if kw.get("python_requires"):
+        meta.append(f"Requires-Python: {kw['python_requires']}")
+    meta += [f"Requires-Dist: {r}" for r in kw.get("install_requires", [])]
+    for extra, reqs in kw.get("extras_require", {}).items():
+        meta.append(f"Provides-Extra: {extra}")
+        meta += [f'Requires-Dist: {r}; extra == "{extra}"' for r in reqs]
+    eps = "".join(f"[{group}]\n" + "".join(f"{e}\n" for e in entries) + "\n"
+                  for group, entries in kw.get("entry_points", {}).items())  # fmt: skip
+    tops = sorted({p.split(".")[0] for p in kw["packages"]})
+    files += [(f"{info}/METADATA", ("\n".join(meta) + "\n").encode()),
+              (f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: webdb.deploy\nRoot-Is-Purelib: true\n"
+                                b"Tag: py3-none-any\n"),
+              (f"{info}/entry_points.txt", eps.encode()),
+              (f"{info}/top_level.txt", "".join(t + "\n" for t in tops).encode())]  # fmt: skip
+
+    def digest(b: bytes) -> str:
+        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{a},{digest(b)},{len(b)}\n" for a, b in files) + f"{info}/RECORD,,\n"
+    path = os.path.join(dest, f"{name}-{version}-py3-none-any.whl")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for arc, b in [*files, (f"{info}/RECORD", record.encode())]:
+            z.writestr(zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0)), b, zipfile.ZIP_DEFLATED)
+    return path
+
+
+def venv_of(host: HostConfig) -> str:
+    """The virtualenv directory of a host: hosts.ini ``python`` must be ``VENV/bin/python*``."""
+    py = host.python
+    if not py or posixpath.basename(posixpath.dirname(py)) != "bin" or not posixpath.basename(py).startswith("python"):
+        raise BadInput(f"[host:{host.name}] python = {py!r}: set it to the python of the virtualenv to deploy "
+                       f"into, e.g. /opt/webdb/venv/bin/python")  # fmt: skip
+    return posixpath.dirname(posixpath.dirname(py))
+
+
+def relative_files(ini_path: str) -> list[str]:
+    """key_file / known_hosts values of hosts.ini given as relative paths (pushed with it)."""
+    cp = configparser.ConfigParser(default_section="\0", interpolation=None, strict=True)
+    cp.read(ini_path, encoding="utf-8")
+    out = []
+    for sec in cp.sections():
+        for key in ("key_file", "known_hosts"):
+            v = cp[sec].get(key, "").strip()
+            if v and not v.startswith(("/", "~")) and v not in out:
+                out.append(v)
+    return out
+
+
+class _Host:
+    """Commands and files on one host through a fabric Connection (host key checked)."""
+
+    def __init__(self, host: HostConfig) -> None:
+        from webdb.writer.rack import open_connection
+
+        self.host = host
+        self.conn = open_connection(host)
+
+    def run(self, cmd: str, what: str, timeout: float = CMD_TIMEOUT) -> str:
+        r = self.conn.run(cmd, hide=True, warn=True, timeout=timeout, in_stream=False)
+        if r.exited != 0:
+            err = (r.stderr.strip() or r.stdout.strip()).splitlines()[-3:]
+            raise DistributedError(f"{self.host.name}: {what} failed ({r.exited}): {' | '.join(err)}")
+        return r.stdout
+
+    def put_bytes(self, data: bytes, path: str, mode: int = 0o644) -> bool:
+        """Write ``path`` (temp + rename) unless it already holds ``data``; True if written."""
+        sftp = self.conn.sftp()
+        try:
+            with sftp.open(path, "rb") as f:
+                if f.read() == data:
+                    return False
+        except OSError:
+            pass
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with sftp.open(tmp, "wb") as f:
+            f.write(data)
+        sftp.chmod(tmp, mode)
+        sftp.posix_rename(tmp, path)
+        return True
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _each(config: NdfsConfig, what: str, fn: Callable[[_Host], dict], hosts: list[str] | None) -> GroupResult:
+    names = hosts or list(config.hosts)
+    unknown = [n for n in names if n not in config.hosts]
+    if unknown:
+        raise BadInput(f"{config.source}: no [host:{unknown[0]}]")
+    out = GroupResult(what)
+    results: dict[str, HostResult] = {}
+
+    def one(name: str) -> None:
+        t0 = time.monotonic()
+        h = None
+        try:
+            h = _Host(config.hosts[name])
+            value = fn(h)
+            results[name] = HostResult(name, True, value, seconds=time.monotonic() - t0)
+        except (WebDBError, OSError) as e:
+            results[name] = HostResult(name, False, error=e, seconds=time.monotonic() - t0)
+        except Exception as e:  # noqa: BLE001 - fabric/invoke errors are per-host results too
+            err = DistributedError(f"{name}: {type(e).__name__}: {e}")
+            results[name] = HostResult(name, False, error=err, seconds=time.monotonic() - t0)
+        finally:
+            if h is not None:
+                h.close()
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for n in names:
+        out[n] = results[n]
+    return out
+
+
+def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3", deps: bool = False,
+           hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
+    """Install, create directories and push the config on every host (see module doc)."""
+    config = load_config(ini_path)
+    db = db or config.db
+    ini_bytes = open(ini_path, "rb").read()
+    extra = relative_files(ini_path)
+    base = os.path.dirname(os.path.abspath(ini_path))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wheel_path = build_wheel(tmp)
+        wheel = open(wheel_path, "rb").read()
+    wheel_name = os.path.basename(wheel_path)
+    digest = source_digest()
+
+    def one(h: _Host) -> dict:
+        hc = h.host
+        venv = venv_of(hc)
+        conf = posixpath.join(hc.root, DEPLOY_DIR)
+        dirs = [hc.root, conf]
+        if db:
+            dirs += [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
+        h.run("mkdir -p " + " ".join(map(shlex.quote, dirs)), "creating directories")
+        done: list[str] = []
+        py = shlex.quote(hc.python)
+        if h.run(f"test -x {py} && echo yes || echo no", "looking for the venv").strip() != "yes":
+            h.run(f"{shlex.quote(base_python)} -m venv --system-site-packages {shlex.quote(venv)}", "creating the venv")
+            done.append("venv created")
+        cfg = shlex.quote(posixpath.join(venv, "pyvenv.cfg"))
+        if h.run(f"test -f {cfg} && echo yes || echo no", "looking for pyvenv.cfg").strip() != "yes":
+            raise BadInput(f"[host:{hc.name}] python = {hc.python}: {venv} is not a virtualenv (no pyvenv.cfg); "
+                           f"refusing to install into it")  # fmt: skip
+        marker = posixpath.join(venv, MARKER)
+        have = h.run(f"cat {shlex.quote(marker)} 2>/dev/null || true", "reading the deployed digest").strip()
+        if have != digest:
+            whl = posixpath.join(conf, wheel_name)
+            h.put_bytes(wheel, whl)
+            pip = f"{py} -m pip install -q --disable-pip-version-check --force-reinstall"
+            pip += "" if deps else " --no-deps --no-index"
+            h.run(f"{pip} {shlex.quote(whl)}", "pip install")
+            h.run(f"rm -f {shlex.quote(whl)} && echo {digest} > {shlex.quote(marker)}", "recording the install")
+            done.append("installed")
+        changed = h.put_bytes(ini_bytes, posixpath.join(conf, "hosts.ini"))
+        for rel in extra:
+            target = posixpath.join(conf, rel)
+            h.run(f"mkdir -p {shlex.quote(posixpath.dirname(target))}", "creating config dirs")
+            with open(os.path.join(base, rel), "rb") as f:
+                changed |= h.put_bytes(f.read(), target, 0o600)
+        if changed:
+            done.append("config pushed")
+        return {"done": done or ["unchanged"], "venv": venv, "digest": digest[:12]}
+
+    return _each(config, f"deploy {ini_path}", one, hosts)
+
+
+def check(ini_path: str, *, max_skew: float = 2.0, min_free_mb: int = 100,
+          hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
+    """Per host: reachable, same version and source digest, free disk, clock, config, and
+    ssh from the host to every other host.  A host fails if any check fails."""
+    from webdb import __version__
+
+    config = load_config(ini_path)
+    ini_bytes = open(ini_path, "rb").read()
+    digest = source_digest()
+    ini_sha = hashlib.sha256(ini_bytes).hexdigest()
+
+    def one(h: _Host) -> dict:
+        hc = h.host
+        py = shlex.quote(hc.python or "python3")
+        problems: list[str] = []
+        t0 = time.time()
+        remote = float(h.run("date +%s.%N", "reading the clock").strip())
+        t1 = time.time()
+        skew = remote - (t0 + t1) / 2
+        if abs(skew) > max_skew + (t1 - t0) / 2:
+            problems.append(f"clock off by {skew:+.2f}s (tolerance {max_skew:g}s)")
+        out = h.run(f"{py} -m webdb.deploy version", "running webdb").split()
+        if out[:2] != [__version__, digest]:
+            problems.append(f"runs webdb {out[0]} (source {out[1][:12]}), this is {__version__} ({digest[:12]}): "
+                            f"run fab deploy")  # fmt: skip
+        free_kb = int(h.run(f"df -Pk {shlex.quote(hc.root)} | tail -1", "df").split()[3])
+        if free_kb < min_free_mb * 1024:
+            problems.append(f"only {free_kb // 1024} MiB free under {hc.root} (want {min_free_mb})")
+        conf = posixpath.join(hc.root, DEPLOY_DIR, "hosts.ini")
+        have = h.run(f"sha256sum {shlex.quote(conf)} 2>/dev/null || true", "reading the config").split()
+        if not have or have[0] != ini_sha:
+            problems.append(f"{conf} is missing or differs from {ini_path}: run fab deploy")
+        else:
+            probe = h.run(f"{py} -m webdb.deploy probe {shlex.quote(conf)} {shlex.quote(hc.name)}", "probing peers")
+            problems += [line for line in probe.splitlines() if line.strip()]
+        if problems:
+            raise DistributedError(f"{hc.name}: " + "; ".join(problems))
+        return {"version": out[0], "digest": out[1][:12], "skew": round(skew, 3), "free_mb": free_kb // 1024}
+
+    return _each(config, f"check {ini_path}", one, hosts)
+
+
+def probe(conf: str, me: str) -> list[str]:
+    """From host ``me``: reach every other host with the ndfs transport (what the edits use)."""
+    from webdb.ndfs import open_transport
+    from webdb.ndfs.config import Location
+
+    with open(conf, encoding="utf-8") as f:
+        config = parse_config(f.read(), source=conf, base_dir=os.path.dirname(conf))
+    bad = []
+    for name, hc in config.hosts.items():
+        if name == me:
+            continue
+        t = open_transport(Location(host=hc), local_host=me)
+        try:
+            t.disk_free()
+        except (WebDBError, OSError) as e:
+            bad.append(f"cannot reach {name} from {me}: {e}")
+        finally:
+            t.close()
+    return bad
+
+
+def report(res: GroupResult) -> str:
+    """A per-host table of a deploy or check."""
+    lines = [res.what]
+    for name, r in res.items():
+        if r.ok:
+            detail = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in r.value.items())
+            lines.append(f"  {name:<12} ok      {r.seconds:6.1f}s  {detail}")
+        else:
+            lines.append(f"  {name:<12} FAILED  {r.seconds:6.1f}s  {r.error}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Helpers run on a host by ``check``: ``version`` and ``probe CONF HOST``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["version"]:
+        from webdb import __version__
+
+        print(__version__, source_digest(), os.path.dirname(_package_dirs()["webdb"]))
+        return 0
+    if len(argv) == 3 and argv[0] == "probe":
+        for line in probe(argv[1], argv[2]):
+            print(line)
+        return 0
+    print("usage: python -m webdb.deploy version | probe HOSTS_INI HOST", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

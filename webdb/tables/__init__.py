@@ -1,0 +1,1 @@
+"""Table files: block format, records, readers and writers."""
