@@ -267,41 +267,52 @@ def test_prefixes_cli(tmp_path, capsys):
 # ---- filter generation ----------------------------------------------------------------------------
 
 
-def _news_site(seed: int) -> list[Page]:
+def _news_site(seed: int) -> tuple[list[Page], dict[str, list[str]]]:
     """Two news domains with few useful sections and large useless ones (tags, photos, a forum
-    host, search pages), a small archive, and a young domain with too few useful pages."""
+    host), a small archive linking to the news, and a young domain with too few useful pages.
+    Returns the pages and the links (source url → targets) of the fetched pages."""
     rng = random.Random(seed)
     pages: dict[str, Page] = {}
+    links: dict[str, list[str]] = {}
 
-    def add(url: str, fit: bool, fetched: bool) -> None:
+    def add(url: str, fit: bool, fetched: bool) -> str:
         meta = {"fit": "1" if fit else "0"} if fetched else {}
         pages[url] = Page(url, _md5(url) if fetched else b"", Status.FETCHED if fetched else 0, meta=meta)
+        return url
 
     for dom in ("lenta.ru", "news.co.uk"):
-        for i in range(80):
-            add(f"http://www.{dom}/news/{2009 + i % 3}/{i % 12 + 1:02d}/{i}.html", True, True)
-        for i in range(20):
-            add(f"http://www.{dom}/archive/{i}/", False, True)  # links to the news: smaller than it
-        for i in range(300):
-            add(f"http://www.{dom}/tags/{rng.choice('abcdefgh')}/{i}", False, rng.random() < 0.5)
-        for i in range(150):
-            add(f"http://www.{dom}/photo/{i}.jpg?size={rng.choice(['s', 'l'])}", False, rng.random() < 0.3)
-        for i in range(120):
-            add(f"http://forum.{dom}/t/{i}", False, rng.random() < 0.5)
-        add(f"http://www.{dom}/", False, True)
+        root = add(f"http://www.{dom}/", False, True)
+        news = [add(f"http://www.{dom}/news/{2009 + i % 3}/{i % 12 + 1:02d}/{i}.html", True, True) for i in range(80)]
+        archive = [add(f"http://www.{dom}/archive/{i}/", False, True) for i in range(20)]  # smaller than the news
+        tags = [
+            add(f"http://www.{dom}/tags/{rng.choice('abcdefgh')}/{i}", False, rng.random() < 0.5) for i in range(300)
+        ]
+        photos = [
+            add(f"http://www.{dom}/photo/{i}.jpg?size={rng.choice('sl')}", False, rng.random() < 0.3)
+            for i in range(150)
+        ]
+        forum = [add(f"http://forum.{dom}/t/{i}", False, rng.random() < 0.5) for i in range(120)]
+        links[root] = archive + tags[:50] + photos[:20] + forum[:10] + news[:5]
+        for i, a in enumerate(archive):
+            links[a] = news[i::20]
+        for t in tags[:50]:
+            links[t] = rng.sample(tags, 5) + rng.sample(news, 2)
     for i in range(5):
         add(f"http://young.org/news/{i}", True, True)
     for i in range(200):
         add(f"http://young.org/tags/{i}", False, False)
-    return list(pages.values())
+    links = {u: ts for u, ts in links.items() if pages[u].fetched}
+    return list(pages.values()), links
 
 
 def test_filters_keep_every_useful_url_and_drop_most_others(tmp_path):
-    pages = _news_site(7)
+    pages, links = _news_site(7)
     db = _new_db(tmp_path / "db", 2)
     with db.writer() as w:
         for p in pages:
             w.add_page(p)
+        for u, targets in links.items():
+            w.add_links(_md5(u), [(t, "") for t in targets])
     out = tmp_path / "generated-filters.txt"
     assert main(["filters", str(tmp_path / "db"), "--out", str(out), "--min-useful", "10", "--depth", "3"]) == 0
     text = out.read_text()
@@ -318,6 +329,16 @@ def test_filters_keep_every_useful_url_and_drop_most_others(tmp_path):
     assert len(rejected) > 0.8 * (len(others) - len(young))
     assert all(f.accept(u) for u in young)  # 5 useful < 10: too early to judge
     assert f.accept("http://www.lenta.ru/archive/3/") and f.accept("http://www.lenta.ru/")
+    with db.reader() as r:  # every useful URL stays reachable from its domain's root
+        seen = {"http://www.lenta.ru/", "http://www.news.co.uk/"}
+        todo = list(seen)
+        while todo:
+            page = r.get_page(todo.pop())
+            for lk in r.outlinks(page.md5):
+                if lk.url not in seen and f.accept(lk.url):
+                    seen.add(lk.url)
+                    todo.append(lk.url)
+    assert {u for u in useful if "young.org" not in u} <= seen
     assert f.accept("http://elsewhere.example/tags/x")  # other sites pass
     assert "-^http://forum\\.lenta\\.ru/" in rules  # a host with nothing useful goes whole
     assert not any(
