@@ -427,7 +427,9 @@ def generate(
             for _, url_b, value in _interleave(part):
                 url = url_b.decode("utf-8")
                 hosts.add(host_key(url))
-                entries.append(FetchEntry(url, Page.decode(url, value), anchors[url_b]))
+                page = Page.decode(url, value)
+                page.meta[MARK] = mark  # the page as it is stored once the marks commit
+                entries.append(FetchEntry(url, page, anchors[url_b]))
             sizes.append(seg.write_fetchlist(i, entries))
         secs["write"] = time.monotonic() - t1
         t1 = time.monotonic()

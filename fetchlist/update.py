@@ -119,7 +119,8 @@ class UpdateOptions:
         return registered_domain(host) if self.by_domain and host else host
 
     def targets(self, src: str, links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-        """The outlinks of ``src`` to record: rewritten, filtered, internal/external rule, capped."""
+        """The outlinks of ``src`` to record: rewritten, deduplicated, without ``src`` itself,
+        filtered, the internal/external rule, capped."""
         out: list[tuple[str, str]] = []
         seen: set[str] = set()
         check_side = self.ignore_internal or self.ignore_external
@@ -131,7 +132,7 @@ class UpdateOptions:
                 url = normalize(url, www=self.www)
                 if url is None:
                     continue
-            if url in seen:
+            if url in seen or url == src:  # a link to the page itself says nothing (as Nutch)
                 continue
             if self.url_filter is not None and not self.url_filter.accept(url):
                 continue
