@@ -74,8 +74,47 @@ def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
     return body + _TRAILER.pack(codec, zlib.crc32(body + bytes((codec,))))
 
 
-def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
-    """Inverse of encode_block; ``where`` names file and block in errors."""
+class RawBlock:
+    """A decompressed, checksum-verified block: its bytes and the offset arrays, without
+    splitting it into Python objects.  What the lookup cache holds (about its own size)."""
+
+    __slots__ = ("raw", "kends", "rends", "n")
+
+    def __init__(self, raw: bytes, kends, rends, n: int):
+        self.raw, self.kends, self.rends, self.n = raw, kends, rends, n
+
+    def key(self, j: int) -> bytes:
+        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
+
+    def value(self, j: int) -> bytes:
+        return self.raw[self.kends[j] : self.rends[j]]
+
+    def find(self, key: bytes) -> int:
+        """Index of the first record with record key >= key (binary search over the raw bytes)."""
+        raw, kends, rends = self.raw, self.kends, self.rends
+        lo, hi = 0, self.n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if raw[rends[mid - 1] if mid else 0 : kends[mid]] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
+        """Records lo..hi-1 as (keys, values) lists."""
+        raw = self.raw
+        hi = self.n if hi is None else hi
+        kends = self.kends[lo:hi]
+        rends = self.rends[lo:hi]
+        starts = [self.rends[lo - 1] if lo else 0]
+        starts.extend(rends[:-1])
+        return [raw[s:e] for s, e in zip(starts, kends)], [raw[s:e] for s, e in zip(kends, rends)]
+
+
+def unpack_block(data: bytes, where: str) -> RawBlock:
+    """Verify a block's checksum, decompress it and read its offsets; ``where`` names file and
+    block in errors."""
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
     body = data[:-BLOCK_TRAILER_SIZE]
@@ -89,16 +128,17 @@ def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
         offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
         if _BIG:
             offs.byteswap()
-        kends, rends = offs[:n], offs[n:]
-        starts = [0]
-        starts.extend(rends[:-1])
-        keys = [raw[s:e] for s, e in zip(starts, kends)]
-        vals = [raw[s:e] for s, e in zip(kends, rends)]
     except Exception as e:  # a damaged block can fail anywhere in here
         raise CorruptionError(f"{where}: undecodable block ({type(e).__name__}: {e})") from None
-    if n and (rends[-1] != len(raw) - 4 - 8 * n):
+    kends, rends = offs[:n], offs[n:]
+    if n and (rends[-1] != len(raw) - 4 - 8 * n or any(map(lt, rends, kends))):
         raise CorruptionError(f"{where}: block offsets do not match its size")
-    return keys, vals
+    return RawBlock(raw, kends, rends, n)
+
+
+def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
+    """Inverse of encode_block: the block's (keys, values)."""
+    return unpack_block(data, where).split()
 
 
 def check_block_crc(data: bytes | memoryview, where: str) -> None:
@@ -241,7 +281,7 @@ class TableWriter:
 
 
 class BlockCache:
-    """LRU cache of decoded blocks, bounded by their approximate decoded size."""
+    """LRU cache of decompressed blocks (``RawBlock``), bounded by their size in bytes."""
 
     def __init__(self, max_bytes: int = 128 << 20):
         self.max_bytes, self.bytes = max_bytes, 0
@@ -266,7 +306,8 @@ class BlockCache:
 class TableReader:
     """A table file opened for reading.  The index (one entry per block) is held in memory.
 
-    Point lookup: O(log blocks) in memory + one block read and decode (cached).
+    Point lookup: O(log blocks) in memory + one block read and decompress (cached) + a binary
+    search inside it.
     """
 
     def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None):
@@ -346,9 +387,9 @@ class TableReader:
     def where(self, i: int) -> str:
         return f"{self.path}: block {i} at offset {self.offsets[i]}"
 
-    def block(self, i: int, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
-        """Decoded block i; cached if ``fill_cache`` (scans pass False, as LevelDB iterators
-        do, so one long scan does not evict every hot block)."""
+    def raw(self, i: int, fill_cache: bool = True) -> RawBlock:
+        """Block i decompressed and verified; cached (LRU, by its size) if ``fill_cache`` —
+        scans pass False, as LevelDB iterators do, so one long scan does not evict hot blocks."""
         c = self.cache
         if c is not None:
             hit = c.get((self.path, i))
@@ -357,36 +398,48 @@ class TableReader:
         data = self.raw_block(i)
         if len(data) != self.lengths[i]:
             raise CorruptionError(f"{self.where(i)}: truncated")
-        kv = decode_block(data, self.where(i))
-        if len(kv[0]) != self.counts[i]:
-            raise CorruptionError(f"{self.where(i)}: holds {len(kv[0])} records, index says {self.counts[i]}")
+        rb = unpack_block(data, self.where(i))
+        if rb.n != self.counts[i]:
+            raise CorruptionError(f"{self.where(i)}: holds {rb.n} records, index says {self.counts[i]}")
         if c is not None and fill_cache:
-            c.put((self.path, i), kv, len(data) * 3 + 100 * len(kv[0]))
-        return kv
+            c.put((self.path, i), rb, len(rb.raw) + 100)
+        return rb
+
+    def block(self, i: int, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
+        """Block i as (keys, values) lists."""
+        return self.raw(i, fill_cache).split()
 
     def get(self, key: bytes) -> bytes | None:
-        """Value of ``key`` or None."""
+        """Value of ``key`` or None: a binary search over the index, then over the raw block."""
         i = bisect.bisect_right(self.first_keys, key) - 1
         if i < 0:
             return None
-        keys, vals = self.block(i)
-        j = bisect.bisect_left(keys, key)
-        if j < len(keys) and keys[j] == key:
-            return vals[j]
+        rb = self.raw(i)
+        j = rb.find(key)
+        if j < rb.n and rb.key(j) == key:
+            return rb.value(j)
         return None
 
     def items(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs with start <= key < stop, in order, one block in memory at a time."""
+        """(key, value) pairs with start <= key < stop, in order, one block in memory at a time.
+        The first block is searched in place and only its records in range are split out."""
         i = 0 if start is None else max(0, bisect.bisect_right(self.first_keys, start) - 1)
         for b in range(i, self.nblocks):
             if stop is not None and self.first_keys[b] >= stop:
                 return
-            keys, vals = self.block(b, fill_cache=b == i)
-            lo = 0 if start is None else bisect.bisect_left(keys, start)
-            hi = len(keys) if stop is None else bisect.bisect_left(keys, stop)
-            yield from zip(keys[lo:hi], vals[lo:hi])
-            if hi < len(keys):
-                return
+            rb = self.raw(b, fill_cache=b == i)
+            lo = 0 if start is None or b != i else rb.find(start)
+            if stop is None or self.last_keys[b] < stop:
+                yield from zip(*rb.split(lo))
+                continue
+            j = lo
+            while j < rb.n:
+                k = rb.key(j)
+                if k >= stop:
+                    return
+                yield k, rb.value(j)
+                j += 1
+            return
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""
