@@ -131,7 +131,7 @@ def unpack_block(data: bytes, where: str) -> RawBlock:
     except Exception as e:  # a damaged block can fail anywhere in here
         raise CorruptionError(f"{where}: undecodable block ({type(e).__name__}: {e})") from None
     kends, rends = offs[:n], offs[n:]
-    if n and (rends[-1] != len(raw) - 4 - 8 * n or any(map(lt, rends, kends))):
+    if n and rends[-1] != len(raw) - 4 - 8 * n:
         raise CorruptionError(f"{where}: block offsets do not match its size")
     return RawBlock(raw, kends, rends, n)
 
