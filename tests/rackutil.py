@@ -3,7 +3,6 @@ readable view of a db whose sections live under several roots."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from dbutil import snapshot
@@ -23,29 +22,23 @@ def split(calls: list[str], dirs: list[Path], tag: str) -> dict[int, dict]:
     return out
 
 
-def gather(roots: list[Path], dest: Path, db: str = "crawl") -> webdb.WebDB:
-    """One readable copy of a rack db: the first root's identity/CURRENT/gen, every root's
-    section directories (a test-side view; the lead's multi-root Reader does this in place)."""
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    src = roots[0] / db
-    for f in ("webdb.json", "CURRENT"):
-        shutil.copy(src / f, dest / f)
-    shutil.copytree(src / "gen", dest / "gen")
-    for r in roots:
-        for d in sorted((r / db).glob("section-*")):
-            shutil.copytree(d, dest / d.name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("edits"))
-    return webdb.open(str(dest))
+def gather(roots: list[Path], db: str = "crawl") -> webdb.WebDB:
+    """The rack db read in place: the first root's identity/CURRENT/gen, each section from the
+    root that holds it (``webdb.open(..., section_dirs=)``, what ``webdb read --section-dir`` does)."""
+    dirs = {
+        int(d.name[len("section-") :]): str(d) for r in roots for d in (r / db).glob("section-*") if any(d.iterdir())
+    }
+    return webdb.open(str(roots[0] / db), section_dirs=dirs)
 
 
 def committed(root: Path, db: str = "crawl") -> int:
     return int((root / db / "CURRENT").read_text())
 
 
-def assert_state(roots: list[Path], tmp: Path, gen: int, expect: dict) -> None:
+def assert_state(roots: list[Path], gen: int, expect: dict) -> None:
     """Every location is at generation ``gen``; together they hold ``expect`` and pass check()."""
     assert [committed(r) for r in roots] == [gen] * len(roots)
-    db = gather(roots, tmp / "gathered")
+    db = gather(roots)
     assert snapshot(db) == expect
     with db.reader() as r:
         r.check()

@@ -117,7 +117,7 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
     with ref.writer() as w:
         for c in calls.calls:
             apply_call(w, json.loads(c))
-    assert_state([h.root for h in hosts], tmp_path, 1, snapshot(ref))
+    assert_state([h.root for h in hosts], 1, snapshot(ref))
 
     # A host that is down fails the check with a reason, and so does every host that cannot
     # reach it (edits travel host to host).

@@ -7,6 +7,7 @@ old generation readable on every host, and a rerun must complete without manual 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -21,6 +22,10 @@ from rackutil import assert_state, committed, no_leftovers, split
 from sshd import SSHHost
 
 import webdb
+from fetchlist.crawl import update_db
+from fetchlist.parse import ParseResult
+from fetchlist.segment import FetchEntry, FetchRecord, Segment
+from webdb import Page, Status
 from webdb.writer.inputs import CallRecorder, apply_call
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 
@@ -174,9 +179,9 @@ def test_ssh_update_equals_single_writer(k: int, ssh_hosts: list[SSHHost], tmp_p
     assert r.hosts.ok and r.committed
     if k > 1:
         assert all(r.hosts[h.name].value["remote_bytes"] > 0 for h in hosts)  # edits crossed hosts
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     r = update(rack, split(CALLS_B, roots, "b"), input_fn=REPLAY)
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
     no_leftovers(roots)
     text = r.summary()
     assert "generation 2 committed" in text and all(h.name in text for h in hosts)
@@ -194,7 +199,7 @@ def test_ssh_two_sections_per_host_and_master_group(ssh_hosts: list[SSHHost], tm
     update(rack, split(CALLS_A, [roots[0], roots[1], roots[0], roots[1]], "a"), input_fn=REPLAY)
     update(rack, split(CALLS_B, [roots[0], roots[1], roots[0], roots[1]], "b"), input_fn=REPLAY)
     assert committed(hosts[2].root) == 2
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
 
 
 @pytest.mark.ssh
@@ -211,9 +216,9 @@ def test_ssh_section_writer_killed_at_each_step(step: int, rack2, tmp_path: Path
     where = "step 0" if step == 0 else f"stage {step}"
     assert "h1 (section 1)" in msg and where in msg and "killed by signal 9" in msg, msg
     assert not e.value.result.hosts["h1"].ok and "killed" in e.value.result.hosts["h1"].reason
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
     no_leftovers(roots)
 
 
@@ -233,9 +238,9 @@ def test_ssh_host_stopped_mid_stage(rack2, tmp_path: Path, reference) -> None:
     assert "stage 2" in str(e.value), str(e.value)
     assert e.value.result.hosts["h0"].ok is False or "h1" in str(e.value)
     hosts[1].start()
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
     no_leftovers(roots)
 
 
@@ -272,9 +277,9 @@ def test_ssh_host_hung_mid_stage(rack2, tmp_path: Path, reference) -> None:
     finally:
         hosts[1].resume()
     wait_unlocked(roots[1] / "crawl" / "LOCK", HB + 10)
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
 
 
 @pytest.mark.ssh
@@ -284,9 +289,9 @@ def test_ssh_edit_file_corrupted_in_transit(rack2, tmp_path: Path, reference) ->
     with pytest.raises(UpdateFailed, match=r"h0 \(section 0\) failed at stage 1: .*ChecksumMismatch.*h1") as e:
         update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, env={"WEBDB_FAULTS": "dist.s0.step1.corrupt"})
     assert "not published" in str(e.value)
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
 
 
 @pytest.fixture
@@ -316,9 +321,9 @@ def test_ssh_full_disk_on_one_host(ssh_hosts: list[SSHHost], small_disk: Path, t
         update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB)
     assert "stage" in str(e.value) or "step 0" in str(e.value)
     filler.unlink()
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)
-    assert_state(roots, tmp_path, 2, reference["ab"])
+    assert_state(roots, 2, reference["ab"])
 
 
 def cli(args: list[str], faults: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
@@ -344,7 +349,7 @@ def test_ssh_coordinator_killed_around_the_commit_point(point: str, rack2, tmp_p
     p = cli(args)  # an empty batch: brings every host to the rack's generation, then commits
     assert p.returncode == 0, p.stderr
     assert "generation 3 committed" in p.stdout if after else "generation 2 committed" in p.stdout
-    assert_state(roots, tmp_path, 3 if after else 2, reference["ab"] if after else reference["a"])
+    assert_state(roots, 3 if after else 2, reference["ab"] if after else reference["a"])
     no_leftovers(roots)
 
 
@@ -366,7 +371,7 @@ def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp
     assert p.returncode == 0, p.stderr
     assert "h1  section 1: stage 3/5 merged" in p.stderr and "to other hosts" in p.stderr
     assert p.stdout.startswith("generation 1 committed") and "h0    0" in p.stdout
-    assert_state(roots, tmp_path, 1, reference["a"])
+    assert_state(roots, 1, reference["a"])
     p = cli(["update", "--hosts", ini, "crawl", "h1:nowhere.jsonl", "--input", REPLAY])
     assert p.returncode == 1 and "nothing committed" in p.stderr and "h1 (section 1)" in p.stderr
     assert "nowhere.jsonl" in p.stderr and "FAILED" in p.stdout
@@ -374,3 +379,64 @@ def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp
     assert p.returncode == 2 and "'h9' is not a location" in p.stderr
     p = cli(["update", "--hosts", ini, "crawl", "x", "--input", "nosuch.mod:fn"])
     assert p.returncode == 2 and "module 'nosuch' is not installed" in p.stderr
+
+
+# ---- the crawl loop's segments: the default input ---------------------------------------------------
+
+T = 1_700_000_000
+
+
+def make_segment(path: Path, lo: int, hi: int) -> str:
+    """Fetch output for pages lo..hi-1 of batch A's hosts: fetched (with outlinks, some to new
+    URLs), failed and gone pages, written as a crawl round would."""
+    seg = Segment.create(path)
+    urls = [f"http://h{i % 7}.example/p{i}" for i in range(lo, hi)]
+    seg.write_fetchlist(0, [FetchEntry(u, Page(u)) for u in urls])
+    with seg.writer(0) as w:
+        for i, u in zip(range(lo, hi), urls):
+            if i % 5 == 4:
+                w.write(FetchRecord(u, Status.RETRY, T, 503))
+            elif i % 11 == 10:
+                w.write(FetchRecord(u, Status.GONE, T, 404))
+            else:
+                m = hashlib.md5(f"seg {i}".encode()).digest()
+                outs = [(f"http://h{(i * j) % 7}.example/p{(i * j) % 300}", f"a{j}") for j in range(1, 4)]
+                outs.append((f"http://new{i % 13}.example/", "new"))
+                w.write(FetchRecord(u, Status.FETCHED, T, 200, md5=m, parse=ParseResult(u, m, outlinks=outs)))
+    return str(path)
+
+
+def test_local_update_of_segments_equals_the_crawl_loops_update(tmp_path: Path) -> None:
+    """`webdb update DB SEG…` with the default input (fetchlist.update.apply_segments), the
+    segments dealt to 3 local sections, against fetchlist.crawl.update_db in one process."""
+    db = webdb.create(str(tmp_path / "crawl"), sections=3, **SETTINGS)
+    twin = webdb.create(str(tmp_path / "twin"), **SETTINGS)
+    for d in (db, twin):
+        with d.writer() as w:
+            batch_a(w)
+    segs = [make_segment(tmp_path / f"seg{j}", 100 * j, 100 * j + 100) for j in range(3)]
+    p = cli(["update", db.path, *segs, "--option", "ignore_external=false", "-q"])
+    assert p.returncode == 0, p.stderr
+    assert "generation 2 committed" in p.stdout
+    update_db(twin, segs, ignore_external=False)
+    assert snapshot(db) == snapshot(twin)
+    with db.reader() as r:
+        r.check()
+
+
+@pytest.mark.ssh
+def test_ssh_update_of_segments_living_on_each_host(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
+    """Each host applies the fetch output that lives on it (``HOST:PATH``)."""
+    hosts = ssh_hosts[:2]
+    roots = [h.root for h in hosts]
+    rack = make_rack(hosts, tmp_path)
+    create_rack(rack, **SETTINGS)
+    update(rack, split(CALLS_A, roots, "a"), input_fn=REPLAY)
+    twin = webdb.create(str(tmp_path / "twin"), **SETTINGS)
+    with twin.writer() as w:
+        batch_a(w)
+    segs = [make_segment(h.root / "crawl" / "segments" / "r1", 150 * j, 150 * j + 150) for j, h in enumerate(hosts)]
+    p = cli(["update", "--hosts", str(tmp_path / "hosts.ini"), "crawl", "h0:segments/r1", "h1:segments/r1", "-q"])
+    assert p.returncode == 0, p.stderr
+    update_db(twin, segs)
+    assert_state(roots, 2, snapshot(twin))

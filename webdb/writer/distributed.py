@@ -142,12 +142,11 @@ class SectionWriter:
         self.send({"ev": "section", "section": self.j, "step": self.step, **kw})
 
     def run(self) -> dict:
-        t0 = time.monotonic()
+        t0, c0 = time.monotonic(), time.process_time()
         os.makedirs(self.tmp, exist_ok=True)
         secs = Sections.from_json(self.spec["sections"])
-        job0 = stage_job(
-            self.path, self.batch, self.gen, secs, self.settings, self.tmp, self.spec.get("local_sections", 1)
-        )
+        # workers=1: the coordinator already gave this section its share of memory_mb.
+        job0 = stage_job(self.path, self.batch, self.gen, secs, self.settings, self.tmp, 1)
         job0["outbox"] = self.outbox
         self.event(state="input")
         log = EditLog(self.settings, secs, os.path.join(self.tmp, "api"), producer=self.j)
@@ -155,6 +154,7 @@ class SectionWriter:
             inp = self.spec["input"]
             info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
             api = {"pages": log._pbu.count, "links": log._lbm.count}
+            t_input = time.monotonic() - t0
             if not secs.ready:
                 secs = self.breakpoints(log)
                 job0["sections"] = secs.to_json()
@@ -163,6 +163,11 @@ class SectionWriter:
                 log.route(job0)
         finally:
             log.discard()
+        step0 = {
+            "input_seconds": t_input,
+            "route_seconds": time.monotonic() - t0 - t_input,
+            "cpu_seconds": time.process_time() - c0,
+        }
         self.ship(0)
         stages = []
         for stage in STAGES:
@@ -181,6 +186,7 @@ class SectionWriter:
                 _fault.point(f"dist.s{self.j}.step{stage}.before_ship")
                 self.ship(stage)
         _fault.point(f"dist.s{self.j}.stage5.done")
+        self.fs.close()
         return {
             "section": self.j,
             "tables": self.tables[self.j],
@@ -190,7 +196,9 @@ class SectionWriter:
             "input": info,
             "stages": stages,
             "shipped": self.shipped,
+            "step0": step0,
             "seconds": time.monotonic() - t0,
+            "cpu_seconds": time.process_time() - c0,
         }
 
     def breakpoints(self, log: EditLog) -> Sections:
@@ -328,6 +336,7 @@ def section_main(spec: dict, conn) -> None:
     """Entry point of a section writer process (spawned by its agent)."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides; ^C reaches the coordinator
+    os.dup2(2, 1)  # the agent's stdout carries its JSON lines: a stray print must not land there
     inbox: list[dict] = []
 
     def recv(timeout: float) -> dict | None:
@@ -415,8 +424,16 @@ class Agent:
                 return
             self.q.put(("section", j, msg))
 
+    def _heartbeat(self) -> None:
+        # A thread, so that a long recover() or commit on a big db never looks like silence.
+        while True:
+            time.sleep(HEARTBEAT / 2)
+            if time.monotonic() - self.last_sent >= HEARTBEAT:
+                self.send(ev="hb")
+
     def run(self) -> int:
         threading.Thread(target=self._read_stdin, daemon=True, name="stdin").start()
+        threading.Thread(target=self._heartbeat, daemon=True, name="heartbeat").start()
         task = self.spec["task"]
         try:
             if task == "create":
@@ -462,8 +479,6 @@ class Agent:
     def poll(self, timeout: float = 0.2) -> dict | None:
         """Handle one queued item; return a coordinator command other than ping, or None."""
         now = time.monotonic()
-        if now - self.last_sent >= HEARTBEAT:
-            self.send(ev="hb")
         if now - self.last_heard > self.hb_timeout:
             raise Aborted(f"no word from the coordinator for {self.hb_timeout:g}s")
         try:

@@ -683,7 +683,6 @@ def _update(
                     "options": {**options, **((inputs.get(j) or {}).get("options") or {})},
                 },
                 "stage_timeout": stage_timeout,
-                "local_sections": n,
             }
             for j in p.sections
         ]
@@ -799,6 +798,8 @@ def _manifest(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[int, 
             "shipped": shipped,
             "input": {str(j): prepared[j]["input"] for j in range(k)},
             "section_seconds": [prepared[j]["seconds"] for j in range(k)],
+            "section_cpu_seconds": [prepared[j]["cpu_seconds"] for j in range(k)],
+            "step0": [prepared[j]["step0"] for j in range(k)],
         },
     }
 
