@@ -22,7 +22,7 @@ from webdb.schedule import FetchResult
 from webdb.sections import Sections, section_path
 from webdb.settings import SCHEDULE_KEYS, resolve
 from webdb.tables.format import TMP_DIR
-from webdb.tables.records import Link, Page, Status, validate_url
+from webdb.tables.records import _BAD_URL_CHAR, Link, Page, Status, validate_url
 from webdb.writer import edits as E
 from webdb.writer.cascade import encode_fetch, incoming_dir, run_jobs, write_routed
 from webdb.writer.sortbuf import SortBuffer
@@ -181,20 +181,36 @@ class EditLog:
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
         ifn_pre = (len(page_tail) | E.IFN_NO_MD5).to_bytes(4, "little") if page_tail is not None else b""
         lkey = from_md5 + b"\x01"
-        for url, anchor in links:
-            url_b = url_ok(url)
-            if len(anchor) > amax:
-                anchor = anchor[:amax]
-            if page_tail is not None:
-                if sample is not None:
-                    self._observe(url_b)
+        precs: list[bytes] = []
+        lrecs: list[bytes] = []
+        bad, max_url = _BAD_URL_CHAR.search, self._max_url
+        try:
+            for url, anchor in links:
+                # validate_url inlined (the common case); anything odd goes through it for the error
+                try:
+                    url_b = url.encode("utf-8")
+                except (AttributeError, UnicodeEncodeError):
+                    url_b = url_ok(url)
+                if len(url_b) > max_url or b"://" not in url_b[:32] or url_b[:3] == b"://" or bad(url):
+                    url_b = url_ok(url)
+                if len(anchor) > amax:
+                    anchor = anchor[:amax]
+                if page_tail is not None:
+                    if sample is not None:
+                        self._observe(url_b)
+                    seq.n += 1
+                    precs.append(url_b + b"\x00\x03" + prefix + seq.n.to_bytes(5, "big") + ifn_pre + page_tail
+                                 + (len(url_b) + 10).to_bytes(2, "little"))
+                k = lkey + url_b + b"\x00"
                 seq.n += 1
-                pbu.add(url_b + b"\x00\x03" + prefix + seq.n.to_bytes(5, "big") + ifn_pre + page_tail
-                        + (len(url_b) + 10).to_bytes(2, "little"))
-            k = lkey + url_b + b"\x00"
-            seq.n += 1
-            lbm.add(k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor.encode("utf-8", "replace")
-                    + (len(k) + 8).to_bytes(2, "little"))
+                lrecs.append(k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor.encode("utf-8", "replace")
+                             + (len(k) + 8).to_bytes(2, "little"))
+        finally:
+            # What was recorded before a bad URL stays recorded, as with one call per link.
+            if precs:
+                pbu.extend(precs)
+            if lrecs:
+                lbm.extend(lrecs)
 
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
