@@ -10,6 +10,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -326,6 +327,28 @@ def test_ssh_full_disk_on_one_host(ssh_hosts: list[SSHHost], small_disk: Path, t
     assert_state(roots, 2, reference["ab"])
 
 
+@pytest.mark.ssh
+def test_ssh_permission_denied_on_one_host(rack2, reference) -> None:
+    """Root ignores modes, so the section directory is made immutable (chattr +i): creating
+    anything in it fails with EPERM, as a wrongly owned directory would for a normal user."""
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+    sec = roots[1] / "crawl" / "section-0001"
+    p = subprocess.run(["chattr", "+i", str(sec)], capture_output=True, text=True)
+    assert p.returncode == 0, f"chattr +i needs root and ext2/3/4: {p.stderr}"
+    try:
+        # h1's own writer sees EPERM; h0's SFTP put into h1 sees the failed mkdir as "no such
+        # file" (the ndfs layer loses the cause).  Either way: host, stage and file are named.
+        pattern = r"h[01] \(section [01]\) failed at step 0.*h1.*section-0001.*(not permitted|no such file)"
+        with pytest.raises(UpdateFailed, match=pattern):
+            update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB)
+    finally:
+        subprocess.run(["chattr", "-i", str(sec)], check=True)
+    assert_state(roots, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, 2, reference["ab"])
+
+
 def cli(args: list[str], faults: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
     env = dict(os.environ, WEBDB_FAULTS=faults)
     return subprocess.run([sys.executable, "-m", "webdb.cli.main", *args], capture_output=True, text=True, env=env,
@@ -363,6 +386,7 @@ def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp
     assert p.returncode == 0 and "created crawl with 2 section(s) on h0 (0), h1 (1)" in p.stdout, p.stderr
     p = cli(["create", "--hosts", ini, "crawl", "--sections", "3"])
     assert p.returncode == 2 and "--sections 3 but" in p.stderr
+    assert cli(["create", "--hosts", ini, "crawl"]).returncode == 0  # still empty: created again
     inputs = split(CALLS_A, roots, "a")
     # A bare relative path is read on every host, relative to <root>/<db> there.
     for j, h in enumerate(hosts):
@@ -375,6 +399,11 @@ def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp
     p = cli(["update", "--hosts", ini, "crawl", "h1:nowhere.jsonl", "--input", REPLAY])
     assert p.returncode == 1 and "nothing committed" in p.stderr and "h1 (section 1)" in p.stderr
     assert "nowhere.jsonl" in p.stderr and "FAILED" in p.stdout
+    p = cli(["create", "--hosts", ini, "crawl"])
+    assert p.returncode == 2, p.stderr
+    assert re.search(
+        r"h[01] \(section [01]\) failed at create: BadInput: .*/crawl: a database already exists", p.stderr
+    )
     p = cli(["update", "--hosts", ini, "crawl", "h9:x", "--input", REPLAY])
     assert p.returncode == 2 and "'h9' is not a location" in p.stderr
     p = cli(["update", "--hosts", ini, "crawl", "x", "--input", "nosuch.mod:fn"])

@@ -387,7 +387,7 @@ class _Host:
     link: _Link | None = None
     t0: float = 0.0
     t1: float | None = None
-    state: str = "connect"
+    state: str = "start"
     steps: dict[int, int] = field(default_factory=dict)  # section -> step it is at
     records: int = 0
     bytes: int = 0
@@ -829,6 +829,8 @@ def create_rack(
 
     try:
         run.start(lambda p: {"task": "create", "identity": ident, "manifest": manifest, "k": rack.k})
+        for h in run.hosts.values():
+            h.state = "create"
         run.pump(lambda: len(created) == len(run.hosts), on)
     except _Abort:
         run.abort()
