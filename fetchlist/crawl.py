@@ -114,18 +114,21 @@ def fetch_parts(segment: Segment, fetcher: Fetcher, parts: Iterable[int] | None 
 
 def update_db(db, segment_dirs: list[str], writer_settings: dict | None = None, **options: Any) -> dict:
     """Apply segments to ``db`` in one local batch; counts of ``apply_segments`` plus ``pages``,
-    ``links``, ``new_urls`` (pages added) and ``seconds``."""
+    ``links``, ``new_urls`` (pages added), ``seconds`` (in all), ``feed_seconds`` (reading the
+    segments into writer calls) and ``commit_seconds`` (the cascade and commit)."""
     t0 = time.monotonic()
     with db.writer(**(writer_settings or {})) as w:
         with db.reader() as r:
             before = r.num_pages
         counts = apply_segments(w, segment_dirs, **options)
+        counts["feed_seconds"] = counts.pop("seconds")
     m = w.result or {}
     tabs = m.get("tables", [])
     counts["pages"] = sum(t.get("pages_by_url", {}).get("records", 0) for t in tabs)
     counts["links"] = sum(t.get("links_by_md5", {}).get("records", 0) for t in tabs)
     counts["new_urls"] = counts["pages"] - before
     counts["seconds"] = round(time.monotonic() - t0, 3)
+    counts["commit_seconds"] = round(m.get("seconds", 0.0), 3)
     return counts
 
 

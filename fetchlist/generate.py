@@ -38,6 +38,7 @@ and one add_page edit (a PagesByURL and PagesByMD5 merge at commit).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import os
@@ -62,6 +63,7 @@ DEFAULT_MARK_EXPIRY = 7 * DAY
 DEFAULT_MAX_ANCHORS = 10
 DEFAULT_MAX_INLINKS_SCANNED = 1000
 _FIELDS = struct.Struct("<16sBqqHIIdd")  # the fixed part of a page value (webdb.tables.records)
+_DOMAIN = struct.Struct("<q")  # a link value starts with the source's domain_id
 _MARK_BYTES = b'"' + MARK.encode() + b'"'
 
 
@@ -280,20 +282,50 @@ def _eligible(
     skipped.update(not_due=not_due, low_score=low, marked=marked, filtered=filtered)
 
 
-def _anchors(reader, url: str, max_anchors: int, max_scanned: int) -> list[str]:
-    """Distinct anchor texts of links to ``url``, one per source domain (domain_id)."""
+class _Inlinks:
+    """Inlink values (``domain_id, flags, anchor``) of URLs asked for in increasing order: a
+    forward walk of LinksByURL that decodes each block at most once (no cache, no generator
+    per lookup), about 10x cheaper than a ``reader.inlinks`` call per URL."""
+
+    def __init__(self, reader) -> None:
+        self.tables = reader.tables["links_by_url"]
+        self.secs = reader.sections
+        self._at: tuple[int, int] = (-1, -1)
+        self._keys: list[bytes] = []
+        self._vals: list[bytes] = []
+
+    def values(self, url_b: bytes) -> Iterator[bytes]:
+        j_sec = self.secs.of_url(url_b)
+        t = self.tables[j_sec]
+        if t is None:
+            return
+        p = url_b + b"\x00"
+        i = max(0, bisect.bisect_right(t.first_keys, p) - 1)
+        while i < t.nblocks:
+            if self._at != (j_sec, i):
+                self._keys, self._vals = t.block(i, fill_cache=False)
+                self._at = (j_sec, i)
+            keys, vals = self._keys, self._vals
+            for j in range(bisect.bisect_left(keys, p), len(keys)):
+                if not keys[j].startswith(p):
+                    return
+                yield vals[j]
+            i += 1
+
+
+def _anchors(inlinks: _Inlinks, url_b: bytes, max_anchors: int, max_scanned: int) -> list[str]:
+    """Distinct anchor texts of links to ``url_b``, one per source domain (domain_id)."""
     seen_dom: set[int] = set()
     out: list[str] = []
-    texts: set[str] = set()
-    for n, lk in enumerate(reader.inlinks(url)):
+    for n, v in enumerate(inlinks.values(url_b)):
         if n >= max_scanned or len(out) >= max_anchors:
             break
-        if lk.domain_id in seen_dom:
+        dom = _DOMAIN.unpack_from(v)[0]
+        if dom in seen_dom:
             continue
-        seen_dom.add(lk.domain_id)
-        a = lk.anchor.strip()
-        if a and a not in texts:
-            texts.add(a)
+        seen_dom.add(dom)
+        a = v[9:].decode("utf-8", "replace").strip()
+        if a and a not in out:
             out.append(a)
     return out
 
@@ -402,8 +434,9 @@ def generate(
             t1 = time.monotonic()
             say(f"selected {len(chosen):,}; reading inlink anchors")
             anchors: dict[bytes, list[str]] = {}
-            for _, url, _ in sorted(chosen, key=lambda x: x[1]):  # by URL: inlink blocks read in order
-                anchors[url] = _anchors(r, url.decode("utf-8"), max_anchors, max_inlinks_scanned)
+            inl = _Inlinks(r)
+            for _, url, _ in sorted(chosen, key=lambda x: x[1]):  # by URL: a forward walk of LinksByURL
+                anchors[url] = _anchors(inl, url, max_anchors, max_inlinks_scanned) if max_anchors > 0 else []
             secs["anchors"] = time.monotonic() - t1
         t1 = time.monotonic()
         parts: list[list] = [[] for _ in range(fetchers)]

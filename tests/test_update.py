@@ -4,6 +4,7 @@ status rules, on segments written by hand (no HTTP), and ``webdb update`` on a s
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -364,3 +365,14 @@ def test_update_command_applies_segments_like_the_library(tmp_path, db):
     update_db(twin, [seg], ignore_external=True)
     assert snapshot(db) == snapshot(twin)
     assert outlinks_of(db, "http://a.com/") == {"http://a.com/x"}
+
+
+def test_every_update_option_is_documented():
+    from fetchlist.update import OPTIONS
+
+    docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "crawl.md")
+    text = open(docs, encoding="utf-8").read()
+    table = text[text.index("| option (`apply_segments`") :]
+    table = table[: table.index("\n\n")]
+    names = {n.strip() for row in table.splitlines()[2:] for n in row.split("|")[1].split(",")}
+    assert names == set(OPTIONS)

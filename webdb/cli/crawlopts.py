@@ -45,6 +45,14 @@ def add_generate_args(p) -> None:
         help="a generated page not updated after DAYS is generated again (default 7)",
     )
     g.add_argument(
+        "--max-anchors",
+        type=int,
+        default=10,
+        metavar="N",
+        help="inlink anchor texts per fetchlist entry, one per source domain (default 10; 0: none, saves reading "
+        "LinksByURL)",
+    )
+    g.add_argument(
         "--filter",
         action="append",
         metavar="FILE",
@@ -74,6 +82,7 @@ def generate_kwargs(args) -> dict:
         "mark_expiry": int(args.mark_expiry * DAY),
         "url_filter": UrlFilter.from_files(args.filters) if getattr(args, "filters", None) else None,
         "lock_wait": args.lock_wait,
+        "max_anchors": args.max_anchors,
     }
 
 
