@@ -5,7 +5,9 @@
 Each round writes one segment under ``segments_dir`` (default ``<db>.segments``), named by its
 UTC start time (``YYYYMMDDHHMMSS``, ``-N`` appended if taken), so segment names sort in round
 order.  One ``Fetcher`` serves every round: robots.txt answers and each host's politeness
-delay hold across rounds.  A round that generates nothing ends the crawl early.
+delay hold across rounds.  A round that generates nothing ends the crawl early.  Ctrl-C during
+a fetch applies what was fetched (one update), then stops; the URLs not reached stay marked
+until their mark expires.
 
 ``fetch_parts`` fetches every partition of a segment in one run (one thread pool over all
 hosts, each record appended to its own partition's files): what ``webdb fetch`` does.
@@ -184,7 +186,12 @@ def crawl(
                 report(rs)
             break
         t1 = time.monotonic()
-        fetch_parts(Segment.open(seg_dir), fetcher)
+        try:
+            fetch_parts(Segment.open(seg_dir), fetcher)
+        except KeyboardInterrupt:
+            # Keep what was fetched: apply it, then stop (URLs not reached keep their mark).
+            update_db(db, [seg_dir], writer_settings, **(update_options or {}))
+            raise
         rs.seconds["fetch"] = round(time.monotonic() - t1, 3)
         t1 = time.monotonic()
         c = update_db(db, [seg_dir], writer_settings, **(update_options or {}))

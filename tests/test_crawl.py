@@ -230,3 +230,29 @@ def test_operations_doc_crawling_steps_run(tmp_path):
     pages, links = _db_graph(str(tmp_path / "crawl.db"))
     want_pages, want_links = site.expected(1)
     assert {u: p.status for u, p in pages.items()} == want_pages and links == want_links
+
+
+class _InterruptedFetcher(Fetcher):
+    """Fetches half of the entries, then acts as if Ctrl-C was pressed."""
+
+    def fetch(self, entries, sink):
+        entries = list(entries)
+        super().fetch(entries[: len(entries) // 2], sink)
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_in_a_crawl_keeps_what_was_fetched(tmp_path):
+    with served(hosts=CRAWL_HOSTS[:2], articles=10, seed=2) as site:
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("".join(u + "\n" for u in site.seeds))
+        crawl(str(tmp_path / "db"), seeds=[str(seeds)], rounds=1, fetcher=Fetcher(politeness_delay=0.0))
+        with pytest.raises(KeyboardInterrupt):
+            crawl(str(tmp_path / "db"), rounds=1, fetcher=_InterruptedFetcher(politeness_delay=0.0, threads=1))
+    first, seg = sorted(os.listdir(tmp_path / "db.segments"))
+    fetched = {r.url for r in Segment.open(tmp_path / "db.segments" / seg).fetch_records()}
+    listed = {e.url for e in Segment.open(tmp_path / "db.segments" / seg).fetchlist()}
+    assert fetched and fetched < listed
+    pages, _ = _db_graph(str(tmp_path / "db"))
+    for u in listed:
+        assert (pages[u].status != Status.UNFETCHED) == (u in fetched)
+        assert (pages[u].meta["gen"] == "") == (u in fetched)  # the rest stays marked until it expires
