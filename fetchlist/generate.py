@@ -170,6 +170,9 @@ class _Capped:
                 heapq.heappush(g, ent)
         heapq.heappush(self.heap, ent)
         self.n += 1
+        if len(self.heap) > 2 * self.n + 1024:  # drop dead entries: memory stays O(live)
+            self.heap = [e for e in self.heap if e[2][3]]
+            heapq.heapify(self.heap)
         if top_n is not None and self.n > top_n:
             worst = self._root()
             heapq.heappop(self.heap)
