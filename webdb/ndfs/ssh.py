@@ -211,10 +211,13 @@ class SFTPTransport(Transport):
                 if not _is_connection_error(e) and self._alive():
                     raise TransportError(self.label, name, f"{self._abs(name)}: {e}") from e
                 self.close()
-                raise HostUnreachable(self.label, name, f"connection lost: {_why(e)}") from None
+                raise HostUnreachable(self.label, name, f"connection to {self._where_host()} lost: {_why(e)}") from None
             except (EOFError, paramiko.SSHException) as e:
                 self.close()
-                raise HostUnreachable(self.label, name, f"connection lost: {_why(e)}") from None
+                raise HostUnreachable(self.label, name, f"connection to {self._where_host()} lost: {_why(e)}") from None
+
+    def _where_host(self) -> str:
+        return f"{self.host.address}:{self.host.port}"
 
     def _alive(self) -> bool:
         t = self._client.get_transport() if self._client else None
