@@ -6,7 +6,6 @@ setup(
     description="A crawl database of pages and links in sorted, sectioned tables, and a polite crawl loop",
     python_requires=">=3.10",
     packages=find_packages(include=["webdb", "webdb.*", "fetchlist", "fetchlist.*"]),
-    package_data={"fetchlist": ["demo_site/*"]},
     install_requires=[
         "lz4>=4.3",
         "tqdm>=4.66",
