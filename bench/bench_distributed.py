@@ -180,16 +180,28 @@ def run_ssh(work: Path, data: Path, k: int, sync: bool, cluster) -> dict:
     return {"mode": "ssh", "k": k, **shipped(res), "counts": counts(webdb.open(str(gathered)))}
 
 
+def best(results: list[dict]) -> list[dict]:
+    """Per (mode, k) the fastest of the repeats (the machine is shared: other jobs only add)."""
+    out: dict[tuple[str, int], dict] = {}
+    for r in results:
+        key = (r["mode"], r["k"])
+        if key not in out or r["seconds"] < out[key]["seconds"]:
+            out[key] = {**r, "runs": [x["seconds"] for x in results if (x["mode"], x["k"]) == key]}
+    return list(out.values())
+
+
 def table(results: list[dict]) -> str:
     rows = [
-        "| run | k | update s | vs single k=1 | critical-path CPU s | shipped MB per step 0..4 (to other hosts) "
-        "| shipping s | share |",
+        "| run | k | update s (best of runs) | vs single k=1 | critical-path CPU s | shipped MB per step 0..4 "
+        "(to other hosts) | shipping s | share |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    results = best(results)
     one = next((r["seconds"] for r in results if r["mode"] == "single" and r["k"] == 1), None)
     for r in results:
         rel = f"{r['seconds'] / one:.2f}x" if one else ""
-        head = f"| {r['mode']} | {r['k']} | {r['seconds']:.1f} | {rel} | {r['critical_cpu']:.1f} |"
+        runs = ", ".join(f"{x:.1f}" for x in r["runs"])
+        head = f"| {r['mode']} | {r['k']} | {r['seconds']:.1f} ({runs}) | {rel} | {r['critical_cpu']:.1f} |"
         if r["mode"] == "single":
             rows.append(head + " | | |")
             continue
