@@ -194,6 +194,7 @@ class _Link:
         self.err: collections.deque[str] = collections.deque(maxlen=40)
         self.last_seen = time.monotonic()
         self.done = False  # finished or failed: no more liveness checks
+        self.dead = False  # gone or silent: close without waiting for it
         self.lock = threading.Lock()
 
     def _pump_lines(self, read: Callable[[], bytes]) -> None:
@@ -493,6 +494,7 @@ class _Run:
                 h = self.hosts[label]
                 h.link.last_seen = now
                 if obj is None:
+                    h.link.dead = True
                     if h.link.done:
                         continue
                     h.link.done = True
@@ -516,7 +518,7 @@ class _Run:
                         self.progress({"host": label, **obj})
             for lab, h in self.hosts.items():
                 if h.link is not None and not h.link.done and now - h.link.last_seen > self.hb_timeout:
-                    h.link.done = True
+                    h.link.done = h.link.dead = True
                     raise self.fail(lab, f"no heartbeat for {self.hb_timeout:g}s (host down or hung)")
 
     def track(self, h: _Host, obj: dict) -> None:
@@ -550,7 +552,11 @@ class _Run:
         self.close()
 
     def close(self) -> None:
-        threads = [threading.Thread(target=h.link.close, daemon=True) for h in self.hosts.values() if h.link]
+        threads = [
+            threading.Thread(target=h.link.close, args=(0.0 if h.link.dead else 5.0,), daemon=True)
+            for h in self.hosts.values()
+            if h.link
+        ]
         for t in threads:
             t.start()
         for t in threads:
