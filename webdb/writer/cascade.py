@@ -448,42 +448,97 @@ def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> Non
     cur.merge_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine)
 
 
-def run_jobs(jobs: list[dict], workers: int, tmp: str) -> list[dict]:
-    """Run stage jobs, ``workers`` at a time, each in a fresh ``python -m webdb.writer.cascade``
-    process (its own memory, no import of the caller's ``__main__``); in this process when
-    there is one job or one worker."""
-    if workers <= 1 or len(jobs) <= 1:
-        return [run_stage(job) for job in jobs]
-    os.makedirs(tmp, exist_ok=True)
-    results: list[dict | None] = [None] * len(jobs)
-    running: list[tuple[int, subprocess.Popen, str]] = []
-    pending = list(enumerate(jobs))
-    try:
-        while pending or running:
-            while pending and len(running) < workers:
-                i, job = pending.pop(0)
-                path = os.path.join(tmp, f"job-st{job['stage']}-{job['section']:04d}.json")
-                with open(path, "w") as f:
-                    json.dump(job, f)
-                p = subprocess.Popen([sys.executable, "-m", "webdb.writer.cascade", path], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-                running.append((i, p, path))
-            i, p, path = running.pop(0)
-            out, err = p.communicate()
+class WorkerPool:
+    """``workers`` long-lived ``python -m webdb.writer.cascade --serve`` processes that run stage
+    jobs for one update: started once (not once per stage), each with its own memory, and
+    without importing the caller's ``__main__``.  Jobs go as file paths on stdin; results come
+    back as JSON lines on stdout.  A dead worker fails the update with its stage and section."""
+
+    def __init__(self, workers: int, tmp: str):
+        self.tmp = tmp
+        self.procs = [subprocess.Popen([sys.executable, "-m", "webdb.writer.cascade", "--serve"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                      for _ in range(workers)]
+
+    def run(self, jobs: list[dict]) -> list[dict]:
+        os.makedirs(self.tmp, exist_ok=True)
+        results: list[dict | None] = [None] * len(jobs)
+        pending = list(enumerate(jobs))
+        busy: dict[int, tuple[int, str]] = {}  # worker -> (job index, job file)
+        while pending or busy:
+            for w, p in enumerate(self.procs):
+                if w not in busy and pending:
+                    i, job = pending.pop(0)
+                    path = os.path.join(self.tmp, f"job-st{job['stage']}-{job['section']:04d}.json")
+                    with open(path, "w") as f:
+                        json.dump(job, f)
+                    p.stdin.write(path.encode() + b"\n")
+                    p.stdin.flush()
+                    busy[w] = (i, path)
+            # Results in submission order of each worker; wait for the oldest busy one.
+            w = min(busy, key=lambda x: busy[x][0])
+            i, path = busy.pop(w)
+            line = self.procs[w].stdout.readline()
             os.unlink(path)
-            if p.returncode != 0:
+            if not line:
                 job = jobs[i]
-                tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {p.returncode}"]
-                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {tail[0]}")
-            results[i] = json.loads(out)
-    finally:
-        for _, p, _ in running:
-            p.kill()
-            p.wait()
-    return results  # type: ignore[return-value]
+                self.procs[w].wait()
+                err = self.procs[w].stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
+                why = err[0] if err else f"exit status {self.procs[w].returncode}"
+                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {why}")
+            res = json.loads(line)
+            if "error" in res:
+                job = jobs[i]
+                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {res['error']}")
+            results[i] = res
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            for f in (p.stdout, p.stderr):
+                f.close()
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        self.close()
+
+
+def run_jobs(jobs: list[dict], pool: WorkerPool | None) -> list[dict]:
+    """Run one stage's jobs: in the pool's processes, or here when there is no pool or one job."""
+    if pool is None or len(jobs) <= 1:
+        return [run_stage(job) for job in jobs]
+    return pool.run(jobs)
+
+
+def _serve() -> int:
+    for line in sys.stdin:
+        with open(line.strip()) as f:
+            job = json.load(f)
+        try:
+            res = run_stage(job)
+        except WebDBError as e:
+            res = {"error": str(e)}
+        sys.stdout.write(json.dumps(res) + "\n")
+        sys.stdout.flush()
+    return 0
 
 
 def _main(argv: list[str]) -> int:
+    if argv == ["--serve"]:
+        return _serve()
     with open(argv[0]) as f:
         job = json.load(f)
     res = run_stage(job)

@@ -24,7 +24,7 @@ from webdb.settings import SCHEDULE_KEYS, resolve
 from webdb.tables.format import TMP_DIR
 from webdb.tables.records import _BAD_URL_CHAR, Link, Page, Status, validate_url
 from webdb.writer import edits as E
-from webdb.writer.cascade import encode_fetch, incoming_dir, run_jobs, write_routed
+from webdb.writer.cascade import WorkerPool, encode_fetch, incoming_dir, run_jobs, write_routed
 from webdb.writer.sortbuf import SortBuffer
 
 __all__ = ["EditLog", "Writer"]
@@ -343,7 +343,6 @@ def run_cascade(
     """Run stages 1..5 over every section that has incoming edits (sections of one stage in
     parallel); returns the new per-section tables, status counts and per-stage results."""
     secs = Sections.from_json(job0["sections"])
-    root = job0["db"]
     tables = [dict(t) for t in base["tables"]]
     while len(tables) < secs.k:
         tables.append({})
@@ -353,6 +352,21 @@ def run_cascade(
     stages = []
     # A bar over the five stages (tqdm turns itself off when stderr is not a terminal).
     bar = tqdm(total=5, desc="update", unit="stage", disable=None if progress else True, leave=False)
+    pool = WorkerPool(workers, job0["tmp"]) if workers > 1 else None
+    try:
+        _stages(job0, secs, tables, status, stages, pool, bar)
+    except BaseException:
+        if pool is not None:
+            pool.kill()
+        raise
+    if pool is not None:
+        pool.close()
+    bar.close()
+    return tables, status, stages
+
+
+def _stages(job0, secs, tables, status, stages, pool, bar) -> None:
+    root = job0["db"]
     for stage in range(1, 6):
         bar.set_postfix_str(f"stage {stage}: {E.STAGE_TABLE[stage]}")
         jobs = []
@@ -363,14 +377,12 @@ def run_cascade(
                 continue
             paths = {t: os.path.join(section_path(root, j), e["file"]) for t, e in tables[j].items()}
             jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
-        results = run_jobs(jobs, workers, job0["tmp"])
+        results = run_jobs(jobs, pool)
         for r in results:
             apply_stage_result(tables, status, r)
         stages.append({"stage": stage, "sections": [stage_summary(r) for r in results]})
         bar.update(1)
         _fault.point(f"close.after_stage{stage}")
-    bar.close()
-    return tables, status, stages
 
 
 def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
