@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from webdb.tables.format import KIND_RUN
 from webdb.tables.table import TableReader, TableWriter
@@ -32,6 +32,9 @@ class SortBuffer:
         self.bytes = 0
         self.count = 0
         self.runs: list[str] = []
+        # When set, a spill hands its sorted records to this callable (e.g. to route them into
+        # edit files right away) instead of writing a run to merge later.
+        self.spill_to: Callable[[list[bytes]], object] | None = None
 
     def add(self, rec: bytes) -> None:
         self.recs.append(rec)
@@ -51,6 +54,10 @@ class SortBuffer:
         if not self.recs:
             return
         self.recs.sort()
+        if self.spill_to is not None:
+            self.spill_to(self.recs)
+            self.recs, self.bytes = [], 0
+            return
         os.makedirs(self.tmpdir, exist_ok=True)
         path = os.path.join(self.tmpdir, f"{self.name}.run{len(self.runs)}")
         w = TableWriter(path, KIND_RUN, self.block_size, self.codec, sync=False)

@@ -58,6 +58,7 @@ class EditLog:
         self._rng = random.Random(0x5EED)
         self._max_url = int(self.settings["max_url_bytes"])
         self._anchor_max = int(self.settings["anchor_max"])
+        self._files = 0  # edit files routed so far (their names are numbered)
 
     @property
     def count(self) -> int:
@@ -212,11 +213,22 @@ class EditLog:
             if lrecs:
                 lbm.extend(lrecs)
 
+    def _route_run(self, job: dict, stage: int, recs) -> dict[int, int]:
+        self._files += 1
+        name = f"api-{self.producer:04d}-{self._files:04d}"
+        return write_routed(job, stage, first_ifn_only(recs) if stage == E.ST_PBU else recs, name)
+
+    def route_as_you_go(self, job: dict) -> None:
+        """From now on a spill routes its sorted records straight into edit files (the stage
+        workers merge those with their other inputs), instead of a run this process would merge
+        back serially at close.  Needs the sections' breakpoints and the batch's job."""
+        self._pbu.spill_to = lambda recs: self._route_run(job, E.ST_PBU, recs)
+        self._lbm.spill_to = lambda recs: self._route_run(job, E.ST_LBM, recs)
+
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
-        prod = f"api-{self.producer:04d}"
-        counts = {"pages": write_routed(job, E.ST_PBU, first_ifn_only(self._pbu.sorted()), prod),
-                  "links": write_routed(job, E.ST_LBM, self._lbm.sorted(), prod)}
+        counts = {"pages": self._route_run(job, E.ST_PBU, self._pbu.sorted()),
+                  "links": self._route_run(job, E.ST_LBM, self._lbm.sorted())}
         self.discard()
         return counts
 
@@ -258,6 +270,11 @@ class Writer(EditLog):
             raise
         super().__init__(settings, Sections.from_json(self.base["sections"]),
                          os.path.join(db.path, TMP_DIR, f"w{os.getpid()}"))
+        # The lock is held from here to the commit, so this batch's generation is known now.
+        self.gen = self.base["generation"] + 1
+        self.batch = f"{self.gen:08d}-{os.urandom(4).hex()}"
+        if self.secs.ready:
+            self.route_as_you_go(stage_job(db.path, self.batch, self.gen, self.secs, settings, self.tmp, 1))
         self.closed = False
         self.result: dict | None = None
 
@@ -301,8 +318,7 @@ class Writer(EditLog):
     def _apply(self) -> dict:
         t0 = time.monotonic()
         db, s, base = self.db, self.settings, self.base
-        gen = db.committed() + 1
-        batch = f"{gen:08d}-{os.urandom(4).hex()}"
+        gen, batch = self.gen, self.batch
         secs = self.secs
         if not secs.ready:
             secs = Sections(secs.k, Sections.choose(self.sample(), secs.k)) if self._seen else secs
