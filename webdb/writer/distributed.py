@@ -150,6 +150,8 @@ class SectionWriter:
         job0["outbox"] = self.outbox
         self.event(state="input")
         log = EditLog(self.settings, secs, os.path.join(self.tmp, "api"), producer=self.j)
+        if secs.ready:
+            log.route_as_you_go(job0)  # a spilled run goes straight into the outbox as edit files
         try:
             inp = self.spec["input"]
             info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
