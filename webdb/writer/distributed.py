@@ -386,6 +386,8 @@ class Agent:
         self.children: dict[int, Any] = {}
         self.conns: dict[int, Any] = {}
         self.prepared: set[int] = set()
+        self.child_steps: dict[int, int] = {}  # section -> the last step its writer reported
+        self.dead: tuple[int, int] | None = None  # (section, step) of a writer that died
         self.lock = None
         self.db: WebDB | None = None
         self.state = "start"
@@ -454,7 +456,8 @@ class Agent:
             # Report before cleaning up: the cleanup makes other writers fail too, and the
             # coordinator must hear about the cause first.
             detail = "" if isinstance(e, WebDBError | OSError) else "\n" + traceback.format_exc(limit=8)
-            self.send(ev="failed", state=self.state, error=f"{type(e).__name__}: {e}{detail}")
+            where = {"section": self.dead[0], "step": self.dead[1]} if self.dead else {}
+            self.send(ev="failed", state=self.state, error=f"{type(e).__name__}: {e}{detail}", **where)
             self.rollback()
             return 2
         finally:
@@ -507,12 +510,15 @@ class Agent:
                 p.join(timeout=2)
                 code = p.exitcode
             why = f"killed by signal {-code}" if code is not None and code < 0 else f"exited ({code})"
+            self.dead = (j, self.child_steps.get(j, 0))
             raise DistributedError(f"section {j} writer {why}")
         if msg.get("ev") == "failed":
             self.send(**msg)
             raise Aborted(f"section {j} failed")
         if msg.get("ev") == "prepared":
             self.prepared.add(j)
+        if msg.get("ev") == "section" and "step" in msg:
+            self.child_steps[j] = msg["step"]
         self.send(**msg)
         return None
 

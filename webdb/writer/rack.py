@@ -390,6 +390,7 @@ class _Host:
     t1: float | None = None
     state: str = "start"
     steps: dict[int, int] = field(default_factory=dict)  # section -> step it is at
+    failed_section: int | None = None  # the section whose writer failed, if the agent said
     records: int = 0
     bytes: int = 0
     remote_bytes: int = 0
@@ -398,6 +399,9 @@ class _Host:
     hello: dict = field(default_factory=dict)
 
     def where(self) -> str:
+        if self.failed_section is not None and self.failed_section in self.steps:
+            st = self.steps[self.failed_section]
+            return f"stage {st}" if st else "step 0 (input and routing)"
         if self.steps:
             lo = min(self.steps.values())
             return f"stage {lo}" if lo else "step 0 (input and routing)"
@@ -504,6 +508,7 @@ class _Run:
                     h.link.done = True
                     if "section" in obj:
                         h.steps[obj["section"]] = obj.get("step", 0)
+                        h.failed_section = obj["section"]
                         why = f"section {obj['section']}: {obj['error']}"
                     else:
                         why = obj["error"]
