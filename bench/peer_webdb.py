@@ -53,8 +53,20 @@ class Peer:
                 for line in f:
                     url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
                     score = float(sc)
-                    w.add_page_with_score(Page(url, bytes.fromhex(md5) if md5 else url_md5(url), STATUS_IN[st], 0,
-                                               int(ft), int(rt), int(iv), int(no), score, score))
+                    w.add_page_with_score(
+                        Page(
+                            url,
+                            bytes.fromhex(md5) if md5 else url_md5(url),
+                            STATUS_IN[st],
+                            0,
+                            int(ft),
+                            int(rt),
+                            int(iv),
+                            int(no),
+                            score,
+                            score,
+                        )
+                    )
             with open(links_tsv, encoding="utf-8") as f:
                 # links.tsv lists each source's links together: one add_links call per source.
                 cur, batch = None, []
@@ -102,8 +114,11 @@ class Peer:
             return "" if md5 == url_md5(url) else md5.hex()
 
         if table == "pages_by_url":
-            rows = (f"{p.url}\t{md5hex(p.url, p.md5)}\t{STATUS_OUT[p.status]}\t{p.next_fetch}\t{p.retries}\t"
-                    f"{p.fetch_interval}\t{p.score!r}\t{p.num_outlinks}\n" for p in r.pages())
+            rows = (
+                f"{p.url}\t{md5hex(p.url, p.md5)}\t{STATUS_OUT[p.status]}\t{p.next_fetch}\t{p.retries}\t"
+                f"{p.fetch_interval}\t{p.score!r}\t{p.num_outlinks}\n"
+                for p in r.pages()
+            )
         elif table == "pages_by_md5":
             # Unfetched pages carry md5(url) here but '' in the canonical dump, where they sort first.
             unfetched = (f"\t{p.url}\n" for p in r.pages() if p.md5 == url_md5(p.url))

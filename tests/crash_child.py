@@ -4,8 +4,9 @@ import sys
 
 sys.path.insert(0, sys.path[0])
 
-import webdb  # noqa: E402
 from dbutil import batch_b  # noqa: E402
+
+import webdb  # noqa: E402
 
 if __name__ == "__main__":
     db = webdb.open(sys.argv[1])

@@ -18,8 +18,13 @@ import webdb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STAGE_POINTS = [f"stage{s}.{p}" for s in range(1, 6) for p in ("before_table_close", "done")]
-POINTS = ["close.after_route", "stage1.before_emit", *STAGE_POINTS,
-          *[f"close.after_stage{s}" for s in range(1, 6)], "commit.before_current"]
+POINTS = [
+    "close.after_route",
+    "stage1.before_emit",
+    *STAGE_POINTS,
+    *[f"close.after_stage{s}" for s in range(1, 6)],
+    "commit.before_current",
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +42,12 @@ def states(tmp_path_factory):
 
 def run_child(path, faults: str = "", workers: int = 0, kill_after: float | None = None) -> int:
     env = dict(os.environ, WEBDB_FAULTS=faults)
-    p = subprocess.Popen([sys.executable, os.path.join(HERE, "crash_child.py"), str(path), str(workers)], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "crash_child.py"), str(path), str(workers)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     if kill_after is not None:
         time.sleep(kill_after)
         p.send_signal(signal.SIGKILL)

@@ -37,18 +37,27 @@ def test_rebalance_keeps_all_and_evens_sections(tmp_path, k_from, k_to):
 def test_rebalance_cli_and_unused_files_removed(tmp_path):
     path = tmp_path / "db"
     make_db(path, sections=2)
-    p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "rebalance", str(path), "--sections", "3", "--json"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "rebalance", str(path), "--sections", "3", "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["from"] == 2 and out["to"] == 3 and out["raw_blocks"] > 0
     # A second rebalance: files of two generations back are gone.
-    subprocess.run([sys.executable, "-m", "webdb.cli.main", "rebalance", str(path), "--sections", "2"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "rebalance", str(path), "--sections", "2"],
+        check=True,
+        capture_output=True,
+    )
     gens = {f.split("-")[0] for d in os.listdir(path) if d.startswith("section-") for f in os.listdir(path / d)}
     assert len(gens) <= 2
-    bad = subprocess.run([sys.executable, "-m", "webdb.cli.main", "rebalance", str(path), "--sections", "0"],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "rebalance", str(path), "--sections", "0"],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "sections must be" in bad.stderr
 
 
@@ -71,8 +80,11 @@ def test_reader_over_a_mount_of_host_roots(tmp_path):
     with db.reader() as r:
         r.check()
         assert r.get_page("http://h3.example/p3") is not None
-    p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "read", str(meta), "--mount", str(mount), "--stats",
-                        "--json"], capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "read", str(meta), "--mount", str(mount), "--stats", "--json"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["pages"] == want["counts"][0]
     # One section given explicitly, the rest from the mount; a missing one is a clear error.

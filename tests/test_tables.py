@@ -113,8 +113,12 @@ def test_flipped_structure_byte_fails_on_open(tmp_path, where):
     keys = [b"key%05d" % i for i in range(3000)]
     t = build(tmp_path / "s", keys)
     size = os.path.getsize(tmp_path / "s")
-    off = {"footer-magic": size - 3, "footer-offsets": size - FOOTER_SIZE + 1, "index": t.data_end + 5,
-           "meta": size - FOOTER_SIZE - 10}[where]
+    off = {
+        "footer-magic": size - 3,
+        "footer-offsets": size - FOOTER_SIZE + 1,
+        "index": t.data_end + 5,
+        "meta": size - FOOTER_SIZE - 10,
+    }[where]
     t.close()
     _flip(tmp_path / "s", off)
     with pytest.raises(CorruptionError, match=str(tmp_path / "s")):

@@ -67,15 +67,18 @@ def test_readers_see_old_generation_until_commit(tmp_path):
     r_old.close()
 
 
-@pytest.mark.parametrize("url,why", [
-    ("no-scheme.example/x", "no scheme"),
-    ("http://a.example/\x00nul", "control"),
-    ("http://a.example/with space", "space"),
-    ("http://a.example/\ud800", "surrogate"),
-    ("http://a.example/" + "x" * 100_000, "too long"),
-    (b"http://bytes.example/", "must be a str"),
-    ("", "no scheme"),
-])
+@pytest.mark.parametrize(
+    "url,why",
+    [
+        ("no-scheme.example/x", "no scheme"),
+        ("http://a.example/\x00nul", "control"),
+        ("http://a.example/with space", "space"),
+        ("http://a.example/\ud800", "surrogate"),
+        ("http://a.example/" + "x" * 100_000, "too long"),
+        (b"http://bytes.example/", "must be a str"),
+        ("", "no scheme"),
+    ],
+)
 def test_bad_urls_rejected_with_clear_error(tmp_path, url, why):
     db = make_db(tmp_path / "db")
     before = snapshot(db)
@@ -168,8 +171,9 @@ def test_flipped_byte_in_table_file_caught_by_check_cli(tmp_path, table):
     with pytest.raises(CorruptionError, match=name):
         with db.reader() as r:
             r.check()
-    p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "check", str(path), "--json"], capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "check", str(path), "--json"], capture_output=True, text=True
+    )
     assert p.returncode == 1
     out = json.loads(p.stdout)
     assert out["ok"] is False and name in out["error"] and "block 0" in out["error"]
@@ -183,8 +187,9 @@ def test_truncated_table_file_gives_clear_error_on_open(tmp_path):
     os.truncate(f, os.path.getsize(f) // 2)
     with pytest.raises(CorruptionError, match=name):
         db.reader()
-    p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "read", str(path), "--stats"], capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "read", str(path), "--stats"], capture_output=True, text=True
+    )
     assert p.returncode == 2 and name in p.stderr and "Traceback" not in p.stderr
 
 

@@ -1,11 +1,11 @@
 """webdb: a crawl database of pages and links in four sorted tables, split into k sections.
 
-    import webdb
-    db = webdb.create("crawl.db", sections=2)
-    with db.writer() as w:
-        w.add_page(webdb.Page("http://example.com/"))
-    with db.reader() as r:
-        print(r.get_page("http://example.com/"))
+import webdb
+db = webdb.create("crawl.db", sections=2)
+with db.writer() as w:
+    w.add_page(webdb.Page("http://example.com/"))
+with db.reader() as r:
+    print(r.get_page("http://example.com/"))
 """
 
 from webdb.db import WebDB, create
@@ -19,7 +19,25 @@ from webdb.writer.writer import Writer
 __version__ = "0.1.0"
 
 __all__ = [
-    "BadInput", "CorruptionError", "DAY", "DistributedError", "FetchResult", "Link", "LockedError", "NEVER",
-    "NotADatabase", "Page", "Reader", "Schedule", "Status", "WebDB", "WebDBError", "Writer", "create",
-    "domain_id", "open", "url_md5", "__version__",
+    "BadInput",
+    "CorruptionError",
+    "DAY",
+    "DistributedError",
+    "FetchResult",
+    "Link",
+    "LockedError",
+    "NEVER",
+    "NotADatabase",
+    "Page",
+    "Reader",
+    "Schedule",
+    "Status",
+    "WebDB",
+    "WebDBError",
+    "Writer",
+    "create",
+    "domain_id",
+    "open",
+    "url_md5",
+    "__version__",
 ]

@@ -101,8 +101,9 @@ def _check(reader, bar, tmp: str) -> dict:
         pbm_exp.add(v[:16] + k + b"\x00" + v)
         status[v[16]] = status.get(v[16], 0) + 1
         page_spill.add(k + b"\x00" + (b"\x01" if page_num_outlinks(v) else b"\x00"))
-    n_pages = _sorted_equal(pbm_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)),
-                            "PagesByMD5 vs PagesByURL")
+    n_pages = _sorted_equal(
+        pbm_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)), "PagesByMD5 vs PagesByURL"
+    )
     want_status = {int(k): v for sc in reader.manifest["status"] for k, v in sc.items()}
     merged: dict[int, int] = {}
     for sc in reader.manifest["status"]:
@@ -122,8 +123,9 @@ def _check(reader, bar, tmp: str) -> dict:
         if cur_md5 != src:
             raise CorruptionError(f"LinksByMD5: link {k[16:]!r:.100} from md5 {src.hex()} that no page carries")
         lbu_exp.add(k[16:] + b"\x00" + src + b"\x00" + v)
-    n_links = _sorted_equal(lbu_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "links_by_url", bar)),
-                            "LinksByURL vs LinksByMD5")
+    n_links = _sorted_equal(
+        lbu_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "links_by_url", bar)), "LinksByURL vs LinksByMD5"
+    )
     # Every link target is a page and its flag matches the page's num_outlinks.
     pages = page_spill.sorted()
     cur = next(pages, None)
@@ -134,8 +136,10 @@ def _check(reader, bar, tmp: str) -> dict:
         if cur is None or cur[:-2] != url:
             raise CorruptionError(f"LinksByURL: link to {url!r:.100} whose target page does not exist")
         if link_flag(v) != (cur[-1] == 1):
-            raise CorruptionError(f"LinksByURL: link to {url!r:.100} has target_has_outlink={link_flag(v)}, "
-                                  f"but the page has {'some' if cur[-1] else 'no'} outlinks")
+            raise CorruptionError(
+                f"LinksByURL: link to {url!r:.100} has target_has_outlink={link_flag(v)}, "
+                f"but the page has {'some' if cur[-1] else 'no'} outlinks"
+            )
     for buf in (pbm_exp, lbu_exp, page_spill):
         buf.cleanup()
     return {"pages": n_pages, "links": n_links, "status": status, "generation": reader.generation}

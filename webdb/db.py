@@ -199,12 +199,16 @@ class WriterLock:
             holder = _read_holder(self.path)
             raise LockedError(
                 f"{os.path.dirname(self.path)} is being written by pid {holder.get('pid', '?')} on host "
-                f"{holder.get('host', '?')} since {holder.get('since', '?')} (lock {self.path})") from None
+                f"{holder.get('host', '?')} since {holder.get('since', '?')} (lock {self.path})"
+            ) from None
         prev = _read_holder(self.path)
         if prev:
             self.stale = prev  # its process is gone: flock would have failed otherwise
-        info = {"host": socket.gethostname(), "pid": os.getpid(),
-                "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         self.fd = fd
@@ -239,8 +243,7 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     for j in range(sections):
         os.makedirs(section_path(path, j), exist_ok=True)
     stored = {k: v for k, v in settings.items() if v is not None}
-    ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(),
-             "settings": stored}
+    ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(), "settings": stored}
     write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), s["sync"])
     manifest = empty_manifest(Sections(sections))
     db = WebDB(path)
@@ -249,9 +252,15 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
 
 
 def empty_manifest(secs: Sections, generation: int = 0) -> dict:
-    return {"generation": generation, "parent": None, "batch": None, "committed": time.time(),
-            "sections": secs.to_json(), "tables": [{} for _ in range(secs.k)],
-            "status": [{} for _ in range(secs.k)]}
+    return {
+        "generation": generation,
+        "parent": None,
+        "batch": None,
+        "committed": time.time(),
+        "sections": secs.to_json(),
+        "tables": [{} for _ in range(secs.k)],
+        "status": [{} for _ in range(secs.k)],
+    }
 
 
 def open_db(path: str, section_dirs: dict[int, str] | None = None, mount: str | None = None) -> WebDB:

@@ -35,8 +35,10 @@ class Reader:
                 # A commit removed the generation between reading CURRENT and opening its
                 # files: read CURRENT again.  Five misses: the file is really not there.
                 if attempt == 4:
-                    raise CorruptionError(f"{e.filename}: missing table file of generation "
-                                          f"{m['generation']} (wrong section directory or mount?)") from None
+                    raise CorruptionError(
+                        f"{e.filename}: missing table file of generation "
+                        f"{m['generation']} (wrong section directory or mount?)"
+                    ) from None
         self.manifest = m
         self.generation = m["generation"]
         self.sections = Sections.from_json(m["sections"])

@@ -66,13 +66,19 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
                 of = _section_fn(secs, table)
                 writers: dict[int, TableWriter] = {}
 
-                def writer(j: int, table: str = table, kind: int = kind,
-                           writers: dict[int, TableWriter] = writers) -> TableWriter:
+                def writer(
+                    j: int, table: str = table, kind: int = kind, writers: dict[int, TableWriter] = writers
+                ) -> TableWriter:
                     w = writers.get(j)
                     if w is None:
                         name = f"{gen:08d}-s0.{TABLE_SUFFIX[table]}"
-                        w = writers[j] = TableWriter(os.path.join(section_path(db.path, j), name), kind,
-                                                     s["block_size"], s["codec"], sync=s["sync"])
+                        w = writers[j] = TableWriter(
+                            os.path.join(section_path(db.path, j), name),
+                            kind,
+                            s["block_size"],
+                            s["codec"],
+                            sync=s["sync"],
+                        )
                     return w
 
                 try:
@@ -97,17 +103,28 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
                                     status[j][st] = status[j].get(st, 0) + 1
                     for j, w in writers.items():
                         info = w.close()
-                        tables[j][table] = {"file": os.path.basename(w.path), "records": info["records"],
-                                            "bytes": info["bytes"]}
+                        tables[j][table] = {
+                            "file": os.path.basename(w.path),
+                            "records": info["records"],
+                            "bytes": info["bytes"],
+                        }
                 except BaseException:
                     for w in writers.values():
                         w.abort()
                     raise
             base = r.manifest
-        manifest = {"generation": gen, "parent": base["generation"], "batch": f"{gen:08d}-rebalance",
-                    "committed": time.time(), "sections": secs.to_json(), "tables": tables, "status": status,
-                    "edits": {}, "stages": [], "rebalance": {"from": base["sections"]["k"], "to": sections,
-                                                             "raw_blocks": raw, "decoded_blocks": decoded}}
+        manifest = {
+            "generation": gen,
+            "parent": base["generation"],
+            "batch": f"{gen:08d}-rebalance",
+            "committed": time.time(),
+            "sections": secs.to_json(),
+            "tables": tables,
+            "status": status,
+            "edits": {},
+            "stages": [],
+            "rebalance": {"from": base["sections"]["k"], "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
+        }
         check_counts(manifest)
         db.commit(manifest)
         db.recover()

@@ -49,8 +49,11 @@ def add_json(p) -> None:
 
 def add_db_location(p) -> None:
     """Options to read a rack's sections from other directories than DB/section-JJJJ."""
-    p.add_argument("--mount", metavar="DIR", help="find sections under DIR/*/DBNAME/section-JJJJ (every host's "
-                   "root mounted side by side)")
+    p.add_argument(
+        "--mount",
+        metavar="DIR",
+        help="find sections under DIR/*/DBNAME/section-JJJJ (every host's root mounted side by side)",
+    )
     p.add_argument("--section-dir", action="append", metavar="J=DIR", help="section J is in DIR (repeatable)")
 
 

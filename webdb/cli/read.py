@@ -1,11 +1,11 @@
 """``webdb read DB``: stats, lookups and dumps of a database.
 
-    webdb read DB --stats                 counts by status, links, sections, bytes, top hosts
-    webdb read DB --page URL              one page
-    webdb read DB --pages-md5 HEX         every page with that content md5
-    webdb read DB --inlinks URL           links to URL (streamed)
-    webdb read DB --outlinks HEX          links from the content HEX
-    webdb read DB --dump TABLE [--format tsv|jsonl]
+webdb read DB --stats                 counts by status, links, sections, bytes, top hosts
+webdb read DB --page URL              one page
+webdb read DB --pages-md5 HEX         every page with that content md5
+webdb read DB --inlinks URL           links to URL (streamed)
+webdb read DB --outlinks HEX          links from the content HEX
+webdb read DB --dump TABLE [--format tsv|jsonl]
 """
 
 from __future__ import annotations
@@ -20,14 +20,29 @@ from webdb.errors import BadInput
 from webdb.tables.records import Link, Page, Status
 
 TABLES = ("pages", "pages-by-md5", "links", "links-by-md5")
-PAGE_COLS = ("url", "md5", "status", "fetch_time", "next_fetch", "retries", "fetch_interval", "num_outlinks",
-             "score", "next_score", "meta")
+PAGE_COLS = (
+    "url",
+    "md5",
+    "status",
+    "fetch_time",
+    "next_fetch",
+    "retries",
+    "fetch_interval",
+    "num_outlinks",
+    "score",
+    "next_score",
+    "meta",
+)
 LINK_COLS = ("url", "from_id", "anchor", "domain_id", "target_has_outlink")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("read", help="stats, lookups and dumps", description=__doc__,
-                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "read",
+        help="stats, lookups and dumps",
+        description=__doc__,
+        formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
+    )
     p.add_argument("db")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--stats", action="store_true")
@@ -95,17 +110,32 @@ def stats(r, top_hosts: int, progress: bool) -> dict:
     for j, tabs in enumerate(m["tables"]):
         b = sum(t["bytes"] for t in tabs.values())
         total_bytes += b
-        sections.append({"section": j, "pages": tabs.get("pages_by_url", {}).get("records", 0),
-                         "links": tabs.get("links_by_md5", {}).get("records", 0), "bytes": b})
-    out = {"generation": r.generation, "sections": r.sections.k, "pages": r.num_pages,
-           "fetched": r.num_pages - st.get(int(Status.UNFETCHED), 0), "unfetched": st.get(int(Status.UNFETCHED), 0),
-           "links": r.num_links, "status": by_name, "bytes": total_bytes, "by_section": sections}
+        sections.append(
+            {
+                "section": j,
+                "pages": tabs.get("pages_by_url", {}).get("records", 0),
+                "links": tabs.get("links_by_md5", {}).get("records", 0),
+                "bytes": b,
+            }
+        )
+    out = {
+        "generation": r.generation,
+        "sections": r.sections.k,
+        "pages": r.num_pages,
+        "fetched": r.num_pages - st.get(int(Status.UNFETCHED), 0),
+        "unfetched": st.get(int(Status.UNFETCHED), 0),
+        "links": r.num_links,
+        "status": by_name,
+        "bytes": total_bytes,
+        "by_section": sections,
+    }
     if top_hosts:
         from tqdm import tqdm
 
         hosts: Counter[str] = Counter()
-        for k, _ in tqdm(r.items("pages_by_url"), total=r.num_pages, unit="page", desc="hosts",
-                         disable=None if progress else True):
+        for k, _ in tqdm(
+            r.items("pages_by_url"), total=r.num_pages, unit="page", desc="hosts", disable=None if progress else True
+        ):
             hosts[urlsplit(k.decode("utf-8", "replace")).hostname or ""] += 1
         out["top_hosts"] = hosts.most_common(top_hosts)
     return out
@@ -116,12 +146,16 @@ def run(args) -> int:
     with db.reader() as r:
         if args.stats:
             s = stats(r, args.top_hosts, progress=not args.json)
-            lines = [f"generation {s['generation']}, {s['sections']} section(s), {s['bytes']:,} bytes",
-                     f"pages {s['pages']:,} (fetched {s['fetched']:,}, unfetched {s['unfetched']:,})",
-                     f"links {s['links']:,}",
-                     "status " + ", ".join(f"{k} {v:,}" for k, v in s["status"].items())]
-            lines += [f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes"
-                      for x in s["by_section"]]
+            lines = [
+                f"generation {s['generation']}, {s['sections']} section(s), {s['bytes']:,} bytes",
+                f"pages {s['pages']:,} (fetched {s['fetched']:,}, unfetched {s['unfetched']:,})",
+                f"links {s['links']:,}",
+                "status " + ", ".join(f"{k} {v:,}" for k, v in s["status"].items()),
+            ]
+            lines += [
+                f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes"
+                for x in s["by_section"]
+            ]
             if "top_hosts" in s:
                 lines.append("top hosts: " + ", ".join(f"{h} {n:,}" for h, n in s["top_hosts"]))
             emit(args, s, "\n".join(lines))
@@ -139,8 +173,9 @@ def run(args) -> int:
         elif args.outlinks:
             _rows(args, (link_dict(lk) for lk in r.outlinks(_md5(args.outlinks))), LINK_COLS)
         else:
-            it = {"pages": r.pages, "pages-by-md5": r.pages_by_md5, "links": r.links,
-                  "links-by-md5": r.links_by_md5}[args.dump]()
+            it = {"pages": r.pages, "pages-by-md5": r.pages_by_md5, "links": r.links, "links-by-md5": r.links_by_md5}[
+                args.dump
+            ]()
             if args.dump.startswith("pages"):
                 _rows(args, (page_dict(p) for p in it), PAGE_COLS)
             else:

@@ -114,8 +114,17 @@ class Page:
     def encode_value(self) -> bytes:
         """Value bytes (everything but the url); see docs/format.md."""
         try:
-            v = _PAGE.pack(self.md5, self.status, self.fetch_time, self.next_fetch, self.retries,
-                           self.fetch_interval, self.num_outlinks, self.score, self.next_score)
+            v = _PAGE.pack(
+                self.md5,
+                self.status,
+                self.fetch_time,
+                self.next_fetch,
+                self.retries,
+                self.fetch_interval,
+                self.num_outlinks,
+                self.score,
+                self.next_score,
+            )
         except struct.error as e:
             raise BadInput(f"page {self.url!r:.200} has a field out of range: {e}") from None
         if len(self.md5) != 16:
@@ -127,7 +136,7 @@ class Page:
     @classmethod
     def decode(cls, url: str, value: bytes) -> Page:
         md5, st, ft, nf, r, iv, no, sc, ns = _PAGE.unpack_from(value)
-        meta = json.loads(value[_PAGE.size:]) if len(value) > _PAGE.size else {}
+        meta = json.loads(value[_PAGE.size :]) if len(value) > _PAGE.size else {}
         return cls(url, md5, st, ft, nf, r, iv, no, sc, ns, meta)
 
 
@@ -160,7 +169,8 @@ class Link:
 
     def encode_value(self) -> bytes:
         return _LINK.pack(self.domain_id, _LINK_OUT if self.target_has_outlink else 0) + self.anchor.encode(
-            "utf-8", "replace")
+            "utf-8", "replace"
+        )
 
     @classmethod
     def decode(cls, from_id: bytes, url: str, value: bytes) -> Link:
@@ -183,6 +193,7 @@ def domain_id(host: str) -> int:
 
 
 # ---- keys -------------------------------------------------------------------------------------
+
 
 def pbu_key(url_b: bytes) -> bytes:
     return url_b

@@ -258,13 +258,20 @@ class TableWriter:
         index = encode_block(self.index_keys, self.index_vals, self.codec) if self.index_keys else b""
         self._f.write(index)
         meta_off = index_off + len(index)
-        info = dict(meta or {}, records=self.count, blocks=len(self.index_keys),
-                    first=self.first_key.hex() if self.first_key is not None else None,
-                    last=self._last.hex() if self._last is not None else None)
+        info = dict(
+            meta or {},
+            records=self.count,
+            blocks=len(self.index_keys),
+            first=self.first_key.hex() if self.first_key is not None else None,
+            last=self._last.hex() if self._last is not None else None,
+        )
         mblock = encode_block([b"meta"], [json.dumps(info, sort_keys=True).encode()], CODEC_NONE)
         self._f.write(mblock)
-        self._f.write(_FOOTER.pack(index_off, len(index), meta_off, len(mblock), self.count, self.kind,
-                                   TABLE_VERSION, TABLE_MAGIC))
+        self._f.write(
+            _FOOTER.pack(
+                index_off, len(index), meta_off, len(mblock), self.count, self.kind, TABLE_VERSION, TABLE_MAGIC
+            )
+        )
         self._f.flush()
         if self.sync:
             os.fsync(self._f.fileno())

@@ -62,8 +62,13 @@ class Emitter:
     def __init__(self, job: dict, stage: int, rank: int):
         self.job, self.stage = job, stage
         s = job["settings"]
-        self.buf = SortBuffer(job["tmp"], f"st{job['stage']}-{job['section']}-to{stage}",
-                              job["emit_mb"] << 20, s["block_size"], s["codec"])
+        self.buf = SortBuffer(
+            job["tmp"],
+            f"st{job['stage']}-{job['section']}-to{stage}",
+            job["emit_mb"] << 20,
+            s["block_size"],
+            s["codec"],
+        )
         self.prefix = bytes((rank,)) + job["section"].to_bytes(2, "big")
         self.n = 0
 
@@ -76,8 +81,12 @@ class Emitter:
         """``add`` for many edits at once (one list comprehension instead of n calls)."""
         n0, pre = self.n, self.prefix
         self.n += len(keys)
-        self.buf.extend([k + pre + (n0 + i).to_bytes(5, "big") + v + (len(k) + 8).to_bytes(2, "little")
-                         for i, (k, v) in enumerate(zip(keys, values), 1)])
+        self.buf.extend(
+            [
+                k + pre + (n0 + i).to_bytes(5, "big") + v + (len(k) + 8).to_bytes(2, "little")
+                for i, (k, v) in enumerate(zip(keys, values), 1)
+            ]
+        )
 
     def finish(self) -> int:
         n = self.buf.count
@@ -132,8 +141,13 @@ def write_routed(job: dict, stage: int, recs: Iterator[bytes] | list[bytes], pro
                     if w is None:
                         d = edit_dir(job, j, stage)
                         os.makedirs(d, exist_ok=True)
-                        w = writers[j] = TableWriter(os.path.join(d, producer + ".edits"), KIND_EDITS,
-                                                     s["block_size"], s["codec"], sync=s["sync"])
+                        w = writers[j] = TableWriter(
+                            os.path.join(d, producer + ".edits"),
+                            KIND_EDITS,
+                            s["block_size"],
+                            s["codec"],
+                            sync=s["sync"],
+                        )
                     w.add_many(chunk[lo:hi], [b""] * (hi - lo))
                     counts[j] = counts.get(j, 0) + hi - lo
                 lo = hi
@@ -186,6 +200,7 @@ def run_stage(job: dict) -> dict:
 
 
 # ---- stage 1: PagesByURL ---------------------------------------------------------------------
+
 
 def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     sched = Schedule(**job["schedule"])
@@ -257,6 +272,7 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 # ---- stage 2: PagesByMD5 ---------------------------------------------------------------------
 
+
 def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     lost: list[bytes] = []
 
@@ -304,6 +320,7 @@ def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 
 # ---- stage 3: LinksByMD5 ---------------------------------------------------------------------
+
 
 def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em4 = Emitter(job, 4, 3)
@@ -369,6 +386,7 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 
 # ---- stage 4: LinksByURL ---------------------------------------------------------------------
+
 
 def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em5 = Emitter(job, 5, 4)
@@ -439,6 +457,7 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
 
+
 def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
         if old is None or op_val[0] == E.OP5_DEL:
@@ -456,9 +475,15 @@ class WorkerPool:
 
     def __init__(self, workers: int, tmp: str):
         self.tmp = tmp
-        self.procs = [subprocess.Popen([sys.executable, "-m", "webdb.writer.cascade", "--serve"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                      for _ in range(workers)]
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "webdb.writer.cascade", "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(workers)
+        ]
 
     def run(self, jobs: list[dict]) -> list[dict]:
         os.makedirs(self.tmp, exist_ok=True)

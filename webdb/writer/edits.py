@@ -66,6 +66,7 @@ def unpack(rec: bytes) -> tuple[bytes, bytes]:
 
 # ---- stage 1 ---------------------------------------------------------------------------------
 
+
 def pbu_edit_key(url_b: bytes, op: int) -> bytes:
     return url_b + b"\x00" + bytes((op,))
 
@@ -96,11 +97,13 @@ def split_ifn_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, 
 
 # ---- stage 2 ---------------------------------------------------------------------------------
 
+
 def pbm_edit_key(md5: bytes, url_b: bytes, op: int) -> bytes:
     return md5 + url_b + b"\x00" + bytes((op,))
 
 
 # ---- stage 3 ---------------------------------------------------------------------------------
+
 
 def lbm_del_all_key(md5: bytes) -> bytes:
     return md5 + TAG3_DEL_ALL
@@ -112,6 +115,7 @@ def lbm_add_key(md5: bytes, url_b: bytes) -> bytes:
 
 # ---- stage 4 ---------------------------------------------------------------------------------
 
+
 def lbu_notice_key(url_b: bytes) -> bytes:
     return url_b + b"\x00" + TAG4_NOTICE
 
@@ -121,6 +125,7 @@ def lbu_link_key(url_b: bytes, from_id: bytes, op: int) -> bytes:
 
 
 # ---- stage 5 ---------------------------------------------------------------------------------
+
 
 def lbm2_key(from_id: bytes, url_b: bytes, op: int) -> bytes:
     return from_id + url_b + b"\x00" + bytes((op,))

@@ -161,8 +161,16 @@ class EditLog:
         """``add_link(Link(from_md5, url, anchor, domain_id))`` for each (url, anchor), with less work per link."""
         self._links(from_md5, links, domain_id, None)
 
-    def add_outlinks(self, from_md5: bytes, outlinks: Iterable[tuple[str, str]], *, domain_id: int = 0,
-                     next_fetch: int = 0, score: float = 1.0, fetch_interval: int | None = None) -> None:
+    def add_outlinks(
+        self,
+        from_md5: bytes,
+        outlinks: Iterable[tuple[str, str]],
+        *,
+        domain_id: int = 0,
+        next_fetch: int = 0,
+        score: float = 1.0,
+        fetch_interval: int | None = None,
+    ) -> None:
         """For each (url, anchor): ``add_link(Link(from_md5, url, anchor, domain_id))`` and
         ``add_page_if_not_present(Page(url, next_fetch=…, score=…, fetch_interval=…))``.
 
@@ -200,12 +208,25 @@ class EditLog:
                     if sample is not None:
                         self._observe(url_b)
                     seq.n += 1
-                    precs.append(url_b + b"\x00\x03" + prefix + seq.n.to_bytes(5, "big") + ifn_pre + page_tail
-                                 + (len(url_b) + 10).to_bytes(2, "little"))
+                    precs.append(
+                        url_b
+                        + b"\x00\x03"
+                        + prefix
+                        + seq.n.to_bytes(5, "big")
+                        + ifn_pre
+                        + page_tail
+                        + (len(url_b) + 10).to_bytes(2, "little")
+                    )
                 k = lkey + url_b + b"\x00"
                 seq.n += 1
-                lrecs.append(k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor.encode("utf-8", "replace")
-                             + (len(k) + 8).to_bytes(2, "little"))
+                lrecs.append(
+                    k
+                    + prefix
+                    + seq.n.to_bytes(5, "big")
+                    + link_pre
+                    + anchor.encode("utf-8", "replace")
+                    + (len(k) + 8).to_bytes(2, "little")
+                )
         finally:
             # What was recorded before a bad URL stays recorded, as with one call per link.
             if precs:
@@ -227,8 +248,10 @@ class EditLog:
 
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
-        counts = {"pages": self._route_run(job, E.ST_PBU, self._pbu.sorted()),
-                  "links": self._route_run(job, E.ST_LBM, self._lbm.sorted())}
+        counts = {
+            "pages": self._route_run(job, E.ST_PBU, self._pbu.sorted()),
+            "links": self._route_run(job, E.ST_LBM, self._lbm.sorted()),
+        }
         self.discard()
         return counts
 
@@ -268,8 +291,9 @@ class Writer(EditLog):
         except BaseException:
             self.lock.release()
             raise
-        super().__init__(settings, Sections.from_json(self.base["sections"]),
-                         os.path.join(db.path, TMP_DIR, f"w{os.getpid()}"))
+        super().__init__(
+            settings, Sections.from_json(self.base["sections"]), os.path.join(db.path, TMP_DIR, f"w{os.getpid()}")
+        )
         # The lock is held from here to the commit, so this batch's generation is known now.
         self.gen = self.base["generation"] + 1
         self.batch = f"{self.gen:08d}-{os.urandom(4).hex()}"
@@ -334,9 +358,17 @@ class Writer(EditLog):
         self.discard()
         _fault.point("close.after_route")
         tables, status, stages = run_cascade(job0, base, workers, self.progress)
-        manifest = {"generation": gen, "parent": base["generation"], "batch": batch, "committed": time.time(),
-                    "sections": secs.to_json(), "tables": tables, "status": status,
-                    "edits": n_api, "stages": stages}
+        manifest = {
+            "generation": gen,
+            "parent": base["generation"],
+            "batch": batch,
+            "committed": time.time(),
+            "sections": secs.to_json(),
+            "tables": tables,
+            "status": status,
+            "edits": n_api,
+            "stages": stages,
+        }
         check_counts(manifest)
         db.commit(manifest)
         manifest["seconds"] = time.monotonic() - t0
@@ -348,9 +380,16 @@ def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict
     mem = int(settings["memory_mb"])
     # Each worker emits into at most three sort buffers; together they get half the budget
     # (the rest: interpreters, decoded blocks, write buffers).
-    return {"db": db_path, "batch": batch, "gen": gen, "sections": secs.to_json(), "settings": settings,
-            "schedule": {k: settings[k] for k in SCHEDULE_KEYS}, "tmp": tmp,
-            "emit_mb": max(2, mem // (workers * 6))}
+    return {
+        "db": db_path,
+        "batch": batch,
+        "gen": gen,
+        "sections": secs.to_json(),
+        "settings": settings,
+        "schedule": {k: settings[k] for k in SCHEDULE_KEYS},
+        "tmp": tmp,
+        "emit_mb": max(2, mem // (workers * 6)),
+    }
 
 
 def run_cascade(
@@ -417,10 +456,13 @@ def stage_summary(r: dict) -> dict:
 
 def check_counts(m: dict) -> None:
     """Cross-table counts must agree before a generation is committed."""
+
     def total(t: str) -> int:
         return sum(s.get(t, {}).get("records", 0) for s in m["tables"])
 
     if total("pages_by_url") != total("pages_by_md5") or total("links_by_md5") != total("links_by_url"):
-        raise WebDBError(f"internal error: table counts disagree before commit: "
-                         f"pages {total('pages_by_url')}/{total('pages_by_md5')}, "
-                         f"links {total('links_by_md5')}/{total('links_by_url')}")
+        raise WebDBError(
+            f"internal error: table counts disagree before commit: "
+            f"pages {total('pages_by_url')}/{total('pages_by_md5')}, "
+            f"links {total('links_by_md5')}/{total('links_by_url')}"
+        )
