@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 
 import webdb
-from webdb import FetchResult, Page, Status
+from webdb import Page, Status
+from webdb.writer.inputs import apply_round_tsv
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
-NEW_INTERVAL = 2592000
 
 
 def _opts(opt: str) -> dict:
@@ -81,18 +81,10 @@ class Peer:
                     w.add_links(bytes.fromhex(cur), batch)
 
     def apply_round(self, round_tsv: str) -> None:
+        # The update input `webdb update --input webdb.writer.inputs:apply_round_tsv` uses:
+        # apply_fetch per fetched page and add_outlinks for its outlinks.
         with self.db.writer() as w:
-            with open(round_tsv, encoding="utf-8") as f:
-                for line in f:
-                    url, ok, md5, t, out = line[:-1].split("\t")
-                    t = int(t)
-                    if ok == "1":
-                        links = [tuple(x.split("\x1f")) for x in out.split("\x1e")] if out else []
-                        m = bytes.fromhex(md5)
-                        w.apply_fetch(FetchResult(url, Status.FETCHED, t, m, len(links)))
-                        w.add_outlinks(m, links, next_fetch=t, fetch_interval=NEW_INTERVAL)
-                    else:
-                        w.apply_fetch(FetchResult(url, Status.RETRY, t))
+            apply_round_tsv(w, [round_tsv])
 
     def _reader(self):
         if self.r is None:
