@@ -166,7 +166,9 @@ def test_parse_good_config(tmp_path: Path) -> None:
 def test_example_hosts_ini_parses() -> None:
     c = load_config(REPO / "hosts.ini")
     assert c.sections == 8 and set(c.hosts) == {"alpha", "beta", "gamma"}
-    assert [loc.label for loc in c.locations("section-0007")] == ["gamma", "/mnt/nfs/webdb-ndfs"]
+    # One location per section: the distributed writer keeps a section's tables where it runs.
+    assert [loc.label for loc in c.locations("section-0007")] == ["gamma"]
+    assert [loc.label for loc in c.locations("master")] == ["alpha", "/mnt/nfs/webdb-ndfs"]
     assert c.hosts["alpha"].key_file == REPO / "keys/webdb_ed25519"
 
 
