@@ -35,39 +35,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+from peer_webdb import load_tsv  # noqa: E402
 
 import webdb  # noqa: E402
-from webdb import Page  # noqa: E402
 from webdb.writer.inputs import apply_round_tsv  # noqa: E402
 from webdb.writer.rack import Rack, update  # noqa: E402
 
 ROUND = "webdb.writer.inputs:apply_round_tsv"
-STATUS_IN = {"0": webdb.Status.UNFETCHED, "1": webdb.Status.FETCHED, "2": webdb.Status.RETRY}
 
 
 def load(path: Path, data: Path, k: int, sync: bool) -> None:
     """The base db: every page (with its score) and every link of the workload, one batch."""
     db = webdb.create(str(path), sections=k, max_retries=1 << 15, sync=sync)
-    url_md5 = webdb.url_md5
-    with db.writer() as w:
-        with open(data / "pages.tsv", encoding="utf-8") as f:
-            for line in f:
-                url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
-                score = float(sc)
-                w.add_page_with_score(Page(url, bytes.fromhex(md5) if md5 else url_md5(url), STATUS_IN[st], 0,
-                                           int(ft), int(rt), int(iv), int(no), score, score))  # fmt: skip
-        with open(data / "links.tsv", encoding="utf-8") as f:
-            # links.tsv lists each source's links together: one add_links call per source.
-            cur, batch = None, []
-            for line in f:
-                src, url, anchor = line[:-1].split("\t")
-                if src != cur:
-                    if batch:
-                        w.add_links(bytes.fromhex(cur), batch)
-                    cur, batch = src, []
-                batch.append((url, anchor))
-            if batch:
-                w.add_links(bytes.fromhex(cur), batch)
+    load_tsv(db, str(data / "pages.tsv"), str(data / "links.tsv"))
 
 
 def base_db(work: Path, data: Path, k: int, sync: bool) -> Path:

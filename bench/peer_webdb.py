@@ -33,6 +33,42 @@ def _opts(opt: str) -> dict:
     return out
 
 
+def load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
+    """The initial db in one writer batch: add_page_with_score per page, add_links per source."""
+    url_md5 = webdb.url_md5
+    with db.writer() as w:
+        with open(pages_tsv, encoding="utf-8") as f:
+            for line in f:
+                url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
+                score = float(sc)
+                w.add_page_with_score(
+                    Page(
+                        url,
+                        bytes.fromhex(md5) if md5 else url_md5(url),
+                        STATUS_IN[st],
+                        0,
+                        int(ft),
+                        int(rt),
+                        int(iv),
+                        int(no),
+                        score,
+                        score,
+                    )
+                )
+        with open(links_tsv, encoding="utf-8") as f:
+            # links.tsv lists each source's links together: one add_links call per source.
+            cur, batch = None, []
+            for line in f:
+                src, url, anchor = line[:-1].split("\t")
+                if src != cur:
+                    if batch:
+                        w.add_links(bytes.fromhex(cur), batch)
+                    cur, batch = src, []
+                batch.append((url, anchor))
+            if batch:
+                w.add_links(bytes.fromhex(cur), batch)
+
+
 class Peer:
     name = "webdb"
 
@@ -47,38 +83,7 @@ class Peer:
         self.r = None
 
     def load(self, pages_tsv: str, links_tsv: str) -> None:
-        url_md5 = webdb.url_md5
-        with self.db.writer() as w:
-            with open(pages_tsv, encoding="utf-8") as f:
-                for line in f:
-                    url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
-                    score = float(sc)
-                    w.add_page_with_score(
-                        Page(
-                            url,
-                            bytes.fromhex(md5) if md5 else url_md5(url),
-                            STATUS_IN[st],
-                            0,
-                            int(ft),
-                            int(rt),
-                            int(iv),
-                            int(no),
-                            score,
-                            score,
-                        )
-                    )
-            with open(links_tsv, encoding="utf-8") as f:
-                # links.tsv lists each source's links together: one add_links call per source.
-                cur, batch = None, []
-                for line in f:
-                    src, url, anchor = line[:-1].split("\t")
-                    if src != cur:
-                        if batch:
-                            w.add_links(bytes.fromhex(cur), batch)
-                        cur, batch = src, []
-                    batch.append((url, anchor))
-                if batch:
-                    w.add_links(bytes.fromhex(cur), batch)
+        load_tsv(self.db, pages_tsv, links_tsv)
 
     def apply_round(self, round_tsv: str) -> None:
         # The update input `webdb update --input webdb.writer.inputs:apply_round_tsv` uses:
