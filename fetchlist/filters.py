@@ -65,11 +65,23 @@ class FilterFile:
         self.kind = kind or kind_of(self.path)
         if self.kind not in _KINDS:
             raise BadInput(f"{self.path}: unknown filter kind {self.kind!r} (one of {', '.join(_KINDS)})")
-        self._stamp = _stamp(self.path)
-        self.rules = parse_rules(_read_text(self.path), self.kind, self.path)
+        self._stamp: tuple[int, int] | None = _stamp(self.path)
+        self.text = _read_text(self.path)
+        self.rules = parse_rules(self.text, self.kind, self.path)
+
+    @classmethod
+    def from_text(cls, text: str, kind: str, name: str = "<string>") -> FilterFile:
+        """Rules read elsewhere (generate in a rack ships the coordinator's files to every
+        host); ``name`` is what errors and ``explain`` call it; ``changed()`` is always False."""
+        if kind not in _KINDS:
+            raise BadInput(f"{name}: unknown filter kind {kind!r} (one of {', '.join(_KINDS)})")
+        f = cls.__new__(cls)
+        f.path, f.kind, f._stamp, f.text = name, kind, None, text
+        f.rules = parse_rules(text, kind, name)
+        return f
 
     def changed(self) -> bool:
-        return _stamp(self.path) != self._stamp
+        return self._stamp is not None and _stamp(self.path) != self._stamp
 
     def accept(self, url: str) -> bool:
         return self.match(url)[0]
@@ -157,6 +169,15 @@ class UrlFilter:
     def from_settings(cls, settings: dict) -> UrlFilter:
         """The chain named by the ``url_filters`` setting (see fetchlist.settings)."""
         return cls.from_files(settings.get("url_filters") or ())
+
+    def texts(self) -> list[tuple[str, str, str]]:
+        """``(kind, name, text)`` of every file, for ``from_texts`` on another host."""
+        return [(f.kind, f.path, f.text) for f in self.files]
+
+    @classmethod
+    def from_texts(cls, items: Iterable[tuple[str, str, str] | list[str]]) -> UrlFilter:
+        """The chain ``texts()`` described, without reading any file."""
+        return cls(FilterFile.from_text(text, kind, name) for kind, name, text in items)
 
     def accept(self, url: str) -> bool:
         if not isinstance(url, str):

@@ -47,6 +47,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import mmh3
 
@@ -56,7 +57,17 @@ from fetchlist.segment import FetchEntry, Segment
 from webdb.errors import BadInput, LockedError
 from webdb.tables.records import DAY, PAGE_FIXED, Page
 
-__all__ = ["GenerateResult", "generate", "order_key", "host_key", "partition_of", "mark_time", "MARK", "select"]
+__all__ = [
+    "GenerateResult",
+    "generate",
+    "generate_rack",
+    "order_key",
+    "host_key",
+    "partition_of",
+    "mark_time",
+    "MARK",
+    "select",
+]
 
 MARK = "gen"  # page.meta key of the generate mark
 DEFAULT_MARK_EXPIRY = 7 * DAY
@@ -79,6 +90,8 @@ class GenerateResult:
     skipped: dict[str, int] = field(default_factory=dict)
     hosts: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    rack: Any = None  # generate_rack: the update's per-host result (webdb.writer.rack.UpdateResult)
+    candidates: int = 0  # generate_rack: keys the locations sent the coordinator
 
     def summary(self) -> str:
         sk = ", ".join(f"{k} {v:,}" for k, v in self.skipped.items() if v)
@@ -347,6 +360,70 @@ def _interleave(selected: list[tuple[tuple, bytes, bytes]]) -> list[tuple[tuple,
     return [selected[i] for _, _, i in keyed]
 
 
+def _check_args(
+    segment_dir: str | os.PathLike,
+    top_n: int | None,
+    max_per_host: int | None,
+    max_per_domain: int | None,
+    fetchers: int,
+    partition: str,
+) -> str:
+    for name, v in (("top_n", top_n), ("max_per_host", max_per_host), ("max_per_domain", max_per_domain)):
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise BadInput(f"{name} must be a whole number >= 1, not {v!r}")
+    if not isinstance(fetchers, int) or fetchers < 1:
+        raise BadInput(f"fetchers must be a whole number >= 1, not {fetchers!r}")
+    if partition not in ("host", "domain"):
+        raise BadInput(f"partition must be 'host' or 'domain', not {partition!r}")
+    segment_dir = os.fspath(segment_dir)
+    if os.path.exists(segment_dir) and (not os.path.isdir(segment_dir) or os.listdir(segment_dir)):
+        raise BadInput(f"{segment_dir}: exists and is not an empty directory (a segment is written once)")
+    return segment_dir
+
+
+def mark_of(segment_dir: str, now: int) -> str:
+    """The generate mark of the pages of ``segment_dir``: ``<segment name>@<generate time>``."""
+    return f"{os.path.basename(os.path.normpath(segment_dir))}@{now}"
+
+
+def _write_segment(
+    segment_dir: str,
+    chosen: list[tuple[tuple, bytes, bytes]],
+    anchors: dict[bytes, list[str]],
+    mark: str,
+    now: int,
+    db: str,
+    fetchers: int,
+    partition: str,
+    info: dict | None,
+) -> tuple[list[int], int]:
+    """Write the fetchlists of ``chosen`` (best first); returns (entries per list, hosts)."""
+    parts: list[list] = [[] for _ in range(fetchers)]
+    for x in chosen:
+        parts[partition_of(x[1].decode("utf-8"), fetchers, partition)].append(x)
+    seg = Segment.create(
+        segment_dir,
+        generated=now,
+        db=db,
+        fetchers=fetchers,
+        partition=partition,
+        urls=len(chosen),
+        **(info or {}),
+    )
+    sizes = []
+    hosts = set()
+    for i, part in enumerate(parts):
+        entries = []
+        for _, url_b, value in _interleave(part):
+            url = url_b.decode("utf-8")
+            hosts.add(host_key(url))
+            page = Page.decode(url, value)
+            page.meta[MARK] = mark  # the page as it is stored once the marks commit
+            entries.append(FetchEntry(url, page, anchors[url_b]))
+        sizes.append(seg.write_fetchlist(i, entries))
+    return sizes, len(hosts)
+
+
 def _open_writer(db, lock_wait: float, overrides: dict):
     deadline = time.monotonic() + lock_wait
     delay = 0.05
@@ -387,16 +464,7 @@ def generate(
     ``info`` is stored in the segment's SEGMENT file.  Raises BadInput for bad options,
     LockedError if the writer lock stays held for ``lock_wait`` seconds.
     """
-    for name, v in (("top_n", top_n), ("max_per_host", max_per_host), ("max_per_domain", max_per_domain)):
-        if v is not None and (not isinstance(v, int) or v < 1):
-            raise BadInput(f"{name} must be a whole number >= 1, not {v!r}")
-    if not isinstance(fetchers, int) or fetchers < 1:
-        raise BadInput(f"fetchers must be a whole number >= 1, not {fetchers!r}")
-    if partition not in ("host", "domain"):
-        raise BadInput(f"partition must be 'host' or 'domain', not {partition!r}")
-    segment_dir = os.fspath(segment_dir)
-    if os.path.exists(segment_dir) and (not os.path.isdir(segment_dir) or os.listdir(segment_dir)):
-        raise BadInput(f"{segment_dir}: exists and is not an empty directory (a segment is written once)")
+    segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
     say = progress or (lambda _msg: None)
     t0 = time.monotonic()
     secs: dict[str, float] = {}
@@ -442,31 +510,8 @@ def generate(
                 anchors[url] = _anchors(inl, url, max_anchors, max_inlinks_scanned) if max_anchors > 0 else []
             secs["anchors"] = time.monotonic() - t1
         t1 = time.monotonic()
-        parts: list[list] = [[] for _ in range(fetchers)]
-        for x in chosen:
-            parts[partition_of(x[1].decode("utf-8"), fetchers, partition)].append(x)
-        name = os.path.basename(os.path.normpath(segment_dir))
-        mark = f"{name}@{now}"
-        seg = Segment.create(
-            segment_dir,
-            generated=now,
-            db=db.path,
-            fetchers=fetchers,
-            partition=partition,
-            urls=len(chosen),
-            **(info or {}),
-        )
-        sizes = []
-        hosts = set()
-        for i, part in enumerate(parts):
-            entries = []
-            for _, url_b, value in _interleave(part):
-                url = url_b.decode("utf-8")
-                hosts.add(host_key(url))
-                page = Page.decode(url, value)
-                page.meta[MARK] = mark  # the page as it is stored once the marks commit
-                entries.append(FetchEntry(url, page, anchors[url_b]))
-            sizes.append(seg.write_fetchlist(i, entries))
+        mark = mark_of(segment_dir, now)
+        sizes, hosts = _write_segment(segment_dir, chosen, anchors, mark, now, db.path, fetchers, partition, info)
         secs["write"] = time.monotonic() - t1
         t1 = time.monotonic()
         say(f"marking {len(chosen):,} pages")
@@ -480,4 +525,304 @@ def generate(
         w.abort()
         raise
     secs["total"] = time.monotonic() - t0
-    return GenerateResult(segment_dir, len(chosen), sizes, counter[0], eligible, skipped, len(hosts), secs)
+    return GenerateResult(segment_dir, len(chosen), sizes, counter[0], eligible, skipped, hosts, secs)
+
+
+# ---- in a rack ------------------------------------------------------------------------------------
+
+RACK_STEPS = "fetchlist.generate:rack_step"  # what a generate's agents run between sync and batch
+_MARKS_INPUT = "webdb.writer.inputs:replay_calls"
+_CHUNK = 5000  # candidates or entries per reply part: one JSON line of at most a few MB
+
+
+class _SectionTables:
+    """The part of a Reader that ``_eligible`` and ``_Inlinks`` use, over the sections one
+    location holds (None elsewhere): a rack location cannot open a whole-db Reader."""
+
+    def __init__(self, db, manifest: dict, sections: list[int]) -> None:
+        from webdb.sections import Sections
+        from webdb.tables.format import TABLE_KINDS
+        from webdb.tables.table import BlockCache, TableReader
+
+        self.sections = Sections.from_json(manifest["sections"])
+        k = len(manifest["tables"])
+        self.tables: dict[str, list] = {t: [None] * k for t in ("pages_by_url", "links_by_url")}
+        cache = BlockCache(1 << 20)  # blocks are read with fill_cache=False
+        try:
+            for j in sections:
+                for t, lst in self.tables.items():
+                    e = manifest["tables"][j].get(t)
+                    if e:
+                        lst[j] = TableReader(os.path.join(db.section_dir(j), e["file"]), TABLE_KINDS[t], cache)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for lst in self.tables.values():
+            for r in lst:
+                if r is not None:
+                    r.close()
+
+
+def rack_step(ctx, req: dict) -> Iterator[dict]:
+    """The agents' side of ``generate_rack`` (a steps function, webdb.writer.rack.Session).
+
+    ``op = "select"``: scan this location's PagesByURL, select with the request's options and
+    reply the selection's keys and URLs, ``[score, tie, url]`` (no page values), then the scan
+    counts.  ``op = "entries"``: for the chosen URLs of this location (a subset of what it
+    replied), reply each page value (base64) and its inlink anchors from this location's
+    LinksByURL, and write each section's marks as a ``replay_calls`` file in the scratch dir.
+    The writer lock is held throughout (the agent took it before the sync).
+    """
+    op = req.get("op")
+    if op == "select":
+        from fetchlist.filters import UrlFilter
+
+        view = _SectionTables(ctx.db, ctx.manifest, ctx.sections)
+        ctx.state["view"] = view
+        skipped: dict[str, int] = {}
+        counter = [0]
+        n_elig = [0]
+        url_filter = UrlFilter.from_texts(req["filters"]) if req.get("filters") else None
+        cands = _eligible(
+            view,
+            horizon=req["horizon"],
+            now=req["now"],
+            min_score=req.get("min_score"),
+            mark_expiry=req["mark_expiry"],
+            url_filter=url_filter,
+            skipped=skipped,
+            counter=counter,
+        )
+
+        def counted(it):
+            for x in it:
+                n_elig[0] += 1
+                yield x
+
+        chosen = select(
+            counted(cands),
+            top_n=req.get("top_n"),
+            max_per_host=req.get("max_per_host"),
+            max_per_domain=req.get("max_per_domain"),
+        )
+        ctx.state["values"] = {url: value for _, url, value in chosen}
+        for i in range(0, len(chosen), _CHUNK):
+            yield {"cands": [[k[0], k[1], u.decode("utf-8")] for k, u, _ in chosen[i : i + _CHUNK]]}
+        yield {"stats": {"scanned": counter[0], "eligible": n_elig[0], "skipped": skipped}}
+    elif op == "entries":
+        import base64
+
+        from webdb.writer.inputs import CallRecorder
+
+        view, values = ctx.state.pop("view"), ctx.state.pop("values")
+        mark, max_anchors = req["mark"], req["max_anchors"]
+        marks: dict[int, CallRecorder] = {}
+        out = []
+        try:
+            inl = _Inlinks(view)
+            for url_b in sorted(u.encode("utf-8") for u in req["urls"]):  # by URL: a forward walk
+                value = values[url_b]
+                url = url_b.decode("utf-8")
+                anchors = _anchors(inl, url_b, max_anchors, req["max_inlinks_scanned"]) if max_anchors > 0 else []
+                page = Page.decode(url, value)
+                page.meta[MARK] = mark
+                marks.setdefault(view.sections.of_url(url_b), CallRecorder()).add_page(page)
+                out.append([url, base64.b64encode(value).decode("ascii"), anchors])
+        finally:
+            view.close()
+        paths = {}
+        for j, rec in marks.items():
+            paths[str(j)] = os.path.join(ctx.scratch, f"marks-{j:04d}.jsonl")
+            with open(paths[str(j)], "w", encoding="utf-8") as f:
+                rec.write(f)
+        yield {"marks": paths}
+        for i in range(0, len(out), _CHUNK):
+            yield {"entries": out[i : i + _CHUNK]}
+    else:
+        raise BadInput(f"generate: unknown step {op!r}")
+
+
+def generate_rack(
+    rack,
+    segment_dir: str | os.PathLike,
+    *,
+    now: int | None = None,
+    top_n: int | None = None,
+    max_per_host: int | None = None,
+    max_per_domain: int | None = None,
+    min_score: float | None = None,
+    add_days: float = 0,
+    fetchers: int = 1,
+    partition: str = "host",
+    mark_expiry: int = DEFAULT_MARK_EXPIRY,
+    max_anchors: int = DEFAULT_MAX_ANCHORS,
+    max_inlinks_scanned: int = DEFAULT_MAX_INLINKS_SCANNED,
+    url_filter: UrlFilter | None = None,
+    lock_wait: float = 60.0,
+    writer_settings: dict | None = None,
+    info: dict | None = None,
+    progress: Callable[[str], None] | None = None,
+    events: Callable[[dict], None] | None = None,
+    heartbeat_timeout: float | None = None,
+    stage_timeout: float | None = None,
+    env: dict[str, str] | None = None,
+) -> GenerateResult:
+    """``generate`` over a rack (``webdb.writer.rack.Rack``): the same selection, segment and
+    marks as ``generate`` on the whole db, with each location scanning only its own sections.
+    The segment is written here (on the coordinator).  docs/crawl.md, *Generate in a rack*.
+
+    1. One distributed update opens: every location takes its writer lock and syncs.
+    2. Each location selects from its sections with the same options and replies the keys
+       and URLs of its selection (a superset of its share of the global selection).
+    3. ``select`` over the union is the global selection; each location replies the page
+       values and anchors of its chosen URLs and writes its sections' marks as writer calls.
+    4. The segment is written, then the batch of marks runs and commits on every section at
+       once.  A failure before the commit point commits nothing and removes the segment.
+
+    ``events`` gets the rack's progress events (as ``update``'s ``progress``); ``result.rack``
+    is the update's per-host result.  Raises UpdateFailed as ``update`` does; a writer lock
+    held elsewhere is waited for up to ``lock_wait`` seconds.
+    """
+    import base64
+    import shutil
+
+    from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
+
+    segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
+    existed = os.path.isdir(segment_dir)
+    say = progress or (lambda _msg: None)
+    now = int(time.time()) if now is None else int(now)
+    t0 = time.monotonic()
+    secs: dict[str, float] = {}
+    got: dict = {}
+    mark = mark_of(segment_dir, now)
+    select_req = {
+        "op": "select",
+        "now": now,
+        "horizon": now + int(add_days * DAY),
+        "min_score": min_score,
+        "mark_expiry": mark_expiry,
+        "filters": url_filter.texts() if url_filter is not None else None,
+        "top_n": top_n,
+        "max_per_host": max_per_host,
+        "max_per_domain": max_per_domain,
+    }
+
+    def before_batch(session):
+        got.clear()
+        t1 = time.monotonic()
+        secs["lock"] = t1 - t0
+        say(f"selecting on {sum(1 for p in session.rack.places.values() if p.sections)} location(s)")
+        replies = session.ask(lambda p: select_req if p.sections else None)
+        origin: dict[bytes, str] = {}
+        cands = []
+        scanned = eligible = 0
+        skipped: dict[str, int] = defaultdict(int)
+        for label, parts in replies.items():
+            for part in parts:
+                for score, tie, url in part.get("cands", ()):
+                    url_b = url.encode("utf-8")
+                    origin[url_b] = label
+                    cands.append(((score, tie), url_b, b""))
+                if "stats" in part:
+                    scanned += part["stats"]["scanned"]
+                    eligible += part["stats"]["eligible"]
+                    for k, v in part["stats"]["skipped"].items():
+                        skipped[k] += v
+        chosen = select(cands, top_n=top_n, max_per_host=max_per_host, max_per_domain=max_per_domain)
+        skipped["capped"] = eligible - len(chosen)
+        got.update(scanned=scanned, eligible=eligible, skipped=dict(skipped), candidates=len(cands))
+        secs["scan"] = time.monotonic() - t1
+        if not chosen:
+            return None
+        t1 = time.monotonic()
+        say(f"selected {len(chosen):,} of {len(cands):,} candidates; reading inlink anchors")
+        mine: dict[str, list[str]] = defaultdict(list)
+        for _, url_b, _ in chosen:
+            mine[origin[url_b]].append(url_b.decode("utf-8"))
+        replies = session.ask(
+            lambda p: (
+                {
+                    "op": "entries",
+                    "urls": mine.get(p.label, []),
+                    "mark": mark,
+                    "max_anchors": max_anchors,
+                    "max_inlinks_scanned": max_inlinks_scanned,
+                }
+                if p.sections
+                else None
+            )
+        )
+        values: dict[bytes, bytes] = {}
+        anchors: dict[bytes, list[str]] = {}
+        inputs: dict[int, dict] = {}
+        for parts in replies.values():
+            for part in parts:
+                for j, path in (part.get("marks") or {}).items():
+                    inputs[int(j)] = {"paths": [path]}
+                for url, value, anch in part.get("entries", ()):
+                    url_b = url.encode("utf-8")
+                    values[url_b], anchors[url_b] = base64.b64decode(value), anch
+        chosen = [(key, url_b, values[url_b]) for key, url_b, _ in chosen]
+        secs["anchors"] = time.monotonic() - t1
+        t1 = time.monotonic()
+        # The segment before the marks: a failure in between leaves a segment nobody marked for.
+        got["written"] = True
+        where = f"{session.rack.db} ({session.rack.config.source})"
+        got["sizes"], got["hosts"] = _write_segment(
+            segment_dir, chosen, anchors, mark, now, where, fetchers, partition, info
+        )
+        got["selected"] = len(chosen)
+        secs["write"] = time.monotonic() - t1
+        got["t_mark"] = time.monotonic()
+        say(f"marking {len(chosen):,} pages")
+        return inputs, _MARKS_INPUT
+
+    deadline = time.monotonic() + lock_wait
+    delay = 0.05
+    while True:
+        try:
+            res = update(
+                rack,
+                steps=RACK_STEPS,
+                before_batch=before_batch,
+                settings=writer_settings,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT if heartbeat_timeout is None else heartbeat_timeout,
+                stage_timeout=STAGE_TIMEOUT if stage_timeout is None else stage_timeout,
+                progress=events,
+                env=env,
+            )
+            break
+        except UpdateFailed as e:
+            if got.get("written") and not e.result.committed:
+                shutil.rmtree(segment_dir, ignore_errors=True)  # its marks never committed: no segment
+                if existed:
+                    os.makedirs(segment_dir, exist_ok=True)
+            if e.kind == "LockedError" and not got.get("written") and time.monotonic() < deadline:
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
+                continue
+            if e.kind == "LockedError":
+                raise UpdateFailed(f"generate waited {lock_wait:g}s for the writer lock: {e}", e.result) from None
+            raise
+    if "t_mark" in got:
+        secs["mark"] = time.monotonic() - got["t_mark"]
+    secs["total"] = time.monotonic() - t0
+    if not res.committed:  # nothing to generate: the agents unlocked without a batch
+        r = GenerateResult(None, 0, [], got.get("scanned", 0), got.get("eligible", 0), got.get("skipped", {}), 0, secs)
+    else:
+        r = GenerateResult(
+            segment_dir,
+            got["selected"],
+            got["sizes"],
+            got["scanned"],
+            got["eligible"],
+            got["skipped"],
+            got["hosts"],
+            secs,
+        )
+    r.rack = res
+    r.candidates = got.get("candidates", 0)
+    return r

@@ -49,9 +49,11 @@ from webdb.writer.cascade import run_stage
 from webdb.writer.inputs import resolve
 from webdb.writer.writer import EditLog, apply_stage_result, stage_job, stage_summary
 
-__all__ = ["PROTOCOL", "SectionWriter", "StageTimeout", "done_name", "edit_name", "main"]
+__all__ = ["PROTOCOL", "SectionWriter", "StageTimeout", "StepContext", "done_name", "edit_name", "main"]
 
-PROTOCOL = 1
+# 2: the "step" request between sync and run (update(steps=...): generate in a rack), and
+# the failure's exception class in "failed" events.
+PROTOCOL = 2
 # An agent writes a line at least this often (the coordinator's liveness signal), and the
 # coordinator pings agents as often.
 HEARTBEAT = 1.0
@@ -80,6 +82,12 @@ def edit_name(batch: str, stage: int, producer: str) -> str:
 def done_name(batch: str, step: int, source: int) -> str:
     """Group-relative name of the marker: ``source`` finished step ``step`` (lists its files)."""
     return f"edits/{batch}/done-st{step}-from-{source:04d}"
+
+
+def error_kind(e: BaseException) -> str:
+    """The class name a failure is reported under; BadInput subclasses count as BadInput (the
+    CLI maps it to exit code 2)."""
+    return "BadInput" if isinstance(e, BadInput) else type(e).__name__
 
 
 def _armed(name: str) -> bool:
@@ -359,7 +367,13 @@ def section_main(spec: dict, conn) -> None:
         detail = "" if isinstance(e, WebDBError | OSError) else "\n" + traceback.format_exc(limit=8)
         try:
             conn.send(
-                {"ev": "failed", "section": spec["section"], "step": step, "error": f"{type(e).__name__}: {e}{detail}"}
+                {
+                    "ev": "failed",
+                    "section": spec["section"],
+                    "step": step,
+                    "error": f"{type(e).__name__}: {e}{detail}",
+                    "kind": error_kind(e),
+                }
             )
         except OSError:
             pass
@@ -382,7 +396,7 @@ class Agent:
         self.q: queue.Queue = queue.Queue()
         self.out_lock = threading.Lock()
         self.last_sent = 0.0
-        self.last_heard = time.monotonic()
+        self.last_heard = self.last_read = time.monotonic()
         self.children: dict[int, Any] = {}
         self.conns: dict[int, Any] = {}
         self.prepared: set[int] = set()
@@ -392,6 +406,8 @@ class Agent:
         self.db: WebDB | None = None
         self.state = "start"
         self.manifest: dict | None = None
+        self.base: dict | None = None  # the committed manifest after sync
+        self.ctx: StepContext | None = None
 
     def send(self, **ev: Any) -> None:
         line = (json.dumps(ev, separators=(",", ":")) + "\n").encode()
@@ -417,6 +433,7 @@ class Agent:
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
+                    self.last_read = time.monotonic()
                     self.q.put(("coord", json.loads(line)))
 
     def _read_child(self, j: int, conn) -> None:
@@ -457,7 +474,9 @@ class Agent:
             # coordinator must hear about the cause first.
             detail = "" if isinstance(e, WebDBError | OSError) else "\n" + traceback.format_exc(limit=8)
             where = {"section": self.dead[0], "step": self.dead[1]} if self.dead else {}
-            self.send(ev="failed", state=self.state, error=f"{type(e).__name__}: {e}{detail}", **where)
+            self.send(
+                ev="failed", state=self.state, error=f"{type(e).__name__}: {e}{detail}", kind=error_kind(e), **where
+            )
             self.rollback()
             return 2
         finally:
@@ -546,7 +565,12 @@ class Agent:
         removed = self.sync(msg["gen"], msg["manifest"])
         self.state = "synced"
         self.send(ev="synced", removed=len(removed))
-        msg = self.next_command("run")
+        self.base = msg["manifest"]
+        while True:
+            msg = self.next_command("run", "step")
+            if msg["cmd"] == "run":
+                break
+            self.step(msg)
         self.state = "running"
         self.start_sections(msg["sections"])
         while len(self.prepared) < len(self.children):
@@ -576,6 +600,21 @@ class Agent:
         removed = self.db.recover()
         self.send(ev="committed", generation=self.manifest["generation"], removed=len(removed))
         return 0
+
+    def step(self, msg: dict) -> None:
+        """A request of the task between sync and run (docs/distributed.md, *Tasks*): run the
+        spec's ``steps`` function, relay its reply parts, then ``done``.  It runs in this thread:
+        heartbeats keep flowing, and the coordinator's pings queued meanwhile count as heard."""
+        if not self.spec.get("steps"):
+            raise BadInput("a step request, but this update names no steps function")
+        if self.ctx is None:
+            scratch = os.path.join(self.path, TMP_DIR, "task")
+            os.makedirs(scratch, exist_ok=True)
+            self.ctx = StepContext(self.db, self.path, list(self.spec["sections"]), self.base, scratch)
+        for part in resolve(self.spec["steps"])(self.ctx, msg):
+            self.send(ev="reply", **part)
+        self.send(ev="reply", done=True)
+        self.last_heard = max(self.last_heard, self.last_read)
 
     def sync(self, gen: int, manifest: dict) -> list[str]:
         """Bring this copy to the rack's committed generation ``gen`` (roll forward if a commit
@@ -616,6 +655,16 @@ class Agent:
                 p.kill()
         for p in self.children.values():
             p.join(timeout=5)
+
+
+class StepContext:
+    """What a task's steps function sees on an agent: the location's db copy (synced, locked),
+    its sections, the rack's committed manifest, a scratch directory under ``tmp/`` (removed
+    by the commit's or the abort's recover) and ``state`` kept across requests."""
+
+    def __init__(self, db: WebDB, path: str, sections: list[int], manifest: dict, scratch: str) -> None:
+        self.db, self.path, self.sections, self.manifest, self.scratch = db, path, sections, manifest, scratch
+        self.state: dict[str, Any] = {}
 
 
 def create_local(spec: dict) -> dict:

@@ -38,7 +38,16 @@ from webdb.writer.distributed import HEARTBEAT, PROTOCOL
 from webdb.writer.inputs import DEFAULT_INPUT
 from webdb.writer.writer import check_counts
 
-__all__ = ["Placement", "Rack", "UpdateFailed", "UpdateResult", "create_rack", "fabric_connection", "update"]
+__all__ = [
+    "Placement",
+    "Rack",
+    "Session",
+    "UpdateFailed",
+    "UpdateResult",
+    "create_rack",
+    "fabric_connection",
+    "update",
+]
 
 # Defaults of the liveness bounds (seconds); both are options of update().
 HEARTBEAT_TIMEOUT = 30.0
@@ -327,6 +336,12 @@ class UpdateFailed(DistributedError):
         super().__init__(message)
         self.result = result
 
+    @property
+    def kind(self) -> str | None:
+        """Exception class of the first failure as the failing host named it (``BadInput``,
+        ``LockedError``, ...), or None (a host went silent or its connection broke)."""
+        return self.result.kind
+
 
 @dataclass
 class UpdateResult:
@@ -342,6 +357,7 @@ class UpdateResult:
     manifest: dict | None = None
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
+    kind: str | None = None  # exception class of the first failure (see UpdateFailed.kind)
 
     def summary(self) -> str:
         """A per-host table: result, sections, seconds, records written, bytes shipped."""
@@ -434,6 +450,7 @@ class _Run:
         self.t0 = time.monotonic()
         self.last_ping = 0.0
         self.error: str | None = None
+        self.kind: str | None = None
 
     # -- agents --------------------------------------------------------------------------------
 
@@ -470,7 +487,9 @@ class _Run:
             first = next(iter(errors))
             raise self.fail(first, f"cannot start: {errors[first]}")
 
-    def fail(self, label: str, why: str) -> _Abort:
+    def fail(self, label: str, why: str, kind: str | None = None) -> _Abort:
+        if self.error is None:
+            self.kind = kind
         h = self.hosts[label]
         if h.error is None or why not in h.error:
             h.error = why if h.error is None else h.error
@@ -512,7 +531,7 @@ class _Run:
                         why = f"section {obj['section']}: {obj['error']}"
                     else:
                         why = obj["error"]
-                    raise self.fail(label, why)
+                    raise self.fail(label, why, obj.get("kind"))
                 if ev == "aborted":
                     h.link.done = True
                     raise self.fail(label, f"aborted: {obj.get('reason')}")
@@ -539,12 +558,12 @@ class _Run:
                 h.bytes += obj.get("bytes", 0)
                 h.remote_bytes += obj.get("remote_bytes", 0)
 
-    def abort(self) -> None:
+    def abort(self, reason: str | None = None) -> None:
         """Tell every live agent to stop; give them a moment to clean up, then cut them off."""
         grace = min(10.0, max(2.0, self.hb_timeout))
         live = [h for h in self.hosts.values() if h.link is not None and not h.link.done]
         for h in live:
-            h.link.send({"cmd": "abort", "reason": self.error or "aborted"})
+            h.link.send({"cmd": "abort", "reason": reason or self.error or "aborted"})
         deadline = time.monotonic() + grace
         waiting = {h.place.label for h in live}
         while waiting and time.monotonic() < deadline:
@@ -587,6 +606,50 @@ class _Run:
 # ---- update ----------------------------------------------------------------------------------------
 
 
+class Session:
+    """What a task run inside an update (``update(..., steps=, before_batch=)``) sees between
+    the sync and the batch: the rack's committed generation and its manifest, with every
+    location's writer lock held, and a request/reply exchange with the agents.
+
+    On an agent a request runs ``steps`` (``"module:function"``): ``fn(ctx, request)`` yields
+    reply parts (dicts; keep each under a few MB, a part is one JSON line on the link).
+    ``ctx`` has the agent's ``db``, ``path``, ``sections``, the committed ``manifest``, a
+    ``scratch`` directory (removed with the batch's other files) and a ``state`` dict kept
+    from one request to the next.
+    """
+
+    def __init__(self, run: _Run, generation: int, manifest: dict) -> None:
+        self._run = run
+        self.rack = run.rack
+        self.generation, self.manifest = generation, manifest
+
+    def ask(self, request_for: Callable[[Placement], dict | None]) -> dict[str, list[dict]]:
+        """Send ``request_for(place)`` to every location (None: not that one) and wait for all
+        replies; returns each location's reply parts in order.  Raises on any failure."""
+        run = self._run
+        parts: dict[str, list[dict]] = {}
+        waiting: set[str] = set()
+        for label, h in run.hosts.items():
+            req = request_for(h.place)
+            if req is None:
+                continue
+            parts[label] = []
+            waiting.add(label)
+            h.state = str(req.get("op", "step"))
+            h.link.send({"cmd": "step", **req})
+
+        def on(label: str, o: dict) -> None:
+            if o["ev"] != "reply":
+                return
+            if o.get("done"):
+                waiting.discard(label)
+            else:
+                parts[label].append({k: v for k, v in o.items() if k != "ev"})
+
+        run.pump(lambda: not waiting, on)
+        return parts
+
+
 def update(
     rack: Rack,
     inputs: dict[int, dict] | None = None,
@@ -598,6 +661,8 @@ def update(
     stage_timeout: float = STAGE_TIMEOUT,
     progress: Callable[[dict], None] | None = None,
     env: dict[str, str] | None = None,
+    steps: str | None = None,
+    before_batch: Callable[[Session], tuple[dict[int, dict], str] | None] | None = None,
 ) -> UpdateResult:
     """Run one batch on every section of ``rack`` and commit it atomically.
 
@@ -605,16 +670,30 @@ def update(
     ``input_fn`` (``"module:function"``, see webdb.writer.inputs), on its own host.
     ``options`` are passed to every section's input.  Raises UpdateFailed (naming host and
     stage) if anything fails; then nothing is committed and every host keeps its old generation.
+
+    A task that must read the db before deciding its input (generate) passes ``before_batch``:
+    called once every location is locked and synced, with a ``Session`` whose requests run
+    ``steps`` on the agents; it returns ``(inputs, input_fn)`` for the batch, or None to stop
+    without a batch (the agents unlock, nothing is committed, ``committed`` is False).
     Cost: see docs/distributed.md, *Cost*.
     """
     run = _Run(rack, heartbeat_timeout=heartbeat_timeout, progress=progress, env=env)
     res = UpdateResult(rack.db, GroupResult(f"update {rack.db}"))
     try:
-        _update(run, res, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout)
+        gen0, base, identity = _open(run, steps)
+        if before_batch is not None:
+            got = before_batch(Session(run, gen0, base))
+            if got is None:
+                run.abort("nothing to do")
+                res.hosts = run.results(f"update {rack.db}")
+                res.seconds = time.monotonic() - run.t0
+                return res
+            inputs, input_fn = got
+        _batch(run, res, gen0, base, identity, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout)
     except _Abort:
         run.abort()
         res.hosts = run.results(f"update {rack.db}")
-        res.error = run.error
+        res.error, res.kind = run.error, run.kind
         res.seconds = time.monotonic() - run.t0
         if res.committed:
             res.warnings.append(run.error)
@@ -629,11 +708,11 @@ def update(
     return res
 
 
-def _update(
-    run: _Run, res: UpdateResult, inputs: dict, input_fn: str, options: dict, overrides: dict, stage_timeout: float
-) -> None:
+def _open(run: _Run, steps: str | None) -> tuple[int, dict, dict]:
+    """Start the agents (each takes its writer lock), check they agree, sync every location to
+    the rack's committed generation.  Returns (generation, its manifest, the db identity)."""
     rack = run.rack
-    run.start(lambda p: {"task": "update", "db": rack.db})
+    run.start(lambda p: {"task": "update", "db": rack.db, **({"steps": steps} if steps else {})})
     hello: dict[str, dict] = {}
     run.pump(lambda: len(hello) == len(run.hosts), lambda lab, o: hello.update({lab: o}) if o["ev"] == "hello" else 0)
     for label, h in hello.items():
@@ -662,8 +741,23 @@ def _update(
         h.state = "sync"
     synced: set[str] = set()
     run.pump(lambda: len(synced) == len(run.hosts), lambda lab, o: synced.add(lab) if o["ev"] == "synced" else 0)
+    return gen0, base, first["identity"]
 
-    settings = resolve(first["identity"].get("settings"), **overrides)
+
+def _batch(
+    run: _Run,
+    res: UpdateResult,
+    gen0: int,
+    base: dict,
+    identity: dict,
+    inputs: dict,
+    input_fn: str,
+    options: dict,
+    overrides: dict,
+    stage_timeout: float,
+) -> None:
+    rack = run.rack
+    settings = resolve(identity.get("settings"), **overrides)
     gen = gen0 + 1
     batch = f"{gen:08d}-{os.urandom(4).hex()}"
     res.generation, res.batch = gen, batch
