@@ -137,7 +137,7 @@ def test_cli_update_local_and_round_tsv(tmp_path: Path) -> None:
          "--input", "webdb.writer.inputs:apply_round_tsv"],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
-    assert p.returncode == 1
+    assert p.returncode == 2  # bad input, as for every command (a failed run is 1)
     assert "nothing committed" in p.stderr and "missing.tsv" in p.stderr and "step 0" in p.stderr
     assert db.committed() == 1
 
@@ -399,7 +399,7 @@ def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp
     assert p.stdout.startswith("generation 1 committed") and "h0    0" in p.stdout
     assert_state(roots, 1, reference["a"])
     p = cli(["update", "--hosts", ini, "crawl", "h1:nowhere.jsonl", "--input", REPLAY])
-    assert p.returncode == 1 and "nothing committed" in p.stderr and "h1 (section 1)" in p.stderr
+    assert p.returncode == 2 and "nothing committed" in p.stderr and "h1 (section 1)" in p.stderr
     assert "nowhere.jsonl" in p.stderr and "FAILED" in p.stdout
     p = cli(["create", "--hosts", ini, "crawl"])
     assert p.returncode == 2, p.stderr

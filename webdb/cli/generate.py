@@ -1,11 +1,16 @@
-"""``webdb generate DB SEGMENTS_DIR``: write the next round's fetchlists as a new segment.
+"""``webdb generate [--hosts hosts.ini] DB SEGMENTS_DIR``: write the next round's fetchlists as a new segment.
 
 Selects pages due (next fetch <= now + --add-days), not already generated (a mark that expires
 after --mark-expiry days if the round never comes back), by score, at most --top-n, at most
 --max-per-host / --max-per-domain each; splits them into --fetchers fetchlists by a hash of
 the host (or --partition domain).  The segment is created inside SEGMENTS_DIR, named by UTC
 time (or --segment NAME); its path is printed on the last line.  Exit code 1: nothing to
-generate (no segment written).
+generate (no segment written), or a rack generate that failed (nothing marked).
+
+With --hosts (DB is then the db name), every location scans only its own sections and the
+coordinator — this process, where the segment is written — merges their selections; top-N
+and the caps hold for the whole rack, and the marks commit on every section at once
+(docs/crawl.md, *Generate in a rack*).  A per-host summary follows the usual line.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import sys
 import webdb
 from webdb.cli.common import add_json, emit
 from webdb.cli.crawlopts import add_generate_args, generate_kwargs
+from webdb.writer.rack import HEARTBEAT_TIMEOUT
 
 
 def add_parser(sub) -> None:
@@ -30,6 +36,14 @@ def add_parser(sub) -> None:
     p.add_argument("segments", metavar="SEGMENTS_DIR", help="directory that holds the segments (created if absent)")
     p.add_argument("--segment", metavar="NAME", help="name of the new segment (default: UTC time YYYYMMDDHHMMSS)")
     add_generate_args(p)
+    p.add_argument("--hosts", metavar="HOSTS_INI", help="generate over the rack of this hosts.ini (DB: the db name)")
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=HEARTBEAT_TIMEOUT,
+        metavar="S",
+        help=f"with --hosts: a host silent this long stops the generate (default {HEARTBEAT_TIMEOUT:g})",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     add_json(p)
     p.set_defaults(run=run)
@@ -37,9 +51,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from fetchlist.crawl import new_segment_dir
-    from fetchlist.generate import generate
+    from fetchlist.generate import generate, generate_rack
+    from webdb.writer.rack import Rack, UpdateFailed
 
-    db = webdb.open(args.db)
+    target = Rack.from_file(args.hosts, args.db) if args.hosts else webdb.open(args.db)
     kw = generate_kwargs(args)
     if os.path.exists(args.segments) and not os.path.isdir(args.segments):
         from webdb.errors import BadInput
@@ -48,7 +63,15 @@ def run(args) -> int:
     os.makedirs(args.segments, exist_ok=True)
     seg = os.path.join(args.segments, args.segment) if args.segment else new_segment_dir(args.segments)
     say = None if (args.quiet or args.json) else (lambda m: print(m, file=sys.stderr, flush=True))
-    res = generate(db, seg, progress=say, **kw)
+    if not args.hosts:
+        res = generate(target, seg, progress=say, **kw)
+    else:
+        try:
+            res = generate_rack(target, seg, progress=say, heartbeat_timeout=args.heartbeat_timeout, **kw)
+        except UpdateFailed as e:
+            emit(args, {"segment": None, "error": str(e), "kind": e.kind}, e.result.summary())
+            print(f"webdb generate: error: {e}", file=sys.stderr)
+            return 2 if e.kind in ("BadInput", "LockedError") else 1
     data = {
         "segment": res.segment,
         "selected": res.selected,
@@ -59,6 +82,11 @@ def run(args) -> int:
         "skipped": res.skipped,
         "seconds": {k: round(v, 3) for k, v in res.seconds.items()},
     }
-    text = res.summary() + (f"\n{res.segment}" if res.segment else "")
+    if res.rack is not None:
+        data["hosts_result"] = {
+            h: {"ok": r.ok, "reason": r.reason, "seconds": r.seconds} for h, r in res.rack.hosts.items()
+        }
+    rows = res.rack.summary().splitlines()[1:] if res.rack is not None and res.segment else []
+    text = "\n".join([res.summary(), *rows, *([res.segment] if res.segment else [])])
     emit(args, data, text)
     return 0 if res.segment else 1

@@ -162,6 +162,9 @@ class SectionWriter:
             log.route_as_you_go(job0)  # a spilled run goes straight into the outbox as edit files
         try:
             inp = self.spec["input"]
+            for p in inp.get("paths") or []:
+                if not os.path.exists(p):  # bad input (exit code 2), not a failed run
+                    raise BadInput(f"{self.host}: input {p}: no such file or directory")
             info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
             api = {"pages": log._pbu.count, "links": log._lbm.count}
             t_input = time.monotonic() - t0
