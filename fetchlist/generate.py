@@ -34,6 +34,12 @@ updated gives its pages back after the expiry.
 Cost: one sequential read of PagesByURL (every block decoded once, not cached); per eligible
 page a struct unpack and a heap operation, O(log top_n); per selected page one inlink lookup
 and one add_page edit (a PagesByURL and PagesByMD5 merge at commit).
+
+In a rack, ``generate_rack`` gives the same result with each host scanning only its own
+sections: every host runs steps 2-3 on its sections, the coordinator runs ``select`` again
+over their selections (exact: each host's selection contains its share of the global one),
+the hosts read the anchors of their chosen pages, the coordinator writes the segment, and the
+marks commit as one distributed batch (docs/crawl.md, *Generate in a rack*).
 """
 
 from __future__ import annotations
