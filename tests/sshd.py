@@ -191,13 +191,19 @@ class SSHHost:
     def pause(self) -> None:
         """Freeze the host: its processes stop answering but connections stay open."""
         for p in self._tree():
-            p.send_signal(signal.SIGSTOP)
+            try:
+                p.send_signal(signal.SIGSTOP)
+            except psutil.NoSuchProcess:  # a connection process that ended since the listing
+                pass
         self.paused = True
 
     def resume(self) -> None:
         """Undo ``pause``."""
         for p in self._tree():
-            p.send_signal(signal.SIGCONT)
+            try:
+                p.send_signal(signal.SIGCONT)
+            except psutil.NoSuchProcess:  # killed meanwhile (the coordinator closed its connection)
+                pass
         self.paused = False
 
     def log(self) -> str:

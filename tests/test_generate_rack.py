@@ -272,7 +272,7 @@ def test_cli_generate_in_a_local_rack_and_update_exit_codes(tmp_path: Path) -> N
     p = cli(["update", db.path, str(tmp_path / "nowhere"), "-q"])
     assert p.returncode == 2, p.stderr
     assert "nothing committed" in p.stderr and "nowhere" in p.stderr and "Traceback" not in p.stderr
-    p = cli(["update", db.path, str(segs / "r1"), "-q"])  # an empty round comes back: marks cleared? no fetch
+    p = cli(["update", db.path, str(segs / "r1"), "-q"])  # a segment not fetched yet: an empty round
     assert p.returncode == 0, p.stderr
 
 
