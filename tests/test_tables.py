@@ -81,6 +81,47 @@ def test_merge_cursor_carries_untouched_blocks_raw(tmp_path):
     assert identical >= old.nblocks - 3 * len(ins)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_patch_points_equals_merge_points(tmp_path, seed):
+    """In-place patches (same-length value rewrites) give the table merge_points gives, and
+    blocks whose edits are all patches are never split into records."""
+    rng = random.Random(seed)
+    keys = [b"k%06d" % i for i in range(0, 8000, 2)]
+    old = build(tmp_path / "old", keys, block_size=512)
+    edits = {}
+    for k in rng.sample(keys, 300):  # flips: same length
+        edits[k] = ("flip", None)
+    for k in rng.sample(keys, rng.choice([0, 3, 30])):  # deletes and length changes
+        edits[k] = rng.choice([("del", None), ("set", b"longer value")])
+    for i in rng.sample(range(1, 8000, 2), 10):  # absent keys: a flip of nothing is nothing
+        edits[b"k%06d" % i] = rng.choice([("flip", None), ("set", b"new")])
+    groups = sorted(edits.items())
+
+    def combine(key, old_v, payload):
+        op, v = payload
+        if op == "flip":
+            return None if old_v is None else old_v[:1] + bytes((old_v[1] ^ 1,)) + old_v[2:]
+        return None if op == "del" else v
+
+    out = {}
+    for how in ("merge", "patch"):
+        w = TableWriter(str(tmp_path / how), KIND_PAGES_BY_URL, 512, sync=False)
+        m = MergeCursor(TableReader(str(tmp_path / "old")), w)
+        if how == "merge":
+            m.merge_points(iter(groups), combine)
+        else:
+            m.patch_points(iter(groups), combine, lambda p: p[0] == "flip")
+        m.finish()
+        w.close()
+        out[how] = list(TableReader(str(tmp_path / how)).items())
+        stats = (m.decoded_blocks, m.raw_blocks, m.patched_blocks)
+    assert out["patch"] == out["merge"]
+    decoded, raw, patched = stats
+    assert patched > old.nblocks // 3 and decoded < old.nblocks // 2
+    nb = TableReader(str(tmp_path / "patch")).nblocks
+    assert old.nblocks - 5 <= nb <= old.nblocks + 5, (nb, old.nblocks)  # no fragmentation
+
+
 def test_probe_sorted_lookups(tmp_path):
     keys = [b"p%05d" % i for i in range(5000)]
     t = build(tmp_path / "p", keys)

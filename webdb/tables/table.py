@@ -244,6 +244,10 @@ class TableWriter:
         self._offset += len(data)
         self.count += count
 
+    def flush(self) -> None:
+        """End the current block here (a merge that wants the next block aligned)."""
+        self._flush()
+
     def _flush(self) -> None:
         if not self._keys:
             return
@@ -525,6 +529,7 @@ class MergeCursor:
         self._pos = 0
         self.decoded_blocks = 0
         self.raw_blocks = 0
+        self.patched_blocks = 0
 
     def _load(self) -> None:
         self._keys, self._vals = self.t.block(self._bi)
@@ -670,6 +675,64 @@ class MergeCursor:
             self._next_block()
             if held is None:
                 return
+
+    def patch_points(self, groups: Iterator[tuple[bytes, object]], combine, in_place) -> None:
+        """``merge_points`` for edits that mostly rewrite values without changing their length.
+
+        A block all of whose edits satisfy ``in_place(payload)`` is patched in its decompressed
+        bytes and compressed again — its records are never split into objects and its offsets
+        stay as they are — provided each such edit finds its key and ``combine`` returns a value
+        of the old length.  Any other block (an insert, a delete, a length change) goes through
+        ``merge_points``.  Same arguments and result as ``merge_points``; ``combine`` may be
+        called twice for an edit (it must be a function of its arguments only).
+        """
+        t, out = self.t, self.out
+        if t is None:
+            self.merge_points(groups, combine)
+            return
+        n = t.nblocks
+        it = iter(groups)
+        g = next(it, None)
+        while g is not None:
+            b = bisect.bisect_left(t.last_keys, g[0], self._bi)
+            batch = [g]
+            g = next(it, None)
+            if b < n:
+                last = t.last_keys[b]
+                while g is not None and g[0] <= last:
+                    batch.append(g)
+                    g = next(it, None)
+            if self._keys is None and b < n and out.pending_bytes == 0 and all(in_place(p) for _, p in batch):
+                data = self._patched(b, batch, combine)
+                if data is not None:
+                    if b > self._bi:
+                        self._carry(self._bi, b)
+                    out.add_raw_block(data, t.first_keys[b], t.last_keys[b], t.counts[b])
+                    self._bi = b + 1
+                    self.patched_blocks += 1
+                    continue
+            self.merge_points(batch, combine)
+            if out.pending_bytes >= out.block_size // 2:
+                out.flush()  # so the next block can be patched (it needs an empty output block)
+
+    def _patched(self, b: int, batch: list[tuple[bytes, object]], combine) -> bytes | None:
+        """Block b with ``batch`` applied in place, encoded; None if some edit cannot be."""
+        rb = self.t.raw(b, fill_cache=False)
+        buf = bytearray(rb.raw)
+        kends, rends, n = rb.kends, rb.rends, rb.n
+        for key, payload in batch:
+            j = rb.find(key)
+            if j == n or rb.key(j) != key:
+                if combine(key, None, payload) is not None:
+                    return None
+                continue
+            a, e = kends[j], rends[j]
+            v = combine(key, rb.raw[a:e], payload)
+            if v is None or len(v) != e - a:
+                return None
+            buf[a:e] = v
+        body = _compress(self.out.codec, bytes(buf))
+        return body + _TRAILER.pack(self.out.codec, zlib.crc32(body + bytes((self.out.codec,))))
 
     def merge_ranges(self, groups: Iterator[tuple[bytes, bytes, object]], combine) -> None:
         """Apply range edits, a decoded block at a time.

@@ -193,6 +193,7 @@ def run_stage(job: dict) -> dict:
         if old is not None:
             old.close()
     res["decoded_blocks"], res["raw_blocks"] = cur.decoded_blocks, cur.raw_blocks
+    res["patched_blocks"] = cur.patched_blocks
     res["seconds"] = time.monotonic() - t0
     res["cpu_seconds"] = time.process_time() - c0
     _fault.point(f"stage{stage}.done")
@@ -464,7 +465,8 @@ def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> Non
             return None
         return old[:8] + op_val[1] + old[9:]
 
-    cur.merge_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine)
+    # A flag fix-up rewrites one byte of a value: blocks with only fix-ups are patched in place.
+    cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == E.OP5_FLAG)
 
 
 class WorkerPool:

@@ -450,7 +450,17 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
 
 
 def stage_summary(r: dict) -> dict:
-    keys = ("section", "records", "bytes", "seconds", "cpu_seconds", "emitted", "decoded_blocks", "raw_blocks")
+    keys = (
+        "section",
+        "records",
+        "bytes",
+        "seconds",
+        "cpu_seconds",
+        "emitted",
+        "decoded_blocks",
+        "raw_blocks",
+        "patched_blocks",
+    )
     return {k: r[k] for k in keys}
 
 
