@@ -40,7 +40,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from fetchlist.filters import UrlFilter
@@ -50,6 +50,7 @@ from fetchlist.segment import Segment
 from webdb.errors import BadInput
 from webdb.schedule import FetchResult
 from webdb.tables.records import DEFAULT_INTERVAL, Link, Page, Status, domain_id
+from webdb.writer.inputs import check_share
 
 __all__ = ["apply_segments", "UpdateOptions", "OPTIONS"]
 
@@ -185,12 +186,18 @@ def _add_new(
             )
 
 
-def apply_segments(log: Any, segment_dirs: Iterable[str | os.PathLike], **options: Any) -> dict:
+def apply_segments(
+    log: Any, segment_dirs: Iterable[str | os.PathLike], share: Sequence[int] | None = None, **options: Any
+) -> dict:
     """Apply each segment's fetch output to ``log`` (writer calls); return counts.
 
     ``options``: see ``OPTIONS`` (unknown names are BadInput).  A directory that is not a
-    segment is BadInput naming it, raised before any call is made.
+    segment is BadInput naming it, raised before any call is made.  ``share=[j, m]``
+    (webdb.writer.inputs): the j-th of m contiguous shares of the (segment, partition) pairs
+    in order — a URL is in one partition of a segment, so the shares together make the same
+    calls in the same order as one writer would.
     """
+    sh = check_share(share)
     opts = UpdateOptions(**options)
     segs = []
     for d in segment_dirs:
@@ -201,42 +208,44 @@ def apply_segments(log: Any, segment_dirs: Iterable[str | os.PathLike], **option
     iv = _new_interval(log, opts)
     counts: Counter[str] = Counter()
     t0 = time.monotonic()
-    for seg in segs:
-        counts["segments"] += 1
-        for part in seg.parts():
-            old_md5 = {e.url: (e.page.md5, e.page.meta) for e in seg.fetchlist(part)}
-            for o in seg.outcomes(part):
-                r = o.result
-                url = r.url
-                prev_md5, prev_meta = old_md5.get(url, (None, {}))
-                meta = dict(r.meta or {})
-                if MARK in prev_meta:
-                    meta[MARK] = ""
-                redirect = opts.target(o.redirect) if o.redirect else None
-                if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
-                    meta["redirect"] = o.redirect or ""
-                elif prev_meta.get("redirect"):
-                    meta["redirect"] = ""
-                log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
-                counts[Status(r.status).name.lower()] += 1
-                if r.status == Status.FETCHED:
-                    if prev_md5 is not None and r.md5 == prev_md5:
-                        counts["unchanged"] += 1
-                        continue
-                    counts["changed"] += 1
-                    links = opts.targets(url, o.outlinks)
-                    if not links:
-                        continue
-                    counts["outlinks"] += len(links)
-                    dom = domain_id(host_key(url))
-                    if opts.no_additions:
-                        _links_only(log, r.md5, links, dom)
-                    else:
-                        _add_new(log, r.md5, links, dom, r.fetch_time, iv, opts)
-                elif redirect is not None and redirect != url:
-                    counts["redirect_targets"] += 1
-                    if not opts.no_additions:
-                        _add_new(log, None, [(redirect, "")], 0, r.fetch_time, iv, opts)
+    units = [(seg, part) for seg in segs for part in seg.parts()]
+    if sh is not None:
+        units = units[len(units) * sh[0] // sh[1] : len(units) * (sh[0] + 1) // sh[1]]
+    counts["segments"] = len(segs)
+    for seg, part in units:
+        old_md5 = {e.url: (e.page.md5, e.page.meta) for e in seg.fetchlist(part)}
+        for o in seg.outcomes(part):
+            r = o.result
+            url = r.url
+            prev_md5, prev_meta = old_md5.get(url, (None, {}))
+            meta = dict(r.meta or {})
+            if MARK in prev_meta:
+                meta[MARK] = ""
+            redirect = opts.target(o.redirect) if o.redirect else None
+            if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
+                meta["redirect"] = o.redirect or ""
+            elif prev_meta.get("redirect"):
+                meta["redirect"] = ""
+            log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
+            counts[Status(r.status).name.lower()] += 1
+            if r.status == Status.FETCHED:
+                if prev_md5 is not None and r.md5 == prev_md5:
+                    counts["unchanged"] += 1
+                    continue
+                counts["changed"] += 1
+                links = opts.targets(url, o.outlinks)
+                if not links:
+                    continue
+                counts["outlinks"] += len(links)
+                dom = domain_id(host_key(url))
+                if opts.no_additions:
+                    _links_only(log, r.md5, links, dom)
+                else:
+                    _add_new(log, r.md5, links, dom, r.fetch_time, iv, opts)
+            elif redirect is not None and redirect != url:
+                counts["redirect_targets"] += 1
+                if not opts.no_additions:
+                    _add_new(log, None, [(redirect, "")], 0, r.fetch_time, iv, opts)
     out = dict(counts)
     out["seconds"] = round(time.monotonic() - t0, 3)
     return out

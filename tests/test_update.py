@@ -341,6 +341,45 @@ def test_any_writer_calls_and_bad_input(tmp_path, db):
         apply_segments(rec, [seg], link_mode="ip")
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 40])
+def test_shares_are_the_calls_in_order(tmp_path, db, m):
+    """share=[j, m] of the same inputs, j = 0..m-1 one after another, makes exactly the calls
+    one writer makes on the whole input: line files split at line starts, segments by partition."""
+    import random
+
+    from webdb.writer.inputs import share_lines
+
+    rng = random.Random(m)
+    files = []
+    for f in range(3):
+        lines = ["".join(rng.choice("ab\r\x1e\x1fé") for _ in range(rng.randint(0, 30))).encode() for _ in range(50)]
+        path = tmp_path / f"f{f}.txt"
+        path.write_bytes(b"\n".join(lines) + (b"\n" if f != 1 else b""))  # f1: no final newline
+        files.append((str(path), lines))
+    paths = [p for p, _ in files]
+    whole = [x for _, lines in files for x in lines]
+    assert [x for _, _, x in share_lines(paths)] == whole
+    assert [x for j in range(m) for _, _, x in share_lines(paths, [j, m])] == whole
+
+    gen = _as_generated(db)
+    recs = [fetched(p.url, "new " + p.url, [p.url + "/x", "http://b.org/" + p.url[-3:]]) for p in gen]
+    segs = [make_segment(tmp_path / f"s{i}", gen, recs[i::2], parts=3) for i in range(2)]
+    one = CallRecorder()
+    apply_segments(one, segs)
+    parts = CallRecorder()
+    for j in range(m):
+        apply_segments(parts, segs, share=[j, m])
+    assert parts.calls == one.calls and len(one.calls) > 10
+    with pytest.raises(webdb.BadInput, match="share"):
+        apply_segments(parts, segs, share=[2, 2])
+    from webdb.writer.inputs import apply_round_tsv
+
+    bad = tmp_path / "round.tsv"
+    bad.write_bytes(b"http://a.com/\t1\t" + b"ab" * 16 + b"\t5\t\nhttp://a.com/x\t1\tnot-hex\t5\t\n")
+    with pytest.raises(webdb.BadInput, match=f"{bad}:2: not a round.tsv line"):
+        apply_round_tsv(CallRecorder(), [str(bad)])
+
+
 def test_update_command_applies_segments_like_the_library(tmp_path, db):
     gen = _as_generated(db)
     records = [

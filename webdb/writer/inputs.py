@@ -12,20 +12,28 @@ has every ``Writer`` call) and returns counts to report.  The update names it as
 
 Calls of different section writers are ordered as if section 0's came first, then section
 1's, and so on (docs/distributed.md, *Order of calls*).
+
+Shares: an input function may take ``share=[j, m]`` — "of the same inputs, apply only the
+j-th of m contiguous shares".  The m writers that read one host's inputs then split the
+writer phase between them (it is otherwise the one serial part of an update), and because
+share j holds the calls that come before share j+1's, the batch is the same as one writer
+applying everything in order.  Line files split at line starts by byte offset
+(``share_lines``); segments by their fetch partitions.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
 from webdb.errors import BadInput
 from webdb.schedule import FetchResult
 from webdb.tables.records import Link, Page, Status
 
-__all__ = ["DEFAULT_INPUT", "CallRecorder", "apply_round_tsv", "replay_calls", "resolve"]
+__all__ = ["DEFAULT_INPUT", "CallRecorder", "apply_round_tsv", "replay_calls", "resolve", "share_lines", "check_share"]
 
 DEFAULT_INPUT = "fetchlist.update:apply_segments"
 # round.tsv pages new to the db get this fetch interval (the benchmark workload's rule).
@@ -50,29 +58,82 @@ def resolve(spec: str) -> InputFn:
     return fn
 
 
-def apply_round_tsv(log: Any, paths: list[str], **_options: Any) -> dict:
+def check_share(share: Sequence[int] | None) -> tuple[int, int] | None:
+    """``share`` as ``(j, m)`` with 0 <= j < m, or None; BadInput otherwise."""
+    if share is None:
+        return None
+    try:
+        j, m = (int(x) for x in share)
+    except (TypeError, ValueError):
+        raise BadInput(f"share {share!r}: expected [j, m]") from None
+    if not 0 <= j < m:
+        raise BadInput(f"share {share!r}: expected 0 <= j < m")
+    return j, m
+
+
+def share_lines(paths: Sequence[str], share: Sequence[int] | None = None) -> Iterator[tuple[str, int, bytes]]:
+    """``(path, line number, line without its newline)`` of the files in order; with
+    ``share=[j, m]`` only the lines of the j-th of m contiguous shares of all their bytes.
+
+    A line belongs to the share holding its first byte, so the m shares partition the lines
+    and share j's come before share j+1's.  Lines end at b"\\n" only (0x1e, 0x1f and \\r are
+    data in these files).  Line numbers count from where the share starts in the file
+    (``where`` formats them for errors).  Cost: one seek per file and share."""
+    sh = check_share(share)
+    sizes = [os.path.getsize(p) for p in paths]
+    total = sum(sizes)
+    lo, hi = (0, total) if sh is None else (total * sh[0] // sh[1], total * (sh[0] + 1) // sh[1])
+    base = 0
+    for path, size in zip(paths, sizes):
+        a, b = max(lo - base, 0), min(hi - base, size)
+        base += size
+        if a >= size or b <= 0 or a >= b:
+            continue
+        with open(path, "rb") as f:
+            pos = 0
+            if a > 0:
+                f.seek(a - 1)
+                pos = a - 1 + len(f.readline())  # the line holding byte a-1 is the share before's
+            n = 0
+            while pos < b:
+                line = f.readline()
+                if not line:
+                    break
+                n += 1
+                pos += len(line)
+                yield path, n, line[:-1] if line.endswith(b"\n") else line
+
+
+def where(path: str, line: int, share: Sequence[int] | None) -> str:
+    """``path:line`` for an error, naming the share when the count starts inside the file."""
+    return f"{path}:{line}" if not share or share[0] == 0 else f"{path}: line {line} of share {share[0]}/{share[1]}"
+
+
+def apply_round_tsv(log: Any, paths: list[str], share: Sequence[int] | None = None, **_options: Any) -> dict:
     """Apply round.tsv files of the benchmark workload (/work/shared/peers/webgraph.py):
     ``url, ok, md5, time, outlinks`` per line; outlinks ``url 0x1f anchor`` joined by 0x1e.
 
     A fetched line is ``apply_fetch(FETCHED)`` + ``add_outlinks``; a failed one
-    ``apply_fetch(RETRY)``.  Cost: one pass over the file, O(outlinks) writer calls.
+    ``apply_fetch(RETRY)``.  ``share``: see the module doc.  Cost: one pass over the file,
+    O(outlinks) writer calls.
     """
     fetched = failed = outlinks = 0
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                url, ok, md5, t, out = line[:-1].split("\t")
-                t = int(t)
-                if ok == "1":
-                    links = [tuple(x.split("\x1f")) for x in out.split("\x1e")] if out else []
-                    m = bytes.fromhex(md5)
-                    log.apply_fetch(FetchResult(url, Status.FETCHED, t, m, len(links)))
-                    log.add_outlinks(m, links, next_fetch=t, fetch_interval=ROUND_NEW_INTERVAL)
-                    fetched += 1
-                    outlinks += len(links)
-                else:
-                    log.apply_fetch(FetchResult(url, Status.RETRY, t))
-                    failed += 1
+    for path, i, raw in share_lines(paths, share):
+        try:
+            url, ok, md5, t, out = raw.decode("utf-8").split("\t")
+            t = int(t)
+            m = bytes.fromhex(md5) if ok == "1" else b""
+        except ValueError:
+            raise BadInput(f"{where(path, i, share)}: not a round.tsv line") from None
+        if ok == "1":
+            links = [tuple(x.split("\x1f")) for x in out.split("\x1e")] if out else []
+            log.apply_fetch(FetchResult(url, Status.FETCHED, t, m, len(links)))
+            log.add_outlinks(m, links, next_fetch=t, fetch_interval=ROUND_NEW_INTERVAL)
+            fetched += 1
+            outlinks += len(links)
+        else:
+            log.apply_fetch(FetchResult(url, Status.RETRY, t))
+            failed += 1
     return {"fetched": fetched, "failed": failed, "outlinks": outlinks}
 
 
@@ -222,16 +283,15 @@ def apply_call(log: Any, d: dict) -> None:
         raise BadInput(f"unknown writer call {c!r}")
 
 
-def replay_calls(log: Any, paths: list[str], **_options: Any) -> dict:
-    """Apply files of JSON-lines writer calls (``CallRecorder``), in order."""
+def replay_calls(log: Any, paths: list[str], share: Sequence[int] | None = None, **_options: Any) -> dict:
+    """Apply files of JSON-lines writer calls (``CallRecorder``), in order (``share``: see the
+    module doc)."""
     n = 0
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                try:
-                    d = json.loads(line)
-                except ValueError:
-                    raise BadInput(f"{path}:{i}: not a JSON writer call") from None
-                apply_call(log, d)
-                n += 1
+    for path, i, line in share_lines(paths, share):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            raise BadInput(f"{where(path, i, share)}: not a JSON writer call") from None
+        apply_call(log, d)
+        n += 1
     return {"calls": n}
