@@ -5,9 +5,13 @@
         --opt sections=2,sync=1
 
 Load: one writer batch (add_page_with_score for every page, add_links for each source's links).
-Round: one batch of update-tool calls: apply_fetch per fetched page and add_outlinks for its
-outlinks (add_link + add_page_if_not_present per outlink), as `webdb update` does.
-Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec.
+Round: `webdb update DB round.tsv --input webdb.writer.inputs:apply_round_tsv` as a library
+call: k local section writers (the embedded default of the update tool), section j applying
+the j-th contiguous share of round.tsv (apply_fetch per fetched page, add_outlinks for its
+outlinks), one atomic commit.  ``round=writer`` applies it instead as one batch of the
+in-process Writer (the writer phase then runs serially in this process).
+Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec,
+round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import webdb
 from webdb import Page, Status
 from webdb.writer.inputs import apply_round_tsv
+from webdb.writer.rack import Rack, update
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
@@ -28,8 +33,10 @@ def _opts(opt: str) -> dict:
         k, _, v = kv.partition("=")
         if k in ("sections", "sync", "memory_mb", "workers", "block_size"):
             out[k] = int(v)
-        elif k == "codec":
+        elif k in ("codec", "round"):
             out[k] = v
+        elif k == "engine" and v in ("update", "writer"):  # run_peers.sh's "webdb:writer"
+            out["round"] = v
     return out
 
 
@@ -75,10 +82,15 @@ class Peer:
     def __init__(self, work: str, meta: dict, opt: str):
         o = _opts(opt)
         k = o.pop("sections", 2)
+        self.round = o.pop("round", "update")
+        if self.round not in ("update", "writer"):
+            raise ValueError(f"round={self.round!r}: expected update or writer")
         o["sync"] = bool(o.get("sync", 1))
-        self.name = f"webdb-k{k}" + ("" if o["sync"] else "-nosync")
+        self.name = f"webdb-k{k}" + ("" if o["sync"] else "-nosync") + ("" if self.round == "update" else "-writer")
+        self.path = os.path.join(work, "db")
+        self.k = k
         # The workload never gives up on a page: failures only count retries.
-        self.db = webdb.create(os.path.join(work, "db"), sections=k, max_retries=1 << 15, **o)
+        self.db = webdb.create(self.path, sections=k, max_retries=1 << 15, **o)
         self.meta = meta
         self.r = None
 
@@ -86,10 +98,12 @@ class Peer:
         load_tsv(self.db, pages_tsv, links_tsv)
 
     def apply_round(self, round_tsv: str) -> None:
-        # The update input `webdb update --input webdb.writer.inputs:apply_round_tsv` uses:
-        # apply_fetch per fetched page and add_outlinks for its outlinks.
-        with self.db.writer() as w:
-            apply_round_tsv(w, [round_tsv])
+        if self.round == "writer":
+            with self.db.writer() as w:
+                apply_round_tsv(w, [round_tsv])
+            return
+        inputs = {j: {"paths": [round_tsv], "options": {"share": [j, self.k]}} for j in range(self.k)}
+        update(Rack.local(self.path), inputs, input_fn="webdb.writer.inputs:apply_round_tsv")
 
     def _reader(self):
         if self.r is None:
