@@ -380,14 +380,23 @@ def test_shares_are_the_calls_in_order(tmp_path, db, m):
         apply_round_tsv(CallRecorder(), [str(bad)])
 
 
-def test_update_command_applies_segments_like_the_library(tmp_path, db):
+@pytest.mark.parametrize("k", [1, 2])
+def test_update_command_applies_segments_like_the_library(tmp_path, db, k):
+    if k > 1:  # the same pages in a db of k sections: each section process applies a share
+        many = webdb.create(str(tmp_path / f"db{k}"), sections=k, sync=False)
+        with db.reader() as r, many.writer() as w:
+            for p in r.pages():
+                w.add_page_with_score(p)
+            for lk in r.links_by_md5():
+                w.add_link(lk)
+        db = many
     gen = _as_generated(db)
     records = [
         fetched("http://a.com/", "home", ["http://a.com/x", "http://b.org/z"]),
         FetchRecord("http://a.com/gone", Status.GONE, T, 410),
         FetchRecord("http://a.com/moved", Status.REDIRECT_PERM, T, 301, redirect="http://c.net/landing"),
     ]
-    seg = make_segment(tmp_path / "seg", gen, records)
+    seg = make_segment(tmp_path / "seg", gen, records, parts=3)
     twin = webdb.create(str(tmp_path / "twin"), sync=False)
     with db.reader() as r, twin.writer() as w:
         for p in r.pages():

@@ -7,12 +7,13 @@ Each section writer applies its share of the input on its own host (``--input``,
 crawl loop's segments reader), then the writers exchange edits stage by stage through ndfs
 and the coordinator commits all sections at once (docs/distributed.md).  With --hosts, a
 bare PATH is read on every host (relative to ``<root>/<db>`` there), ``HOST:PATH`` on one
-host; a location's paths are dealt round-robin to its sections.  Progress goes to stderr, a
+host; a location's sections split its inputs into ordered shares (docs/distributed.md).  Progress goes to stderr, a
 per-host summary to stdout.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
@@ -112,13 +113,15 @@ class Progress:
 
 
 def run(args) -> int:
-    resolve(args.input)  # a missing input module is reported here, before any host is touched
+    fn = resolve(args.input)  # a missing input module is reported here, before any host is touched
+    # Sections of one host split the input into ordered shares when the input function can.
+    shares = "share" in inspect.signature(fn).parameters
     if args.hosts:
         rack = Rack.from_file(args.hosts, args.db)
-        inputs = parse_inputs(rack, args.inputs)
+        inputs = parse_inputs(rack, args.inputs, shares)
     else:
         rack = Rack.local(args.db)
-        inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs])
+        inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs], shares)
     progress = None if (args.quiet or args.json) else Progress()
     try:
         res = update(

@@ -945,10 +945,13 @@ def create_rack(
     return run.results(f"create {rack.db}")
 
 
-def parse_inputs(rack: Rack, args: list[str]) -> dict[int, dict]:
+def parse_inputs(rack: Rack, args: list[str], shares: bool = False) -> dict[int, dict]:
     """Map input paths to sections.  ``HOST:PATH`` goes to that host's sections; a bare PATH to
-    every location's sections (each location reads its own copy); a location's paths are dealt
-    round-robin to its sections.  Relative paths are relative to ``<root>/<db>`` there."""
+    every location's sections (each location reads its own copy).  The m sections of a location
+    split its paths between them: with ``shares`` (an input function that takes ``share``)
+    each gets all of them and ``share=[i, m]``, else contiguous runs of whole paths — either way
+    in order, so the batch is the one a single writer would make (docs/distributed.md, *Order of
+    calls*).  Relative paths are relative to ``<root>/<db>`` there."""
     per_place: dict[str, list[str]] = {label: [] for label in rack.places}
     for a in args:
         host, sep, path = a.partition(":")
@@ -966,6 +969,10 @@ def parse_inputs(rack: Rack, args: list[str]) -> dict[int, dict]:
             continue
         base = rack.path(label)
         full = [p if os.path.isabs(p) else os.path.join(base, p) for p in paths]
+        m = len(secs)
         for i, j in enumerate(secs):
-            out[j] = {"paths": full[i :: len(secs)]}
+            if shares and m > 1:
+                out[j] = {"paths": full, "options": {"share": [i, m]}}
+            else:
+                out[j] = {"paths": full[len(full) * i // m : len(full) * (i + 1) // m]}
     return out
