@@ -337,13 +337,13 @@ def test_ssh_permission_denied_on_one_host(rack2, reference) -> None:
     p = subprocess.run(["chattr", "+i", str(sec)], capture_output=True, text=True)
     assert p.returncode == 0, f"chattr +i needs root and ext2/3/4: {p.stderr}"
     try:
-        # h1's own writer sees EPERM; h0's SFTP put into h1 sees the failed mkdir as "no such
-        # file" (the ndfs layer loses the cause).  Either way: host, stage and file are named.
+        # h1's own writer sees EPERM, h0's SFTP put into h1 the refused mkdir: either way the
+        # cause, host, stage and file are named.
         with pytest.raises(UpdateFailed) as e:
             update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB)
         msg = str(e.value)
         assert re.search(r"h[01] \(section [01]\) failed at step 0", msg), msg
-        assert "h1: " in msg and "section-0001" in msg and re.search("not permitted|no such file", msg), msg
+        assert "h1: " in msg and "section-0001" in msg and re.search("not permitted|[Pp]ermission denied", msg), msg
     finally:
         subprocess.run(["chattr", "-i", str(sec)], check=True)
     assert_state(roots, 1, reference["a"])

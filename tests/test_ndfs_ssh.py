@@ -24,6 +24,7 @@ from webdb.ndfs import (
     SFTPTransport,
     SubprocessTransport,
     Transport,
+    TransportError,
     open_transport,
     parse_config,
     ssh_options,
@@ -229,6 +230,25 @@ def test_full_remote_disk_is_a_clear_error_and_publishes_nothing(
     monkeypatch.undo()
     assert t.put_bytes(b"fits", f"{d}/small").size == 4  # the disk is usable again
     t.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_refused_directory_is_reported_as_such(kind: str, ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
+    """A directory the host refuses to create (chattr +i parent: EPERM even for root) is named
+    with the host's reason, not reported as a missing file."""
+    h = ssh_hosts[0]
+    locked = h.root / "crawl" / "locked"
+    locked.mkdir(parents=True)
+    p = subprocess.run(["chattr", "+i", str(locked)], capture_output=True, text=True)
+    assert p.returncode == 0, f"chattr +i needs root and ext2/3/4: {p.stderr}"
+    try:
+        with make(kind, h) as t, pytest.raises(TransportError) as e:
+            t.put_bytes(b"x", "crawl/locked/sub/file")
+        msg = str(e.value)
+        assert h.name in msg and "crawl/locked/sub" in msg and "No such file" not in msg, msg
+        assert "denied" in msg.lower() or "not permitted" in msg.lower(), msg
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
 
 
 def test_group_results_report_per_host(ssh_hosts: list[SSHHost], payload: Path, tmp_path: Path) -> None:

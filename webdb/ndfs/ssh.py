@@ -385,10 +385,15 @@ class SFTPTransport(Transport):
             for p in reversed(missing):
                 try:
                     sftp.mkdir(p)
-                except OSError:
-                    # Another writer may have created it meanwhile; only a non-directory is an error.
-                    if not stat.S_ISDIR(sftp.stat(p).st_mode or 0):
-                        raise
+                except OSError as e:
+                    # Another writer may have created it meanwhile; only a non-directory is an error,
+                    # and the mkdir's own error (permission denied, ...) is the one to report.
+                    try:
+                        made = stat.S_ISDIR(sftp.stat(p).st_mode or 0)
+                    except OSError:
+                        made = False
+                    if not made:
+                        raise e
 
         self._op(name, mkdirs)
 
