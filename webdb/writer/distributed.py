@@ -379,7 +379,7 @@ def section_main(spec: dict, conn) -> None:
                 }
             )
         except OSError:
-            pass
+            pass  # the agent is gone: it sees this section's pipe close and reports the exit
         os._exit(1)
 
 

@@ -425,7 +425,7 @@ class _Host:
 
 
 class _Abort(Exception):
-    pass
+    """Unwinds the coordinator to its abort path; the reason is already in ``_Run.error``."""
 
 
 class _Run:
