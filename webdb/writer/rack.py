@@ -425,7 +425,7 @@ class _Host:
 
 
 class _Abort(Exception):
-    """Unwinds the coordinator to its abort path; the reason is already in ``_Run.error``."""
+    """Unwinds the coordinator to its abort path, carrying ``_Run.error`` (the first failure)."""
 
 
 class _Run:
