@@ -194,8 +194,8 @@ class WebDBVersusModel(RuleBasedStateMachine):
 
 CONFIGS = {
     "k1": (1, {}),
-    "k2-adaptive-anchor10": (2, {"adaptive": True, "anchor_max": 10, "min_interval": 2000}),
-    "k5-retries1": (5, {"max_retries": 1, "retry_delay": 77}),
+    "k2-adaptive-anchor10": (2, {"adaptive": True, "anchor_max": 10, "min_interval": 2000, "default_interval": 3600}),
+    "k5-retries1": (5, {"max_retries": 1, "retry_delay": 77, "default_interval": 7776000}),
 }
 
 
@@ -268,7 +268,7 @@ def stress(tmp: Path, seed: int, k: int, n_urls: int, n_calls: int, batches: int
     paths = {"/".join(str(rnd.randrange(5)) for _ in range(rnd.randrange(4))) for _ in range(n_urls)}
     urls = sorted(f"http://h{rnd.randrange(20)}/{p}" for p in paths) + ["http://\u00e9/x", "zz://z"]
     md5s = [rnd.randbytes(16) for _ in range(n_urls // 10)] + [url_md5(u) for u in urls[:30]]
-    settings = {"memory_mb": 1, "block_size": 512}
+    settings = {"memory_mb": 1, "block_size": 512, "default_interval": 5 * DAY}
     db = webdb.create(str(tmp / f"db-{seed}-{k}"), sections=k, sync=False, **settings)
     m = Model(**settings)
     for _ in range(batches):

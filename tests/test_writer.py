@@ -207,3 +207,18 @@ def test_bulk_calls_equal_the_single_calls(tmp_path):
             w.add_link(Link(src, url, anchor))
             w.add_page_if_not_present(Page(url, next_fetch=77, score=0.5, next_score=0.5, fetch_interval=3600))
     assert snapshot(a) == snapshot(b)
+
+
+@pytest.mark.parametrize("where", ["create", "writer"])
+def test_page_created_by_a_fetch_takes_default_interval(tmp_path, where):
+    """Every path that creates a page (here: a fetch result for a url with no page) uses the setting."""
+    iv = 90 * 86400
+    db = webdb.create(str(tmp_path / "db"), sync=False, **({"default_interval": iv} if where == "create" else {}))
+    url, out = "http://a.example/", "http://b.example/"
+    with db.writer(**({"default_interval": iv} if where == "writer" else {})) as w:
+        w.apply_fetch(FetchResult(url, Status.FETCHED, 1000, md5=md5("x")))
+        w.add_outlinks(md5("x"), [(out, "b")])
+    with db.reader() as r:
+        assert r.get_page(url).fetch_interval == iv
+        assert r.get_page(url).next_fetch == 1000 + iv
+        assert r.get_page(out).fetch_interval == iv

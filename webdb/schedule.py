@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from webdb.errors import BadInput
-from webdb.tables.records import DAY, NEVER, Page, Status
+from webdb.tables.records import DAY, DEFAULT_INTERVAL, NEVER, Page, Status
 
 __all__ = ["FetchResult", "Schedule", "apply_fetch"]
 
@@ -30,6 +30,8 @@ class FetchResult:
 class Schedule:
     """Fetch-schedule settings (see webdb.settings for what each one means)."""
 
+    # Fetch interval of a page that a fetch result creates (the db's ``default_interval``).
+    default_interval: int = DEFAULT_INTERVAL
     retry_delay: int = DAY
     max_retries: int = 3
     adaptive: bool = False
@@ -47,7 +49,10 @@ class Schedule:
 
 def apply_fetch(page: Page | None, r: FetchResult, s: Schedule) -> Page:
     """Return the page after fetch result ``r`` (``page`` is not modified)."""
-    p = replace(page, meta=dict(page.meta)) if page is not None else Page(r.url)
+    if page is not None:
+        p = replace(page, meta=dict(page.meta))
+    else:
+        p = Page(r.url, fetch_interval=s.default_interval)
     t, iv = r.fetch_time, p.fetch_interval
     st = r.status
     if st == Status.FETCHED:

@@ -23,7 +23,8 @@ DEFAULTS: dict[str, object] = {
     "anchor_max": DEFAULT_ANCHOR_MAX,
     # Longest URL accepted, in UTF-8 bytes; longer ones are rejected with BadInput.
     "max_url_bytes": MAX_URL_BYTES,
-    # Fetch interval a new page gets, seconds.
+    # Fetch interval a new page gets, seconds, whichever call creates it (add_outlinks, inject,
+    # or a fetch result for a url with no page).
     "default_interval": DEFAULT_INTERVAL,
     # Fetch schedule (webdb.schedule): delay before retrying a transient failure, seconds.
     "retry_delay": DAY,
@@ -44,7 +45,16 @@ DEFAULTS: dict[str, object] = {
     "breakpoint_sample": 20000,
 }
 
-SCHEDULE_KEYS = ("retry_delay", "max_retries", "adaptive", "min_interval", "max_interval", "inc_rate", "dec_rate")
+SCHEDULE_KEYS = (
+    "default_interval",
+    "retry_delay",
+    "max_retries",
+    "adaptive",
+    "min_interval",
+    "max_interval",
+    "inc_rate",
+    "dec_rate",
+)
 
 
 def resolve(stored: dict | None = None, **overrides: object) -> dict:
