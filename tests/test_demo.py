@@ -82,9 +82,12 @@ def test_make_targets_and_ci_are_what_the_readme_says():
     assert make, "GNU make is needed for `make demo` / `make test`"
     # Run as a top-level make even when the suite itself runs under `make test`.
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
-    demo = subprocess.run([make, "-n", "demo"], capture_output=True, text=True, cwd=ROOT, env=env)
-    assert demo.returncode == 0 and demo.stdout.splitlines()[-1].strip() == "webdb demo"
-    assert "pip install" in demo.stdout  # a fresh machine gets the package first
+    # -B: what a fresh clone runs (the venv and the install are not made yet).
+    demo = subprocess.run([make, "-n", "-B", "demo"], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert demo.returncode == 0 and demo.stdout.splitlines()[-1].strip() == ".venv/bin/webdb demo"
+    # A fresh machine gets its own venv, then the package, never a --user or system install.
+    assert "-m venv .venv" in demo.stdout and ".venv/bin/python -m pip install" in demo.stdout
+    assert "--user" not in demo.stdout and "--break-system-packages" not in demo.stdout
     test = subprocess.run([make, "-n", "test"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert test.returncode == 0 and test.stdout.splitlines()[-1].strip().endswith("-m pytest -q")
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
