@@ -18,7 +18,18 @@ setup(
         "mmh3>=4.0",
         "publicsuffixlist>=1.0",
     ],
-    extras_require={"test": ["pytest>=8", "hypothesis>=6.100", "psutil>=5.9", "ruff>=0.5"]},
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "pytest-xdist>=3.6",
+            "hypothesis>=6.100",
+            "psutil>=5.9",
+            "import-linter>=2.1",
+            # Pinned: `ruff check` and `ruff format --check` must give the same answer everywhere.
+            "ruff==0.17.6",
+        ]
+    },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],
 )
