@@ -15,3 +15,27 @@ _FAULTS = frozenset(x for x in os.environ.get("WEBDB_FAULTS", "").split(",") if 
 def point(name: str) -> None:
     if name in _FAULTS:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def armed(name: str) -> bool:
+    """Whether the fault ``name`` is set: for faults that are not a kill (``flip_byte``)."""
+    return name in _FAULTS
+
+
+def flip_byte(t):  # t: webdb.ndfs.Transport -> Callable[[str], None]
+    """Fault ``dist.sJ.stepT.corrupt`` (webdb.writer.section): a ``before_verify`` hook that
+    changes one byte of a put's temporary file at the destination after it was sent, as if it
+    flipped in transit; the put's verify must catch it."""
+    from webdb.ndfs import LocalTransport
+
+    def corrupt(tmp: str) -> None:
+        if isinstance(t, LocalTransport):
+            f = open(t.root / tmp, "r+b")
+        else:
+            f = t.connect().open(f"{t.host.root}/{tmp}", "r+b")  # SFTPTransport and subclasses
+        with f:
+            b = f.read(1)
+            f.seek(0)
+            f.write(bytes([b[0] ^ 0x40]))
+
+    return corrupt

@@ -15,8 +15,8 @@ import tempfile
 from collections.abc import Iterator
 
 from webdb.errors import CorruptionError
+from webdb.sortbuf import SortBuffer
 from webdb.tables.records import link_flag, page_num_outlinks
-from webdb.writer.sortbuf import SortBuffer
 
 
 def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
@@ -38,7 +38,7 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
                 if prev is not None and k <= prev:
                     raise CorruptionError(f"{t.where(b)}: key {k!r:.80} out of order")
                 prev = k
-                want = _section_of(secs, table, k)
+                want = secs.of_key(table, k)
                 if want != j:
                     raise CorruptionError(f"{t.where(b)}: key {k!r:.80} belongs in section {want}, found in {j}")
                 n += 1
@@ -47,14 +47,6 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
                 progress.update(len(keys))
         if n != t.count:
             raise CorruptionError(f"{t.path}: {n} records read, footer says {t.count}")
-
-
-def _section_of(secs, table: str, k: bytes) -> int:
-    if table == "pages_by_url":
-        return secs.of_url(k)
-    if table == "links_by_url":
-        return secs.of_url(k[: k.index(b"\x00")])
-    return secs.of_md5(k)
 
 
 def _sorted_equal(a: SortBuffer, b: Iterator[bytes], what: str) -> int:

@@ -25,10 +25,12 @@ import re
 import shutil
 import socket
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from webdb import _fault
 from webdb.errors import BadInput, LockedError, NotADatabase
+from webdb.manifest import empty as empty_manifest
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
@@ -105,11 +107,17 @@ class WebDB:
     def sections(self, manifest: dict | None = None) -> Sections:
         return Sections.from_json((manifest or self.manifest())["sections"])
 
+    def write_manifest(self, manifest: dict) -> None:
+        """Write a generation's manifest (built by ``webdb.manifest.build``) without committing
+        it: the distributed writer's phase 1, and the first half of ``commit``."""
+        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        write_atomic(self.manifest_path(manifest["generation"]), data, self.settings["sync"])
+
     def commit(self, manifest: dict) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
         gen = manifest["generation"]
         sync = self.settings["sync"]
-        write_atomic(self.manifest_path(gen), json.dumps(manifest, indent=1, sort_keys=True).encode(), sync)
+        self.write_manifest(manifest)
         _fault.point("commit.before_current")
         write_atomic(os.path.join(self.path, CURRENT), f"{gen:08d}\n".encode(), sync)
         _fault.point("commit.after_current")
@@ -235,32 +243,31 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     """Create an empty database with ``sections`` sections at ``path`` (must not exist or be empty)."""
     if not isinstance(sections, int) or sections < 1:
         raise BadInput(f"sections must be a whole number >= 1, not {sections!r}")
-    s = resolve(None, **settings)
+    resolve(None, **settings)  # unknown or bad settings fail before anything is written
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise BadInput(f"{path}: exists and is not an empty directory")
-    os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
-    for j in range(sections):
-        os.makedirs(section_path(path, j), exist_ok=True)
+    return init_location(path, identity(os.path.basename(path), settings), range(sections), Sections(sections))
+
+
+def identity(name: str, settings: dict) -> dict:
+    """The content of ``webdb.json`` for a new db: format, name, creation time, the settings given."""
     stored = {k: v for k, v in settings.items() if v is not None}
-    ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(), "settings": stored}
-    write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), s["sync"])
-    manifest = empty_manifest(Sections(sections))
+    return {"format": DB_FORMAT_VERSION, "name": name, "created": time.time(), "settings": stored}
+
+
+def init_location(path: str, ident: dict, sections: Iterable[int], secs: Sections) -> WebDB:
+    """The one way a db directory comes to be (``create``, and every location of a rack):
+    ``gen/``, the directories of ``sections`` (those that live here), the identity, then
+    generation 0 committed (an empty manifest of ``secs``)."""
+    os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
+    for j in sections:
+        os.makedirs(section_path(path, j), exist_ok=True)
+    sync = resolve(ident.get("settings"))["sync"]
+    write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), sync)
     db = WebDB(path)
-    db.commit(manifest)
+    db.commit(empty_manifest(secs))
     return db
-
-
-def empty_manifest(secs: Sections, generation: int = 0) -> dict:
-    return {
-        "generation": generation,
-        "parent": None,
-        "batch": None,
-        "committed": time.time(),
-        "sections": secs.to_json(),
-        "tables": [{} for _ in range(secs.k)],
-        "status": [{} for _ in range(secs.k)],
-    }
 
 
 def open_db(path: str, section_dirs: dict[int, str] | None = None, mount: str | None = None) -> WebDB:

@@ -13,18 +13,10 @@ from __future__ import annotations
 import os
 import time
 
+from webdb.manifest import build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.table import TableWriter, check_block_crc
-from webdb.writer.writer import check_counts
-
-
-def _section_fn(secs: Sections, table: str):
-    if table == "pages_by_url":
-        return secs.of_url
-    if table == "links_by_url":
-        return lambda k: secs.of_url(k[: k.index(b"\x00")])
-    return secs.of_md5
 
 
 def _breakpoints(reader, k: int) -> list[bytes]:
@@ -63,7 +55,10 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
             status: list[dict] = [{} for _ in range(sections)]
             raw = decoded = 0
             for table, kind in TABLE_KINDS.items():
-                of = _section_fn(secs, table)
+
+                def of(key: bytes, table: str = table) -> int:
+                    return secs.of_key(table, key)
+
                 writers: dict[int, TableWriter] = {}
 
                 def writer(
@@ -113,18 +108,17 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
                         w.abort()
                     raise
             base = r.manifest
-        manifest = {
-            "generation": gen,
-            "parent": base["generation"],
-            "batch": f"{gen:08d}-rebalance",
-            "committed": time.time(),
-            "sections": secs.to_json(),
-            "tables": tables,
-            "status": status,
-            "edits": {},
-            "stages": [],
-            "rebalance": {"from": base["sections"]["k"], "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
-        }
+        manifest = build(
+            generation=gen,
+            parent=base["generation"],
+            batch=f"{gen:08d}-rebalance",
+            sections=secs,
+            tables=tables,
+            status=status,
+            edits={},
+            stages=[],
+            rebalance={"from": base["sections"]["k"], "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
+        )
         check_counts(manifest)
         db.commit(manifest)
         db.recover()

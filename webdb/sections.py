@@ -46,6 +46,22 @@ class Sections:
         """Section of an md5 key: equal ranges of its top 64 bits (any k, not only powers of 2)."""
         return (int.from_bytes(md5[:8], "big") * self.k) >> 64
 
+    def of_key(self, table: str, key: bytes) -> int:
+        """Section of a record key of ``table`` (a name of webdb.tables.format.TABLE_KINDS): the
+        one place that knows which tables split by URL.  Cost: O(log k)."""
+        if table == "pages_by_url":
+            return self.of_url(key)
+        if table == "links_by_url":
+            return self.of_url(key[: key.index(b"\x00")])
+        return self.of_md5(key)
+
+    def key_bounds(self, by_url: bool) -> list[bytes]:
+        """Smallest key of sections 1..k-1 of a URL- or md5-keyed stream: a key >= bound j-1
+        goes to section j or later (URLs hold no byte below 0x21; md5 keys lead md5 records)."""
+        if by_url:
+            return list(self.breakpoints)
+        return [self.md5_bounds(j) for j in range(1, self.k)]
+
     def md5_bounds(self, j: int) -> bytes:
         """Smallest md5 prefix (8 bytes) that belongs to section j."""
         lo = -((-j << 64) // self.k)  # ceil(j * 2**64 / k)

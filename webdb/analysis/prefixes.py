@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from webdb.sortbuf import SortBuffer
 from webdb.tables.records import Page
-from webdb.writer.sortbuf import SortBuffer
 
 __all__ = ["PrefixStat", "prefix_stats", "url_prefixes"]
 

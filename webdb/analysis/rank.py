@@ -31,9 +31,9 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 from webdb.errors import BadInput
+from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import TMP_DIR
 from webdb.tables.records import Page
-from webdb.writer.sortbuf import SortBuffer, merge_files
 
 __all__ = ["rank", "rank_iteration", "section_contributions"]
 

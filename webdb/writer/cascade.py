@@ -2,7 +2,7 @@
 
 ``run_stage(job)`` merges the sorted incoming edit files of a section with the section's
 current table into a new table file and routes the edits it emits into per-section edit files
-for later stages.  It runs in a worker process (one per section, sections in parallel), reads
+for later stages.  It runs in a process of the local executor (webdb.writer.executor) or of a section writer, reads
 and writes only files, and is the unit the distributed writer runs on each host.
 
 Stage   table        consumes                                emits
@@ -22,21 +22,18 @@ from __future__ import annotations
 import bisect
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from itertools import islice
 
 from webdb import _fault
-from webdb.errors import WebDBError
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
+from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.records import Page
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
-from webdb.writer.sortbuf import SortBuffer, merge_files
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
 
@@ -110,21 +107,13 @@ def incoming_dir(root: str, section: int, batch: str, stage: int) -> str:
     return os.path.join(section_path(root, section), "edits", batch, f"st{stage}")
 
 
-def section_bounds(secs: Sections, stage: int) -> list[bytes]:
-    """Record-key bounds of sections 1..k-1 for a stage: records >= bound j-1 go to section j or
-    later.  Valid because URLs hold no byte below 0x21 and md5 keys lead every md5 record."""
-    if E.STAGE_BY_URL[stage]:
-        return list(secs.breakpoints) if secs.breakpoints else []
-    return [secs.md5_bounds(j) for j in range(1, secs.k)]
-
-
 def write_routed(job: dict, stage: int, recs: Iterator[bytes] | list[bytes], producer: str) -> dict[int, int]:
     """Write a sorted record stream into one edit file per target section; returns counts.
 
     The split is a range split in the stream's own order, so routing is a bisect per chunk."""
     secs = Sections.from_json(job["sections"])
     s = job["settings"]
-    bounds = section_bounds(secs, stage)
+    bounds = secs.key_bounds(E.STAGE_BY_URL[stage])
     counts: dict[int, int] = {}
     writers: dict[int, TableWriter] = {}
     it = iter(recs)
@@ -467,111 +456,3 @@ def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> Non
 
     # A flag fix-up rewrites one byte of a value: blocks with only fix-ups are patched in place.
     cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == E.OP5_FLAG)
-
-
-class WorkerPool:
-    """``workers`` long-lived ``python -m webdb.writer.cascade --serve`` processes that run stage
-    jobs for one update: started once (not once per stage), each with its own memory, and
-    without importing the caller's ``__main__``.  Jobs go as file paths on stdin; results come
-    back as JSON lines on stdout.  A dead worker fails the update with its stage and section."""
-
-    def __init__(self, workers: int, tmp: str):
-        self.tmp = tmp
-        self.procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "webdb.writer.cascade", "--serve"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
-            for _ in range(workers)
-        ]
-
-    def run(self, jobs: list[dict]) -> list[dict]:
-        os.makedirs(self.tmp, exist_ok=True)
-        results: list[dict | None] = [None] * len(jobs)
-        pending = list(enumerate(jobs))
-        busy: dict[int, tuple[int, str]] = {}  # worker -> (job index, job file)
-        while pending or busy:
-            for w, p in enumerate(self.procs):
-                if w not in busy and pending:
-                    i, job = pending.pop(0)
-                    path = os.path.join(self.tmp, f"job-st{job['stage']}-{job['section']:04d}.json")
-                    with open(path, "w") as f:
-                        json.dump(job, f)
-                    p.stdin.write(path.encode() + b"\n")
-                    p.stdin.flush()
-                    busy[w] = (i, path)
-            # Results in submission order of each worker; wait for the oldest busy one.
-            w = min(busy, key=lambda x: busy[x][0])
-            i, path = busy.pop(w)
-            line = self.procs[w].stdout.readline()
-            os.unlink(path)
-            if not line:
-                job = jobs[i]
-                self.procs[w].wait()
-                err = self.procs[w].stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
-                why = err[0] if err else f"exit status {self.procs[w].returncode}"
-                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {why}")
-            res = json.loads(line)
-            if "error" in res:
-                job = jobs[i]
-                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {res['error']}")
-            results[i] = res
-        return results  # type: ignore[return-value]
-
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    p.stdin.close()
-                except OSError:
-                    pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            for f in (p.stdout, p.stderr):
-                f.close()
-
-    def kill(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-        self.close()
-
-
-def run_jobs(jobs: list[dict], pool: WorkerPool | None) -> list[dict]:
-    """Run one stage's jobs: in the pool's processes, or here when there is no pool or one job."""
-    if pool is None or len(jobs) <= 1:
-        return [run_stage(job) for job in jobs]
-    return pool.run(jobs)
-
-
-def _serve() -> int:
-    for line in sys.stdin:
-        with open(line.strip()) as f:
-            job = json.load(f)
-        try:
-            res = run_stage(job)
-        except WebDBError as e:
-            res = {"error": str(e)}
-        sys.stdout.write(json.dumps(res) + "\n")
-        sys.stdout.flush()
-    return 0
-
-
-def _main(argv: list[str]) -> int:
-    if argv == ["--serve"]:
-        return _serve()
-    with open(argv[0]) as f:
-        job = json.load(f)
-    res = run_stage(job)
-    sys.stdout.write(json.dumps(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

@@ -17,20 +17,23 @@ from typing import Any
 from tqdm import tqdm
 
 from webdb import _fault
-from webdb.errors import BadInput, WebDBError
+from webdb.errors import BadInput
 from webdb.schedule import FetchResult
-from webdb.sections import Sections, section_path
-from webdb.settings import SCHEDULE_KEYS, resolve
+from webdb.sections import Sections
+from webdb.settings import resolve
+from webdb.sortbuf import SortBuffer
 from webdb.tables.format import TMP_DIR
 from webdb.tables.records import _BAD_URL_CHAR, Link, Page, Status, validate_url
 from webdb.writer import edits as E
-from webdb.writer.cascade import WorkerPool, encode_fetch, incoming_dir, run_jobs, write_routed
-from webdb.writer.sortbuf import SortBuffer
+from webdb.writer.cascade import encode_fetch, write_routed
+from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
+from webdb.writer.executor import LocalExecutor
 
 __all__ = ["EditLog", "Writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
-# Below this many edits a batch runs its sections in this process, one after the other.
+# Below this many edits a batch runs its sections in this process, one after the other (the
+# local executor's fast path).
 PARALLEL_MIN_EDITS = 200_000
 
 
@@ -344,8 +347,8 @@ class Writer(EditLog):
         db, s, base = self.db, self.settings, self.base
         gen, batch = self.gen, self.batch
         secs = self.secs
-        if not secs.ready:
-            secs = Sections(secs.k, Sections.choose(self.sample(), secs.k)) if self._seen else secs
+        if not secs.ready and self._seen:
+            secs = choose_sections([self.sample()], secs.k)
         workers = int(s["workers"]) or (os.cpu_count() or 1)
         workers = max(1, min(workers, secs.k))
         if self.count < PARALLEL_MIN_EDITS and not s["workers"]:
@@ -357,122 +360,19 @@ class Writer(EditLog):
             self.route(job0)
         self.discard()
         _fault.point("close.after_route")
-        tables, status, stages = run_cascade(job0, base, workers, self.progress)
-        manifest = {
-            "generation": gen,
-            "parent": base["generation"],
-            "batch": batch,
-            "committed": time.time(),
-            "sections": secs.to_json(),
-            "tables": tables,
-            "status": status,
-            "edits": n_api,
-            "stages": stages,
-        }
-        check_counts(manifest)
+        tables, status = base_state(base, secs.k)
+        # A bar over the five stages (tqdm turns itself off when stderr is not a terminal).
+        bar = tqdm(total=5, desc="update", unit="stage", disable=None if self.progress else True, leave=False)
+        exchange = LocalExchange(db.path, batch, lambda stage: bar.update(1))
+        execute = LocalExecutor(workers, self.tmp)
+        try:
+            rows = run_stages(job0, range(secs.k), tables, status, exchange, execute)
+        except BaseException:
+            execute.kill()
+            raise
+        execute.close()
+        bar.close()
+        manifest = batch_manifest(base, gen, batch, secs, tables, status, n_api, rows)
         db.commit(manifest)
         manifest["seconds"] = time.monotonic() - t0
         return manifest
-
-
-def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict, tmp: str, workers: int) -> dict:
-    """The part of a stage job every stage and section shares."""
-    mem = int(settings["memory_mb"])
-    # Each worker emits into at most three sort buffers; together they get half the budget
-    # (the rest: interpreters, decoded blocks, write buffers).
-    return {
-        "db": db_path,
-        "batch": batch,
-        "gen": gen,
-        "sections": secs.to_json(),
-        "settings": settings,
-        "schedule": {k: settings[k] for k in SCHEDULE_KEYS},
-        "tmp": tmp,
-        "emit_mb": max(2, mem // (workers * 6)),
-    }
-
-
-def run_cascade(
-    job0: dict, base: dict, workers: int, progress: bool = False
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """Run stages 1..5 over every section that has incoming edits (sections of one stage in
-    parallel); returns the new per-section tables, status counts and per-stage results."""
-    secs = Sections.from_json(job0["sections"])
-    tables = [dict(t) for t in base["tables"]]
-    while len(tables) < secs.k:
-        tables.append({})
-    status = [dict(x) for x in base["status"]]
-    while len(status) < secs.k:
-        status.append({})
-    stages = []
-    # A bar over the five stages (tqdm turns itself off when stderr is not a terminal).
-    bar = tqdm(total=5, desc="update", unit="stage", disable=None if progress else True, leave=False)
-    pool = WorkerPool(workers, job0["tmp"]) if workers > 1 else None
-    try:
-        _stages(job0, secs, tables, status, stages, pool, bar)
-    except BaseException:
-        if pool is not None:
-            pool.kill()
-        raise
-    if pool is not None:
-        pool.close()
-    bar.close()
-    return tables, status, stages
-
-
-def _stages(job0, secs, tables, status, stages, pool, bar) -> None:
-    root = job0["db"]
-    for stage in range(1, 6):
-        bar.set_postfix_str(f"stage {stage}: {E.STAGE_TABLE[stage]}")
-        jobs = []
-        for j in range(secs.k):
-            d = incoming_dir(root, j, job0["batch"], stage)
-            inputs = sorted(os.path.join(d, f) for f in os.listdir(d)) if os.path.isdir(d) else []
-            if not inputs:
-                continue
-            paths = {t: os.path.join(section_path(root, j), e["file"]) for t, e in tables[j].items()}
-            jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
-        results = run_jobs(jobs, pool)
-        for r in results:
-            apply_stage_result(tables, status, r)
-        stages.append({"stage": stage, "sections": [stage_summary(r) for r in results]})
-        bar.update(1)
-        _fault.point(f"close.after_stage{stage}")
-
-
-def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
-    j = r["section"]
-    tables[j][r["table"]] = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
-    for st, n in r["status"].items():
-        status[j][st] = status[j].get(st, 0) + n
-        if not status[j][st]:
-            del status[j][st]
-
-
-def stage_summary(r: dict) -> dict:
-    keys = (
-        "section",
-        "records",
-        "bytes",
-        "seconds",
-        "cpu_seconds",
-        "emitted",
-        "decoded_blocks",
-        "raw_blocks",
-        "patched_blocks",
-    )
-    return {k: r[k] for k in keys}
-
-
-def check_counts(m: dict) -> None:
-    """Cross-table counts must agree before a generation is committed."""
-
-    def total(t: str) -> int:
-        return sum(s.get(t, {}).get("records", 0) for s in m["tables"])
-
-    if total("pages_by_url") != total("pages_by_md5") or total("links_by_md5") != total("links_by_url"):
-        raise WebDBError(
-            f"internal error: table counts disagree before commit: "
-            f"pages {total('pages_by_url')}/{total('pages_by_md5')}, "
-            f"links {total('links_by_md5')}/{total('links_by_url')}"
-        )

@@ -1,0 +1,307 @@
+"""Hosts of a rack and the agents started on them (docs/distributed.md, *Processes*): where each
+section lives (``Rack``, ``Placement``, from hosts.ini ``[sections]``), and one link per
+running agent — a local process, or a command over ssh (fabric) — that carries JSON lines both
+ways and is closed at the end (``_LocalLink``, ``_SSHLink``).  The coordinator is
+webdb.writer.coordinator.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import paramiko
+
+from webdb.db import WebDB
+from webdb.ndfs import HostConfig, Location, NdfsConfig, load_config, parse_config
+from webdb.ndfs.errors import ConfigError, HostKeyRejected, HostUnreachable
+
+__all__ = ["Placement", "Rack", "fabric_connection", "open_connection"]
+
+# What a broken agent link raises: a closed pipe or socket, a closed file, an ssh error.
+_LINK_ERRORS = (OSError, EOFError, ValueError, paramiko.SSHException)
+
+
+@dataclass
+class Placement:
+    """One agent's location: its label (host name or path), sections, and whether it is master."""
+
+    label: str
+    location: Location
+    sections: list[int] = field(default_factory=list)
+    master: bool = False
+
+    @property
+    def root(self) -> str:
+        return self.location.host.root if self.location.host else str(self.location.path)
+
+
+class Rack:
+    """Where each section of a distributed db lives, from hosts.ini ``[sections]``.
+
+    Every section has exactly one location (its writer runs there).  ``places`` holds one
+    Placement per location, in section order; masters are ``[group:master]``'s locations if
+    configured, else section 0's.
+    """
+
+    def __init__(self, config: NdfsConfig, db: str | None, ini: str, base_dir: str) -> None:
+        self.config = config
+        self.db = db or config.db
+        if not self.db:
+            raise ConfigError(f"{config.source}: no db name given and no [ndfs] db")
+        if not config.sections:
+            raise ConfigError(f"{config.source}: no [sections]: say how many sections the db has and where")
+        self.k = config.sections
+        self.ini, self.base_dir = ini, base_dir
+        self.places: dict[str, Placement] = {}
+        self.section_at: list[str] = []
+        for j in range(self.k):
+            locs = config.locations(config.section_group(j))
+            if len(locs) != 1:
+                raise ConfigError(
+                    f"{config.source}: [sections] section {j} has {len(locs)} locations; the "
+                    f"distributed writer needs exactly one per section (replicas = 1)"
+                )
+            p = self._place(locs[0])
+            p.sections.append(j)
+            self.section_at.append(p.label)
+        masters = config.groups.get("master") or config.locations(config.section_group(0))
+        for loc in masters:
+            self._place(loc).master = True
+
+    def _place(self, loc: Location) -> Placement:
+        if loc.label not in self.places:
+            self.places[loc.label] = Placement(loc.label, loc)
+        return self.places[loc.label]
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], db: str | None = None) -> Rack:
+        config = load_config(path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        return cls(config, db, text, os.path.dirname(os.path.abspath(path)))
+
+    @classmethod
+    def local(cls, db_path: str, sections: int | None = None) -> Rack:
+        """The embedded default: every section of the db directory ``db_path`` on this machine
+        (``sections`` None: the db's own k)."""
+        path = os.path.abspath(db_path)
+        k = sections or WebDB(path).sections().k
+        root, name = os.path.dirname(path), os.path.basename(path)
+        span = "0" if k == 1 else f"0-{k - 1}"
+        text = f"[ndfs]\ndb = {name}\n\n[sections]\ncount = {k}\n{span} = {root}\n"
+        return cls(parse_config(text, source=f"<local {path}>"), name, text, root)
+
+    def path(self, label: str) -> str:
+        """The db directory at a location: ``<root>/<db>``."""
+        return os.path.join(self.places[label].root, self.db)
+
+
+def fabric_connection(host: HostConfig):  # -> fabric.Connection
+    """A fabric Connection that reads no ssh config and checks the host key against the host's
+    known_hosts only (RejectPolicy; fabric's default would add unknown keys)."""
+    import fabric
+    import paramiko
+
+    known = str(host.known_hosts_path())
+    config = fabric.Config(overrides={"load_ssh_configs": False})
+    kw: dict[str, Any] = {
+        "allow_agent": host.key_file is None,
+        "look_for_keys": host.key_file is None,
+        "banner_timeout": host.connect_timeout,
+        "auth_timeout": host.connect_timeout,
+    }
+    if host.key_file:
+        kw["key_filename"] = str(host.key_file)
+    conn = fabric.Connection(
+        host.address,
+        user=host.user,
+        port=host.port,
+        config=config,
+        connect_kwargs=kw,
+        connect_timeout=host.connect_timeout,
+    )
+    client = paramiko.SSHClient()
+    try:
+        client.load_host_keys(known)
+    except FileNotFoundError:
+        raise HostKeyRejected(
+            host.name, "", f"known_hosts file {known} does not exist; cannot verify the host key"
+        ) from None
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    conn.client = client
+    return conn
+
+
+def open_connection(host: HostConfig):
+    """``fabric_connection`` opened; connection problems become HostUnreachable/HostKeyRejected."""
+    import paramiko
+
+    conn = fabric_connection(host)
+    try:
+        conn.open()
+    except paramiko.BadHostKeyException as e:
+        raise HostKeyRejected(
+            host.name, "", f"host key of {host.address}:{host.port} changed ({e.key.get_name()} {e.key.fingerprint})"
+        ) from None
+    except paramiko.SSHException as e:
+        if "not found in known_hosts" in str(e):
+            raise HostKeyRejected(
+                host.name,
+                "",
+                f"host key of {host.address}:{host.port} is not in {host.known_hosts_path()}; refusing to connect",
+            ) from None
+        raise HostUnreachable(host.name, "", f"ssh to {host.address}:{host.port}: {e}") from None
+    except (OSError, EOFError) as e:
+        why = str(e) or type(e).__name__
+        if "Unable to connect" in why or "refused" in why.lower():
+            why = "connection refused"
+        raise HostUnreachable(host.name, "", f"cannot connect to {host.address}:{host.port}: {why}") from None
+    return conn
+
+
+# ---- agent links: a started agent, local process or ssh channel ----------------------------------
+
+
+class _Link:
+    """One running agent: JSON lines in, JSON lines out (queued as (label, obj); None at EOF)."""
+
+    def __init__(self, label: str, q: queue.Queue) -> None:
+        self.label, self.q = label, q
+        self.err: collections.deque[str] = collections.deque(maxlen=40)
+        self.last_seen = time.monotonic()
+        self.done = False  # finished or failed: no more liveness checks
+        self.dead = False  # gone or silent: close without waiting for it
+        self.lock = threading.Lock()
+
+    def _pump_lines(self, read: Callable[[], bytes]) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = read()
+            except _LINK_ERRORS as e:
+                # A broken connection ends the link like an EOF; the reason goes with it.
+                self.err.append(f"reading from the agent failed: {type(e).__name__}: {e}")
+                chunk = b""
+            if not chunk:
+                self.q.put((self.label, None))
+                return
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    self.q.put((self.label, json.loads(line)))
+                except ValueError:
+                    self.err.append(line.decode("utf-8", "replace"))
+
+    def _pump_err(self, read: Callable[[], bytes]) -> None:
+        buf = b""
+        while True:
+            try:
+                chunk = read()
+            except _LINK_ERRORS as e:
+                self.err.append(f"reading the agent's stderr failed: {type(e).__name__}: {e}")
+                return
+            if not chunk:
+                return
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            self.err.extend(x.decode("utf-8", "replace") for x in lines if x.strip())
+
+    def send(self, obj: dict) -> None:
+        data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        with self.lock:
+            try:
+                self._write(data)
+            except _LINK_ERRORS as e:
+                # The link is broken: its reader sees the EOF and reports the host; keep why.
+                self.err.append(f"writing to the agent failed: {type(e).__name__}: {e}")
+
+    def stderr_tail(self, n: int = 6) -> str:
+        lines = [x for x in self.err if x.strip()][-n:]
+        return (" | stderr: " + " | ".join(lines)) if lines else ""
+
+
+class _LocalLink(_Link):
+    def __init__(self, label: str, q: queue.Queue, spec: dict, env: dict[str, str]) -> None:
+        super().__init__(label, q)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "webdb.writer.distributed", "agent"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **env},
+        )
+        threading.Thread(target=self._pump_lines, args=(lambda: self.p.stdout.read1(1 << 16),), daemon=True).start()
+        threading.Thread(target=self._pump_err, args=(lambda: self.p.stderr.read1(1 << 16),), daemon=True).start()
+        self.send(spec)
+
+    def _write(self, data: bytes) -> None:
+        self.p.stdin.write(data)
+        self.p.stdin.flush()
+
+    def exit_info(self) -> str:
+        try:
+            code = self.p.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "still running"
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+    def close(self, grace: float = 5.0) -> None:
+        try:
+            self.p.stdin.close()
+        except OSError as e:  # the agent is gone already (broken pipe): wait() reaps it
+            self.err.append(f"closing the agent's input failed: {e}")
+        try:
+            self.p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+class _SSHLink(_Link):
+    def __init__(self, label: str, q: queue.Queue, spec: dict, env: dict[str, str], host: HostConfig) -> None:
+        super().__init__(label, q)
+        self.conn = open_connection(host)
+        python = host.python or "python3"
+        assigns = [f"{k}={v}" for k, v in env.items()]
+        cmd = shlex.join(["env", *assigns, python, "-m", "webdb.writer.distributed", "agent"])
+        try:
+            self.chan = self.conn.client.get_transport().open_session(timeout=host.connect_timeout)
+            self.chan.exec_command(f"cd / && exec {cmd}")
+        except _LINK_ERRORS as e:
+            self.conn.close()
+            raise HostUnreachable(host.name, "", f"cannot start the agent: {e}") from None
+        threading.Thread(target=self._pump_lines, args=(lambda: self.chan.recv(1 << 16),), daemon=True).start()
+        threading.Thread(target=self._pump_err, args=(lambda: self.chan.recv_stderr(1 << 16),), daemon=True).start()
+        self.send(spec)
+
+    def _write(self, data: bytes) -> None:
+        self.chan.sendall(data)
+
+    def exit_info(self) -> str:
+        if self.chan.exit_status_ready():
+            code = self.chan.recv_exit_status()
+            return "connection lost" if code == -1 else f"exit status {code}"
+        return "connection lost"
+
+    def close(self, grace: float = 5.0) -> None:
+        try:
+            self.chan.shutdown_write()
+        except _LINK_ERRORS as e:
+            self.err.append(f"closing the agent's input failed: {type(e).__name__}: {e}")
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and not self.chan.exit_status_ready() and not self.chan.closed:
+            time.sleep(0.05)
+        self.chan.close()
+        self.conn.close()

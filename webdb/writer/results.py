@@ -1,0 +1,110 @@
+"""What an update or create did: per host (a GroupResult like ndfs'), per step, overall; the
+exception that carries it (``UpdateFailed``); and the per-host state the coordinator keeps
+while it runs (``_Host``: where a host is, for the labels of ``UpdateResult.summary``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from webdb.errors import DistributedError
+from webdb.ndfs import GroupResult
+from webdb.writer.hosts import Placement, _Link
+
+__all__ = ["UpdateFailed", "UpdateResult"]
+
+
+class UpdateFailed(DistributedError):
+    """The update stopped and committed nothing (unless ``result.committed``); ``result`` has
+    every host's outcome."""
+
+    def __init__(self, message: str, result: UpdateResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+    @property
+    def kind(self) -> str | None:
+        """Exception class of the first failure as the failing host named it (``BadInput``,
+        ``LockedError``, ...), or None (a host went silent or its connection broke)."""
+        return self.result.kind
+
+
+@dataclass
+class UpdateResult:
+    """What an update did, per host (a GroupResult like ndfs'), per step, and overall."""
+
+    db: str
+    hosts: GroupResult
+    generation: int | None = None
+    batch: str | None = None
+    committed: bool = False
+    seconds: float = 0.0
+    shipped: list[dict] = field(default_factory=list)
+    manifest: dict | None = None
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    kind: str | None = None  # exception class of the first failure (see UpdateFailed.kind)
+
+    def summary(self) -> str:
+        """A per-host table: result, sections, seconds, records written, bytes shipped."""
+        rows = [("host", "sections", "result", "seconds", "records", "shipped", "to other hosts")]
+        for label, r in self.hosts.items():
+            v = r.value or {}
+            state = "ok" if r.ok else f"FAILED: {r.reason}"
+            rows.append(
+                (
+                    label,
+                    ",".join(map(str, v.get("sections", []))) or "-",
+                    state,
+                    f"{r.seconds:.1f}",
+                    f"{v.get('records', 0):,}",
+                    _mb(r.bytes),
+                    _mb(v.get("remote_bytes", 0)),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(7)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        head = (
+            f"generation {self.generation} committed in {self.seconds:.1f}s"
+            if self.committed
+            else f"NOT committed: {self.error}"
+        )
+        steps = ", ".join(f"step {s['step']}: {_mb(s['bytes'])}" for s in self.shipped)
+        return "\n".join(
+            [
+                head,
+                *lines,
+                *([f"edits shipped per step: {steps}"] if steps else []),
+                *[f"warning: {w}" for w in self.warnings],
+            ]
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n:,} B"
+
+
+@dataclass
+class _Host:
+    place: Placement
+    link: _Link | None = None
+    t0: float = 0.0
+    t1: float | None = None
+    state: str = "start"
+    steps: dict[int, int] = field(default_factory=dict)  # section -> step it is at
+    failed_section: int | None = None  # the section whose writer failed, if the agent said
+    records: int = 0
+    bytes: int = 0
+    remote_bytes: int = 0
+    error: str | None = None
+    events: set[str] = field(default_factory=set)
+    hello: dict = field(default_factory=dict)
+
+    def where(self) -> str:
+        if self.failed_section is not None and self.failed_section in self.steps:
+            st = self.steps[self.failed_section]
+            return f"stage {st}" if st else "step 0 (input and routing)"
+        if self.steps:
+            lo = min(self.steps.values())
+            return f"stage {lo}" if lo else "step 0 (input and routing)"
+        return self.state
