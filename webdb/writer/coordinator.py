@@ -49,9 +49,11 @@ class _Run:
         heartbeat_timeout: float,
         progress: Callable[[dict], None] | None,
         env: dict[str, str] | None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.rack = rack
         self.hb_timeout = heartbeat_timeout
+        self.clock = clock  # what silence is measured with (tests move it by hand)
         self.progress = progress
         self.env = dict(env or {})
         if os.environ.get("WEBDB_FAULTS") and "WEBDB_FAULTS" not in self.env:
@@ -60,6 +62,9 @@ class _Run:
         self.hosts = {label: _Host(p) for label, p in rack.places.items()}
         self.t0 = time.monotonic()
         self.last_ping = 0.0
+        self.ping_n = 0
+        # An open liveness round: (ping number, its clock time, the hosts silent when it began).
+        self.round: tuple[int, float, list[str]] | None = None
         self.error: str | None = None
         self.kind: str | None = None
 
@@ -86,6 +91,8 @@ class _Run:
                     h.link = _SSHLink(h.place.label, self.q, spec, self.env, h.place.location.host)
             except (WebDBError, OSError) as e:
                 errors[h.place.label] = str(e)
+                return
+            h.link.last_seen = self.clock()
 
         threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in self.hosts.values()]
         for t in threads:
@@ -113,17 +120,13 @@ class _Run:
     def pump(self, until: Callable[[], bool], on_event: Callable[[str, dict], None]) -> None:
         """Handle agent events until ``until()``; raise _Abort on any failure or silence."""
         while not until():
-            now = time.monotonic()
-            if now - self.last_ping >= HEARTBEAT:
-                self.last_ping = now
-                for h in self.hosts.values():
-                    if h.link is not None and not h.link.done:
-                        h.link.send({"cmd": "ping"})
+            if time.monotonic() - self.last_ping >= HEARTBEAT:
+                self.ping()  # keeps the agents' own coordinator-silence check quiet
             try:
                 label, obj = self.q.get(timeout=0.1)
             except queue.Empty:
                 label = None
-            now = time.monotonic()
+            now = self.clock()
             if label is not None:
                 h = self.hosts[label]
                 h.link.last_seen = now
@@ -146,15 +149,46 @@ class _Run:
                 if ev == "aborted":
                     h.link.done = True
                     raise self.fail(label, f"aborted: {obj.get('reason')}")
-                if ev != "hb":
+                if ev == "hb":
+                    h.link.answered = max(h.link.answered, obj.get("n", 0))
+                else:
                     self.track(h, obj)
                     on_event(label, obj)
                     if self.progress is not None:
                         self.progress({"host": label, **obj})
-            for lab, h in self.hosts.items():
-                if h.link is not None and not h.link.done and now - h.link.last_seen > self.hb_timeout:
-                    h.link.done = h.link.dead = True
-                    raise self.fail(lab, f"no heartbeat for {self.hb_timeout:g}s (host down or hung)")
+            self.check_liveness(now)
+
+    def ping(self) -> int:
+        """Ping every live agent; each answers with an ``hb`` carrying the ping's number."""
+        self.last_ping = time.monotonic()
+        self.ping_n += 1
+        for h in self.hosts.values():
+            if h.link is not None and not h.link.done:
+                h.link.send({"cmd": "ping", "n": self.ping_n})
+        return self.ping_n
+
+    def check_liveness(self, now: float) -> None:
+        """A host silent for ``hb_timeout`` (by ``clock``) fails the run, once a ping round
+        shows that the others still answer: a round opens with a ping to all; a host silent at
+        its start that has not answered it fails as soon as another host has, or when nobody
+        has for 3 heartbeats.  So a coordinator that was itself stalled (a loaded machine, a
+        suspended laptop) does not blame a healthy host; messages a hung host sent before it
+        froze do not count as answers."""
+        live = {lab: h for lab, h in self.hosts.items() if h.link is not None and not h.link.done}
+        if self.round is None:
+            silent = [lab for lab, h in live.items() if now - h.link.last_seen > self.hb_timeout]
+            if silent:
+                self.round = (self.ping(), now, silent)
+            return
+        n, start, suspects = self.round
+        missing = [lab for lab in suspects if lab in live and live[lab].link.answered < n]
+        if not missing:
+            self.round = None
+            return
+        if any(h.link.answered >= n for h in live.values()) or now - start > 3 * HEARTBEAT:
+            lab = min(missing, key=lambda x: live[x].link.last_seen)  # the longest silent
+            live[lab].link.done = live[lab].link.dead = True
+            raise self.fail(lab, f"no heartbeat for {self.hb_timeout:g}s (host down or hung)")
 
     def track(self, h: _Host, obj: dict) -> None:
         ev = obj.get("ev")
@@ -271,6 +305,7 @@ def update(
     env: dict[str, str] | None = None,
     steps: str | None = None,
     before_batch: Callable[[Session], tuple[dict[int, dict], str] | None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> UpdateResult:
     """Run one batch on every section of ``rack`` and commit it atomically.
 
@@ -283,9 +318,10 @@ def update(
     called once every location is locked and synced, with a ``Session`` whose requests run
     ``steps`` on the agents; it returns ``(inputs, input_fn)`` for the batch, or None to stop
     without a batch (the agents unlock, nothing is committed, ``committed`` is False).
-    Cost: see docs/distributed.md, *Cost*.
+    ``clock`` measures the agents' silence against ``heartbeat_timeout`` (docs/distributed.md,
+    *Failures*); tests pass one they move by hand.  Cost: see docs/distributed.md, *Cost*.
     """
-    run = _Run(rack, heartbeat_timeout=heartbeat_timeout, progress=progress, env=env)
+    run = _Run(rack, heartbeat_timeout=heartbeat_timeout, progress=progress, env=env, clock=clock)
     res = UpdateResult(rack.db, GroupResult(f"update {rack.db}"))
     try:
         gen0, base, identity = _open(run, steps)

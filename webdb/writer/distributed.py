@@ -39,8 +39,9 @@ from webdb.writer.section import DEPLOY_DIR, Aborted, error_kind, section_main
 __all__ = ["DEPLOY_DIR", "HEARTBEAT", "PROTOCOL", "Agent", "StepContext", "main"]
 
 # 2: the "step" request between sync and run (update(steps=...): generate in a rack), and
-# the failure's exception class in "failed" events.
-PROTOCOL = 2
+# the failure's exception class in "failed" events.  3: pings are numbered and answered at
+# once by an "hb" with the number (the coordinator's liveness rounds).
+PROTOCOL = 3
 # An agent writes a line at least this often (the coordinator's liveness signal), and the
 # coordinator pings agents as often.
 HEARTBEAT = 1.0
@@ -100,7 +101,12 @@ class Agent:
                 line, buf = buf.split(b"\n", 1)
                 if line.strip():
                     self.last_read = time.monotonic()
-                    self.q.put(("coord", json.loads(line)))
+                    msg = json.loads(line)
+                    if msg.get("cmd") == "ping":
+                        # Answered here, not by the main thread, which may be busy (a recover,
+                        # a commit, a step): the coordinator's liveness round counts answers.
+                        self.send(ev="hb", n=msg.get("n", 0))
+                    self.q.put(("coord", msg))
 
     def _read_child(self, j: int, conn) -> None:
         while True:

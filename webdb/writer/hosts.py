@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,23 +179,28 @@ class _Link:
     def __init__(self, label: str, q: queue.Queue) -> None:
         self.label, self.q = label, q
         self.err: collections.deque[str] = collections.deque(maxlen=40)
-        self.last_seen = time.monotonic()
+        self.last_seen = time.monotonic()  # by the coordinator's clock (set when started)
+        self.answered = 0  # the newest ping the agent answered
         self.done = False  # finished or failed: no more liveness checks
         self.dead = False  # gone or silent: close without waiting for it
         self.lock = threading.Lock()
 
-    def _pump_lines(self, read: Callable[[], bytes]) -> None:
-        buf = b""
+    def _chunks(self, read: Callable[[], bytes], what: str) -> Iterator[bytes]:
+        """What ``read`` returns until EOF; a broken connection ends it like an EOF, and the
+        reason is kept for the error message (``stderr_tail``)."""
         while True:
             try:
                 chunk = read()
             except _LINK_ERRORS as e:
-                # A broken connection ends the link like an EOF; the reason goes with it.
-                self.err.append(f"reading from the agent failed: {type(e).__name__}: {e}")
-                chunk = b""
-            if not chunk:
-                self.q.put((self.label, None))
+                self.err.append(f"{what} failed: {type(e).__name__}: {e}")
                 return
+            if not chunk:
+                return
+            yield chunk
+
+    def _pump_lines(self, read: Callable[[], bytes]) -> None:
+        buf = b""
+        for chunk in self._chunks(read, "reading from the agent"):
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
@@ -203,17 +208,11 @@ class _Link:
                     self.q.put((self.label, json.loads(line)))
                 except ValueError:
                     self.err.append(line.decode("utf-8", "replace"))
+        self.q.put((self.label, None))
 
     def _pump_err(self, read: Callable[[], bytes]) -> None:
         buf = b""
-        while True:
-            try:
-                chunk = read()
-            except _LINK_ERRORS as e:
-                self.err.append(f"reading the agent's stderr failed: {type(e).__name__}: {e}")
-                return
-            if not chunk:
-                return
+        for chunk in self._chunks(read, "reading the agent's stderr"):
             buf += chunk
             *lines, buf = buf.split(b"\n")
             self.err.extend(x.decode("utf-8", "replace") for x in lines if x.strip())
