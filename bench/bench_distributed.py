@@ -7,7 +7,7 @@
 
 For every k it loads the base db once (pages.tsv + links.tsv, one Writer batch, cached in
 --work), then per run copies it and times the round (round.tsv cut into k contiguous parts,
-part j applied by section j's writer, ``webdb.writer.inputs:apply_round_tsv``):
+part j applied by section j's writer, ``roundtsv:apply_round_tsv``):
 
 - ``single k``: the single-process Writer (``db.writer()``; its stages run k worker processes);
 - ``local k``: ``webdb update`` with k local section processes (the embedded default);
@@ -38,12 +38,14 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
 from peer_webdb import load_tsv  # noqa: E402
+from roundtsv import INPUT as ROUND  # noqa: E402
+from roundtsv import apply_round_tsv  # noqa: E402
 
 import webdb  # noqa: E402
-from webdb.writer.inputs import apply_round_tsv  # noqa: E402
 from webdb.writer.rack import Rack, update  # noqa: E402
 
-ROUND = "webdb.writer.inputs:apply_round_tsv"
+# The agents import the round input from here (local ones inherit it, ssh ones get it in env).
+AGENT_ENV = {"PYTHONPATH": str(HERE)}
 
 
 def load(path: Path, data: Path, k: int, sync: bool) -> None:
@@ -130,7 +132,7 @@ def shipped(res) -> dict:
 def run_local(work: Path, data: Path, k: int, sync: bool) -> dict:
     path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
     inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
-    res = update(Rack.local(str(path)), inputs, input_fn=ROUND)
+    res = update(Rack.local(str(path)), inputs, input_fn=ROUND, env=AGENT_ENV)
     return {"mode": "local", "k": k, **shipped(res), "counts": counts(webdb.open(str(path)))}
 
 
@@ -152,7 +154,7 @@ def run_ssh(work: Path, data: Path, k: int, sync: bool, cluster) -> dict:
     (work / "hosts.ini").write_text(ini)
     rack = Rack.from_file(work / "hosts.ini", "crawl")
     inputs = {j: {"paths": [str(h.root / "round.tsv")]} for j, h in enumerate(hosts)}
-    res = update(rack, inputs, input_fn=ROUND)
+    res = update(rack, inputs, input_fn=ROUND, env=AGENT_ENV)
     gathered = work / "run" / "crawl"
     shutil.rmtree(gathered.parent, ignore_errors=True)
     gathered.mkdir(parents=True)

@@ -5,7 +5,7 @@
         --opt sections=2,sync=1
 
 Load: one writer batch (add_page_with_score for every page, add_links for each source's links).
-Round: `webdb update DB round.tsv --input webdb.writer.inputs:apply_round_tsv` as a library
+Round: `webdb update DB round.tsv --input roundtsv:apply_round_tsv` (bench/roundtsv.py) as a library
 call: k local section writers (the embedded default of the update tool), section j applying
 the j-th contiguous share of round.tsv (apply_fetch per fetched page, add_outlinks for its
 outlinks), one atomic commit.  ``round=writer`` applies it instead as one batch of the
@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 
+from roundtsv import INPUT, apply_round_tsv
+
 import webdb
 from webdb import Page, Status
-from webdb.writer.inputs import apply_round_tsv
 from webdb.writer.rack import Rack, update
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
@@ -103,7 +104,7 @@ class Peer:
                 apply_round_tsv(w, [round_tsv])
             return
         inputs = {j: {"paths": [round_tsv], "options": {"share": [j, self.k]}} for j in range(self.k)}
-        update(Rack.local(self.path), inputs, input_fn="webdb.writer.inputs:apply_round_tsv")
+        update(Rack.local(self.path), inputs, input_fn=INPUT)
 
     def _reader(self):
         if self.r is None:

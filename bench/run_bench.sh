@@ -11,7 +11,8 @@ data=${BENCH_DATA:-$here/data}
 mkdir -p "$data/peers"
 cp "$src"/*.py "$src"/*.sh "$data/peers/"
 cp "$here/peer_webdb.py" "$data/peers/"
-export PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}"
+# bench/ too: peer_webdb.py and the update agents import its round input (roundtsv.py).
+export PYTHONPATH="$here/..:$here${PYTHONPATH:+:$PYTHONPATH}"
 PEERS=${PEERS:-"webdb sqlite duckdb sortmerge kv:leveldb kv:rocksdb"} RUNS=${RUNS:-1} BENCH_DATA="$data" \
   bash "$data/peers/run_peers.sh"
 { echo "machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); load before: $(cut -d' ' -f1-3 /proc/loadavg)"

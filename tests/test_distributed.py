@@ -119,10 +119,11 @@ def test_cli_update_local_and_round_tsv(tmp_path: Path) -> None:
         f"http://a.example/\t1\t{md5}\t1700000000\thttp://b.example/x\x1fbee\x1ehttp://a.example/y\x1fwhy\n"
         "http://c.example/\t0\t\t1700000000\t\n"
     )
-    env = dict(os.environ, WEBDB_FAULTS="")
+    # The round input lives in bench/ (roundtsv.py); the agents inherit PYTHONPATH.
+    env = dict(os.environ, WEBDB_FAULTS="", PYTHONPATH=str(Path(__file__).resolve().parent.parent / "bench"))
     p = subprocess.run(
         [sys.executable, "-m", "webdb.cli.main", "update", db.path, str(tmp_path / "round.tsv"),
-         "--input", "webdb.writer.inputs:apply_round_tsv", "--json"],
+         "--input", "roundtsv:apply_round_tsv", "--json"],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
@@ -136,7 +137,7 @@ def test_cli_update_local_and_round_tsv(tmp_path: Path) -> None:
         r.check()
     p = subprocess.run(
         [sys.executable, "-m", "webdb.cli.main", "update", db.path, str(tmp_path / "missing.tsv"),
-         "--input", "webdb.writer.inputs:apply_round_tsv"],
+         "--input", "roundtsv:apply_round_tsv"],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert p.returncode == 2  # bad input, as for every command (a failed run is 1)

@@ -372,12 +372,6 @@ def test_shares_are_the_calls_in_order(tmp_path, db, m):
     assert parts.calls == one.calls and len(one.calls) > 10
     with pytest.raises(webdb.BadInput, match="share"):
         apply_segments(parts, segs, share=[2, 2])
-    from webdb.writer.inputs import apply_round_tsv
-
-    bad = tmp_path / "round.tsv"
-    bad.write_bytes(b"http://a.com/\t1\t" + b"ab" * 16 + b"\t5\t\nhttp://a.com/x\t1\tnot-hex\t5\t\n")
-    with pytest.raises(webdb.BadInput, match=f"{bad}:2: not a round.tsv line"):
-        apply_round_tsv(CallRecorder(), [str(bad)])
 
 
 @pytest.mark.parametrize("k", [1, 2])

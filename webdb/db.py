@@ -175,12 +175,13 @@ class WebDB:
             for f in os.listdir(d):
                 p = os.path.join(d, f)
                 if f == "edits":
-                    shutil.rmtree(p, ignore_errors=True)
+                    shutil.rmtree(p)
                     removed.append(os.path.join(name, f))
                 elif _GEN_FILE.match(f) and (j, f) not in referenced:
                     os.unlink(p)
                     removed.append(os.path.join(name, f))
-        shutil.rmtree(os.path.join(self.path, TMP_DIR), ignore_errors=True)
+        if os.path.isdir(os.path.join(self.path, TMP_DIR)):
+            shutil.rmtree(os.path.join(self.path, TMP_DIR))
         return removed
 
 

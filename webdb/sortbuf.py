@@ -83,7 +83,7 @@ class SortBuffer:
             try:
                 os.unlink(p)
             except FileNotFoundError:
-                pass
+                pass  # removed already (a recover of the db's tmp/): nothing left to clean
         self.runs = []
 
 

@@ -161,8 +161,11 @@ class Agent:
         if self.db is not None and self.lock is not None and self.state in ("synced", "running", "sections done"):
             try:
                 self.db.recover()
-            except (OSError, WebDBError):
-                pass
+            except (OSError, WebDBError) as e:
+                # The failure was reported already; what is left here the next update's
+                # recover removes (it runs before any batch).  Say so on stderr, which the
+                # coordinator keeps for its error messages.
+                print(f"{self.label}: cleanup after the abort failed ({e}); the next update does it", file=sys.stderr)
 
     def next_command(self, *want: str) -> dict:
         """Block until the coordinator sends one of ``want`` (pings keep us alive; section

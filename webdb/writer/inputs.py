@@ -4,11 +4,9 @@ An input is a function ``fn(log, paths, **options) -> dict`` that applies the ro
 found at ``paths`` on the writer's own host as writer calls on ``log`` (an ``EditLog``, which
 has every ``Writer`` call) and returns counts to report.  The update names it as
 ``"module:function"`` so it can be imported on every host; the default is the crawl loop's
-``fetchlist.update:apply_segments`` (fetch segments).  Two more ship here:
-
-- ``apply_round_tsv``: the benchmark workload's ``round.tsv`` (bench/peer_webdb.py);
-- ``replay_calls``: JSON lines of writer calls, written with ``CallRecorder`` (tests, tools
-  that prepare calls elsewhere).
+``fetchlist.update:apply_segments`` (fetch segments).  One more ships here: ``replay_calls``,
+JSON lines of writer calls written with ``CallRecorder`` (tests, tools that prepare calls
+elsewhere).  The benchmark workload's input is ``roundtsv:apply_round_tsv`` in bench/.
 
 Calls of different section writers are ordered as if section 0's came first, then section
 1's, and so on (docs/distributed.md, *Order of calls*).
@@ -31,13 +29,11 @@ from typing import Any, TextIO
 
 from webdb.errors import BadInput
 from webdb.schedule import FetchResult
-from webdb.tables.records import Link, Page, Status
+from webdb.tables.records import Link, Page
 
-__all__ = ["DEFAULT_INPUT", "CallRecorder", "apply_round_tsv", "replay_calls", "resolve", "share_lines", "check_share"]
+__all__ = ["DEFAULT_INPUT", "CallRecorder", "replay_calls", "resolve", "share_lines", "check_share"]
 
 DEFAULT_INPUT = "fetchlist.update:apply_segments"
-# round.tsv pages new to the db get this fetch interval (the benchmark workload's rule).
-ROUND_NEW_INTERVAL = 2592000
 
 InputFn = Callable[..., dict]
 
@@ -107,34 +103,6 @@ def share_lines(paths: Sequence[str], share: Sequence[int] | None = None) -> Ite
 def where(path: str, line: int, share: Sequence[int] | None) -> str:
     """``path:line`` for an error, naming the share when the count starts inside the file."""
     return f"{path}:{line}" if not share or share[0] == 0 else f"{path}: line {line} of share {share[0]}/{share[1]}"
-
-
-def apply_round_tsv(log: Any, paths: list[str], share: Sequence[int] | None = None, **_options: Any) -> dict:
-    """Apply round.tsv files of the benchmark workload (/work/shared/peers/webgraph.py):
-    ``url, ok, md5, time, outlinks`` per line; outlinks ``url 0x1f anchor`` joined by 0x1e.
-
-    A fetched line is ``apply_fetch(FETCHED)`` + ``add_outlinks``; a failed one
-    ``apply_fetch(RETRY)``.  ``share``: see the module doc.  Cost: one pass over the file,
-    O(outlinks) writer calls.
-    """
-    fetched = failed = outlinks = 0
-    for path, i, raw in share_lines(paths, share):
-        try:
-            url, ok, md5, t, out = raw.decode("utf-8").split("\t")
-            t = int(t)
-            m = bytes.fromhex(md5) if ok == "1" else b""
-        except ValueError:
-            raise BadInput(f"{where(path, i, share)}: not a round.tsv line") from None
-        if ok == "1":
-            links = [tuple(x.split("\x1f")) for x in out.split("\x1e")] if out else []
-            log.apply_fetch(FetchResult(url, Status.FETCHED, t, m, len(links)))
-            log.add_outlinks(m, links, next_fetch=t, fetch_interval=ROUND_NEW_INTERVAL)
-            fetched += 1
-            outlinks += len(links)
-        else:
-            log.apply_fetch(FetchResult(url, Status.RETRY, t))
-            failed += 1
-    return {"fetched": fetched, "failed": failed, "outlinks": outlinks}
 
 
 # ---- writer calls as JSON lines ----------------------------------------------------------------

@@ -261,7 +261,8 @@ class EditLog:
     def discard(self) -> None:
         self._pbu.cleanup()
         self._lbm.cleanup()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if os.path.isdir(self.tmp):
+            shutil.rmtree(self.tmp)
 
 
 def first_ifn_only(recs):
