@@ -61,6 +61,7 @@ from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
 from webdb.errors import BadInput, LockedError
+from webdb.lockwait import wait_for_lock
 from webdb.tables.records import DAY, PAGE_FIXED, Page
 
 __all__ = [
@@ -431,16 +432,12 @@ def _write_segment(
 
 
 def _open_writer(db, lock_wait: float, overrides: dict):
-    deadline = time.monotonic() + lock_wait
-    delay = 0.05
-    while True:
-        try:
-            return db.writer(**overrides)
-        except LockedError as e:
-            if time.monotonic() >= deadline:
-                raise LockedError(f"generate waited {lock_wait:g}s for the writer lock: {e}") from None
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+    return wait_for_lock(
+        lambda: db.writer(**overrides),
+        lock_wait,
+        lambda e: isinstance(e, LockedError),
+        lambda e: LockedError(f"generate waited {lock_wait:g}s for the writer lock: {e}"),
+    )
 
 
 def generate(
@@ -786,11 +783,9 @@ def generate_rack(
         say(f"marking {len(chosen):,} pages")
         return inputs, _MARKS_INPUT
 
-    deadline = time.monotonic() + lock_wait
-    delay = 0.05
-    while True:
+    def attempt():
         try:
-            res = update(
+            return update(
                 rack,
                 steps=RACK_STEPS,
                 before_batch=before_batch,
@@ -800,19 +795,19 @@ def generate_rack(
                 progress=events,
                 env=env,
             )
-            break
         except UpdateFailed as e:
             if got.get("written") and not e.result.committed:
                 shutil.rmtree(segment_dir, ignore_errors=True)  # its marks never committed: no segment
                 if existed:
                     os.makedirs(segment_dir, exist_ok=True)
-            if e.kind == "LockedError" and not got.get("written") and time.monotonic() < deadline:
-                time.sleep(delay)
-                delay = min(1.0, delay * 2)
-                continue
-            if e.kind == "LockedError":
-                raise UpdateFailed(f"generate waited {lock_wait:g}s for the writer lock: {e}", e.result) from None
             raise
+
+    res = wait_for_lock(
+        attempt,
+        lock_wait,
+        lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError" and not got.get("written"),
+        lambda e: UpdateFailed(f"generate waited {lock_wait:g}s for the writer lock: {e}", e.result),
+    )
     if "t_mark" in got:
         secs["mark"] = time.monotonic() - got["t_mark"]
     secs["total"] = time.monotonic() - t0
