@@ -248,12 +248,18 @@ def test_ssh_host_stopped_mid_stage(rack2, tmp_path: Path, reference) -> None:
     no_leftovers(roots)
 
 
-def wait_unlocked(path: Path) -> None:
-    """Until no process holds the writer lock of a db copy (a resumed agent gives up on its
-    own): a blocking flock, bounded by the test's timeout."""
+def wait_unlocked(path: Path, timeout: float) -> None:
+    """Until no process holds the writer lock of a db copy (a resumed agent gives up on its own)."""
+    deadline = time.monotonic() + timeout
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        fcntl.flock(f, fcntl.LOCK_UN)
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(f, fcntl.LOCK_UN)
+                return
+            except OSError:
+                assert time.monotonic() < deadline, f"{path} still locked"
+                time.sleep(0.1)
 
 
 class ManualClock:
@@ -288,7 +294,7 @@ def test_ssh_host_hung_mid_stage(rack2, tmp_path: Path, reference) -> None:
             update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=timeout, progress=pause_at_stage_3, clock=clock)
     finally:
         hosts[1].resume()
-    wait_unlocked(roots[1] / "crawl" / "LOCK")
+    wait_unlocked(roots[1] / "crawl" / "LOCK", 60)
     assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)
     assert_state(roots, 2, reference["ab"])

@@ -135,10 +135,3 @@ def target_state(page_value: bytes | None) -> int:
     if page_value is None:
         return TARGET_ABSENT
     return TARGET_OUT if page_value[39:43] != b"\x00\x00\x00\x00" else TARGET_NO_OUT
-
-
-def route_key(stage: int, key: bytes) -> tuple[bool, bytes]:
-    """(by_url, routing bytes) of an edit key of ``stage``."""
-    if STAGE_BY_URL[stage]:
-        return True, key[: key.index(b"\x00")] if stage == ST_LBU else key[:-2]
-    return False, key[:16]
