@@ -1,11 +1,11 @@
 """The engine's local executor: where the stage jobs of one stage run when every section is on
 this machine (``Writer.close``).
 
-``LocalExecutor(workers)`` keeps ``workers`` long-lived ``python -m webdb.writer.executor``
-processes for one batch: started once (not once per stage), each with its own memory, and
-without importing the caller's ``__main__``.  Jobs go as file paths on stdin; results come back
-as JSON lines on stdout.  A dead worker fails the batch with its stage and section.  With one
-worker, or one job, a stage runs in this process (the small-batch fast path).
+``LocalExecutor(workers)`` keeps ``workers`` long-lived worker processes (``serve``) for one
+batch: started once (not once per stage), each with its own memory, and without importing the
+caller's ``__main__``.  Jobs go as file paths on stdin; results come back as JSON lines on
+stdout.  A dead worker fails the batch with its stage and section.  With one worker, or one
+job, a stage runs in this process (the small-batch fast path).
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ import sys
 from webdb.errors import WebDBError
 from webdb.writer.cascade import run_stage
 
-__all__ = ["LocalExecutor"]
+__all__ = ["LocalExecutor", "serve"]
+
+# Workers start here, so that they import this process's webdb whatever the caller's working
+# directory holds (python puts the working directory first on a child's sys.path).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class LocalExecutor:
@@ -30,10 +34,11 @@ class LocalExecutor:
         if workers > 1:
             self.procs = [
                 subprocess.Popen(
-                    [sys.executable, "-m", "webdb.writer.executor"],
+                    [sys.executable, "-c", "import sys; from webdb.writer.executor import serve; sys.exit(serve())"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
+                    cwd=_ROOT,
                 )
                 for _ in range(workers)
             ]
@@ -100,7 +105,8 @@ class LocalExecutor:
         self.close()
 
 
-def _serve() -> int:
+def serve() -> int:
+    """A worker: run the stage job named by each stdin line, answer with its result (JSON line)."""
     for line in sys.stdin:
         with open(line.strip()) as f:
             job = json.load(f)
@@ -111,7 +117,3 @@ def _serve() -> int:
         sys.stdout.write(json.dumps(res) + "\n")
         sys.stdout.flush()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_serve())

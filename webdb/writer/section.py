@@ -143,7 +143,7 @@ class SectionWriter:
                 if not os.path.exists(p):  # bad input (exit code 2), not a failed run
                     raise BadInput(f"{self.host}: input {p}: no such file or directory")
             info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
-            api = {"pages": log._pbu.count, "links": log._lbm.count}
+            api = log.edits
             t_input = time.monotonic() - t0
             if not secs.ready:
                 secs = self.breakpoints(log)

@@ -67,6 +67,11 @@ class EditLog:
     def count(self) -> int:
         return self._pbu.count + self._lbm.count
 
+    @property
+    def edits(self) -> dict[str, int]:
+        """Edits recorded so far, page calls and link calls: the manifest's ``edits``."""
+        return {"pages": self._pbu.count, "links": self._lbm.count}
+
     def sample(self) -> list[bytes]:
         """The URL sample (reservoir) taken while the sections had no breakpoints yet."""
         return list(self._sample or [])
@@ -356,7 +361,7 @@ class Writer(EditLog):
             workers = 1  # starting worker processes costs more than a small batch
         job0 = stage_job(db.path, batch, gen, secs, s, self.tmp, workers)
         os.makedirs(self.tmp, exist_ok=True)
-        n_api = {"pages": self._pbu.count, "links": self._lbm.count}
+        n_api = self.edits
         if secs.ready:
             self.route(job0)
         self.discard()
