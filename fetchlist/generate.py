@@ -48,7 +48,6 @@ import bisect
 import heapq
 import json
 import os
-import struct
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -60,8 +59,8 @@ import mmh3
 from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
+from webdb import DAY, Page, pagecodec
 from webdb.errors import BadInput, LockedError
-from webdb.tables.records import DAY, PAGE_FIXED, Page
 
 __all__ = [
     "GenerateResult",
@@ -79,8 +78,6 @@ MARK = "gen"  # page.meta key of the generate mark
 DEFAULT_MARK_EXPIRY = 7 * DAY
 DEFAULT_MAX_ANCHORS = 10
 DEFAULT_MAX_INLINKS_SCANNED = 1000
-_FIELDS = struct.Struct("<16sBqqHIIdd")  # the fixed part of a page value (webdb.tables.records)
-_DOMAIN = struct.Struct("<q")  # a link value starts with the source's domain_id
 _MARK_BYTES = b'"' + MARK.encode() + b'"'
 
 
@@ -273,7 +270,12 @@ def _eligible(
 ) -> Iterator[tuple[tuple, bytes, bytes]]:
     """(order key, url bytes, page value) of every eligible page, by URL.  One pass over
     PagesByURL, block by block, decoding only the fixed fields (and meta if it has a mark)."""
-    unpack = _FIELDS.unpack_from
+    unpack, i_next, i_score, fixed = (
+        pagecodec.PAGE.unpack_from,
+        pagecodec.F_NEXT_FETCH,
+        pagecodec.F_SCORE,
+        pagecodec.PAGE_FIXED,
+    )
     hash64 = mmh3.hash64
     lo_score = float("-inf") if min_score is None else min_score
     not_due = low = marked = filtered = 0
@@ -285,15 +287,15 @@ def _eligible(
             counter[0] += len(keys)
             for k, v in zip(keys, vals):
                 f = unpack(v)
-                if f[3] > horizon:
+                if f[i_next] > horizon:
                     not_due += 1
                     continue
-                score = f[7]
+                score = f[i_score]
                 if score < lo_score:
                     low += 1
                     continue
-                if len(v) > PAGE_FIXED and _MARK_BYTES in v:
-                    at = mark_time(json.loads(v[PAGE_FIXED:]))
+                if len(v) > fixed and _MARK_BYTES in v:
+                    at = mark_time(json.loads(v[fixed:]))
                     if at is not None and at + mark_expiry > now:
                         marked += 1
                         continue
@@ -342,11 +344,11 @@ def _anchors(inlinks: _Inlinks, url_b: bytes, max_anchors: int, max_scanned: int
     for n, v in enumerate(inlinks.values(url_b)):
         if n >= max_scanned or len(out) >= max_anchors:
             break
-        dom = _DOMAIN.unpack_from(v)[0]
+        dom = pagecodec.link_domain_id(v)
         if dom in seen_dom:
             continue
         seen_dom.add(dom)
-        a = v[9:].decode("utf-8", "replace").strip()
+        a = pagecodec.link_anchor(v).strip()
         if a and a not in out:
             out.append(a)
     return out

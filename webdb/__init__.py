@@ -13,6 +13,7 @@ from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, NotADatabase, WebDBError
 from webdb.reader import Reader
 from webdb.schedule import FetchResult, Schedule
+from webdb.tables import pagecodec
 from webdb.tables.records import DAY, NEVER, Link, Page, Status, domain_id, url_md5
 from webdb.writer.writer import Writer
 
@@ -38,6 +39,7 @@ __all__ = [
     "create",
     "domain_id",
     "open",
+    "pagecodec",
     "url_md5",
     "__version__",
 ]
