@@ -6,7 +6,8 @@ and out of one location with an atomic put and a ``<name>.completed`` flag; shar
 operation on every location and report per host.  See docs/ndfs.md.
 """
 
-from webdb.ndfs.config import HostConfig, Location, NdfsConfig, load_config, parse_config, section_group
+from webdb.ndfs.config import HostConfig, JumpHost, Location, NdfsConfig, load_config, parse_config, section_group
+from webdb.ndfs.connect import fabric_connection, ssh_client
 from webdb.ndfs.errors import (
     ChecksumMismatch,
     CompletionTimeout,
@@ -36,6 +37,7 @@ __all__ = [
     "HostKeyRejected",
     "HostResult",
     "HostUnreachable",
+    "JumpHost",
     "Location",
     "LocalTransport",
     "NdfsConfig",
@@ -46,10 +48,12 @@ __all__ = [
     "SubprocessTransport",
     "Transport",
     "TransportError",
+    "fabric_connection",
     "load_config",
     "open_transport",
     "parse_config",
     "section_group",
+    "ssh_client",
     "ssh_options",
     "validate_component",
     "validate_name",
