@@ -59,7 +59,7 @@ import mmh3
 from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
-from webdb import DAY, Page, pagecodec
+from webdb import DAY, CallRecorder, Page, Reader, pagecodec
 from webdb.errors import BadInput, LockedError
 
 __all__ = [
@@ -93,7 +93,7 @@ class GenerateResult:
     skipped: dict[str, int] = field(default_factory=dict)
     hosts: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-    rack: Any = None  # generate_rack: the update's per-host result (webdb.writer.rack.UpdateResult)
+    rack: Any = None  # generate_rack: the update's per-host result (webdb.rack.UpdateResult)
     candidates: int = 0  # generate_rack: keys the locations sent the coordinator
 
     def summary(self) -> str:
@@ -539,38 +539,8 @@ def generate(
 # ---- in a rack ------------------------------------------------------------------------------------
 
 RACK_STEPS = "fetchlist.generate:rack_step"  # what a generate's agents run between sync and batch
-_MARKS_INPUT = "webdb.writer.inputs:replay_calls"
+_MARKS_INPUT = "calls"  # webdb's registered input of CallRecorder files (replay_calls)
 _CHUNK = 5000  # candidates or entries per reply part: one JSON line of at most a few MB
-
-
-class _SectionTables:
-    """The part of a Reader that ``_eligible`` and ``_Inlinks`` use, over the sections one
-    location holds (None elsewhere): a rack location cannot open a whole-db Reader."""
-
-    def __init__(self, db, manifest: dict, sections: list[int]) -> None:
-        from webdb.sections import Sections
-        from webdb.tables.format import TABLE_KINDS
-        from webdb.tables.table import BlockCache, TableReader
-
-        self.sections = Sections.from_json(manifest["sections"])
-        k = len(manifest["tables"])
-        self.tables: dict[str, list] = {t: [None] * k for t in ("pages_by_url", "links_by_url")}
-        cache = BlockCache(1 << 20)  # blocks are read with fill_cache=False
-        try:
-            for j in sections:
-                for t, lst in self.tables.items():
-                    e = manifest["tables"][j].get(t)
-                    if e:
-                        lst[j] = TableReader(os.path.join(db.section_dir(j), e["file"]), TABLE_KINDS[t], cache)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        for lst in self.tables.values():
-            for r in lst:
-                if r is not None:
-                    r.close()
 
 
 def rack_step(ctx, req: dict) -> Iterator[dict]:
@@ -587,7 +557,8 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
     if op == "select":
         from fetchlist.filters import UrlFilter
 
-        view = _SectionTables(ctx.db, ctx.manifest, ctx.sections)
+        # Only this location's sections (a rack location cannot open a whole-db Reader).
+        view = Reader.of_sections(ctx.db, ctx.manifest, ctx.sections, ("pages_by_url", "links_by_url"))
         ctx.state["view"] = view
         skipped: dict[str, int] = {}
         counter = [0]
@@ -621,8 +592,6 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
         yield {"stats": {"scanned": counter[0], "eligible": n_elig[0], "skipped": skipped}}
     elif op == "entries":
         import base64
-
-        from webdb.writer.inputs import CallRecorder
 
         view, values = ctx.state.pop("view"), ctx.state.pop("values")
         mark, max_anchors = req["mark"], req["max_anchors"]
@@ -677,7 +646,7 @@ def generate_rack(
     stage_timeout: float | None = None,
     env: dict[str, str] | None = None,
 ) -> GenerateResult:
-    """``generate`` over a rack (``webdb.writer.rack.Rack``): the same selection, segment and
+    """``generate`` over a rack (``webdb.rack.Rack``): the same selection, segment and
     marks as ``generate`` on the whole db, with each location scanning only its own sections.
     The segment is written here (on the coordinator).  docs/crawl.md, *Generate in a rack*.
 
@@ -696,7 +665,7 @@ def generate_rack(
     import base64
     import shutil
 
-    from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
+    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
 
     segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
     existed = os.path.isdir(segment_dir)
