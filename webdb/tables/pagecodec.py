@@ -28,12 +28,9 @@ __all__ = [
     "NO_OUTLINKS",
     "SCORES",
     "SCORE",
-    "META",
     "F_NEXT_FETCH",
     "F_SCORE",
-    "page_md5",
     "page_status",
-    "page_num_outlinks",
     "page_has_outlinks",
     "page_score",
     "page_without_md5",
@@ -64,23 +61,12 @@ NUM_OUTLINKS = slice(39, 43)
 NO_OUTLINKS = b"\x00\x00\x00\x00"  # value[NUM_OUTLINKS] of a page without outlinks
 SCORE = 43  # offset of score (f64); next_score follows
 SCORES = slice(43, PAGE_FIXED)  # score and next_score
-META = slice(PAGE_FIXED, None)
 _F64 = struct.Struct("<d")
-
-
-def page_md5(value: bytes) -> bytes:
-    """md5 of an encoded page value."""
-    return value[:16]
 
 
 def page_status(value: bytes) -> int:
     """status of an encoded page value."""
     return value[STATUS]
-
-
-def page_num_outlinks(value: bytes) -> int:
-    """num_outlinks of an encoded page value, without decoding the rest."""
-    return int.from_bytes(value[NUM_OUTLINKS], "little")
 
 
 def page_has_outlinks(value: bytes) -> bool:
