@@ -29,7 +29,8 @@ from w3lib.url import canonicalize_url
 
 from webdb import MAX_URL_BYTES, validate_url
 from webdb.errors import BadInput
-from webdb.urls import host_of, public_suffix_list, registered_domain
+from webdb.urls import host_of, registered_domain
+from webdb.urls import public_suffix_list as _psl
 
 __all__ = ["normalize", "registered_domain", "host_of", "WwwRules", "WWW", "BARE"]
 
@@ -198,7 +199,7 @@ class WwwRules:
         d = domain.lower()
         if not _HOST_RE.fullmatch(d) or "." not in d:
             return f"{domain!r} is not a domain name"
-        rd = public_suffix_list().privatesuffix(d)
+        rd = _psl().privatesuffix(d)
         if rd is None:
             return f"{domain!r} is a public suffix, not a registered domain"
         if rd != d:
