@@ -20,7 +20,6 @@ HostKeyRejected; both name the host.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 from typing import Any
 
@@ -190,7 +189,6 @@ def fabric_connection(host: HostConfig, *, connect_timeout: float | None = None)
         conn.client = client
         conn.transport = client.get_transport()  # fabric sees it open: ``open()`` is a no-op
     except BaseException:
-        with contextlib.suppress(OSError, paramiko.SSHException):
-            client.close()
+        client.close()  # fabric failed to build the Connection: do not leak the ssh session
         raise
     return conn
