@@ -58,7 +58,7 @@ from fetchlist.parse import parse
 from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
-from webdb.tables.records import Status
+from webdb import Status
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
 

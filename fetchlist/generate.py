@@ -48,7 +48,6 @@ import bisect
 import heapq
 import json
 import os
-import struct
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
@@ -60,9 +59,9 @@ import mmh3
 from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
+from webdb import DAY, CallRecorder, Page, Reader, pagecodec
 from webdb.errors import BadInput, LockedError
 from webdb.lockwait import wait_for_lock
-from webdb.tables.records import DAY, PAGE_FIXED, Page
 
 __all__ = [
     "GenerateResult",
@@ -80,8 +79,6 @@ MARK = "gen"  # page.meta key of the generate mark
 DEFAULT_MARK_EXPIRY = 7 * DAY
 DEFAULT_MAX_ANCHORS = 10
 DEFAULT_MAX_INLINKS_SCANNED = 1000
-_FIELDS = struct.Struct("<16sBqqHIIdd")  # the fixed part of a page value (webdb.tables.records)
-_DOMAIN = struct.Struct("<q")  # a link value starts with the source's domain_id
 _MARK_BYTES = b'"' + MARK.encode() + b'"'
 
 
@@ -97,7 +94,7 @@ class GenerateResult:
     skipped: dict[str, int] = field(default_factory=dict)
     hosts: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-    rack: Any = None  # generate_rack: the update's per-host result (webdb.writer.rack.UpdateResult)
+    rack: Any = None  # generate_rack: the update's per-host result (webdb.rack.UpdateResult)
     candidates: int = 0  # generate_rack: keys the locations sent the coordinator
 
     def summary(self) -> str:
@@ -274,7 +271,12 @@ def _eligible(
 ) -> Iterator[tuple[tuple, bytes, bytes]]:
     """(order key, url bytes, page value) of every eligible page, by URL.  One pass over
     PagesByURL, block by block, decoding only the fixed fields (and meta if it has a mark)."""
-    unpack = _FIELDS.unpack_from
+    unpack, i_next, i_score, fixed = (
+        pagecodec.PAGE.unpack_from,
+        pagecodec.F_NEXT_FETCH,
+        pagecodec.F_SCORE,
+        pagecodec.PAGE_FIXED,
+    )
     hash64 = mmh3.hash64
     lo_score = float("-inf") if min_score is None else min_score
     not_due = low = marked = filtered = 0
@@ -286,15 +288,15 @@ def _eligible(
             counter[0] += len(keys)
             for k, v in zip(keys, vals):
                 f = unpack(v)
-                if f[3] > horizon:
+                if f[i_next] > horizon:
                     not_due += 1
                     continue
-                score = f[7]
+                score = f[i_score]
                 if score < lo_score:
                     low += 1
                     continue
-                if len(v) > PAGE_FIXED and _MARK_BYTES in v:
-                    at = mark_time(json.loads(v[PAGE_FIXED:]))
+                if len(v) > fixed and _MARK_BYTES in v:
+                    at = mark_time(json.loads(v[fixed:]))
                     if at is not None and at + mark_expiry > now:
                         marked += 1
                         continue
@@ -343,11 +345,11 @@ def _anchors(inlinks: _Inlinks, url_b: bytes, max_anchors: int, max_scanned: int
     for n, v in enumerate(inlinks.values(url_b)):
         if n >= max_scanned or len(out) >= max_anchors:
             break
-        dom = _DOMAIN.unpack_from(v)[0]
+        dom = pagecodec.link_domain_id(v)
         if dom in seen_dom:
             continue
         seen_dom.add(dom)
-        a = v[9:].decode("utf-8", "replace").strip()
+        a = pagecodec.link_anchor(v).strip()
         if a and a not in out:
             out.append(a)
     return out
@@ -534,38 +536,8 @@ def generate(
 # ---- in a rack ------------------------------------------------------------------------------------
 
 RACK_STEPS = "fetchlist.generate:rack_step"  # what a generate's agents run between sync and batch
-_MARKS_INPUT = "webdb.writer.inputs:replay_calls"
+_MARKS_INPUT = "calls"  # webdb's registered input of CallRecorder files (replay_calls)
 _CHUNK = 5000  # candidates or entries per reply part: one JSON line of at most a few MB
-
-
-class _SectionTables:
-    """The part of a Reader that ``_eligible`` and ``_Inlinks`` use, over the sections one
-    location holds (None elsewhere): a rack location cannot open a whole-db Reader."""
-
-    def __init__(self, db, manifest: dict, sections: list[int]) -> None:
-        from webdb.sections import Sections
-        from webdb.tables.format import TABLE_KINDS
-        from webdb.tables.table import BlockCache, TableReader
-
-        self.sections = Sections.from_json(manifest["sections"])
-        k = len(manifest["tables"])
-        self.tables: dict[str, list] = {t: [None] * k for t in ("pages_by_url", "links_by_url")}
-        cache = BlockCache(1 << 20)  # blocks are read with fill_cache=False
-        try:
-            for j in sections:
-                for t, lst in self.tables.items():
-                    e = manifest["tables"][j].get(t)
-                    if e:
-                        lst[j] = TableReader(os.path.join(db.section_dir(j), e["file"]), TABLE_KINDS[t], cache)
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        for lst in self.tables.values():
-            for r in lst:
-                if r is not None:
-                    r.close()
 
 
 def rack_step(ctx, req: dict) -> Iterator[dict]:
@@ -582,7 +554,8 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
     if op == "select":
         from fetchlist.filters import UrlFilter
 
-        view = _SectionTables(ctx.db, ctx.manifest, ctx.sections)
+        # Only this location's sections (a rack location cannot open a whole-db Reader).
+        view = Reader.of_sections(ctx.db, ctx.manifest, ctx.sections, ("pages_by_url", "links_by_url"))
         ctx.state["view"] = view
         skipped: dict[str, int] = {}
         counter = [0]
@@ -616,8 +589,6 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
         yield {"stats": {"scanned": counter[0], "eligible": n_elig[0], "skipped": skipped}}
     elif op == "entries":
         import base64
-
-        from webdb.writer.inputs import CallRecorder
 
         view, values = ctx.state.pop("view"), ctx.state.pop("values")
         mark, max_anchors = req["mark"], req["max_anchors"]
@@ -672,7 +643,7 @@ def generate_rack(
     stage_timeout: float | None = None,
     env: dict[str, str] | None = None,
 ) -> GenerateResult:
-    """``generate`` over a rack (``webdb.writer.rack.Rack``): the same selection, segment and
+    """``generate`` over a rack (``webdb.rack.Rack``): the same selection, segment and
     marks as ``generate`` on the whole db, with each location scanning only its own sections.
     The segment is written here (on the coordinator).  docs/crawl.md, *Generate in a rack*.
 
@@ -691,7 +662,7 @@ def generate_rack(
     import base64
     import shutil
 
-    from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
+    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
 
     segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
     existed = os.path.isdir(segment_dir)

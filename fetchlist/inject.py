@@ -32,8 +32,8 @@ from typing import Any
 
 from fetchlist.filters import UrlFilter
 from fetchlist.normalize import WwwRules, normalize
+from webdb import DEFAULT_INTERVAL, Page
 from webdb.errors import BadInput
-from webdb.tables.records import DEFAULT_INTERVAL, Page
 
 __all__ = ["Seed", "read_seeds", "inject_seeds", "inject"]
 

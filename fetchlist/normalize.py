@@ -19,18 +19,18 @@ Runtime cost: about 20 µs per URL (w3lib does most of the work).
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-from publicsuffixlist import PublicSuffixList
 from w3lib.url import canonicalize_url
 
+from webdb import MAX_URL_BYTES, validate_url
 from webdb.errors import BadInput
-from webdb.tables.records import MAX_URL_BYTES, validate_url
+from webdb.urls import host_of, registered_domain
+from webdb.urls import public_suffix_list as _psl
 
 __all__ = ["normalize", "registered_domain", "host_of", "WwwRules", "WWW", "BARE"]
 
@@ -135,45 +135,6 @@ def remove_dot_segments(path: str) -> str:
             out.pop()
         last = ""
     return "/" + "/".join([*out, last]) if segs[0] == "" else path
-
-
-@functools.lru_cache(maxsize=1)
-def _psl() -> PublicSuffixList:
-    """The Public Suffix List bundled with the publicsuffixlist package (nothing fetched)."""
-    return PublicSuffixList()
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def registered_domain(host: str) -> str:
-    """The registered domain of ``host``: one label below its public suffix.
-
-    ``www.bbc.co.uk`` → ``bbc.co.uk``; ``a.b.github.io`` → ``b.github.io`` (private suffixes
-    count, so separate sites stay separate).  An IP address, a single-label host (``localhost``)
-    and a host that is itself a public suffix are their own registered domain.
-    Runtime cost: a few µs (cached for the last 65536 hosts).
-    """
-    h = host.lower().rstrip(".")
-    if h.startswith("[") or _is_ipv4(h):
-        return h
-    return _psl().privatesuffix(h) or h
-
-
-def _is_ipv4(host: str) -> bool:
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def host_of(url: str) -> str | None:
-    """The lowercased host of ``url`` without port (IPv6 without brackets), or ``None``."""
-    if not isinstance(url, str):
-        return None
-    try:
-        return urlsplit(url).hostname or None
-    except ValueError:
-        return None
 
 
 class WwwRules:

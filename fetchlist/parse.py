@@ -43,7 +43,7 @@ import lxml.html
 from w3lib.encoding import html_to_unicode
 
 from fetchlist.normalize import WwwRules, normalize
-from webdb.tables.records import DEFAULT_ANCHOR_MAX
+from webdb import DEFAULT_ANCHOR_MAX
 
 __all__ = ["ParseResult", "parse", "HTML_TYPES"]
 

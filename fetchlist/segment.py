@@ -32,9 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
 from fetchlist.parse import ParseResult
+from webdb import FetchResult, Page, Status
 from webdb.errors import BadInput, CorruptionError
-from webdb.schedule import FetchResult
-from webdb.tables.records import Page, Status
 
 __all__ = ["Segment", "SegmentWriter", "FetchEntry", "FetchRecord", "FetchOutcome", "SEGMENT_FORMAT", "SEGMENT_VERSION"]
 

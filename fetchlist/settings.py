@@ -7,8 +7,8 @@ The database's own settings (block size, fetch schedule, ...) are in ``webdb.set
 
 from __future__ import annotations
 
+from webdb import DEFAULT_ANCHOR_MAX
 from webdb.errors import BadInput
-from webdb.tables.records import DEFAULT_ANCHOR_MAX
 
 DEFAULTS: dict[str, object] = {
     # ---- identity ------------------------------------------------------------------------------

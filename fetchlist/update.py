@@ -47,10 +47,8 @@ from fetchlist.filters import UrlFilter
 from fetchlist.generate import MARK, host_key
 from fetchlist.normalize import WwwRules, normalize, registered_domain
 from fetchlist.segment import Segment
+from webdb import DEFAULT_INTERVAL, FetchResult, Link, Page, Status, check_share, domain_id
 from webdb.errors import BadInput
-from webdb.schedule import FetchResult
-from webdb.tables.records import DEFAULT_INTERVAL, Link, Page, Status, domain_id
-from webdb.writer.inputs import check_share
 
 __all__ = ["apply_segments", "UpdateOptions", "OPTIONS"]
 

@@ -120,7 +120,7 @@ class SSHHost:
                     "PrintMotd no",
                     "PrintLastLog no",
                     "X11Forwarding no",
-                    "AllowTcpForwarding no",
+                    "AllowTcpForwarding local",  # a jump host (tests of hosts.ini `jump`)
                     "MaxStartups 100",
                     "MaxSessions 50",
                     "LogLevel INFO",
@@ -238,24 +238,12 @@ class SSHHost:
             f"python = {sys.executable}\n"
         )
 
-    def connect_kwargs(self) -> dict[str, object]:
-        """paramiko/fabric ``connect_kwargs``: our key only, no agent, no ~/.ssh keys."""
-        return {"key_filename": str(self.key_path), "allow_agent": False, "look_for_keys": False, "timeout": 5}
+    def fabric_connection(self, **overrides: object):  # -> fabric.Connection
+        """An open fabric Connection to this host from webdb's connection factory (no ssh
+        config read, the host key checked against our known_hosts with a reject policy)."""
+        from webdb.ndfs.connect import fabric_connection
 
-    def fabric_connection(self):  # -> fabric.Connection
-        """A fabric Connection to this host that ignores ssh configs and checks the host key
-        against our known_hosts with RejectPolicy (fabric's default would auto-add)."""
-        import fabric
-        import paramiko
-
-        config = fabric.Config(overrides={"load_ssh_configs": False})
-        conn = fabric.Connection(
-            self.address, user=self.user, port=self.port, config=config, connect_kwargs=self.connect_kwargs()
-        )
-        conn.client = paramiko.SSHClient()
-        conn.client.load_host_keys(str(self.known_hosts))
-        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
-        return conn
+        return fabric_connection(self.host_config(**overrides))
 
 
 @dataclass

@@ -18,6 +18,7 @@ from webdb.ndfs import (
     ConfigError,
     DiskFull,
     GroupError,
+    JumpHost,
     LocalTransport,
     NutchFile,
     RemoteFileNotFound,
@@ -213,12 +214,38 @@ def test_known_hosts_defaults_to_the_users_file_at_connect_time(monkeypatch, tmp
         ("[host:a]\naddress = x\nroot = /r\n[host:a]\naddress = y\nroot = /r\n", "", "already exists"),
         ("[host:a]\naddress = x\naddress = y\nroot = /r\n", "", "already exists"),
         ("address = x\n", "", "no section headers|MissingSectionHeader|section header"),
+        ("[host:a]\naddress = x\nroot = /r\njump = gw:0\n", r"\[host:a\] jump", "bad port '0'"),
+        ("[host:a]\naddress = x\nroot = /r\njump = gw:ssh\n", r"\[host:a\] jump", "bad port 'ssh'"),
+        ("[host:a]\naddress = x\nroot = /r\njump = @gw\n", r"\[host:a\] jump", "empty user"),
+        ("[host:a]\naddress = x\nroot = /r\njump = [::1\n", r"\[host:a\] jump", "bad bracketed"),
+        ("[ndfs]\njump = u@\n", r"\[ndfs\] jump", "bad host ''"),
     ],
 )
 def test_config_errors_name_file_section_and_key(text: str, where: str, problem: str) -> None:
     with pytest.raises(ConfigError, match=f"^bad.ini: .*{where}.*({problem})") as e:
         parse_config(text, "bad.ini")
     assert isinstance(e.value, BadInput)
+
+
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("gw", JumpHost("gw", 22, None)),
+        ("gw.example:2222", JumpHost("gw.example", 2222, None)),
+        ("ops@gw", JumpHost("gw", 22, "ops")),
+        ("ops@10.0.0.1:2200", JumpHost("10.0.0.1", 2200, "ops")),
+        ("ops@[2001:db8::1]:2200", JumpHost("2001:db8::1", 2200, "ops")),
+        ("[2001:db8::1]", JumpHost("2001:db8::1", 22, None)),
+        ("2001:db8::1", JumpHost("2001:db8::1", 22, None)),
+    ],
+)
+def test_jump_host_user_and_port_are_parsed(text: str, want: JumpHost) -> None:
+    c = parse_config(f"[ndfs]\nuser = crawler\njump = {text}\n[host:a]\naddress = x\nroot = /r\nport = 2022\n")
+    h = c.hosts["a"]
+    assert (h.jump, h.user, h.port) == (want, "crawler", 2022)
+    assert JumpHost.parse(str(want)) == want  # the label in messages parses back
+    own = parse_config(f"[ndfs]\njump = {text}\n[host:b]\naddress = y\nroot = /r\njump = gw2\n")
+    assert own.hosts["b"].jump == JumpHost("gw2")  # a host's own jump overrides [ndfs]
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

@@ -4,12 +4,15 @@ and per-host group results."""
 
 from __future__ import annotations
 
+import base64
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import paramiko
 import pytest
 from sshd import SSHHost, known_hosts_line
 
@@ -20,16 +23,20 @@ from webdb.ndfs import (
     DiskFull,
     HostKeyRejected,
     HostUnreachable,
+    JumpHost,
     RemoteFileNotFound,
     SFTPTransport,
     SubprocessTransport,
     Transport,
     TransportError,
+    fabric_connection,
     open_transport,
     parse_config,
+    ssh_client,
     ssh_options,
 )
 from webdb.ndfs.config import Location
+from webdb.ndfs.connect import KEEPALIVE
 from webdb.ndfs.ssh import REREAD_VERIFY_MAX
 
 pytestmark = pytest.mark.ssh
@@ -310,6 +317,95 @@ def test_fabric_connection_helper_checks_host_keys(ssh_hosts: list[SSHHost]) -> 
     with h.fabric_connection() as c:
         r = c.run(f"ls {h.root} && echo ok-from-$(hostname)", hide=True, in_stream=False)
         assert r.ok and "ok-from-" in r.stdout
+
+
+def _fingerprint(public_key_line: str) -> str:
+    kind, blob = public_key_line.split()[:2]
+    return paramiko.PKey.from_type_string(kind, base64.b64decode(blob)).fingerprint
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["ssh_client", "fabric_connection", "sftp"])
+def test_changed_host_key_is_refused_naming_known_hosts_and_fingerprints(
+    how: str, ssh_hosts: list[SSHHost], tmp_path: Path
+) -> None:
+    h, other = ssh_hosts[0], ssh_hosts[1]
+    wrong = tmp_path / "known_hosts_changed"
+    wrong.write_text(known_hosts_line(h.address, h.port, other.host_key_pub))
+    hc = h.host_config(known_hosts=wrong)
+    with pytest.raises(HostKeyRejected) as e:
+        if how == "ssh_client":
+            ssh_client(hc)
+        elif how == "fabric_connection":
+            fabric_connection(hc)
+        else:
+            SFTPTransport(hc).exists("x")
+    msg = str(e.value)
+    assert "changed" in msg and str(wrong) in msg
+    assert _fingerprint(h.host_key_pub) in msg  # what the server showed
+    assert _fingerprint(other.host_key_pub) in msg  # what known_hosts holds
+    assert e.value.host == h.name
+
+
+@pytest.mark.timeout(120)
+def test_factory_applies_keepalive_and_timeouts_on_a_real_connection(ssh_hosts: list[SSHHost]) -> None:
+    h = ssh_hosts[0]
+    client = ssh_client(h.host_config(connect_timeout=4.0))
+    try:
+        t = client.get_transport()
+        assert t is not None and t.is_active()
+        assert t.packetizer._Packetizer__keepalive_interval == KEEPALIVE  # type: ignore[attr-defined]
+        assert (t.banner_timeout, t.auth_timeout, t.channel_timeout) == (4.0, 4.0, 4.0)
+        _in, out, _err = client.exec_command("echo up", timeout=10)
+        assert out.read() == b"up\n"
+    finally:
+        client.close()
+    assert not t.is_active()
+    # The fabric Connection runs on a factory client: same transport settings.
+    with fabric_connection(h.host_config(connect_timeout=3.0)) as c:
+        assert c.is_connected and c.transport is c.client.get_transport()
+        assert c.transport.packetizer._Packetizer__keepalive_interval == KEEPALIVE
+        assert c.transport.banner_timeout == 3.0
+        assert c.run("echo fab", hide=True, in_stream=False).stdout == "fab\n"
+    # ndfs's SFTP transport connects through the factory.
+    with make("sftp", h) as sftp:
+        assert not sftp.exists("nothing-here")
+        tr = sftp._client.get_transport()  # type: ignore[union-attr]
+        assert tr.packetizer._Packetizer__keepalive_interval == KEEPALIVE
+        assert tr.banner_timeout == h.host_config().connect_timeout
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_never_sends_its_banner_times_out(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(1)  # accepts TCP (the kernel does) and never speaks SSH
+    try:
+        hc = ssh_hosts[0].host_config(address="127.0.0.1", port=mute.getsockname()[1], connect_timeout=0.5)
+        with pytest.raises(HostUnreachable, match=r"127\.0\.0\.1:\d+.*(timed out|banner|Error reading SSH)"):
+            ssh_client(hc)
+    finally:
+        mute.close()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind", ["sftp", "scp"])
+def test_jump_host_tunnels_the_connection(kind: str, ssh_hosts: list[SSHHost], payload: Path, tmp_path: Path) -> None:
+    target, hop = ssh_hosts[0], ssh_hosts[1]
+    jump = JumpHost(hop.address, hop.port, hop.user)
+    with make(kind, target, jump=jump) as t:
+        c = t.put(payload, f"jump/{kind}")
+        assert t.get(f"jump/{kind}", tmp_path / "back") == c.size
+    assert (tmp_path / "back").read_bytes() == payload.read_bytes()
+    assert (target.root / f"jump/{kind}").read_bytes() == payload.read_bytes()
+    # The jump host really is on the path: with it down the target cannot be reached.
+    hop.stop()
+    try:
+        with make(kind, target, jump=jump) as t:
+            with pytest.raises(HostUnreachable, match=f"{hop.address}|{hop.port}"):
+                t.put(payload, f"jump/{kind}-2")
+    finally:
+        hop.start()
 
 
 def test_missing_sshd_fails_with_an_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,6 +6,19 @@ with db.writer() as w:
     w.add_page(webdb.Page("http://example.com/"))
 with db.reader() as r:
     print(r.get_page("http://example.com/"))
+
+Owns: the database as a whole — creating and opening one (db.py), sections (sections.py),
+settings and the fetch schedule, readers and ``check``/``rebalance``, and the parts below.
+
+May import: its parts only (``tables`` at the bottom, then ``ndfs``, ``writer``, ``analysis``,
+``cli`` at the top: docs/design.md, *Parts and arrows*); never ``fetchlist`` outside the CLI.
+
+The public API — what other packages (the crawl, ``fetchlist``; tools) may import — is this
+package's ``__all__`` and three small public modules: ``webdb.errors`` (every exception),
+``webdb.urls`` (host and registered-domain helpers) and ``webdb.rack`` (the distributed update).
+Everything else (``webdb.tables``, ``webdb.writer``, ``webdb.ndfs``, ``webdb.db``, ...) is
+internal; the allowed imports between the parts are import-linter contracts in pyproject.toml
+(docs/design.md, *Parts and arrows*).
 """
 
 from webdb.db import WebDB, create
@@ -13,19 +26,37 @@ from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, NotADatabase, WebDBError
 from webdb.reader import Reader
 from webdb.schedule import FetchResult, Schedule
-from webdb.tables.records import DAY, NEVER, Link, Page, Status, domain_id, url_md5
+from webdb.tables import pagecodec
+from webdb.tables.records import (
+    DAY,
+    DEFAULT_ANCHOR_MAX,
+    DEFAULT_INTERVAL,
+    MAX_URL_BYTES,
+    NEVER,
+    Link,
+    Page,
+    Status,
+    domain_id,
+    url_md5,
+    validate_url,
+)
+from webdb.writer.inputs import CallRecorder, check_share, register_input
 from webdb.writer.writer import Writer
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BadInput",
+    "CallRecorder",
     "CorruptionError",
     "DAY",
+    "DEFAULT_ANCHOR_MAX",
+    "DEFAULT_INTERVAL",
     "DistributedError",
     "FetchResult",
     "Link",
     "LockedError",
+    "MAX_URL_BYTES",
     "NEVER",
     "NotADatabase",
     "Page",
@@ -35,9 +66,13 @@ __all__ = [
     "WebDB",
     "WebDBError",
     "Writer",
+    "check_share",
     "create",
     "domain_id",
     "open",
+    "pagecodec",
+    "register_input",
     "url_md5",
+    "validate_url",
     "__version__",
 ]

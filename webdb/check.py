@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from webdb.errors import CorruptionError
 from webdb.sortbuf import SortBuffer
-from webdb.tables.records import link_flag, page_num_outlinks
+from webdb.tables.pagecodec import MD5, STATUS, link_flag, page_has_outlinks
 
 
 def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
@@ -90,9 +90,9 @@ def _check(reader, bar, tmp: str) -> dict:
     pages_out: list[tuple[bytes, bool]] = []
     page_spill = SortBuffer(tmp, "pages", mem)
     for _, k, v in _scan(reader, "pages_by_url", bar):
-        pbm_exp.add(v[:16] + k + b"\x00" + v)
-        status[v[16]] = status.get(v[16], 0) + 1
-        page_spill.add(k + b"\x00" + (b"\x01" if page_num_outlinks(v) else b"\x00"))
+        pbm_exp.add(v[MD5] + k + b"\x00" + v)
+        status[v[STATUS]] = status.get(v[STATUS], 0) + 1
+        page_spill.add(k + b"\x00" + (b"\x01" if page_has_outlinks(v) else b"\x00"))
     n_pages = _sorted_equal(
         pbm_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)), "PagesByMD5 vs PagesByURL"
     )

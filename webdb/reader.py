@@ -9,7 +9,7 @@ open file handles stay valid after a later commit removes the files.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from webdb.errors import CorruptionError
 from webdb.sections import Sections
@@ -43,12 +43,27 @@ class Reader:
         self.generation = m["generation"]
         self.sections = Sections.from_json(m["sections"])
 
-    def _open(self, m: dict, cache: BlockCache) -> None:
+    @classmethod
+    def of_sections(
+        cls, db, manifest: dict, sections: Iterable[int], tables: Iterable[str] = TABLE_KINDS, cache_mb: int = 1
+    ) -> Reader:
+        """A reader of some sections of ``manifest`` only: the others' tables (and tables not in
+        ``tables``) are None.  What a rack location holding some sections opens (it cannot open
+        the whole db); point lookups and enumerations need all sections, ``tables`` does not."""
+        self = cls.__new__(cls)
+        self.db = db
+        self._open(manifest, BlockCache(cache_mb << 20), set(sections), set(tables))
+        self.manifest = manifest
+        self.generation = manifest["generation"]
+        self.sections = Sections.from_json(manifest["sections"])
+        return self
+
+    def _open(self, m: dict, cache: BlockCache, sections: set[int] | None = None, only: set[str] | None = None) -> None:
         tabs: dict[str, list[TableReader | None]] = {t: [] for t in TABLE_KINDS}
         try:
             for j, entry in enumerate(m["tables"]):
                 for t in TABLE_KINDS:
-                    e = entry.get(t)
+                    e = entry.get(t) if (sections is None or j in sections) and (only is None or t in only) else None
                     path = os.path.join(self.db.section_dir(j), e["file"]) if e else None
                     tabs[t].append(TableReader(path, TABLE_KINDS[t], cache) if path else None)
         except BaseException:

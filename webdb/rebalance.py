@@ -16,6 +16,7 @@ import time
 from webdb.manifest import build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.pagecodec import page_status
 from webdb.tables.table import TableWriter, check_block_crc
 
 
@@ -94,7 +95,7 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
                                 j = of(key)
                                 writer(j).add(key, val)
                                 if table == "pages_by_url":
-                                    st = str(val[16])
+                                    st = str(page_status(val))
                                     status[j][st] = status[j].get(st, 0) + 1
                     for j, w in writers.items():
                         info = w.close()

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from webdb.sortbuf import SortBuffer
 from webdb.tables.records import Page
+from webdb.urls import host_of, registered_domain
 
 __all__ = ["PrefixStat", "prefix_stats", "url_prefixes"]
 
@@ -67,8 +68,6 @@ def url_prefixes(url: str, depth: int) -> list[str]:
 
 
 def _domain(prefix: str) -> str:
-    from fetchlist.normalize import host_of, registered_domain
-
     host = host_of(prefix)
     return registered_domain(host) if host else ""
 

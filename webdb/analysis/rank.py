@@ -33,14 +33,12 @@ from concurrent.futures import ProcessPoolExecutor
 from webdb.errors import BadInput
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import TMP_DIR
+from webdb.tables.pagecodec import page_score
 from webdb.tables.records import Page
 
 __all__ = ["rank", "rank_iteration", "section_contributions"]
 
-# A page value starts md5(16) status(1) fetch_time(8) next_fetch(8) retries(2) interval(4)
-# num_outlinks(4), then score (double) at offset 43 (docs/format.md, records.py ``_PAGE``).
-_SCORE = struct.Struct("<d")
-_SCORE_AT = 43
+_SHARE = struct.Struct("<d")  # a score share in a contribution record
 
 
 def _md5_groups(items: Iterator[tuple[bytes, bytes]]):
@@ -67,9 +65,9 @@ def section_contributions(db, j: int, tmpdir: str, max_bytes: int) -> list[str]:
                 break
             if cur[0] != md5:
                 continue  # links of a content no page carries any more: no score to give
-            total = sum(_SCORE.unpack_from(v, _SCORE_AT)[0] for _, v in cur[1])
+            total = sum(page_score(v) for _, v in cur[1])
             targets = [k[16:] for k, _ in links]  # one page's outlinks: bounded by the update's cap
-            share = _SCORE.pack(total / len(targets))
+            share = _SHARE.pack(total / len(targets))
             for t in targets:
                 buf.add(t + b"\x00" + md5 + share)  # (url, md5) is unique: run keys must be
     buf.spill()
@@ -79,7 +77,7 @@ def section_contributions(db, j: int, tmpdir: str, max_bytes: int) -> list[str]:
 def _sums(records: Iterator[bytes]) -> Iterator[tuple[bytes, float]]:
     """(url, sum of shares) from ``url 0x00 md5 share`` records sorted by url."""
     for url, grp in itertools.groupby(records, key=lambda rec: rec[: rec.index(b"\x00")]):
-        yield url, sum(_SCORE.unpack_from(rec, len(url) + 17)[0] for rec in grp)
+        yield url, sum(_SHARE.unpack_from(rec, len(url) + 17)[0] for rec in grp)
 
 
 def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int | None = None) -> dict:

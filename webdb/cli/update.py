@@ -21,7 +21,7 @@ import time
 
 from webdb.cli.common import add_json, emit, parse_settings
 from webdb.errors import BadInput
-from webdb.writer.inputs import DEFAULT_INPUT, resolve
+from webdb.writer.inputs import DEFAULT_INPUT, input_spec, resolve
 from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, parse_inputs, update
 
 
@@ -40,8 +40,9 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--input",
         default=DEFAULT_INPUT,
-        metavar="MODULE:FUNCTION",
-        help=f"what applies the input to a section writer (default {DEFAULT_INPUT})",
+        metavar="NAME|MODULE:FUNCTION",
+        help=f"what applies the input to a section writer: a registered name or MODULE:FUNCTION "
+        f"(default {DEFAULT_INPUT}, the crawl's segments)",
     )
     p.add_argument(
         "--option",
@@ -113,7 +114,11 @@ class Progress:
 
 
 def run(args) -> int:
-    fn = resolve(args.input)  # a missing input module is reported here, before any host is touched
+    import fetchlist
+
+    fetchlist.register_inputs()  # the crawl's inputs by name ("segments"); webdb does not know them
+    spec = input_spec(args.input)  # the hosts get MODULE:FUNCTION: they import it themselves
+    fn = resolve(spec)  # a missing input module is reported here, before any host is touched
     # Sections of one host split the input into ordered shares when the input function can.
     shares = "share" in inspect.signature(fn).parameters
     if args.hosts:
@@ -127,7 +132,7 @@ def run(args) -> int:
         res = update(
             rack,
             inputs,
-            input_fn=args.input,
+            input_fn=spec,
             options=_options(args.option),
             settings=parse_settings(args.set),
             heartbeat_timeout=args.heartbeat_timeout,

@@ -4,9 +4,17 @@ A NutchFile ``(db, share group, name)`` lives at ``<root>/<db>/<group>/<name>`` 
 location (host or local path) that hosts.ini assigns to the group.  Transports copy files in
 and out of one location with an atomic put and a ``<name>.completed`` flag; share groups run an
 operation on every location and report per host.  See docs/ndfs.md.
+
+Owns: hosts.ini (config.py), file names (names.py), the transports — local, SFTP, scp/rsync —
+with their atomic put (transport.py, ssh.py), the one ssh connection factory (connect.py:
+host-key policy, timeouts, keepalive, jump host) and share-group operations (group.py).
+Knows nothing of tables or databases: it moves named files.
+
+May import: ``webdb.errors`` only (contract ``ndfs-stands-alone`` in pyproject.toml).
 """
 
-from webdb.ndfs.config import HostConfig, Location, NdfsConfig, load_config, parse_config, section_group
+from webdb.ndfs.config import HostConfig, JumpHost, Location, NdfsConfig, load_config, parse_config, section_group
+from webdb.ndfs.connect import fabric_connection, ssh_client
 from webdb.ndfs.errors import (
     ChecksumMismatch,
     CompletionTimeout,
@@ -36,6 +44,7 @@ __all__ = [
     "HostKeyRejected",
     "HostResult",
     "HostUnreachable",
+    "JumpHost",
     "Location",
     "LocalTransport",
     "NdfsConfig",
@@ -46,10 +55,12 @@ __all__ = [
     "SubprocessTransport",
     "Transport",
     "TransportError",
+    "fabric_connection",
     "load_config",
     "open_transport",
     "parse_config",
     "section_group",
+    "ssh_client",
     "ssh_options",
     "validate_component",
     "validate_name",

@@ -3,7 +3,7 @@
 Every machine of a group reads the same file (see ``hosts.ini`` at the repository root and
 docs/ndfs.md for every key).  Sections:
 
-``[ndfs]``          defaults for every host (user, port, key_file, known_hosts, python,
+``[ndfs]``          defaults for every host (user, port, key_file, known_hosts, jump, python,
                     transport, connect_timeout, timeout) and the default ``db`` name.
 ``[host:NAME]``     one machine: ``address`` and ``root`` are required.
 ``[group:NAME]``    ``locations``: comma-separated host names and/or absolute local paths.
@@ -37,6 +37,7 @@ HOST_KEYS = frozenset(
         "user",
         "key_file",
         "known_hosts",
+        "jump",
         "root",
         "python",
         "transport",
@@ -46,7 +47,7 @@ HOST_KEYS = frozenset(
 )
 # Keys of [ndfs] that are defaults for every [host:*] section.
 INHERITED_KEYS = frozenset(
-    {"port", "user", "key_file", "known_hosts", "python", "transport", "connect_timeout", "timeout"}
+    {"port", "user", "key_file", "known_hosts", "jump", "python", "transport", "connect_timeout", "timeout"}
 )
 NDFS_KEYS = INHERITED_KEYS | {"db"}
 
@@ -62,6 +63,43 @@ def section_group(i: int) -> str:
 
 
 @dataclass(frozen=True)
+class JumpHost:
+    """``jump = [user@]host[:port]``: the host a connection to a [host:*] is tunnelled through
+    (as ``ssh -J``).  ``user`` None means the target host's user.  An IPv6 address with a port
+    is written in brackets: ``[2001:db8::1]:2222``."""
+
+    address: str
+    port: int = 22
+    user: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> JumpHost:
+        """Parse ``[user@]host[:port]``; ValueError saying what is wrong."""
+        user, at, rest = text.strip().rpartition("@")
+        if at and not user:
+            raise ValueError(f"empty user in {text!r}")
+        port = "22"
+        if rest.startswith("["):
+            addr, close, tail = rest[1:].partition("]")
+            if not close or (tail and not tail.startswith(":")):
+                raise ValueError(f"bad bracketed address in {text!r}")
+            port = tail[1:] or port
+        elif rest.count(":") == 1:
+            addr, _, port = rest.partition(":")
+        else:
+            addr = rest  # a host name, IPv4, or an IPv6 address without a port
+        if not addr or any(c.isspace() or c in "@[]/" for c in addr):
+            raise ValueError(f"bad host {addr!r} in {text!r}")
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ValueError(f"bad port {port!r} in {text!r} (1..65535)")
+        return cls(addr, int(port), user or None)
+
+    def __str__(self) -> str:
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{self.user + '@' if self.user else ''}{host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class HostConfig:
     """One machine reachable over ssh.  ``known_hosts`` None means ``~/.ssh/known_hosts``."""
 
@@ -72,6 +110,7 @@ class HostConfig:
     user: str = field(default_factory=getpass.getuser)
     key_file: Path | None = None
     known_hosts: Path | None = None
+    jump: JumpHost | None = None
     python: str | None = None
     transport: str = "auto"
     connect_timeout: float = 10.0
@@ -186,6 +225,11 @@ class _Reader:
         for key in ("key_file", "known_hosts"):
             if key in merged:
                 kw[key] = self.file(sec, key, merged[key])
+        if "jump" in merged:
+            try:
+                kw["jump"] = JumpHost.parse(self.text(sec, "jump", merged["jump"]))
+            except ValueError as e:
+                raise self.error(sec, "jump", str(e)) from None
         if "python" in merged:
             kw["python"] = self.text(sec, "python", merged["python"])
         if "transport" in merged:

@@ -1,19 +1,21 @@
 """Transports to a remote host over ssh: paramiko SFTP, and the system scp/rsync for bulk data.
 
-Host keys are always checked against the host's known_hosts file (hosts.ini ``known_hosts``,
-default ``~/.ssh/known_hosts``) with a reject policy: an unknown or changed key is refused with
-HostKeyRejected, never added.  The system ``ssh`` runs with ``-F /dev/null`` and explicit
-options only, so the user's ~/.ssh/config never changes what a transport does.
+SFTP connections come from ``webdb.ndfs.connect.ssh_client``, the one connection factory: host
+keys always checked against the host's known_hosts file (hosts.ini ``known_hosts``, default
+``~/.ssh/known_hosts``) with a reject policy (an unknown or changed key is refused with
+HostKeyRejected, never added), ``connect_timeout`` for the TCP connect, banner and
+authentication, keepalives, and the ``jump`` host.  The system ``ssh`` runs with
+``-F /dev/null`` and the same policy as explicit options (``ssh_options``), so the user's
+~/.ssh/config never changes what a transport does.
 
-Every SFTP operation is bounded: ``connect_timeout`` for the TCP connect, banner and
-authentication; ``timeout`` for each wait on the server; keepalives every ``KEEPALIVE``
-seconds.  A broken or timed-out connection raises HostUnreachable and is dropped; the next
-operation reconnects.
+Every SFTP operation is bounded: ``timeout`` for each wait on the server.  A broken or
+timed-out connection raises HostUnreachable and is dropped; the next operation reconnects.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import io
@@ -31,6 +33,7 @@ import paramiko
 from paramiko.sftp import CMD_EXTENDED, CMD_EXTENDED_REPLY
 
 from webdb.ndfs.config import HostConfig
+from webdb.ndfs.connect import ssh_client, why
 from webdb.ndfs.errors import (
     DiskFull,
     HostKeyRejected,
@@ -42,7 +45,6 @@ from webdb.ndfs.transport import CHUNK, Completion, Transport, sha256_file
 
 T = TypeVar("T")
 
-KEEPALIVE = 15.0
 # Larger than paramiko's 2 MiB default: more data in flight per round trip on fast links.
 WINDOW_SIZE = 1 << 26
 # Files up to this size are verified by reading them back over SFTP; larger ones by running
@@ -58,31 +60,6 @@ DEFAULT_LARGE_FILE_TOOL: str | None = "scp"
 MIN_BULK_RATE = 1 << 20
 # Outstanding 32 KiB read requests of an SFTP download.
 PREFETCH_REQUESTS = 64
-
-
-class _RejectUnknown(paramiko.RejectPolicy):
-    """paramiko's RejectPolicy, raising our error so callers see which file was consulted."""
-
-    def __init__(self, label: str, known_hosts: str) -> None:
-        self.label = label
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
-        raise HostKeyRejected(
-            self.label,
-            "",
-            f"host key of {hostname} ({key.get_name()} {key.fingerprint}) is not in "
-            f"{self.known_hosts}; refusing to connect",
-        )
-
-
-def _why(e: BaseException) -> str:
-    """A readable reason even for exceptions with an empty message (socket timeouts)."""
-    if isinstance(e, (socket.timeout, TimeoutError)) and not str(e):
-        return "no answer (timed out)"
-    if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
-        return "connection refused"
-    return str(e) or type(e).__name__
 
 
 def _is_connection_error(e: BaseException) -> bool:
@@ -137,54 +114,16 @@ class SFTPTransport(Transport):
 
     def _open(self) -> paramiko.SFTPClient:
         h = self.host
-        known = str(h.known_hosts_path())
-        client = paramiko.SSHClient()
+        client = ssh_client(h, connect_timeout=self._timeout(h.connect_timeout))
         try:
-            try:
-                client.load_host_keys(known)
-            except FileNotFoundError:
-                raise HostKeyRejected(
-                    h.name, "", f"known_hosts file {known} does not exist; cannot verify the host key"
-                ) from None
-            except (OSError, paramiko.SSHException) as e:
-                raise HostKeyRejected(h.name, "", f"cannot read known_hosts file {known}: {e}") from None
-            client.set_missing_host_key_policy(_RejectUnknown(h.name, known))
-            wait = self._timeout(h.connect_timeout)
-            client.connect(
-                h.address,
-                port=h.port,
-                username=h.user,
-                key_filename=str(h.key_file) if h.key_file else None,
-                timeout=wait,
-                banner_timeout=wait,
-                auth_timeout=wait,
-                channel_timeout=wait,
-                allow_agent=h.key_file is None,
-                look_for_keys=h.key_file is None,
-            )
             transport = client.get_transport()
             assert transport is not None
-            transport.set_keepalive(int(KEEPALIVE))
             sftp = paramiko.SFTPClient.from_transport(transport, window_size=self.window_size)
             assert sftp is not None
             sftp.get_channel().settimeout(self._timeout(h.timeout))
-        except HostKeyRejected:
-            client.close()
-            raise
-        except paramiko.BadHostKeyException as e:
-            client.close()
-            raise HostKeyRejected(
-                h.name,
-                "",
-                f"host key of {h.address}:{h.port} changed: got {e.key.get_name()} {e.key.fingerprint}, "
-                f"{known} has {e.expected_key.fingerprint}; refusing to connect",
-            ) from None
-        except paramiko.AuthenticationException as e:
-            client.close()
-            raise HostUnreachable(h.name, "", f"authentication as {h.user} failed: {e}") from None
         except (OSError, EOFError, paramiko.SSHException) as e:
             client.close()
-            raise HostUnreachable(h.name, "", f"cannot connect to {h.address}:{h.port}: {_why(e)}") from None
+            raise HostUnreachable(h.name, "", f"cannot open SFTP on {h.address}:{h.port}: {why(e)}") from None
         self._client = client
         return sftp
 
@@ -211,10 +150,10 @@ class SFTPTransport(Transport):
                 if not _is_connection_error(e) and self._alive():
                     raise TransportError(self.label, name, f"{self._abs(name)}: {e}") from e
                 self.close()
-                raise HostUnreachable(self.label, name, f"connection to {self._where_host()} lost: {_why(e)}") from None
+                raise HostUnreachable(self.label, name, f"connection to {self._where_host()} lost: {why(e)}") from None
             except (EOFError, paramiko.SSHException) as e:
                 self.close()
-                raise HostUnreachable(self.label, name, f"connection to {self._where_host()} lost: {_why(e)}") from None
+                raise HostUnreachable(self.label, name, f"connection to {self._where_host()} lost: {why(e)}") from None
 
     def _where_host(self) -> str:
         return f"{self.host.address}:{self.host.port}"
@@ -445,7 +384,11 @@ class SFTPTransport(Transport):
 
 def ssh_options(host: HostConfig) -> list[str]:
     """Options for the system ssh/scp: no config file, strict host-key checking against the
-    host's known_hosts only, batch mode (never a prompt), bounded connect and keepalive."""
+    host's known_hosts only, batch mode (never a prompt), bounded connect and keepalive.
+
+    A ``jump`` host becomes a ProxyCommand running ``ssh -W`` with these same options (not
+    ProxyJump: the ssh it starts would not get our -o options, so it would read the user's
+    known_hosts and could prompt)."""
     alive = max(1, math.ceil(host.timeout / 3))
     opts = [
         "-F",
@@ -475,6 +418,10 @@ def ssh_options(host: HostConfig) -> list[str]:
     ]
     if host.key_file:
         opts += ["-o", "IdentitiesOnly=yes", "-o", f"IdentityFile={_quote_opt(str(host.key_file))}"]
+    if host.jump is not None:
+        j = host.jump
+        hop = dataclasses.replace(host, address=j.address, port=j.port, user=j.user or host.user, jump=None)
+        opts += ["-o", "ProxyCommand=" + shlex.join(["ssh", *ssh_options(hop), "-W", "%h:%p", j.address])]
     return opts
 
 

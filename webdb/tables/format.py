@@ -37,8 +37,3 @@ CURRENT = "CURRENT"
 LOCK = "LOCK"
 GEN_DIR = "gen"
 TMP_DIR = "tmp"
-EDITS_DIR = "edits"
-
-# Separator after a URL inside a compound key: smaller than any byte a URL may hold.
-URL_END = b"\x00"
-MD5_LEN = 16

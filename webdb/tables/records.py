@@ -25,6 +25,7 @@ import struct
 from dataclasses import dataclass, field
 
 from webdb.errors import BadInput
+from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT, PAGE, PAGE_FIXED
 
 __all__ = ["Page", "Link", "Status", "validate_url", "url_md5", "DAY", "NEVER"]
 
@@ -77,12 +78,6 @@ def validate_url(url: object, max_bytes: int = MAX_URL_BYTES) -> bytes:
     return b
 
 
-# md5 status fetch_time next_fetch retries interval num_outlinks score next_score
-_PAGE = struct.Struct("<16sBqqHIIdd")
-_LINK = struct.Struct("<qB")  # domain_id flags
-_LINK_OUT = 1  # flags bit: target has outlinks
-
-
 @dataclass(slots=True)
 class Page:
     """One page of the db.  Times are seconds since the epoch; ``fetch_interval`` is seconds.
@@ -112,9 +107,9 @@ class Page:
         return self.status != Status.UNFETCHED
 
     def encode_value(self) -> bytes:
-        """Value bytes (everything but the url); see docs/format.md."""
+        """Value bytes (everything but the url); layout in pagecodec.py and docs/format.md."""
         try:
-            v = _PAGE.pack(
+            v = PAGE.pack(
                 self.md5,
                 self.status,
                 self.fetch_time,
@@ -135,21 +130,9 @@ class Page:
 
     @classmethod
     def decode(cls, url: str, value: bytes) -> Page:
-        md5, st, ft, nf, r, iv, no, sc, ns = _PAGE.unpack_from(value)
-        meta = json.loads(value[_PAGE.size :]) if len(value) > _PAGE.size else {}
+        md5, st, ft, nf, r, iv, no, sc, ns = PAGE.unpack_from(value)
+        meta = json.loads(value[PAGE_FIXED:]) if len(value) > PAGE_FIXED else {}
         return cls(url, md5, st, ft, nf, r, iv, no, sc, ns, meta)
-
-
-PAGE_FIXED = _PAGE.size
-
-
-def page_num_outlinks(value: bytes) -> int:
-    """num_outlinks of an encoded page value, without decoding the rest."""
-    return int.from_bytes(value[39:43], "little")
-
-
-def page_md5(value: bytes) -> bytes:
-    return value[:16]
 
 
 @dataclass(slots=True)
@@ -168,44 +151,17 @@ class Link:
     target_has_outlink: bool = False
 
     def encode_value(self) -> bytes:
-        return _LINK.pack(self.domain_id, _LINK_OUT if self.target_has_outlink else 0) + self.anchor.encode(
+        return LINK.pack(self.domain_id, LINK_OUT if self.target_has_outlink else 0) + self.anchor.encode(
             "utf-8", "replace"
         )
 
     @classmethod
     def decode(cls, from_id: bytes, url: str, value: bytes) -> Link:
-        d, f = _LINK.unpack_from(value)
-        return cls(from_id, url, value[9:].decode("utf-8", "replace"), d, bool(f & _LINK_OUT))
-
-
-def link_flag(value: bytes) -> bool:
-    return bool(value[8] & _LINK_OUT)
-
-
-def link_with_flag(value: bytes, flag: bool) -> bytes:
-    return value[:8] + (b"\x01" if flag else b"\x00") + value[9:]
+        d, f = LINK.unpack_from(value)
+        return cls(from_id, url, value[LINK_FIXED:].decode("utf-8", "replace"), d, bool(f & LINK_OUT))
 
 
 def domain_id(host: str) -> int:
     """64-bit signed hash of a lowercased host name (stable across runs and machines)."""
     digest = hashlib.md5(host.lower().encode("utf-8", "replace")).digest()
     return int.from_bytes(digest[:8], "little", signed=True)
-
-
-# ---- keys -------------------------------------------------------------------------------------
-
-
-def pbu_key(url_b: bytes) -> bytes:
-    return url_b
-
-
-def pbm_key(md5: bytes, url_b: bytes) -> bytes:
-    return md5 + url_b
-
-
-def lbm_key(from_id: bytes, url_b: bytes) -> bytes:
-    return from_id + url_b
-
-
-def lbu_key(url_b: bytes, from_id: bytes) -> bytes:
-    return url_b + b"\x00" + from_id

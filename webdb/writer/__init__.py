@@ -2,12 +2,15 @@
 (``Writer.close``: engine + local executor) and on a rack (``webdb update``: section writers,
 agents, coordinator).
 
-Modules: ``writer`` (EditLog, Writer), ``edits`` (edit keys), ``cascade`` (one stage of one
-section), ``engine`` (the stage loop and the batch's manifest), ``executor`` (local worker
-processes), ``section`` / ``distributed`` / ``coordinator`` / ``hosts`` / ``results`` / ``rack``
-(the distributed writer), ``inputs`` (what feeds a section writer).
+Owns: turning writer calls into a committed generation — edit records (``edits``), the
+``Writer`` and its ``EditLog`` (``writer``), one stage of one section (``cascade``), the stage
+loop and the batch's manifest (``engine``), local worker processes (``executor``), the
+distributed writer (``section`` / ``distributed`` / ``coordinator`` / ``hosts`` / ``results`` /
+``rack``) and what feeds a section writer (``inputs``).
 
-May import: webdb's core (db, manifest, sections, settings, schedule, sortbuf, tables, ndfs,
-errors, _fault).  Imported by: webdb (Writer), the CLI, fetchlist (rack); never by db,
-manifest, check or rebalance.
+May import: webdb's core (``db``, ``manifest``, ``sections``, ``settings``, ``schedule``,
+``sortbuf``, ``lockwait``, ``tables``, ``ndfs``, ``errors``, ``_fault``).  Never ``fetchlist``
+(the crawl registers its inputs by name: inputs.py) nor ``webdb.cli`` / ``webdb.analysis``.
+Imported by: ``webdb`` (``Writer``), the CLI, and the public ``webdb.rack``; never by ``db``,
+``manifest``, ``check`` or ``rebalance``.
 """

@@ -31,6 +31,17 @@ from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.pagecodec import (
+    LINK_FLAGS,
+    LINK_OUT,
+    MD5,
+    NO_OUTLINKS,
+    NUM_OUTLINKS,
+    STATUS,
+    link_same_but_flag,
+    link_with_flags,
+    page_with_scores_of,
+)
 from webdb.tables.records import Page
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
@@ -202,7 +213,7 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         new = old
         link = None
         if op == E.OP_ADD:
-            new = val[:43] + old[43:59] + val[59:] if old is not None else val
+            new = page_with_scores_of(val, old) if old is not None else val
         elif op == E.OP_ADD_SCORE:
             new = val
         elif op == E.OP_IFN:
@@ -220,25 +231,25 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
                     p = apply_fetch(p, decode_fetch(url, fv), sched)
             new = p.encode_value()
         if old is not None and new is not None:
-            if old[:16] != new[:16]:
-                em2.add(E.pbm_edit_key(old[:16], url_b, E.OP2_DEL))
-                em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
+            if old[MD5] != new[MD5]:
+                em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))
+                em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
             elif old != new:
-                em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
+                em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
         elif old is not None:
-            em2.add(E.pbm_edit_key(old[:16], url_b, E.OP2_DEL))
+            em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))
         elif new is not None:
-            em2.add(E.pbm_edit_key(new[:16], url_b, E.OP2_ADD), new)
+            em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
         if link is not None:
             em3.add(E.lbm_add_key(link[0], url_b), link[1])
-        if old is None or new is None or (old[39:43] == b"\0\0\0\0") != (new[39:43] == b"\0\0\0\0"):
+        if old is None or new is None or (old[NUM_OUTLINKS] == NO_OUTLINKS) != (new[NUM_OUTLINKS] == NO_OUTLINKS):
             so, sn = E.target_state(old), E.target_state(new)
             if so != sn:
                 em4.add(E.lbu_notice_key(url_b), bytes((sn,)))
         if old is not None:
-            status[old[16]] = status.get(old[16], 0) - 1
+            status[old[STATUS]] = status.get(old[STATUS], 0) - 1
         if new is not None:
-            status[new[16]] = status.get(new[16], 0) + 1
+            status[new[STATUS]] = status.get(new[STATUS], 0) + 1
         return new
 
     def groups():
@@ -326,15 +337,15 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             dropped += len(adds)  # no page carries this content: its links would be orphans
             adds = []
         new: dict[bytes, bytes] = {} if del_all else dict(old)
-        tail = b"\x00" + E.TAG4_LINK + md5 + bytes((E.OP4_ADD,))
+        tail = E.lbu_link_tail(md5, E.OP4_ADD)
         ek: list[bytes] = []
         ev: list[bytes] = []
         for u, v in adds:  # in url order; the last add of a url won already
             prev = old.get(u)
-            if prev is not None and prev[:8] == v[:8] and prev[9:] == v[9:]:
+            if prev is not None and link_same_but_flag(prev, v):
                 v = prev  # same link: keep the stored flag, emit nothing
             else:
-                ek.append(u + tail)  # E.lbu_link_key(u, md5, OP4_ADD)
+                ek.append(u + tail)
                 ev.append(v)
             new[u] = v
         if ek:
@@ -342,7 +353,7 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         if del_all:
             gone = [u for u in old if u not in new]
             if gone:
-                tail = b"\x00" + E.TAG4_LINK + md5 + bytes((E.OP4_DEL,))
+                tail = E.lbu_link_tail(md5, E.OP4_DEL)
                 em4.add_many([u + tail for u in gone], [b""] * len(gone))
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
@@ -403,19 +414,20 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             state = E.target_state(probe.get(url_b)) if added else -1
         if state == E.TARGET_ABSENT:
             if links:
-                tail = url_b + b"\x00" + bytes((E.OP5_DEL,))  # E.lbm2_key(fid, url_b, OP5_DEL)
+                tail = E.lbm2_tail(url_b, E.OP5_DEL)
                 em5.add_many([fid + tail for fid in links], [b""] * len(links))
             dangling += len(links)
             return [], []
         if state >= 0:
-            flag = 1 if state == E.TARGET_OUT else 0
+            flag = LINK_OUT if state == E.TARGET_OUT else 0
             fb = bytes((flag,))
-            fix = [fid for fid, v in (links if notice is not None else added).items() if (v[8] & 1) != flag]
+            fix = [
+                fid for fid, v in (links if notice is not None else added).items() if (v[LINK_FLAGS] & LINK_OUT) != flag
+            ]
             if fix:
                 for fid in fix:
-                    v = links[fid]
-                    links[fid] = v[:8] + fb + v[9:]
-                tail = url_b + b"\x00" + bytes((E.OP5_FLAG,))  # E.lbm2_key(fid, url_b, OP5_FLAG)
+                    links[fid] = link_with_flags(links[fid], fb)
+                tail = E.lbm2_tail(url_b, E.OP5_FLAG)
                 em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
@@ -452,7 +464,7 @@ def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> Non
     def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
         if old is None or op_val[0] == E.OP5_DEL:
             return None
-        return old[:8] + op_val[1] + old[9:]
+        return link_with_flags(old, op_val[1])
 
     # A flag fix-up rewrites one byte of a value: blocks with only fix-ups are patched in place.
     cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == E.OP5_FLAG)

@@ -15,11 +15,19 @@ from __future__ import annotations
 import hashlib
 import struct
 
+from webdb.tables.pagecodec import NO_OUTLINKS, NUM_OUTLINKS
+
 # Stages of the cascade and the table each one rewrites.
 ST_PBU, ST_PBM, ST_LBM, ST_LBU, ST_LBM2 = 1, 2, 3, 4, 5
-STAGE_TABLE = {1: "pages_by_url", 2: "pages_by_md5", 3: "links_by_md5", 4: "links_by_url", 5: "links_by_md5"}
+STAGE_TABLE = {
+    ST_PBU: "pages_by_url",
+    ST_PBM: "pages_by_md5",
+    ST_LBM: "links_by_md5",
+    ST_LBU: "links_by_url",
+    ST_LBM2: "links_by_md5",
+}
 # Which split routes a stage's edits: URL breakpoints or md5 ranges.
-STAGE_BY_URL = {1: True, 2: False, 3: False, 4: True, 5: False}
+STAGE_BY_URL = {ST_PBU: True, ST_PBM: False, ST_LBM: False, ST_LBU: True, ST_LBM2: False}
 
 # Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last.
 OP_ADD, OP_ADD_SCORE, OP_IFN, OP_DEL, OP_FETCH = 1, 2, 3, 4, 5
@@ -56,12 +64,6 @@ class Seq:
 
 def pack(key: bytes, seq: bytes, value: bytes = b"") -> bytes:
     return key + seq + value + (len(key) + 8).to_bytes(2, "little")
-
-
-def unpack(rec: bytes) -> tuple[bytes, bytes]:
-    """(key without seq, value)."""
-    kl = rec[-2] | (rec[-1] << 8)
-    return rec[: kl - 8], rec[kl:-2]
 
 
 # ---- stage 1 ---------------------------------------------------------------------------------
@@ -120,18 +122,21 @@ def lbu_notice_key(url_b: bytes) -> bytes:
     return url_b + b"\x00" + TAG4_NOTICE
 
 
-def lbu_link_key(url_b: bytes, from_id: bytes, op: int) -> bytes:
-    return url_b + b"\x00" + TAG4_LINK + from_id + bytes((op,))
+def lbu_link_tail(from_id: bytes, op: int) -> bytes:
+    """A link edit's key is ``url_b + lbu_link_tail(from_id, op)``: the tail is built once per
+    source and appended to each target url."""
+    return b"\x00" + TAG4_LINK + from_id + bytes((op,))
 
 
 # ---- stage 5 ---------------------------------------------------------------------------------
 
 
-def lbm2_key(from_id: bytes, url_b: bytes, op: int) -> bytes:
-    return from_id + url_b + b"\x00" + bytes((op,))
+def lbm2_tail(url_b: bytes, op: int) -> bytes:
+    """A fix-up's key is ``from_id + lbm2_tail(url_b, op)`` (one tail per target url)."""
+    return url_b + b"\x00" + bytes((op,))
 
 
 def target_state(page_value: bytes | None) -> int:
     if page_value is None:
         return TARGET_ABSENT
-    return TARGET_OUT if page_value[39:43] != b"\x00\x00\x00\x00" else TARGET_NO_OUT
+    return TARGET_OUT if page_value[NUM_OUTLINKS] != NO_OUTLINKS else TARGET_NO_OUT

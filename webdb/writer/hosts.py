@@ -18,15 +18,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import paramiko
 
 from webdb.db import WebDB
 from webdb.ndfs import HostConfig, Location, NdfsConfig, load_config, parse_config
-from webdb.ndfs.errors import ConfigError, HostKeyRejected, HostUnreachable
+from webdb.ndfs.connect import fabric_connection
+from webdb.ndfs.errors import ConfigError, HostUnreachable
 
-__all__ = ["Placement", "Rack", "fabric_connection", "open_connection"]
+__all__ = ["Placement", "Rack"]
 
 # What a broken agent link raises: a closed pipe or socket, a closed file, an ssh error.
 _LINK_ERRORS = (OSError, EOFError, ValueError, paramiko.SSHException)
@@ -105,69 +105,6 @@ class Rack:
     def path(self, label: str) -> str:
         """The db directory at a location: ``<root>/<db>``."""
         return os.path.join(self.places[label].root, self.db)
-
-
-def fabric_connection(host: HostConfig):  # -> fabric.Connection
-    """A fabric Connection that reads no ssh config and checks the host key against the host's
-    known_hosts only (RejectPolicy; fabric's default would add unknown keys)."""
-    import fabric
-    import paramiko
-
-    known = str(host.known_hosts_path())
-    config = fabric.Config(overrides={"load_ssh_configs": False})
-    kw: dict[str, Any] = {
-        "allow_agent": host.key_file is None,
-        "look_for_keys": host.key_file is None,
-        "banner_timeout": host.connect_timeout,
-        "auth_timeout": host.connect_timeout,
-    }
-    if host.key_file:
-        kw["key_filename"] = str(host.key_file)
-    conn = fabric.Connection(
-        host.address,
-        user=host.user,
-        port=host.port,
-        config=config,
-        connect_kwargs=kw,
-        connect_timeout=host.connect_timeout,
-    )
-    client = paramiko.SSHClient()
-    try:
-        client.load_host_keys(known)
-    except FileNotFoundError:
-        raise HostKeyRejected(
-            host.name, "", f"known_hosts file {known} does not exist; cannot verify the host key"
-        ) from None
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    conn.client = client
-    return conn
-
-
-def open_connection(host: HostConfig):
-    """``fabric_connection`` opened; connection problems become HostUnreachable/HostKeyRejected."""
-    import paramiko
-
-    conn = fabric_connection(host)
-    try:
-        conn.open()
-    except paramiko.BadHostKeyException as e:
-        raise HostKeyRejected(
-            host.name, "", f"host key of {host.address}:{host.port} changed ({e.key.get_name()} {e.key.fingerprint})"
-        ) from None
-    except paramiko.SSHException as e:
-        if "not found in known_hosts" in str(e):
-            raise HostKeyRejected(
-                host.name,
-                "",
-                f"host key of {host.address}:{host.port} is not in {host.known_hosts_path()}; refusing to connect",
-            ) from None
-        raise HostUnreachable(host.name, "", f"ssh to {host.address}:{host.port}: {e}") from None
-    except (OSError, EOFError) as e:
-        why = str(e) or type(e).__name__
-        if "Unable to connect" in why or "refused" in why.lower():
-            why = "connection refused"
-        raise HostUnreachable(host.name, "", f"cannot connect to {host.address}:{host.port}: {why}") from None
-    return conn
 
 
 # ---- agent links: a started agent, local process or ssh channel ----------------------------------
@@ -271,7 +208,7 @@ class _LocalLink(_Link):
 class _SSHLink(_Link):
     def __init__(self, label: str, q: queue.Queue, spec: dict, env: dict[str, str], host: HostConfig) -> None:
         super().__init__(label, q)
-        self.conn = open_connection(host)
+        self.conn = fabric_connection(host)
         python = host.python or "python3"
         assigns = [f"{k}={v}" for k, v in env.items()]
         cmd = shlex.join(["env", *assigns, python, "-m", "webdb.writer.distributed", "agent"])

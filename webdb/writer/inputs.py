@@ -2,11 +2,17 @@
 
 An input is a function ``fn(log, paths, **options) -> dict`` that applies the round's data
 found at ``paths`` on the writer's own host as writer calls on ``log`` (an ``EditLog``, which
-has every ``Writer`` call) and returns counts to report.  The update names it as
-``"module:function"`` so it can be imported on every host; the default is the crawl loop's
-``fetchlist.update:apply_segments`` (fetch segments).  One more ships here: ``replay_calls``,
-JSON lines of writer calls written with ``CallRecorder`` (tests, tools that prepare calls
-elsewhere).  The benchmark workload's input is ``roundtsv:apply_round_tsv`` in bench/.
+has every ``Writer`` call) and returns counts to report.  The update ships it to every host as
+``"module:function"`` (``input_spec``), so each host imports it itself.
+
+Inputs also have names: ``register_input(name, "module:function")``.  One ships here:
+``calls`` (``replay_calls``): JSON lines of writer calls, written with ``CallRecorder`` (tests,
+tools that prepare calls elsewhere).  The benchmark workload's input is
+``roundtsv:apply_round_tsv`` in bench/ (with bench/ on the path).
+
+The crawl registers its own: ``fetchlist.register_inputs()`` adds ``segments``
+(``fetchlist.update:apply_segments``), ``DEFAULT_INPUT``, what ``webdb update`` applies unless
+told otherwise.  webdb never imports the crawl: the name means nothing until it is registered.
 
 Calls of different section writers are ordered as if section 0's came first, then section
 1's, and so on (docs/distributed.md, *Order of calls*).
@@ -31,15 +37,64 @@ from webdb.errors import BadInput
 from webdb.schedule import FetchResult
 from webdb.tables.records import Link, Page
 
-__all__ = ["DEFAULT_INPUT", "CallRecorder", "replay_calls", "resolve", "share_lines", "check_share"]
+__all__ = [
+    "DEFAULT_INPUT",
+    "CallRecorder",
+    "check_share",
+    "input_spec",
+    "register_input",
+    "registered_inputs",
+    "replay_calls",
+    "resolve",
+    "share_lines",
+]
 
-DEFAULT_INPUT = "fetchlist.update:apply_segments"
+# The name ``webdb update`` uses by default: the crawl's segments, registered by the crawl.
+DEFAULT_INPUT = "segments"
 
 InputFn = Callable[..., dict]
 
 
-def resolve(spec: str) -> InputFn:
-    """The function named ``"module:function"``; BadInput naming it if it cannot be imported."""
+# Inputs by name.  Explicit registration only (no entry points, no import side effects).
+_REGISTRY: dict[str, str] = {
+    "calls": "webdb.writer.inputs:replay_calls",
+}
+
+
+def register_input(name: str, spec: str) -> None:
+    """Let ``name`` stand for the input function ``spec`` (``"module:function"``), e.g. in
+    ``webdb update --input NAME``.  Registering a name again with the same spec is a no-op;
+    with another spec it is an error (two packages claiming one name)."""
+    if not name or ":" in name:
+        raise BadInput(f"input name {name!r}: must be non-empty, without ':'")
+    mod, sep, fn = spec.partition(":")
+    if not (mod and sep and fn):
+        raise BadInput(f"input {name!r}: {spec!r} is not MODULE:FUNCTION")
+    have = _REGISTRY.setdefault(name, spec)
+    if have != spec:
+        raise BadInput(f"input {name!r} is already registered as {have!r}, not {spec!r}")
+
+
+def registered_inputs() -> dict[str, str]:
+    """Name → ``"module:function"`` of every registered input."""
+    return dict(_REGISTRY)
+
+
+def input_spec(name_or_spec: str) -> str:
+    """``"module:function"`` of a registered input name, or ``name_or_spec`` if it is one."""
+    if ":" in name_or_spec:
+        return name_or_spec
+    spec = _REGISTRY.get(name_or_spec)
+    if spec is None:
+        known = ", ".join(sorted(_REGISTRY))
+        raise BadInput(f"input {name_or_spec!r} is not registered (registered: {known}; or give MODULE:FUNCTION)")
+    return spec
+
+
+def resolve(name_or_spec: str) -> InputFn:
+    """The input function of a registered name or of ``"module:function"``; BadInput naming
+    it if it is unknown or cannot be imported."""
+    spec = input_spec(name_or_spec)
     mod, sep, name = spec.partition(":")
     if not sep or not mod or not name:
         raise BadInput(f"input {spec!r}: expected MODULE:FUNCTION")

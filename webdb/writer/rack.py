@@ -19,7 +19,7 @@ webdb.writer.distributed (the agent), webdb.writer.section (a section writer).
 from __future__ import annotations
 
 from webdb.writer.coordinator import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Session, create_rack, parse_inputs, update
-from webdb.writer.hosts import Placement, Rack, fabric_connection, open_connection
+from webdb.writer.hosts import Placement, Rack
 from webdb.writer.results import UpdateFailed, UpdateResult
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "UpdateFailed",
     "UpdateResult",
     "create_rack",
-    "fabric_connection",
-    "open_connection",
     "parse_inputs",
     "update",
 ]

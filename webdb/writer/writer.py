@@ -23,6 +23,7 @@ from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.sortbuf import SortBuffer
 from webdb.tables.format import TMP_DIR
+from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import _BAD_URL_CHAR, Link, Page, Status, validate_url
 from webdb.writer import edits as E
 from webdb.writer.cascade import encode_fetch, write_routed
@@ -186,7 +187,7 @@ class EditLog:
         """
         iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, next_fetch, 0, iv, 0, score, score)
-        self._links(from_md5, outlinks, domain_id, page.encode_value()[16:])
+        self._links(from_md5, outlinks, domain_id, page_without_md5(page.encode_value()))
 
     def _links(self, from_md5: bytes, links: Iterable[tuple[str, str]], domain_id: int, page_tail: bytes | None):
         # The hot path of an update: E.pack and Seq.next inlined; an outlink's page edit leaves
