@@ -120,8 +120,25 @@ def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int |
     return {"pages": pages, "links": links, "delta": delta}
 
 
-def rank(db, iterations: int, damping: float = 0.85, workers: int = 1, memory_mb: int | None = None) -> list[dict]:
-    """Run ``iterations`` iterations (one committed batch each); a result dict per iteration."""
+def rank(
+    db,
+    iterations: int,
+    damping: float = 0.85,
+    workers: int = 1,
+    memory_mb: int | None = None,
+    lock_wait: float = 0.0,
+) -> list[dict]:
+    """Run ``iterations`` iterations (one committed batch each); a result dict per iteration.
+    Each iteration waits up to ``lock_wait`` seconds for another writer's lock."""
+    from webdb.lockwait import wait_for_lock
+
     if not 0.0 <= damping <= 1.0:
         raise BadInput(f"damping must be in [0, 1], got {damping}")
-    return [rank_iteration(db, damping, workers, memory_mb) for _ in range(iterations)]
+    if not isinstance(iterations, int) or iterations < 0:
+        raise BadInput(f"iterations must be a whole number >= 0, not {iterations!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise BadInput(f"workers must be a whole number >= 1, not {workers!r}")
+    return [
+        wait_for_lock(lambda: rank_iteration(db, damping, workers, memory_mb), lock_wait, "rank")
+        for _ in range(iterations)
+    ]

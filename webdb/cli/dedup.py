@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_json, add_lock_wait, emit
 
 
 def add_parser(sub) -> None:
@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("db")
     p.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
+    add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -38,7 +39,12 @@ def run(args) -> int:
         else:
             sys.stdout.write(f"{c.page.url}\t{status}\t{c.keeper}\n")
 
-    counts = dedup(webdb.open(args.db), dry_run=args.dry_run, on_change=show if args.dry_run else None)
+    from webdb.lockwait import wait_for_lock
+
+    db = webdb.open(args.db)
+    counts = wait_for_lock(
+        lambda: dedup(db, dry_run=args.dry_run, on_change=show if args.dry_run else None), args.lock_wait, "dedup"
+    )
     if args.dry_run and args.json:
         return 0  # the JSON lines above are the output
     emit(

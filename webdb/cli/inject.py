@@ -12,7 +12,7 @@ import argparse
 import os
 
 import webdb
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_json, add_lock_wait, emit
 from webdb.cli.crawlopts import existing_files, positive_int
 from webdb.errors import NotADatabase
 
@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--fit-score", type=float, help="score of a fitting seed without its own score")
     p.add_argument("--skip-bad", action="store_true", help="count and skip malformed lines instead of failing")
     p.add_argument("--sections", type=positive_int, default=1, help="sections of a db created here (default 1)")
+    add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -60,7 +61,9 @@ def run(args) -> int:
         "fit_score": args.fit_score,
     }
     db, created = open_or_create(args.db, args.sections)
-    c = inject(db, args.files, **opts)
+    from webdb.lockwait import wait_for_lock
+
+    c = wait_for_lock(lambda: inject(db, args.files, **opts), args.lock_wait, "inject")
     c["created"] = created
     text = (
         (f"created {db.path}\n" if created else "")

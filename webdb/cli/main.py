@@ -25,6 +25,7 @@ COMMANDS = {
     "dedup": "dedup",
     "prefixes": "prefixes",
     "filters": "filters",
+    "unlock": "unlock",
 }
 
 
@@ -48,9 +49,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    cmd = next((a for a in argv if not a.startswith("-")), None)
+    i = next((n for n, a in enumerate(argv) if not a.startswith("-")), None)
+    cmd = argv[i] if i is not None else None
     ap = build_parser(cmd if cmd in COMMANDS else None)
-    args = ap.parse_args(argv)
+    if i is None or cmd not in COMMANDS:
+        args = ap.parse_args(argv)  # --help, --version, or the usage error naming the command
+    else:
+        ap.parse_args(argv[:i])  # options before the command: --help / --version
+        sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+        # Options may stand anywhere among the inputs: `webdb update DB -q SEG`.
+        args = sub.choices[cmd].parse_intermixed_args(argv[i + 1 :])
+        args.command = cmd
     if not getattr(args, "run", None):
         ap.print_help()
         return 2

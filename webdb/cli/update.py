@@ -19,8 +19,9 @@ import os
 import sys
 import time
 
-from webdb.cli.common import add_json, emit, parse_settings
+from webdb.cli.common import add_json, add_lock_wait, emit, parse_settings
 from webdb.errors import BadInput
+from webdb.lockwait import wait_for_lock
 from webdb.writer.inputs import DEFAULT_INPUT, resolve
 from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, parse_inputs, update
 
@@ -64,6 +65,7 @@ def add_parser(sub) -> None:
         metavar="S",
         help=f"longest a section waits for the others' edits of one stage (default {STAGE_TIMEOUT:g})",
     )
+    add_lock_wait(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     add_json(p)
     p.set_defaults(run=run)
@@ -123,17 +125,22 @@ def run(args) -> int:
         rack = Rack.local(args.db)
         inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs], shares)
     progress = None if (args.quiet or args.json) else Progress()
-    try:
-        res = update(
+    options, settings = _options(args.option), parse_settings(args.set)
+
+    def attempt():
+        return update(
             rack,
             inputs,
             input_fn=args.input,
-            options=_options(args.option),
-            settings=parse_settings(args.set),
+            options=options,
+            settings=settings,
             heartbeat_timeout=args.heartbeat_timeout,
             stage_timeout=args.stage_timeout,
             progress=progress,
         )
+
+    try:
+        res = wait_for_lock(attempt, args.lock_wait, "update", _locked)
     except UpdateFailed as e:
         emit(args, _json(e.result), e.result.summary())
         print(f"webdb update: error: {e}", file=sys.stderr)
@@ -142,6 +149,12 @@ def run(args) -> int:
         return 2 if e.kind == "BadInput" else 1
     emit(args, _json(res), res.summary())
     return 0
+
+
+def _locked(e: BaseException) -> bool:
+    """A rack update that failed only because a host's writer lock is held: nothing was
+    written (the agents take their locks first), so it can start again."""
+    return isinstance(e, UpdateFailed) and e.kind == "LockedError" and not e.result.committed
 
 
 def _json(res) -> dict:
