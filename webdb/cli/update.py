@@ -143,10 +143,12 @@ def run(args) -> int:
         res = wait_for_lock(attempt, args.lock_wait, "update", _locked)
     except UpdateFailed as e:
         emit(args, _json(e.result), e.result.summary())
-        print(f"webdb update: error: {e}", file=sys.stderr)
-        # Bad input (a segment that is not there, a bad record) is 2 like every command's
-        # WebDBError; a run that failed for other reasons (host down, killed writer) is 1.
-        return 2 if e.kind == "BadInput" else 1
+        waited = f"waited {args.lock_wait:g}s for the writer lock: " if _locked(e) else ""
+        print(f"webdb update: error: {waited}{e}", file=sys.stderr)
+        # Bad input (a segment that is not there, a bad record) and a lock held past
+        # --lock-wait are 2 like every command's WebDBError; a run that failed for other
+        # reasons (host down, killed writer) is 1.
+        return 2 if e.kind in ("BadInput", "LockedError") else 1
     emit(args, _json(res), res.summary())
     return 0
 
