@@ -1,0 +1,191 @@
+"""Daily operation from the command line: intermixed options, --lock-wait on every writer
+command, `webdb unlock` and its safety check, `crawl --set`, `inject --hosts`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dbutil import batch_a, make_db
+from sshd import SSHHost
+
+import webdb
+from webdb.cli.crawl import split_settings
+from webdb.errors import BadInput
+from webdb.writer.inputs import CallRecorder
+
+REPLAY = "webdb.writer.inputs:replay_calls"
+
+
+def cli(*args: str, check: int | None = None) -> subprocess.CompletedProcess:
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    if check is not None:
+        assert p.returncode == check, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def calls_file(path: Path) -> Path:
+    rec = CallRecorder()
+    batch_a(rec, 60)
+    path.write_text("".join(c + "\n" for c in rec.calls))
+    return path
+
+
+@pytest.mark.timeout(300)
+def test_options_may_stand_between_the_db_and_the_inputs(tmp_path: Path) -> None:
+    make_db(tmp_path / "db", sections=2)
+    calls = calls_file(tmp_path / "a.jsonl")
+    p = cli("update", str(tmp_path / "db"), "--json", str(calls), "--input", REPLAY, "-q", check=0)
+    assert json.loads(p.stdout)["committed"]
+    p = cli("read", str(tmp_path / "db"), "--stats", "--json", check=0)
+    assert json.loads(p.stdout)["pages"] > 0
+
+
+class Holder:
+    """A process holding the db's writer lock until killed: started, then waited on (its
+    "locked" line), never slept on."""
+
+    def __init__(self, db: Path) -> None:
+        code = (
+            f"import sys, webdb\nw = webdb.open({str(db)!r}).writer()\nprint('locked', flush=True)\nsys.stdin.read()\n"
+        )
+        self.p = subprocess.Popen(
+            [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.p.stdout.readline().strip() == "locked"
+
+    def release(self) -> None:
+        self.p.stdin.close()  # the writer exits, aborting its batch; the kernel drops the flock
+        self.p.wait(timeout=60)
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGCONT)
+            self.p.kill()
+        self.p.wait(timeout=60)
+
+
+@pytest.mark.timeout(300)
+def test_every_writer_command_waits_for_the_lock_then_names_the_holder(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    make_db(db, sections=2)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://a.example/\n")
+    calls = calls_file(tmp_path / "a.jsonl")
+    h = Holder(db)
+    try:
+        commands = {
+            "update": ["update", str(db), str(calls), "--input", REPLAY],
+            "inject": ["inject", str(db), str(seeds)],
+            "generate": ["generate", str(db), str(tmp_path / "segs")],
+            "rank": ["rank", str(db), "--iterations", "1"],
+            "dedup": ["dedup", str(db)],
+            "rebalance": ["rebalance", str(db), "--sections", "3"],
+            "crawl": ["crawl", str(db), "--seeds", str(seeds), "--rounds", "1"],
+        }
+        for name, argv in commands.items():
+            p = cli(*argv, "--lock-wait", "0.2", check=2)
+            err = p.stderr.strip()
+            assert len(err.splitlines()) == 1, err
+            assert "waited 0.2s for the writer lock" in err and f"pid {h.p.pid} on host" in err, (name, err)
+    finally:
+        h.release()
+    # The holder gone, the same command goes through.
+    cli("update", str(db), str(calls), "--input", REPLAY, "--lock-wait", "0.2", check=0)
+
+
+@pytest.mark.timeout(300)
+def test_update_waits_while_the_lock_is_released(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    make_db(db, sections=1)
+    calls = calls_file(tmp_path / "a.jsonl")
+    h = Holder(db)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "webdb.cli.main", "update", str(db), str(calls), "--input", REPLAY, "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    h.release()  # whether the update started waiting before or after this, it must commit
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, out + err
+    assert webdb.open(str(db)).reader().__enter__().num_pages > 0
+
+
+@pytest.mark.timeout(300)
+def test_unlock_refuses_a_live_holder_and_removes_a_stuck_one_with_force(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    make_db(db, sections=1)
+    p = cli("unlock", str(db), check=0)
+    assert p.stdout.strip() == f"{db}: not locked (no process holds a writer lock)"
+    h = Holder(db)
+    try:
+        h.p.send_signal(signal.SIGSTOP)  # a frozen writer: alive, never finishing
+        p = cli("unlock", str(db), "--force", check=2)
+        assert f"held by pid {h.p.pid} on host" in p.stderr and "alive on this host (stopped)" in p.stderr
+        assert f"kill {h.p.pid}" in p.stderr and (db / "LOCK").exists()
+        # A lock whose named holder is not the process holding it (as if written from another
+        # host): refused without --force, removed with it, saying what was checked.
+        holder = json.loads((db / "LOCK").read_text())
+        (db / "LOCK").write_text(json.dumps({**holder, "host": "elsewhere"}))
+        p = cli("unlock", str(db), check=2)
+        assert "not on this host" in p.stderr and "--force" in p.stderr
+        p = cli("unlock", str(db), "--force", check=0)
+        assert "removed the lock of pid" in p.stdout and "on host elsewhere" in p.stdout
+        assert not (db / "LOCK").exists()
+    finally:
+        h.kill()
+    with webdb.open(str(db)).writer() as w:  # the next writer takes a fresh lock
+        w.add_page(webdb.Page("http://b.example/"))
+
+
+def test_crawl_set_reaches_every_step_that_knows_the_name() -> None:
+    writer, fetch, update = split_settings(["max_outlinks=5", "memory_mb=64", "threads=2", "new_score=0.5"])
+    assert writer == {"memory_mb": 64}
+    assert fetch == {"max_outlinks": 5, "threads": 2}
+    assert update == {"max_outlinks": 5, "new_score": 0.5}
+    with pytest.raises(BadInput, match=r"--set 'no_such=1': expected NAME=VALUE with NAME a setting of a step: "):
+        split_settings(["no_such=1"])
+    with pytest.raises(BadInput, match="max_outlinks"):
+        split_settings(["max_outlinks=many"])
+
+
+def test_crawl_rejects_an_unknown_set_and_a_file_as_segments(tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://a.example/\n")
+    p = cli("crawl", str(tmp_path / "db"), "--seeds", str(seeds), "--set", "nope=1", check=2)
+    assert "--set 'nope=1'" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    p = cli("crawl", str(tmp_path / "db"), "--seeds", str(seeds), "--segments", str(seeds), check=2)
+    assert p.stderr.strip() == f"webdb crawl: error: --segments {seeds}: not a directory"
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_inject_into_a_rack(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
+    hosts = ssh_hosts[:2]
+    ini = "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
+    path = tmp_path / "hosts.ini"
+    path.write_text(ini)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("".join(f"http://s{i}.example.com/\n" for i in range(40)) + "not a url\n")
+    cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
+    p = cli("inject", "--hosts", str(path), "crawl", "--skip-bad", str(seeds), "--json", check=0)
+    out = json.loads(p.stdout)
+    assert out["urls"] == 40 and out["bad"] == 1 and out["generation"] == 1
+    sections = {j: str(h.root / "crawl" / f"section-{j:04d}") for j, h in enumerate(hosts)}
+    with webdb.open(str(hosts[0].root / "crawl"), section_dirs=sections).reader() as r:
+        pages = [pg.url for pg in r.pages()]
+    assert sorted(pages) == sorted(f"http://s{i}.example.com/" for i in range(40))
+    assert not list((hosts[0].root / "crawl" / "inject").iterdir())  # the shipped copies are removed
