@@ -47,6 +47,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return ap
 
 
+def one_line(message: str) -> str:
+    """An error message on one line (a parser's message may span several)."""
+    return " | ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     i = next((n for n, a in enumerate(argv) if not a.startswith("-")), None)
@@ -66,7 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except WebDBError as e:
-        print(f"webdb {args.command}: error: {e}", file=sys.stderr)
+        print(f"webdb {args.command}: error: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is None:  # the system failed us (network, resources): not bad input
+            print(f"webdb {args.command}: error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+            return 1
+        # A path the command could not use (missing, a file where a folder is needed, under
+        # a file, on /proc): bad input like any other, named.
+        print(f"webdb {args.command}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"webdb {args.command}: interrupted", file=sys.stderr)
