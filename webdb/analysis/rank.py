@@ -7,7 +7,9 @@ One iteration, for damping ``d``::
 where ``n(p)`` is the number of links stored from p's content md5.  A page carrying a content
 md5 gives its own score: when several urls carry the same content they are several pages of the
 url graph with the same outlinks, so their scores add up (the result is the PageRank of the url
-graph).  Dangling pages (no outlinks) give nothing; pages with no inlinks get ``1 - d``.
+graph).  Dangling pages (no outlinks) give nothing, and so do unfetched pages, even when links
+are stored under their url md5 (their outlinks are not known until they are fetched); pages
+with no inlinks get ``1 - d``.
 
 The original ran in one process only (reference §8 defect 8).  Here PagesByMD5 and LinksByMD5
 share the md5 split, so each section's contributions come from a merge-join of its two md5
@@ -32,7 +34,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 from webdb.errors import BadInput
 from webdb.tables.format import TMP_DIR
-from webdb.tables.records import Page
+from webdb.tables.records import Page, Status
 from webdb.writer.sortbuf import SortBuffer, merge_files
 
 __all__ = ["rank", "rank_iteration", "section_contributions"]
@@ -41,6 +43,7 @@ __all__ = ["rank", "rank_iteration", "section_contributions"]
 # num_outlinks(4), then score (double) at offset 43 (docs/format.md, records.py ``_PAGE``).
 _SCORE = struct.Struct("<d")
 _SCORE_AT = 43
+_STATUS_AT = 16
 
 
 def _md5_groups(items: Iterator[tuple[bytes, bytes]]):
@@ -67,7 +70,10 @@ def section_contributions(db, j: int, tmpdir: str, max_bytes: int) -> list[str]:
                 break
             if cur[0] != md5:
                 continue  # links of a content no page carries any more: no score to give
-            total = sum(_SCORE.unpack_from(v, _SCORE_AT)[0] for _, v in cur[1])
+            givers = [v for _, v in cur[1] if v[_STATUS_AT] != Status.UNFETCHED]
+            if not givers:
+                continue  # only unfetched pages carry this md5: their outlinks are not known
+            total = sum(_SCORE.unpack_from(v, _SCORE_AT)[0] for v in givers)
             targets = [k[16:] for k, _ in links]  # one page's outlinks: bounded by the update's cap
             share = _SCORE.pack(total / len(targets))
             for t in targets:
