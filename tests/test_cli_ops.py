@@ -189,3 +189,70 @@ def test_inject_into_a_rack(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
         pages = [pg.url for pg in r.pages()]
     assert sorted(pages) == sorted(f"http://s{i}.example.com/" for i in range(40))
     assert not list((hosts[0].root / "crawl" / "inject").iterdir())  # the shipped copies are removed
+
+
+def test_read_stats_scores_intervals_retries_and_status_per_section(tmp_path: Path) -> None:
+    from webdb import FetchResult, Status
+
+    db = webdb.create(str(tmp_path / "db"), sections=2, sync=False)
+    with db.writer() as w:
+        for i in range(10):
+            w.add_page_with_score(
+                webdb.Page(f"http://h{i}.example/", score=float(i), next_score=float(i), fetch_interval=86400 * (i + 1))
+            )
+    with db.writer() as w:
+        w.apply_fetch(FetchResult("http://h1.example/", Status.FETCHED, 1000, b"m" * 16, 0))
+        w.apply_fetch(FetchResult("http://h2.example/", Status.RETRY, 1000))
+        w.apply_fetch(FetchResult("http://h3.example/", Status.GONE, 1000))
+    p = cli("read", str(tmp_path / "db"), "--stats", "--json", check=0)
+    s = json.loads(p.stdout)
+    assert s["pages"] == 10 and s["fetched"] == 1 and s["unfetched"] == 7  # fetched: status fetched, one meaning
+    assert s["status"] == {"unfetched": 7, "fetched": 1, "retry": 1, "gone": 1}
+    assert sum(x["status"].get("unfetched", 0) for x in s["by_section"]) == 7
+    assert all(sum(x["status"].values()) == x["pages"] for x in s["by_section"])
+    assert s["score"] == {"min": 0.0, "avg": 4.5, "max": 9.0}
+    assert s["fetch_interval"]["min"] == 86400 and s["fetch_interval"]["max"] == 864000
+    assert s["retries"] == {"0": 9, "1": 1}
+    text = cli("read", str(tmp_path / "db"), "--stats", check=0).stdout
+    assert "pages 10 (fetched 1, unfetched 7, other statuses 2)" in text
+    assert "score min 0, avg 4.5, max 9" in text and "fetch interval min 1 d, avg 5.5 d, max 10 d" in text
+    assert "retries 0: 9, 1: 1" in text and "  section 0: " in text
+    quick = json.loads(cli("read", str(tmp_path / "db"), "--stats", "--quick", "--json", check=0).stdout)
+    assert "score" not in quick and quick["status"] == s["status"]
+
+
+def test_line_progress_reports_periodically_off_a_terminal() -> None:
+    import io
+
+    from webdb.progress import LineProgress, is_terminal, progress_bar
+
+    now = [0.0]
+    out = io.StringIO()
+    bar = LineProgress(100, "scanning pages", "page", out, every=10.0, clock=lambda: now[0])
+    for _ in range(100):
+        now[0] += 0.25
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "scanning pages: 40/100 page (40%), 10.0s"
+    assert len(lines) == 3 and lines[-1] == "scanning pages: 100/100 page (100%), 25.0s"
+    quiet = io.StringIO()
+    short = LineProgress(5, "x", "rec", quiet, clock=lambda: 0.0)
+    short.update(5)
+    short.close()
+    assert quiet.getvalue() == ""  # shorter than one period: nothing
+    assert not is_terminal(io.StringIO()) and isinstance(progress_bar(3, "x", "rec", out=io.StringIO()), LineProgress)
+
+
+def test_update_prints_a_line_per_stage_and_detail_with_v(tmp_path: Path) -> None:
+    make_db(tmp_path / "db", sections=2)
+    calls = calls_file(tmp_path / "a.jsonl")
+    p = cli("update", str(tmp_path / "db"), str(calls), "--input", REPLAY, check=0)
+    lines = p.stderr.strip().splitlines()
+    assert [ln.split("s  ", 1)[1].split(" merged in")[0] for ln in lines] == [
+        *(f"stage {s}/5" for s in range(1, 6)),
+        "committed",
+    ], p.stderr
+    assert "stage 5/5 merged in 2 of 2 section(s)" in p.stderr
+    p = cli("update", str(tmp_path / "db"), "-v", str(calls), "--input", REPLAY, check=0)
+    assert "section 0: stage 3/5 merged" in p.stderr and "section 1: step 2 shipped" in p.stderr
