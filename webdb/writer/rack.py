@@ -173,8 +173,16 @@ def open_connection(host: HostConfig):
     try:
         conn.open()
     except paramiko.BadHostKeyException as e:
+        known = host.known_hosts_path()
+        entry = host.address if host.port == 22 else f"[{host.address}]:{host.port}"
         raise HostKeyRejected(
-            host.name, "", f"host key of {host.address}:{host.port} changed ({e.key.get_name()} {e.key.fingerprint})"
+            host.name,
+            "",
+            f"host key of {host.address}:{host.port} changed: the server offers {e.key.get_name()} "
+            f"{e.key.fingerprint}, {known} has {e.expected_key.get_name()} {e.expected_key.fingerprint}; "
+            f"refusing to connect (a changed key can be an attack). If the host was legitimately "
+            f"reinstalled, check the new fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
+            f"then: ssh-keygen -f {known} -R '{entry}' && ssh-keyscan -p {host.port} {host.address} >> {known}",
         ) from None
     except paramiko.SSHException as e:
         if "not found in known_hosts" in str(e):
@@ -364,7 +372,7 @@ class UpdateResult:
         rows = [("host", "sections", "result", "seconds", "records", "shipped", "to other hosts")]
         for label, r in self.hosts.items():
             v = r.value or {}
-            state = "ok" if r.ok else f"FAILED: {r.reason}"
+            state = "ok" if r.ok else ("aborted" if v.get("aborted") else f"FAILED: {r.reason}")
             rows.append(
                 (
                     label,
@@ -415,6 +423,8 @@ class _Host:
     hello: dict = field(default_factory=dict)
 
     def where(self) -> str:
+        if self.state in ("prepare", "commit"):
+            return "commit" if self.state == "commit" else "commit (prepare)"  # not "stage 5": all stages ran
         if self.failed_section is not None and self.failed_section in self.steps:
             st = self.steps[self.failed_section]
             return f"stage {st}" if st else "step 0 (input and routing)"
@@ -599,6 +609,9 @@ class _Run:
                 **h.hello,
             }
             err = DistributedError(h.error) if h.error else None
+            if err is None and self.error is not None and h.state != "committed":
+                v["aborted"] = True  # it did not fail: another host did, and this one was stopped
+                err = DistributedError(f"aborted at {h.where()}: {self.error}")
             out[label] = HostResult(label, err is None, v, err, h.bytes, end - (h.t0 or self.t0))
         return out
 
