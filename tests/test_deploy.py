@@ -93,7 +93,7 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         assert "include-system-site-packages = false" in cfg and str(Path(HOST_PYTHON).parent) in cfg
         assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()
         assert (h.root / "crawl" / f"section-{int(h.name[1:]):04d}").is_dir()
-        assert (h.root / ".webdb" / "hosts.ini").read_text() == ini
+        assert (conf_dir(h) / "hosts.ini").read_text() == ini
     digest = re.findall(r"digest (\w+)", p.stdout)
     assert len(set(digest)) == 1
     for rerun in (False, True):
@@ -144,6 +144,31 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         hosts[1].start()
 
 
+def conf_dir(h: SSHHost) -> Path:
+    """The one config folder deploy made under the host's .webdb (per config: hosts-<digest>)."""
+    (d,) = (h.root / ".webdb").glob("hosts-*")
+    return d
+
+
+def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -> None:
+    from webdb.writer.distributed import _config, deploy_dir
+
+    a = "[host:x]\naddress = 10.0.0.1\nroot = /r\nknown_hosts = keys/known\n\n[sections]\ncount = 1\nhosts = x\n"
+    b = a.replace("10.0.0.1", "10.0.0.2")
+    da = deploy_dir("/r", parse_config(a, source="/etc/rack/hosts.ini"))
+    assert re.fullmatch(r"/r/\.webdb/hosts-[0-9a-f]{8}", da)
+    assert da == deploy_dir("/r", parse_config(a + "# a comment\n", source="hosts.ini"))  # same rack, same folder
+    assert da != deploy_dir("/r", parse_config(b, source="/etc/rack/hosts.ini"))  # another rack on the root
+    assert deploy_dir("/r", parse_config(a, source="/x/rack-b.ini")).startswith("/r/.webdb/rack-b-")
+    # An agent on the host resolves the config's relative key paths in that folder.
+    root = tmp_path / "root"
+    folder = Path(deploy_dir(str(root), parse_config(a.replace("/r", str(root)), source="hosts.ini")))
+    folder.mkdir(parents=True)
+    spec = {"root": str(root), "base_dir": "/coordinator", "ini": a.replace("/r", str(root)), "ini_source": "hosts.ini",
+            "local_host": "x"}  # fmt: skip
+    assert _config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
+
+
 def rack_ini(hosts: list[SSHHost], tmp_path: Path) -> Path:
     ini = "[ndfs]\ndb = crawl\nconnect_timeout = 5\ntimeout = 10\n\n"
     for h in hosts:
@@ -177,7 +202,7 @@ def test_deploy_from_a_wheelhouse_reports_a_broken_host_with_its_own_error(
     assert p.stdout.count("proved webdb 0.1.0") == 2, p.stdout
     assert any(f.name.startswith("lz4-") for f in house.iterdir())
     for h in hosts:
-        assert any(f.name.startswith("lz4-") for f in (h.root / ".webdb" / "wheels").iterdir())
+        assert any(f.name.startswith("lz4-") for f in (conf_dir(h) / "wheels").iterdir())
 
     # Break lz4 in h1's venv: the deploy reinstalls, still cannot import, and says why.
     (lz4,) = (hosts[1].root / ".webdb" / "venv" / "lib").glob("python3*/site-packages/lz4/__init__.py")

@@ -12,7 +12,8 @@
    in the venv on the host; a host that fails them is reported failed with the host's error;
 4. the data root, ``<root>/<db>/`` and the share-group directories the host holds;
 5. the config: hosts.ini and the key/known_hosts files it names by relative path, under
-   ``<root>/.webdb/`` (where an agent resolves them).
+   ``<root>/.webdb/<name>-<digest>/`` (``webdb.writer.distributed.deploy_dir``: one folder
+   per config, where an agent resolves them).
 
 Every file reaches a host through ndfs's atomic put (temporary name, fsync, verified, rename).
 A marker in the venv records the digest of code + dependency set + install mode: a deploy
@@ -40,7 +41,7 @@ from collections.abc import Callable
 
 from webdb.errors import BadInput, DistributedError, WebDBError
 from webdb.ndfs import GroupResult, HostConfig, HostResult, NdfsConfig, load_config, parse_config
-from webdb.writer.distributed import DEPLOY_DIR
+from webdb.writer.distributed import deploy_dir
 
 __all__ = ["check", "deploy", "source_digest", "venv_of"]
 
@@ -317,8 +318,8 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
     def one(h: _Host) -> dict:
         hc = h.host
         venv = venv_of(hc)
-        conf_rel = DEPLOY_DIR
-        conf = posixpath.join(hc.root, conf_rel)
+        conf = deploy_dir(hc.root, config)  # per config: racks sharing a root do not collide
+        conf_rel = posixpath.relpath(conf, hc.root)
         dirs = [hc.root, conf]
         if db:
             dirs += [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
@@ -429,17 +430,18 @@ def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_fr
         sections: list[str] = []
         locks: list[str] = []
         if db:
-            groups = [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
-            if groups:
-                lines = h.run(f"{py} -m webdb.deploy locks " + " ".join(map(shlex.quote, groups)), "reading locks")
-                for line in lines.splitlines():
-                    path, _, state = line.partition(" ")
+            # The agent's writer lock is <root>/<db>/LOCK; the sections are share-group folders.
+            dirs = [posixpath.join(hc.root, db)] + [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
+            lines = h.run(f"{py} -m webdb.deploy locks " + " ".join(map(shlex.quote, dirs)), "reading locks")
+            for n, line in enumerate(lines.splitlines()):
+                path, _, state = line.partition(" ")
+                if state == "missing":
+                    problems.append(f"{path} is missing: run fab deploy --db {db}")
+                elif n > 0:
                     sections.append(posixpath.basename(path))
-                    if state == "missing":
-                        problems.append(f"section root {path} is missing: run fab deploy --db {db}")
-                    elif state != "free":
-                        locks.append(f"{posixpath.basename(path)} {state}")
-        conf = posixpath.join(hc.root, DEPLOY_DIR, "hosts.ini")
+                if state not in ("free", "missing"):
+                    locks.append(f"{posixpath.relpath(path, hc.root)} {state}")
+        conf = posixpath.join(deploy_dir(hc.root, config), "hosts.ini")
         have = h.run(f"sha256sum {shlex.quote(conf)} 2>/dev/null || true", "reading the config").split()
         if not have or have[0] != ini_sha:
             problems.append(f"{conf} is missing or differs from {ini_path}: run fab deploy")

@@ -5,7 +5,7 @@ when its holder is alive but stuck (stopped, hung) or holds it from another mach
 a shared filesystem.  The holder named in the lock is checked first: a holder alive on this
 host is never unlocked (stop it first: `kill PID`); a lock held from another host, or by a
 process other than the one named, is removed only with --force, after saying what was
-checked.  In a rack, run it on the host of the section (`<root>/<db>/section-JJJJ`).
+checked.  In a rack, run it on the host whose lock it is: `webdb unlock <root>/<db>`.
 """
 
 from __future__ import annotations

@@ -183,11 +183,6 @@ def run(args) -> int:
         inputs = parse_inputs(rack, args.inputs, shares)
     else:
         rack = Rack.local(args.db)
-        for p in args.inputs:  # local inputs are checked here, before any section starts
-            if not os.path.exists(p):
-                raise BadInput(f"{p}: no such input")
-            if args.input == DEFAULT_INPUT and not os.path.isdir(p):
-                raise BadInput(f"{p}: not a segment directory")
         inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs], shares)
     progress = None if (args.quiet or args.json) else Progress(rack.k, verbose=args.verbose)
     options, settings = _options(args.option), parse_settings(args.set)
