@@ -256,3 +256,39 @@ def test_update_prints_a_line_per_stage_and_detail_with_v(tmp_path: Path) -> Non
     assert "stage 5/5 merged in 2 of 2 section(s)" in p.stderr
     p = cli("update", str(tmp_path / "db"), "-v", str(calls), "--input", REPLAY, check=0)
     assert "section 0: stage 3/5 merged" in p.stderr and "section 1: step 2 shipped" in p.stderr
+
+
+def test_lock_state_as_fab_check_reports_it(tmp_path: Path) -> None:
+    from webdb.deploy import lock_state
+
+    db = tmp_path / "db"
+    make_db(db, sections=1)
+    assert lock_state(str(tmp_path / "nope")) == "missing" and lock_state(str(db)) == "free"
+    h = Holder(db)
+    try:
+        assert lock_state(str(db)).startswith(f"held by pid {h.p.pid} on ")
+    finally:
+        h.kill()  # killed: the flock is gone, the holder's name stays in the file
+    assert lock_state(str(db)).startswith(f"stale (pid {h.p.pid} on ") and "process gone" in lock_state(str(db))
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_rack_update_names_the_host_and_pid_holding_a_lock(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
+    hosts = ssh_hosts[:2]
+    ini = "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
+    path = tmp_path / "hosts.ini"
+    path.write_text(ini)
+    cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
+    calls = calls_file(hosts[1].root / "crawl" / "a.jsonl")
+    h = Holder(hosts[1].root / "crawl")  # a frozen writer on h1 keeps the rack's lock there
+    try:
+        h.p.send_signal(signal.SIGSTOP)
+        p = cli("update", "--hosts", str(path), "crawl", f"h1:{calls.name}", "--input", REPLAY, "--lock-wait", "0.5")
+        assert p.returncode == 2, p.stdout + p.stderr
+        err = p.stderr.strip().splitlines()[-1]
+        assert err.startswith("webdb update: error: waited 0.5s for the writer lock:")
+        assert "h1 (section 1) failed" in err and f"pid {h.p.pid} on host" in err, err
+    finally:
+        h.kill()
