@@ -292,3 +292,20 @@ def test_a_rack_update_names_the_host_and_pid_holding_a_lock(ssh_hosts: list[SSH
         assert "h1 (section 1) failed" in err and f"pid {h.p.pid} on host" in err, err
     finally:
         h.kill()
+
+
+def test_update_progress_draws_one_bar_per_stage_on_a_terminal() -> None:
+    import io
+
+    from webdb.cli.update import Progress
+
+    out = io.StringIO()
+    prog = Progress(2, out=out, terminal=True)
+    for stage in (1, 3):  # stage 2 had nothing to merge: skipped by both sections
+        for j in (0, 1):
+            prog({"ev": "section", "state": "merged", "host": "h", "section": j, "step": stage, "records": 5,
+                  "bytes": 10, "seconds": 0.1})  # fmt: skip
+    prog({"ev": "committed", "host": "h"})
+    text = out.getvalue()
+    assert "stage 1/5" in text and "stage 3/5" in text and "stage 2/5" not in text
+    assert "2/2" in text and text.rstrip().endswith("committed")
