@@ -94,6 +94,7 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()
         assert (h.root / "crawl" / f"section-{int(h.name[1:]):04d}").is_dir()
         assert (conf_dir(h) / "hosts.ini").read_text() == ini
+        assert conf_dir(h).stat().st_mode & 0o777 == 0o700  # key files pushed here stay private
     digest = re.findall(r"digest (\w+)", p.stdout)
     assert len(set(digest)) == 1
     for rerun in (False, True):

@@ -324,6 +324,8 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
         if db:
             dirs += [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
         h.run("mkdir -p " + " ".join(map(shlex.quote, dirs)), "creating directories")
+        # Key files arrive by atomic put with default modes: the folder keeps them private.
+        h.run(f"chmod 700 {shlex.quote(conf)}", "protecting the config folder")
         done: list[str] = []
         py = shlex.quote(hc.python)
         cfg = shlex.quote(posixpath.join(venv, "pyvenv.cfg"))
@@ -373,7 +375,8 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
         except DistributedError as e:
             raise DistributedError(f"{e}; the venv cannot run webdb: fix the cause, or remove {venv} "
                                    f"and run fab deploy again to rebuild it") from None  # fmt: skip
-        h.run(f"echo {digest} > {shlex.quote(marker)}", "recording the install")
+        tmp = shlex.quote(f"{marker}.tmp")
+        h.run(f"echo {digest} > {tmp} && sync {tmp} && mv -f {tmp} {shlex.quote(marker)}", "recording the install")
         changed = h.put_bytes(ini_bytes, posixpath.join(conf_rel, "hosts.ini"))
         for rel in extra:
             with open(os.path.join(base, rel), "rb") as f:
