@@ -82,15 +82,22 @@ class LineProgress:
 
 
 def progress_bar(
-    total: int | None, desc: str, unit: str, *, enabled: bool = True, out: IO[str] | None = None, **kw: Any
+    total: int | None,
+    desc: str,
+    unit: str,
+    *,
+    enabled: bool = True,
+    force_bar: bool = False,
+    out: IO[str] | None = None,
+    **kw: Any,
 ):
-    """A tqdm bar on a terminal, a ``LineProgress`` on any other stream, a silent tqdm when
-    not ``enabled``.  ``kw`` goes to tqdm (``leave``, ...)."""
+    """A tqdm bar on a terminal (or anywhere with ``force_bar``), a ``LineProgress`` on any
+    other stream, a silent tqdm when not ``enabled``.  ``kw`` goes to tqdm (``leave``, ...)."""
     from tqdm import tqdm
 
     out = sys.stderr if out is None else out
     if not enabled:
         return tqdm(total=total, disable=True)
-    if is_terminal(out):
+    if force_bar or is_terminal(out):
         return tqdm(total=total, desc=desc, unit=unit, file=out, **kw)
     return LineProgress(total, desc, unit, out)
