@@ -1,12 +1,14 @@
 """Fabric tasks for a webdb rack (docs/operations.md, *Running a rack*).
 
-    fab deploy --ini hosts.ini [--base-python python3] [--deps] [--db crawl]
-    fab check  --ini hosts.ini [--max-skew 2] [--min-free-mb 100]
+    fab deploy --ini hosts.ini [--base-python python3] [--wheelhouse DIR] [--deps] [--db crawl]
+    fab check  --ini hosts.ini [--max-skew 2] [--min-free-mb 100] [--db crawl]
 
-``deploy`` installs this source tree into the virtualenv each host's ``python`` names, creates
+``deploy`` builds each host's virtualenv from the host's own python, installs this source tree
+and its dependencies, proves the install on the host (imports + ``webdb --version``), creates
 the data roots and share-group directories, and pushes the config; ``check`` verifies every
-host (ssh, version, disk, clock, config, host-to-host ssh).  Both are idempotent, print one
-line per host, and exit 1 if any host failed.  The logic is in webdb/deploy.py.
+host (ssh and host key, version, disk, clock, section roots, locks, config, host-to-host ssh).
+Both are idempotent, print one line per host, and exit 1 if any host failed.  The logic is in
+webdb/deploy.py.
 """
 
 from fabric import task
@@ -15,6 +17,7 @@ from invoke.exceptions import Exit
 from webdb.deploy import check as check_hosts
 from webdb.deploy import deploy as deploy_hosts
 from webdb.deploy import report
+from webdb.errors import WebDBError
 
 
 def _hosts(spec: str) -> list[str] | None:
@@ -24,15 +27,20 @@ def _hosts(spec: str) -> list[str] | None:
 @task(
     help={
         "ini": "hosts.ini of the rack",
-        "base-python": "python that creates the virtualenvs",
-        "deps": "let pip install dependencies from an index (default: the host's own packages)",
+        "base-python": "the python on each host that creates the virtualenv (default: the host's python3)",
+        "wheelhouse": "download the dependencies into this local directory and ship them (hosts need no index)",
+        "deps": "also upgrade installed dependencies to the newest the index or wheelhouse offers",
         "db": "db name whose directories to create (default: [ndfs] db)",
         "only": "comma-separated hosts",
     }
 )
-def deploy(c, ini="hosts.ini", base_python="python3", deps=False, db="", only=""):
-    """Install webdb, create directories, push the config on every host of hosts.ini."""
-    res = deploy_hosts(ini, db=db or None, base_python=base_python, deps=deps, hosts=_hosts(only))
+def deploy(c, ini="hosts.ini", base_python="python3", wheelhouse="", deps=False, db="", only=""):
+    """Install and prove webdb, create directories, push the config on every host of hosts.ini."""
+    try:
+        res = deploy_hosts(ini, db=db or None, base_python=base_python, deps=deps, wheelhouse=wheelhouse or None,
+                           hosts=_hosts(only))  # fmt: skip
+    except WebDBError as e:
+        raise Exit(f"fab deploy: error: {e}", code=2) from None
     print(report(res))
     if not res.ok:
         raise Exit(code=1)
@@ -43,12 +51,17 @@ def deploy(c, ini="hosts.ini", base_python="python3", deps=False, db="", only=""
         "ini": "hosts.ini of the rack",
         "max-skew": "clock tolerance, seconds",
         "min-free-mb": "free disk wanted under each root",
+        "db": "db name whose section roots and locks to check (default: [ndfs] db)",
         "only": "comma-separated hosts",
     }
 )
-def check(c, ini="hosts.ini", max_skew=2.0, min_free_mb=100, only=""):
-    """Check every host: ssh, version, disk free, clock, config, host-to-host ssh."""
-    res = check_hosts(ini, max_skew=float(max_skew), min_free_mb=int(min_free_mb), hosts=_hosts(only))
+def check(c, ini="hosts.ini", max_skew=2.0, min_free_mb=100, db="", only=""):
+    """Check every host: ssh and host key, version, disk, clock, section roots, locks, config, peers."""
+    try:
+        res = check_hosts(ini, db=db or None, max_skew=float(max_skew), min_free_mb=int(min_free_mb),
+                          hosts=_hosts(only))  # fmt: skip
+    except WebDBError as e:
+        raise Exit(f"fab check: error: {e}", code=2) from None
     print(report(res))
     if not res.ok:
         raise Exit(code=1)

@@ -149,12 +149,16 @@ def crawl(
     writer_settings: dict | None = None,
     create_settings: dict | None = None,
     report: Callable[[RoundSummary], None] | None = None,
+    lock_wait: float = 60.0,
 ) -> CrawlResult:
     """Inject ``seeds`` into ``db_path`` (created with ``sections`` if absent), then run up to
     ``rounds`` rounds.  ``generate_options`` go to ``generate`` (top_n, max_per_host, ...),
     ``update_options`` to ``apply_segments``, ``fetch_settings`` to the Fetcher (ignored if
     ``fetcher`` is given), ``writer_settings`` to every writer (e.g. ``adaptive=True``).
-    ``report`` is called with each round's summary as it ends."""
+    ``report`` is called with each round's summary as it ends.  Every step that writes (inject,
+    generate, update) waits up to ``lock_wait`` seconds for another writer's lock."""
+    from webdb.lockwait import wait_for_lock
+
     if not isinstance(rounds, int) or rounds < 0:
         raise BadInput(f"rounds must be a whole number >= 0, not {rounds!r}")
     t_start = time.monotonic()
@@ -167,10 +171,17 @@ def crawl(
     segments_dir = segments_dir or os.path.abspath(db_path).rstrip(os.sep) + ".segments"
     os.makedirs(segments_dir, exist_ok=True)
     seeds = list(seeds)
-    injected = inject(db, seeds, **(inject_options or {})) if seeds else None
+    inj_opts = inject_options or {}
+    injected = wait_for_lock(lambda: inject(db, seeds, **inj_opts), lock_wait, "inject") if seeds else None
     fetcher = fetcher or Fetcher(fetch_settings or {})
     gen_opts = dict(generate_options or {})
     gen_opts.setdefault("writer_settings", writer_settings)
+    gen_opts.setdefault("lock_wait", lock_wait)
+    upd_opts = update_options or {}
+
+    def update_step(seg_dir: str) -> dict:
+        return wait_for_lock(lambda: update_db(db, [seg_dir], writer_settings, **upd_opts), lock_wait, "update")
+
     out: list[RoundSummary] = []
     for n in range(1, rounds + 1):
         t0 = time.monotonic()
@@ -190,11 +201,11 @@ def crawl(
             fetch_parts(Segment.open(seg_dir), fetcher)
         except KeyboardInterrupt:
             # Keep what was fetched: apply it, then stop (URLs not reached keep their mark).
-            update_db(db, [seg_dir], writer_settings, **(update_options or {}))
+            update_step(seg_dir)
             raise
         rs.seconds["fetch"] = round(time.monotonic() - t1, 3)
         t1 = time.monotonic()
-        c = update_db(db, [seg_dir], writer_settings, **(update_options or {}))
+        c = update_step(seg_dir)
         rs.seconds["update"] = round(time.monotonic() - t1, 3)
         rs.fetched = c.get("fetched", 0)
         rs.not_modified = c.get("not_modified", 0)

@@ -42,7 +42,6 @@ import email.utils
 import hashlib
 import heapq
 import itertools
-import sys
 import threading
 import time
 from collections import Counter, deque
@@ -51,7 +50,6 @@ from dataclasses import dataclass, field
 
 import requests
 import urllib3
-from tqdm import tqdm
 
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.parse import parse
@@ -59,6 +57,7 @@ from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
 from webdb import Status
+from webdb.progress import progress_bar
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
 
@@ -225,7 +224,14 @@ class Fetcher:
         stats.entries = len(seen)
         sched = _Scheduler(queues.values())
         out_lock = threading.Lock()
-        progress = tqdm(total=stats.entries, unit="url", disable=_progress_off(s["progress"]), leave=False)
+        progress = progress_bar(
+            stats.entries,
+            "fetch",
+            "url",
+            enabled=s["progress"] is not False,
+            force_bar=s["progress"] is True,
+            leave=False,
+        )
         errors: list[BaseException] = []
 
         def emit(rec: FetchRecord, q: _Queue) -> None:
@@ -457,9 +463,3 @@ class Fetcher:
 
 class _FetchTimeout(Exception):
     pass
-
-
-def _progress_off(setting: object) -> bool:
-    if setting is None:
-        return not sys.stderr.isatty()
-    return not setting

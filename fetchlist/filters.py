@@ -19,8 +19,9 @@ So a regex file that should let everything else through ends with the line ``+.`
 ``regex-urlfilter.txt`` does.  Lines starting with ``#`` and blank lines are ignored; leading
 and trailing whitespace of a line is dropped.
 
-The kind of a file comes from its name (``…prefix…`` → prefix, ``…suffix…`` → suffix, anything
-else → regex) or is given explicitly as a ``(kind, path)`` pair.
+The kind of a file is given explicitly as a ``(kind, path)`` pair, else declared by the file's
+first line (``# webdb-filter-kind: regex``; ``webdb filters`` writes it), else comes from its
+name (``…prefix…`` → prefix, ``…suffix…`` → suffix, anything else → regex).
 
 ``reload_if_changed()`` re-reads the files whose mtime or size changed (the focused-crawl rules
 of seed 001 are edited while the crawl runs).  A bad rule raises ``BadInput`` naming the file
@@ -62,11 +63,11 @@ class FilterFile:
 
     def __init__(self, path: str | os.PathLike, kind: str | None = None) -> None:
         self.path = os.fspath(path)
-        self.kind = kind or kind_of(self.path)
-        if self.kind not in _KINDS:
-            raise BadInput(f"{self.path}: unknown filter kind {self.kind!r} (one of {', '.join(_KINDS)})")
         self._stamp: tuple[int, int] | None = _stamp(self.path)
         self.text = _read_text(self.path)
+        self.kind = kind or declared_kind(self.text) or kind_of(self.path)
+        if self.kind not in _KINDS:
+            raise BadInput(f"{self.path}: unknown filter kind {self.kind!r} (one of {', '.join(_KINDS)})")
         self.rules = parse_rules(self.text, self.kind, self.path)
 
     @classmethod
@@ -105,6 +106,15 @@ class FilterFile:
 
     def __repr__(self) -> str:
         return f"FilterFile({self.path!r}, {self.kind}, {len(self.rules)} rules)"
+
+
+KIND_LINE = "# webdb-filter-kind: "  # a file's first line may declare its kind (over its name)
+
+
+def declared_kind(text: str) -> str | None:
+    """The kind a file declares on its first line (``# webdb-filter-kind: regex``), or None."""
+    first = text.split("\n", 1)[0].strip()
+    return first[len(KIND_LINE) :].strip() if first.startswith(KIND_LINE) else None
 
 
 def kind_of(path: str) -> str:

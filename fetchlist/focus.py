@@ -13,7 +13,9 @@ File format (UTF-8; ``#`` starts a comment line; blank lines ignored)::
     lenta.ru              ^https?://lenta\\.ru/news/\\d{4}/\\d{2}/\\d{2}/\\w+/
     example.com           /articles/\\d+\\.html$
 
-A bad regex is a BadInput naming file and line.
+A domain may be written in Unicode (``пример.рф``): it is converted to punycode
+(``xn--e1afmkfd.xn--p1ai``) as the URLs in the db are, by the same normalizer.  A bad regex or
+domain is a BadInput naming file and line.
 """
 
 from __future__ import annotations
@@ -22,10 +24,23 @@ import os
 import re
 
 from fetchlist.generate import host_key
-from fetchlist.normalize import registered_domain
+from fetchlist.normalize import normalize, registered_domain
 from webdb.errors import BadInput
 
 __all__ = ["FocusRules"]
+
+
+def _ascii_domain(domain: str, where: str) -> str:
+    """``domain`` as the db stores hosts: lowercase, IDN labels in punycode."""
+    if domain.isascii():
+        return domain.lower()
+    try:
+        url = normalize(f"http://{domain}/")
+    except (ValueError, BadInput):
+        url = None
+    if not url:
+        raise BadInput(f"{where}: {domain!r} is not a valid domain name")
+    return host_key(url)
 
 
 class FocusRules:
@@ -45,7 +60,7 @@ class FocusRules:
             parts = s.split(None, 1)
             if len(parts) != 2:
                 raise BadInput(f"{name}:{lineno}: expected 'domain regex', got {s!r}")
-            domain, rx = parts[0].lower(), parts[1]
+            domain, rx = _ascii_domain(parts[0], f"{name}:{lineno}"), parts[1]
             try:
                 rules.setdefault(domain, []).append(re.compile(rx))
             except re.error as e:

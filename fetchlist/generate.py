@@ -60,7 +60,7 @@ from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
 from webdb import DAY, CallRecorder, Page, Reader, pagecodec
-from webdb.errors import BadInput, LockedError
+from webdb.errors import BadInput
 from webdb.lockwait import wait_for_lock
 
 __all__ = [
@@ -434,12 +434,7 @@ def _write_segment(
 
 
 def _open_writer(db, lock_wait: float, overrides: dict):
-    return wait_for_lock(
-        lambda: db.writer(**overrides),
-        lock_wait,
-        lambda e: isinstance(e, LockedError),
-        lambda e: LockedError(f"generate waited {lock_wait:g}s for the writer lock: {e}"),
-    )
+    return wait_for_lock(lambda: db.writer(**overrides), lock_wait, "generate")
 
 
 def generate(
@@ -776,8 +771,9 @@ def generate_rack(
     res = wait_for_lock(
         attempt,
         lock_wait,
-        lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError" and not got.get("written"),
-        lambda e: UpdateFailed(f"generate waited {lock_wait:g}s for the writer lock: {e}", e.result),
+        "generate",
+        locked=lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError" and not got.get("written"),
+        give_up=lambda e: UpdateFailed(f"generate waited {lock_wait:g}s for the writer lock: {e}", e.result),
     )
     if "t_mark" in got:
         secs["mark"] = time.monotonic() - got["t_mark"]

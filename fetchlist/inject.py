@@ -181,3 +181,32 @@ def inject(db, paths: Iterable[str | os.PathLike], **options: Any) -> dict:
     counts["new"] = counts["pages"] - before
     counts["seconds"] = round(time.monotonic() - t0, 3)
     return counts
+
+
+def inject_input(
+    log: Any,
+    paths: list[str],
+    *,
+    score: float = 1.0,
+    url_filters: Iterable[str] = (),
+    www_rules: str | None = None,
+    focus_rules: str | None = None,
+    fit_score: float | None = None,
+    skip_bad: bool = False,
+    now: int | None = None,
+) -> dict:
+    """``inject_seeds`` as a rack update's input function (``webdb inject --hosts``): the
+    filter, www and focus rule files are paths on the host, options are plain JSON values."""
+    from fetchlist.focus import FocusRules
+
+    return inject_seeds(
+        log,
+        paths,
+        score=score,
+        now=now,
+        url_filter=UrlFilter.from_files(list(url_filters)) if url_filters else None,
+        www=WwwRules.from_file(www_rules) if www_rules else None,
+        skip_bad=skip_bad,
+        focus=FocusRules.from_file(focus_rules) if focus_rules else None,
+        fit_score=fit_score,
+    )

@@ -91,7 +91,8 @@ DEFAULTS: dict[str, object] = {
     # www/non-www rules file (fetchlist.normalize.WwwRules); None: no rewriting.
     "www_rules": None,
     # ---- output ----------------------------------------------------------------------------------
-    # Show a tqdm progress bar: True, False, or None = only when stderr is a terminal.
+    # Progress on stderr: None = a tqdm bar on a terminal, else a line every 10 s
+    # (webdb.progress); True = always a tqdm bar; False = none.
     "progress": None,
 }
 

@@ -365,3 +365,119 @@ def test_generate_rules_thresholds():
     ]
     assert [r.prefix for r in generate_rules(stats, min_useful=10)] == ["http://x.ru/c/"]
     assert list(generate_rules(stats, min_useful=11)) == []
+
+
+# ---- edges: what the analysis commands do with odd input -------------------------------------------
+
+
+def test_rank_unfetched_pages_give_nothing_even_with_links_under_their_url_md5(tmp_path):
+    db = _new_db(tmp_path / "db", 2)
+    with db.writer() as w:
+        w.add_page_with_score(Page("http://x.example/u", score=4.0))  # unfetched: carries url_md5
+        w.add_page(Page("http://x.example/t"))
+        w.add_links(webdb.url_md5("http://x.example/u"), [("http://x.example/t", "")])
+    rank(db, 1, 0.5)
+    with db.reader() as r:
+        assert r.get_page("http://x.example/t").score == pytest.approx(0.5)  # 1-d: nothing from u
+
+
+def test_rank_help_shows_the_default_and_negative_counts_are_rejected(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["rank", "--help"])
+    assert "(default 10)" in capsys.readouterr().out
+    _new_db(tmp_path / "db", 1)
+    for argv in (
+        ["rank", str(tmp_path / "db"), "--iterations", "-1"],
+        ["rank", str(tmp_path / "db"), "--workers", "-2"],
+        ["prefixes", str(tmp_path / "db"), "--depth", "-1"],
+        ["filters", str(tmp_path / "db"), "--out", str(tmp_path / "f.txt"), "--depth", "0"],
+        ["filters", str(tmp_path / "db"), "--out", str(tmp_path / "f.txt"), "--min-useful", "-1"],
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2, argv
+        assert "expected a whole number" in capsys.readouterr().err
+    with pytest.raises(webdb.BadInput, match="iterations"):
+        rank(webdb.open(str(tmp_path / "db")), -1)
+    assert not (tmp_path / "f.txt").exists()
+
+
+def test_dedup_restores_a_gone_page_as_gone(tmp_path):
+    db = _new_db(tmp_path / "db", 1)
+    c = _md5("same")
+    with db.writer() as w:
+        w.add_page_with_score(Page("http://a.example/gone-page", c, Status.GONE, score=1.0))
+        w.add_page_with_score(Page("http://a.example/s", c, Status.FETCHED, score=5.0))
+    assert dedup(db) == {"duplicate": 1, "restored": 0}
+    with db.reader() as r:
+        assert r.get_page("http://a.example/gone-page").status == Status.DUPLICATE
+    with db.writer() as w:
+        w.delete_page("http://a.example/s")
+    assert dedup(db) == {"duplicate": 0, "restored": 1}
+    with db.reader() as r:
+        p = r.get_page("http://a.example/gone-page")
+        assert p.status == Status.GONE and "dup_status" not in p.meta
+    assert dedup(db) == {"duplicate": 0, "restored": 0}
+
+
+@pytest.mark.parametrize(
+    ("scope", "kept"),
+    [
+        ("global", {"http://www.a.example/1"}),
+        ("domain", {"http://www.a.example/1", "http://b.example/1"}),
+        ("host", {"http://www.a.example/1", "http://news.a.example/1", "http://b.example/1"}),
+    ],
+)
+def test_dedup_scope(tmp_path, capsys, scope, kept):
+    db = _new_db(tmp_path / "db", 2)
+    c = _md5("syndicated")
+    urls = ["http://www.a.example/1", "http://www.a.example/22", "http://news.a.example/1", "http://b.example/1"]
+    with db.writer() as w:
+        for i, u in enumerate(urls):
+            w.add_page_with_score(Page(u, c, Status.FETCHED, score=9.0 - i))
+    argv = ["dedup", str(tmp_path / "db"), "--json"] + ([] if scope == "global" else ["--scope", scope])
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["duplicate"] == len(urls) - len(kept)
+    with db.reader() as r:
+        assert {p.url for p in r.pages() if p.status == Status.FETCHED} == kept
+    assert dedup(db, scope=scope) == {"duplicate": 0, "restored": 0}
+    if scope != "global":  # back to global: only the best page of the md5 stays
+        assert dedup(db)["duplicate"] == len(kept) - 1
+
+
+def test_focus_rules_with_a_unicode_domain_match_punycode_urls(tmp_path):
+    from fetchlist.focus import FocusRules
+    from fetchlist.normalize import normalize
+
+    f = tmp_path / "focus.txt"
+    f.write_text("пример.рф  /news/\nBÜCHER.de  /b/\n", encoding="utf-8")
+    rules = FocusRules.from_file(str(f))
+    assert set(rules.rules) == {"xn--e1afmkfd.xn--p1ai", "xn--bcher-kva.de"}
+    assert rules.fits(normalize("http://www.пример.рф/news/1"))
+    assert rules.fits("http://xn--bcher-kva.de/b/x") and not rules.fits("http://xn--bcher-kva.de/c/")
+    f.write_text("a..b.рф  /x/\n", encoding="utf-8")
+    with pytest.raises(webdb.BadInput, match=r"focus.txt:1: 'a\.\.b\.рф' is not a valid domain name"):
+        FocusRules.from_file(str(f))
+
+
+def test_filters_out_edges(tmp_path, capsys):
+    db = _new_db(tmp_path / "db", 1)
+    with db.writer() as w:
+        w.add_page(Page("http://a.example/"))
+    for out, why in (
+        (tmp_path / "no-such" / "f.txt", f"the folder {tmp_path / 'no-such'} does not exist"),
+        (tmp_path, "is a directory"),
+    ):
+        assert main(["filters", str(tmp_path / "db"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"webdb filters: error: --out {out}: {why}; name the filter file to write" or (
+            err.startswith(f"webdb filters: error: --out {out}:") and why in err
+        ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db"]  # no DIR.tmp.<pid> left
+    # A name containing "prefix" is still read as the regex file it is: the kind is in the file.
+    out = tmp_path / "prefix-rules.txt"
+    assert main(["filters", str(tmp_path / "db"), "--out", str(out)]) == 0
+    assert out.read_text().startswith("# webdb-filter-kind: regex\n")
+    f = UrlFilter.from_files([str(out)])
+    assert f.files[0].kind == "regex" and f.accept("http://a.example/x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "prefix-rules.txt"]

@@ -23,6 +23,15 @@ from webdb.ndfs import parse_config
 from webdb.writer.inputs import CallRecorder, apply_call
 
 REPO = Path(__file__).resolve().parent.parent
+# The test hosts' own python: a plain system python, not the venv running the tests (it has
+# no lz4 or the other dependencies).
+HOST_PYTHON = "/usr/bin/python3"
+
+
+def host_python() -> str:
+    if not os.access(HOST_PYTHON, os.X_OK):
+        pytest.skip(f"{HOST_PYTHON} is not installed")
+    return HOST_PYTHON
 
 
 def snapshot_tree(dest: Path) -> Path:
@@ -59,14 +68,11 @@ def test_deploy_needs_a_virtualenv_python() -> None:
 
 @pytest.mark.ssh
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
     hosts = ssh_hosts[:2]
-    ini = "[ndfs]\ndb = crawl\nconnect_timeout = 5\ntimeout = 10\n\n"
-    for h in hosts:
-        ini += h.ini().replace(f"python = {sys.executable}", f"python = {h.root}/.webdb/venv/bin/python")
-    ini += "\n[sections]\ncount = 2\nhosts = h0, h1\n"
-    path = tmp_path / "hosts.ini"
-    path.write_text(ini)
+    path = rack_ini(hosts, tmp_path)
+    ini = path.read_text()
     (tmp_path / "src").mkdir()
     src = snapshot_tree(tmp_path / "src")
 
@@ -76,13 +82,19 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
     def webdb_cli(*args: str) -> subprocess.CompletedProcess:
         return run(["-m", "webdb.cli.main", *args], src, tmp_path)
 
-    p = fab("deploy", "--ini", str(path), "--base-python", sys.executable)
+    # The hosts' venvs are built by the hosts' own python, a plain one without lz4: deploy
+    # must install the dependencies and prove the install on each host.
+    p = fab("deploy", "--ini", str(path), "--base-python", host_python())
     assert p.returncode == 0, p.stdout + p.stderr
     for h in hosts:
-        assert f"{h.name}" in p.stdout and "venv created, installed, config pushed" in p.stdout
+        assert re.search(rf"{h.name} +ok .*done venv created, installed, config pushed", p.stdout), p.stdout
+        assert "proved webdb 0.1.0" in p.stdout
+        cfg = (h.root / ".webdb" / "venv" / "pyvenv.cfg").read_text()
+        assert "include-system-site-packages = false" in cfg and str(Path(HOST_PYTHON).parent) in cfg
         assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()
         assert (h.root / "crawl" / f"section-{int(h.name[1:]):04d}").is_dir()
-        assert (h.root / ".webdb" / "hosts.ini").read_text() == ini
+        assert (conf_dir(h) / "hosts.ini").read_text() == ini
+        assert conf_dir(h).stat().st_mode & 0o777 == 0o700  # key files pushed here stay private
     digest = re.findall(r"digest (\w+)", p.stdout)
     assert len(set(digest)) == 1
     for rerun in (False, True):
@@ -90,9 +102,11 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         assert p.returncode == 0, p.stdout + p.stderr
         assert p.stdout.count(" ok ") == 2 and f"version 0.1.0, digest {digest[0]}" in p.stdout and "skew" in p.stdout
         if not rerun:
-            p = fab("deploy", "--ini", str(path), "--base-python", sys.executable)
+            p = fab("deploy", "--ini", str(path), "--base-python", host_python())
             assert p.returncode == 0, p.stdout + p.stderr
             assert p.stdout.count("done unchanged") == 2, p.stdout  # idempotent: nothing to do
+            assert p.stdout.count("proved webdb 0.1.0") == 2, p.stdout  # ... but proved again
+    assert re.search(r"h0 +ok .*host key ssh-ed25519 SHA256:\S+, sections section-0000, locks none", p.stdout), p.stdout
 
     # An update through the deployed install: the agents run the venvs' python and webdb.
     calls = CallRecorder()
@@ -129,3 +143,89 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         assert re.search(r"h1 +FAILED .*h1: cannot connect to 127.0.0.3:\d+: connection refused", p.stdout), p.stdout
     finally:
         hosts[1].start()
+
+
+def conf_dir(h: SSHHost) -> Path:
+    """The one config folder deploy made under the host's .webdb (per config: hosts-<digest>)."""
+    (d,) = (h.root / ".webdb").glob("hosts-*")
+    return d
+
+
+def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -> None:
+    from webdb.writer.section import _config, deploy_dir
+
+    a = "[host:x]\naddress = 10.0.0.1\nroot = /r\nknown_hosts = keys/known\n\n[sections]\ncount = 1\nhosts = x\n"
+    b = a.replace("10.0.0.1", "10.0.0.2")
+    da = deploy_dir("/r", parse_config(a, source="/etc/rack/hosts.ini"))
+    assert re.fullmatch(r"/r/\.webdb/hosts-[0-9a-f]{8}", da)
+    assert da == deploy_dir("/r", parse_config(a + "# a comment\n", source="hosts.ini"))  # same rack, same folder
+    assert da != deploy_dir("/r", parse_config(b, source="/etc/rack/hosts.ini"))  # another rack on the root
+    assert deploy_dir("/r", parse_config(a, source="/x/rack-b.ini")).startswith("/r/.webdb/rack-b-")
+    # An agent on the host resolves the config's relative key paths in that folder.
+    root = tmp_path / "root"
+    folder = Path(deploy_dir(str(root), parse_config(a.replace("/r", str(root)), source="hosts.ini")))
+    folder.mkdir(parents=True)
+    spec = {"root": str(root), "base_dir": "/coordinator", "ini": a.replace("/r", str(root)), "ini_source": "hosts.ini",
+            "local_host": "x"}  # fmt: skip
+    assert _config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
+
+
+def rack_ini(hosts: list[SSHHost], tmp_path: Path) -> Path:
+    ini = "[ndfs]\ndb = crawl\nconnect_timeout = 5\ntimeout = 10\n\n"
+    for h in hosts:
+        ini += h.ini().replace(f"python = {sys.executable}", f"python = {h.root}/.webdb/venv/bin/python")
+    ini += f"\n[sections]\ncount = {len(hosts)}\nhosts = {', '.join(h.name for h in hosts)}\n"
+    path = tmp_path / "hosts.ini"
+    path.write_text(ini)
+    return path
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_deploy_from_a_wheelhouse_reports_a_broken_host_with_its_own_error(
+    ssh_hosts: list[SSHHost], tmp_path: Path
+) -> None:
+    """Dependencies shipped from a local wheelhouse (hosts install with --no-index); a host
+    whose venv cannot import a dependency fails with the host's own error; a plain deploy
+    followed by --deps installs again (the marker covers the dependency mode)."""
+    hosts = ssh_hosts[:2]
+    path = rack_ini(hosts, tmp_path)
+    (tmp_path / "src").mkdir()
+    src = snapshot_tree(tmp_path / "src")
+    house = tmp_path / "wheels"
+
+    def fab(*args: str) -> subprocess.CompletedProcess:
+        return run(["-m", "fabric", "-r", str(src), *args], src, tmp_path)
+
+    p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--wheelhouse", str(house))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count("proved webdb 0.1.0") == 2, p.stdout
+    assert any(f.name.startswith("lz4-") for f in house.iterdir())
+    for h in hosts:
+        assert any(f.name.startswith("lz4-") for f in (conf_dir(h) / "wheels").iterdir())
+
+    # Break lz4 in h1's venv: the deploy reinstalls, still cannot import, and says why.
+    (lz4,) = (hosts[1].root / ".webdb" / "venv" / "lib").glob("python3*/site-packages/lz4/__init__.py")
+    lz4.write_text("raise ImportError('lz4 is broken on this host')\n")
+    p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--wheelhouse", str(house))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert re.search(r"h0 +ok .*done unchanged", p.stdout), p.stdout
+    line = next(ln for ln in p.stdout.splitlines() if ln.lstrip().startswith("h1"))
+    assert "FAILED" in line and "ImportError: lz4 is broken on this host" in line, line
+    assert f"remove {hosts[1].root}/.webdb/venv" in line
+    assert "Traceback" not in p.stderr
+
+    # --deps after a plain deploy is a different dependency set: it installs (and repairs h0).
+    p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--wheelhouse", str(house), "--deps",
+            "--only", "h0")  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"h0 +ok .*done installed", p.stdout), p.stdout
+
+
+def test_fab_with_a_missing_ini_is_one_line(tmp_path: Path) -> None:
+    src = REPO
+    for task in ("deploy", "check"):
+        p = run(["-m", "fabric", "-r", str(src), task, "--ini", str(tmp_path / "nope.ini")], src, tmp_path)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert p.stderr.strip() == f"fab {task}: error: {tmp_path / 'nope.ini'}: no such hosts.ini", p.stderr

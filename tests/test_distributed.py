@@ -410,7 +410,7 @@ def test_ssh_cli_create_update_progress_and_errors(ssh_hosts: list[SSHHost], tmp
     # A bare relative path is read on every host, relative to <root>/<db> there.
     for j, h in enumerate(hosts):
         shutil.move(inputs[j]["paths"][0], h.root / "crawl" / "round-a.jsonl")
-    p = cli(["update", "--hosts", ini, "crawl", "round-a.jsonl", "--input", REPLAY])
+    p = cli(["update", "--hosts", ini, "crawl", "round-a.jsonl", "--input", REPLAY, "-v"])
     assert p.returncode == 0, p.stderr
     assert "h1  section 1: stage 3/5 merged" in p.stderr and "to other hosts" in p.stderr
     assert p.stdout.startswith("generation 1 committed") and "h0    0" in p.stdout

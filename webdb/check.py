@@ -67,10 +67,10 @@ def check(reader, progress: bool = False) -> dict:
     """Raise CorruptionError at the first violation; return counts when all is well."""
     bar = None
     if progress:
-        from tqdm import tqdm
+        from webdb.progress import progress_bar
 
         total = sum(t.count for lst in reader.tables.values() for t in lst if t is not None)
-        bar = tqdm(total=total, unit="rec", desc="check", disable=None)
+        bar = progress_bar(total, "check", "rec")  # periodic lines when stderr is not a terminal
     tmp = tempfile.mkdtemp(prefix="webdb-check-")
     try:
         return _check(reader, bar, tmp)

@@ -3,15 +3,25 @@
 ``deploy`` makes every ``[host:*]`` ready to run a section writer, idempotently:
 
 1. the virtualenv whose python hosts.ini names (``python = /opt/webdb/venv/bin/python``),
-   created with ``--system-site-packages`` from ``base_python`` (dependencies come from the
-   host's Python, or from an index with ``deps=True``);
-2. this source tree, installed into it with pip when its digest differs from what is there;
-3. the data root, ``<root>/<db>/`` and the share-group directories the host holds;
-4. the config: hosts.ini and the key/known_hosts files it names by relative path, under
-   ``<root>/.webdb/`` (where an agent resolves them).
+   created with ``base_python -m venv`` run *on the host* (the host's own ``python3`` by
+   default), without the host's site-packages: the venv holds exactly what deploy installs;
+2. this source tree as a wheel, and its dependencies (setup.py ``install_requires``): from the
+   package index the host's pip is configured for, or, with ``wheelhouse``, from wheels
+   downloaded here and shipped to the host (``pip install --no-index``: no network needed);
+3. the proof: ``python -c "import webdb, fetchlist, lz4, ..."`` and ``webdb --version`` run
+   in the venv on the host; a host that fails them is reported failed with the host's error;
+4. the data root, ``<root>/<db>/`` and the share-group directories the host holds;
+5. the config: hosts.ini and the key/known_hosts files it names by relative path, under
+   ``<root>/.webdb/<name>-<digest>/`` (``webdb.writer.distributed.deploy_dir``: one folder
+   per config, where an agent resolves them).
 
-``check`` verifies per host: ssh reachable, the same webdb version and source digest as here,
-free disk, the clock within tolerance, the pushed config current, and that the host itself
+Every file reaches a host through ndfs's atomic put (temporary name, fsync, verified, rename).
+A marker in the venv records the digest of code + dependency set + install mode: a deploy
+whose digest differs installs again, one whose digest matches only proves the install.
+
+``check`` verifies per host: ssh reachable (and shows the host key's fingerprint), the same
+webdb version and source digest as here, free disk, the clock within tolerance, the section
+roots present, held or stale writer locks, the pushed config current, and that the host itself
 reaches every other host over ssh (the edits travel host to host).  Both return a
 ``GroupResult`` (host -> HostResult), like every distributed action.
 """
@@ -22,6 +32,7 @@ import configparser
 import hashlib
 import os
 import posixpath
+import re
 import shlex
 import sys
 import threading
@@ -30,7 +41,7 @@ from collections.abc import Callable
 
 from webdb.errors import BadInput, DistributedError, WebDBError
 from webdb.ndfs import GroupResult, HostConfig, HostResult, NdfsConfig, load_config, parse_config
-from webdb.writer.distributed import DEPLOY_DIR
+from webdb.writer.distributed import deploy_dir
 
 __all__ = ["check", "deploy", "source_digest", "venv_of"]
 
@@ -164,14 +175,21 @@ def relative_files(ini_path: str) -> list[str]:
     return out
 
 
+def _connect(host: HostConfig):
+    """An open fabric Connection to ``host`` with its key checked against known_hosts: the
+    one place deploy and check connect, through ndfs's connection factory (the rack's too)."""
+    from webdb.ndfs.connect import fabric_connection
+
+    return fabric_connection(host)
+
+
 class _Host:
-    """Commands and files on one host through a fabric Connection (host key checked)."""
+    """Commands on one host through a fabric Connection, files through the ndfs transport."""
 
     def __init__(self, host: HostConfig) -> None:
-        from webdb.writer.rack import open_connection
-
         self.host = host
-        self.conn = open_connection(host)
+        self.conn = _connect(host)
+        self._transport = None
 
     def run(self, cmd: str, what: str, timeout: float = CMD_TIMEOUT) -> str:
         r = self.conn.run(cmd, hide=True, warn=True, timeout=timeout, in_stream=False)
@@ -180,23 +198,23 @@ class _Host:
             raise DistributedError(f"{self.host.name}: {what} failed ({r.exited}): {' | '.join(err)}")
         return r.stdout
 
-    def put_bytes(self, data: bytes, path: str, mode: int = 0o644) -> bool:
-        """Write ``path`` (temp + rename) unless it already holds ``data``; True if written."""
-        sftp = self.conn.sftp()
-        try:
-            with sftp.open(path, "rb") as f:
-                if f.read() == data:
-                    return False
-        except OSError:
-            pass
-        tmp = f"{path}.tmp.{os.getpid()}"
-        with sftp.open(tmp, "wb") as f:
-            f.write(data)
-        sftp.chmod(tmp, mode)
-        sftp.posix_rename(tmp, path)
+    def put_bytes(self, data: bytes, name: str) -> bool:
+        """Publish ``<root>/<name>`` with ndfs's atomic put (temp file, fsync, rename, verified)
+        unless its completion flag already records these bytes; True if written."""
+        from webdb.ndfs import open_transport
+        from webdb.ndfs.config import Location
+
+        if self._transport is None:
+            self._transport = open_transport(Location(host=self.host))
+        have = self._transport.completion(name)
+        if have is not None and have.size == len(data) and have.sha256 == hashlib.sha256(data).hexdigest():
+            return False
+        self._transport.put_bytes(data, name)
         return True
 
     def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
         self.conn.close()
 
 
@@ -234,10 +252,46 @@ def _each(config: NdfsConfig, what: str, fn: Callable[[_Host], dict], hosts: lis
     return out
 
 
+def requirements() -> list[str]:
+    """The ``install_requires`` of setup.py: the dependency set a host's venv must hold."""
+    return list(_setup_kwargs(os.path.dirname(_package_dirs()["webdb"])).get("install_requires", []))
+
+
+def import_names(reqs: list[str]) -> list[str]:
+    """Top-level modules proving an install: webdb, fetchlist and one per requirement
+    (a distribution ``a-b>=1`` imports as ``a_b``)."""
+    names = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].strip().lower().replace("-", "_") for r in reqs]
+    return ["webdb", "fetchlist", *names]
+
+
+def wheelhouse_fill(dest: str, wheel: str, python_version: str | None = None) -> list[str]:
+    """``pip download`` the wheel's dependencies into ``dest`` on this machine (binary wheels
+    only; files already there are reused, ``--find-links dest`` lets it work offline when
+    ``dest`` is complete).  ``python_version`` ("3.11") targets hosts whose Python differs
+    from this one.  Returns the wheel file names in ``dest``."""
+    import subprocess
+
+    os.makedirs(dest, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
+           "--dest", dest, "--find-links", dest]  # fmt: skip
+    if python_version and python_version != f"{sys.version_info[0]}.{sys.version_info[1]}":
+        cmd += ["--python-version", python_version]
+    p = subprocess.run([*cmd, wheel], capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        err = " | ".join(p.stderr.strip().splitlines()[-3:])
+        raise BadInput(f"wheelhouse {dest}: pip download failed: {err}")
+    return sorted(f for f in os.listdir(dest) if f.endswith(".whl") and not f.startswith("webdb-"))
+
+
 def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3", deps: bool = False,
-           hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
-    """Install, create directories and push the config on every host (see module doc)."""
-    config = load_config(ini_path)
+           wheelhouse: str | None = None, hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
+    """Install, prove, create directories and push the config on every host (see module doc).
+
+    ``wheelhouse``: a directory on this machine; the dependencies are downloaded into it
+    (``pip download``), shipped to each host and installed with ``--no-index`` (hosts need
+    no network).  Without it each host's pip resolves them from the index it is configured
+    for.  ``deps``: also upgrade dependencies already installed to the newest offered."""
+    config = check_file(ini_path, "hosts.ini")
     db = db or config.db
     ini_bytes = open(ini_path, "rb").read()
     extra = relative_files(ini_path)
@@ -247,56 +301,113 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
     with tempfile.TemporaryDirectory() as tmp:
         wheel_path = build_wheel(tmp)
         wheel = open(wheel_path, "rb").read()
+        house: dict[str, bytes] = {}
+        if wheelhouse:
+            for f in wheelhouse_fill(wheelhouse, wheel_path):
+                with open(os.path.join(wheelhouse, f), "rb") as fh:
+                    house[f] = fh.read()
     wheel_name = os.path.basename(wheel_path)
-    digest = source_digest()
+    reqs = requirements()
+    code = source_digest()
+    # The marker covers the code, the dependency set and how it was installed: a deploy that
+    # changes any of them installs again.
+    mode = "wheelhouse " + " ".join(sorted(house)) if wheelhouse else "index"
+    digest = hashlib.sha256("\n".join([code, *reqs, mode, f"upgrade={deps}"]).encode()).hexdigest()
+    probe_imports = ", ".join(import_names(reqs))
 
     def one(h: _Host) -> dict:
         hc = h.host
         venv = venv_of(hc)
-        conf = posixpath.join(hc.root, DEPLOY_DIR)
+        conf = deploy_dir(hc.root, config)  # per config: racks sharing a root do not collide
+        conf_rel = posixpath.relpath(conf, hc.root)
         dirs = [hc.root, conf]
         if db:
             dirs += [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
         h.run("mkdir -p " + " ".join(map(shlex.quote, dirs)), "creating directories")
+        # Key files arrive by atomic put with default modes: the folder keeps them private.
+        h.run(f"chmod 700 {shlex.quote(conf)}", "protecting the config folder")
         done: list[str] = []
         py = shlex.quote(hc.python)
-        if h.run(f"test -x {py} && echo yes || echo no", "looking for the venv").strip() != "yes":
-            h.run(f"{shlex.quote(base_python)} -m venv --system-site-packages {shlex.quote(venv)}", "creating the venv")
-            done.append("venv created")
         cfg = shlex.quote(posixpath.join(venv, "pyvenv.cfg"))
+        state = h.run(f"if test -x {py}; then grep -qi '^include-system-site-packages *= *true' {cfg} 2>/dev/null "
+                      f"&& echo shared || echo own; else echo none; fi", "looking for the venv").strip()  # fmt: skip
+        if state != "own":
+            # From the host's own python, never with the host's site-packages: the venv holds
+            # exactly what deploy installs (and proves below).
+            h.run(f"{shlex.quote(base_python)} -m venv --clear {shlex.quote(venv)}", "creating the venv")
+            done.append("venv created" if state == "none" else "venv rebuilt (had system site-packages)")
         if h.run(f"test -f {cfg} && echo yes || echo no", "looking for pyvenv.cfg").strip() != "yes":
             raise BadInput(f"[host:{hc.name}] python = {hc.python}: {venv} is not a virtualenv (no pyvenv.cfg); "
                            f"refusing to install into it")  # fmt: skip
         marker = posixpath.join(venv, MARKER)
+        pip = f"{py} -m pip install -q --disable-pip-version-check"
+        if wheelhouse:
+            for f, b in house.items():
+                h.put_bytes(b, posixpath.join(conf_rel, "wheels", f))
+            pip += f" --no-index --find-links {shlex.quote(posixpath.join(conf, 'wheels'))}"
+
+        def install() -> None:
+            whl = posixpath.join(conf_rel, wheel_name)
+            h.put_bytes(wheel, whl)
+            q = shlex.quote(posixpath.join(hc.root, whl))
+            h.run(f"rm -f {shlex.quote(marker)}", "clearing the install marker")
+            h.run(f"{pip} --force-reinstall --no-deps {q}", "pip install webdb")
+            upgrade = " --upgrade --upgrade-strategy eager" if deps else ""
+            h.run(f"{pip}{upgrade} {q}", "pip install the dependencies")
+
+        def prove() -> str:
+            h.run(f"{py} -c {shlex.quote('import ' + probe_imports)}", f"importing {probe_imports} in {venv}")
+            return h.run(f"{shlex.quote(posixpath.join(venv, 'bin', 'webdb'))} --version", "webdb --version").strip()
+
         have = h.run(f"cat {shlex.quote(marker)} 2>/dev/null || true", "reading the deployed digest").strip()
         if have != digest:
-            whl = posixpath.join(conf, wheel_name)
-            h.put_bytes(wheel, whl)
-            pip = f"{py} -m pip install -q --disable-pip-version-check --force-reinstall"
-            pip += "" if deps else " --no-deps --no-index"
-            h.run(f"{pip} {shlex.quote(whl)}", "pip install")
-            h.run(f"rm -f {shlex.quote(whl)} && echo {digest} > {shlex.quote(marker)}", "recording the install")
+            install()
             done.append("installed")
-        changed = h.put_bytes(ini_bytes, posixpath.join(conf, "hosts.ini"))
+        try:
+            try:
+                version = prove()
+            except DistributedError:
+                if have != digest:
+                    raise
+                install()  # the marker said current but the venv is broken: install again
+                done.append("reinstalled")
+                version = prove()
+        except DistributedError as e:
+            raise DistributedError(f"{e}; the venv cannot run webdb: fix the cause, or remove {venv} "
+                                   f"and run fab deploy again to rebuild it") from None  # fmt: skip
+        tmp = shlex.quote(f"{marker}.tmp")
+        h.run(f"echo {digest} > {tmp} && sync {tmp} && mv -f {tmp} {shlex.quote(marker)}", "recording the install")
+        changed = h.put_bytes(ini_bytes, posixpath.join(conf_rel, "hosts.ini"))
         for rel in extra:
-            target = posixpath.join(conf, rel)
-            h.run(f"mkdir -p {shlex.quote(posixpath.dirname(target))}", "creating config dirs")
             with open(os.path.join(base, rel), "rb") as f:
-                changed |= h.put_bytes(f.read(), target, 0o600)
+                changed |= h.put_bytes(f.read(), posixpath.join(conf_rel, rel))
+            h.run(f"chmod 600 {shlex.quote(posixpath.join(conf, rel))}", "protecting key files")
         if changed:
             done.append("config pushed")
-        return {"done": done or ["unchanged"], "venv": venv, "digest": digest[:12]}
+        return {"done": done or ["unchanged"], "venv": venv, "proved": version, "digest": code[:12]}
 
     return _each(config, f"deploy {ini_path}", one, hosts)
 
 
-def check(ini_path: str, *, max_skew: float = 2.0, min_free_mb: int = 100,
+def check_file(ini_path: str, what: str) -> NdfsConfig:
+    """``load_config`` with a missing or unreadable file reported as BadInput naming it."""
+    if not os.path.isfile(ini_path):
+        raise BadInput(f"{ini_path}: no such {what}" + (" (it is a directory)" if os.path.isdir(ini_path) else ""))
+    try:
+        return load_config(ini_path)
+    except OSError as e:
+        raise BadInput(f"{ini_path}: cannot read {what}: {e.strerror}") from None
+
+
+def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_free_mb: int = 100,
           hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
-    """Per host: reachable, same version and source digest, free disk, clock, config, and
-    ssh from the host to every other host.  A host fails if any check fails."""
+    """Per host: reachable (and its host key), same version and source digest, free disk,
+    clock, config, section roots, stale or held locks, and ssh from the host to every other
+    host.  A host fails if any check fails."""
     from webdb import __version__
 
-    config = load_config(ini_path)
+    config = check_file(ini_path, "hosts.ini")
+    db = db or config.db
     ini_bytes = open(ini_path, "rb").read()
     digest = source_digest()
     ini_sha = hashlib.sha256(ini_bytes).hexdigest()
@@ -305,6 +416,7 @@ def check(ini_path: str, *, max_skew: float = 2.0, min_free_mb: int = 100,
         hc = h.host
         py = shlex.quote(hc.python or "python3")
         problems: list[str] = []
+        key = h.conn.client.get_transport().get_remote_server_key()
         t0 = time.time()
         remote = float(h.run("date +%s.%N", "reading the clock").strip())
         t1 = time.time()
@@ -318,7 +430,21 @@ def check(ini_path: str, *, max_skew: float = 2.0, min_free_mb: int = 100,
         free_kb = int(h.run(f"df -Pk {shlex.quote(hc.root)} | tail -1", "df").split()[3])
         if free_kb < min_free_mb * 1024:
             problems.append(f"only {free_kb // 1024} MiB free under {hc.root} (want {min_free_mb})")
-        conf = posixpath.join(hc.root, DEPLOY_DIR, "hosts.ini")
+        sections: list[str] = []
+        locks: list[str] = []
+        if db:
+            # The agent's writer lock is <root>/<db>/LOCK; the sections are share-group folders.
+            dirs = [posixpath.join(hc.root, db)] + [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
+            lines = h.run(f"{py} -m webdb.deploy locks " + " ".join(map(shlex.quote, dirs)), "reading locks")
+            for n, line in enumerate(lines.splitlines()):
+                path, _, state = line.partition(" ")
+                if state == "missing":
+                    problems.append(f"{path} is missing: run fab deploy --db {db}")
+                elif n > 0:
+                    sections.append(posixpath.basename(path))
+                if state not in ("free", "missing"):
+                    locks.append(f"{posixpath.relpath(path, hc.root)} {state}")
+        conf = posixpath.join(deploy_dir(hc.root, config), "hosts.ini")
         have = h.run(f"sha256sum {shlex.quote(conf)} 2>/dev/null || true", "reading the config").split()
         if not have or have[0] != ini_sha:
             problems.append(f"{conf} is missing or differs from {ini_path}: run fab deploy")
@@ -327,9 +453,54 @@ def check(ini_path: str, *, max_skew: float = 2.0, min_free_mb: int = 100,
             problems += [line for line in probe.splitlines() if line.strip()]
         if problems:
             raise DistributedError(f"{hc.name}: " + "; ".join(problems))
-        return {"version": out[0], "digest": out[1][:12], "skew": round(skew, 3), "free_mb": free_kb // 1024}
+        return {
+            "version": out[0],
+            "digest": out[1][:12],
+            "skew": round(skew, 3),
+            "free_mb": free_kb // 1024,
+            "host key": f"{key.get_name()} {key_fingerprint(key)}",
+            "sections": ", ".join(sections) or "none",
+            "locks": "; ".join(locks) or "none",
+        }
 
     return _each(config, f"check {ini_path}", one, hosts)
+
+
+def key_fingerprint(key) -> str:
+    """OpenSSH's ``SHA256:...`` fingerprint of a paramiko public key (what ssh-keygen -l shows)."""
+    import base64
+
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+
+
+def lock_state(section_dir: str) -> str:
+    """``free``, ``missing``, ``held by pid N on HOST since T`` or ``stale (pid N on HOST ...)``:
+    the writer lock of one section directory, read on the host that holds it."""
+    import fcntl
+    import json
+
+    if not os.path.isdir(section_dir):
+        return "missing"
+    path = os.path.join(section_dir, "LOCK")
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return "free"
+    try:
+        try:
+            raw = os.read(fd, 4096)
+            holder = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            holder = {}
+        who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('since', '?')}"
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return f"held by {who}"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return f"stale ({who}, process gone; the next writer takes it over)" if holder else "free"
+    finally:
+        os.close(fd)
 
 
 def probe(conf: str, me: str) -> list[str]:
@@ -373,11 +544,15 @@ def main(argv: list[str] | None = None) -> int:
 
         print(__version__, source_digest(), os.path.dirname(_package_dirs()["webdb"]))
         return 0
+    if len(argv) >= 2 and argv[0] == "locks":
+        for d in argv[1:]:
+            print(d, lock_state(d))
+        return 0
     if len(argv) == 3 and argv[0] == "probe":
         for line in probe(argv[1], argv[2]):
             print(line)
         return 0
-    print("usage: python -m webdb.deploy version | probe HOSTS_INI HOST", file=sys.stderr)
+    print("usage: python -m webdb.deploy version | probe HOSTS_INI HOST | locks DIR...", file=sys.stderr)
     return 2
 
 

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from webdb.errors import BadInput
 from webdb.sortbuf import SortBuffer
 from webdb.tables.records import Page
 from webdb.urls import host_of, registered_domain
@@ -77,6 +78,8 @@ def prefix_stats(
 ) -> Iterator[PrefixStat]:
     """Every prefix with ``known >= min_count``, by (domain, prefix).  Streams; see the module
     docstring for cost.  ``tmpdir`` holds the sort's spilled runs (default: a fresh temp dir)."""
+    if not isinstance(depth, int) or depth < 1:
+        raise BadInput(f"depth must be a whole number >= 1, not {depth!r}")
     with tempfile.TemporaryDirectory(prefix="webdb-prefixes-", dir=tmpdir) as tmp:
         buf = SortBuffer(tmp, "prefixes", max_bytes)
         seq = itertools.count()

@@ -7,7 +7,9 @@ One iteration, for damping ``d``::
 where ``n(p)`` is the number of links stored from p's content md5.  A page carrying a content
 md5 gives its own score: when several urls carry the same content they are several pages of the
 url graph with the same outlinks, so their scores add up (the result is the PageRank of the url
-graph).  Dangling pages (no outlinks) give nothing; pages with no inlinks get ``1 - d``.
+graph).  Dangling pages (no outlinks) give nothing, and so do unfetched pages, even when links
+are stored under their url md5 (their outlinks are not known until they are fetched); pages
+with no inlinks get ``1 - d``.
 
 The original ran in one process only (reference §8 defect 8).  Here PagesByMD5 and LinksByMD5
 share the md5 split, so each section's contributions come from a merge-join of its two md5
@@ -33,8 +35,8 @@ from concurrent.futures import ProcessPoolExecutor
 from webdb.errors import BadInput
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import TMP_DIR
-from webdb.tables.pagecodec import page_score
-from webdb.tables.records import Page
+from webdb.tables.pagecodec import page_score, page_status
+from webdb.tables.records import Page, Status
 
 __all__ = ["rank", "rank_iteration", "section_contributions"]
 
@@ -65,7 +67,10 @@ def section_contributions(db, j: int, tmpdir: str, max_bytes: int) -> list[str]:
                 break
             if cur[0] != md5:
                 continue  # links of a content no page carries any more: no score to give
-            total = sum(page_score(v) for _, v in cur[1])
+            givers = [v for _, v in cur[1] if page_status(v) != Status.UNFETCHED]
+            if not givers:
+                continue  # only unfetched pages carry this md5: their outlinks are not known
+            total = sum(page_score(v) for v in givers)
             targets = [k[16:] for k, _ in links]  # one page's outlinks: bounded by the update's cap
             share = _SHARE.pack(total / len(targets))
             for t in targets:
@@ -118,8 +123,25 @@ def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int |
     return {"pages": pages, "links": links, "delta": delta}
 
 
-def rank(db, iterations: int, damping: float = 0.85, workers: int = 1, memory_mb: int | None = None) -> list[dict]:
-    """Run ``iterations`` iterations (one committed batch each); a result dict per iteration."""
+def rank(
+    db,
+    iterations: int,
+    damping: float = 0.85,
+    workers: int = 1,
+    memory_mb: int | None = None,
+    lock_wait: float = 0.0,
+) -> list[dict]:
+    """Run ``iterations`` iterations (one committed batch each); a result dict per iteration.
+    Each iteration waits up to ``lock_wait`` seconds for another writer's lock."""
+    from webdb.lockwait import wait_for_lock
+
     if not 0.0 <= damping <= 1.0:
         raise BadInput(f"damping must be in [0, 1], got {damping}")
-    return [rank_iteration(db, damping, workers, memory_mb) for _ in range(iterations)]
+    if not isinstance(iterations, int) or iterations < 0:
+        raise BadInput(f"iterations must be a whole number >= 0, not {iterations!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise BadInput(f"workers must be a whole number >= 1, not {workers!r}")
+    return [
+        wait_for_lock(lambda: rank_iteration(db, damping, workers, memory_mb), lock_wait, "rank")
+        for _ in range(iterations)
+    ]

@@ -68,3 +68,43 @@ def open_db(args):
             raise BadInput(f"--section-dir {item!r}: expected J=DIR")
         dirs[int(j)] = d
     return webdb.open(args.db, section_dirs=dirs, mount=getattr(args, "mount", None))
+
+
+def add_lock_wait(p) -> None:
+    """``--lock-wait S``: how long a writer command waits for another writer's lock."""
+    from webdb.lockwait import LOCK_WAIT
+
+    p.add_argument(
+        "--lock-wait",
+        type=nonneg_float,
+        default=LOCK_WAIT,
+        metavar="S",
+        help=f"seconds to wait for another writer's lock, then fail naming its host and pid (default {LOCK_WAIT:g})",
+    )
+
+
+def nonneg_float(s: str) -> float:
+    """argparse type: a number >= 0."""
+    import argparse
+    import math
+
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {s!r}") from None
+    if not v >= 0 or math.isinf(v):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, not {s!r}")
+    return v
+
+
+def nonneg_int(s: str) -> int:
+    """argparse type: a whole number >= 0."""
+    import argparse
+
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {s!r}")
+    return v

@@ -59,13 +59,9 @@ def add_generate_args(p) -> None:
         dest="filters",
         help="URL filter file (fetchlist.filters), repeatable: generate, inject and update apply it",
     )
-    g.add_argument(
-        "--lock-wait",
-        type=float,
-        default=60,
-        metavar="S",
-        help="seconds to wait for another writer (a concurrent generate or update), default 60",
-    )
+    from webdb.cli.common import add_lock_wait
+
+    add_lock_wait(g)
 
 
 def generate_kwargs(args) -> dict:

@@ -1,7 +1,8 @@
-"""``webdb dedup DB [--dry-run] [--json]``: mark pages with the same content as DUPLICATE.
+"""``webdb dedup DB [--scope global|domain|host] [--dry-run] [--json]``: mark duplicate content.
 
 Of the fetched pages carrying one content md5 the one with the highest score (then the
 shortest url, then the smallest) is kept; the others become status DUPLICATE, in one batch.
+``--scope domain`` (``host``) keeps one page per content in each registered domain (host).
 ``--dry-run`` lists the changes (url, new status, kept url) and writes nothing.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_json, add_lock_wait, emit
 
 
 def add_parser(sub) -> None:
@@ -22,6 +23,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument("db")
     p.add_argument("--dry-run", action="store_true", help="list the changes, write nothing")
+    p.add_argument(
+        "--scope",
+        choices=("global", "domain", "host"),
+        default="global",
+        help="keep one page per content among all pages (global, the default), per registered domain or per host",
+    )
+    add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -38,7 +46,14 @@ def run(args) -> int:
         else:
             sys.stdout.write(f"{c.page.url}\t{status}\t{c.keeper}\n")
 
-    counts = dedup(webdb.open(args.db), dry_run=args.dry_run, on_change=show if args.dry_run else None)
+    from webdb.lockwait import wait_for_lock
+
+    db = webdb.open(args.db)
+    counts = wait_for_lock(
+        lambda: dedup(db, dry_run=args.dry_run, on_change=show if args.dry_run else None, scope=args.scope),
+        args.lock_wait,
+        "dedup",
+    )
     if args.dry_run and args.json:
         return 0  # the JSON lines above are the output
     emit(

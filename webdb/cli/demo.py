@@ -5,6 +5,10 @@ robots.txt rules, a Crawl-delay, redirects, a loop, 404/410/500 answers), inject
 and crawls it for --rounds rounds (default 4), printing one line per round and the db stats at
 the end.  The db goes to a new temporary directory that is removed at the end (--keep keeps
 it), or to --db PATH (kept).  Nothing leaves loopback.
+
+``webdb demo --serve [--port P] [--seeds FILE]`` only serves the site, until Ctrl-C, and writes
+its home pages to FILE (default ./demo-seeds.txt): crawl it by hand with inject, generate,
+fetch, update and read (README, *Using it*).
 """
 
 from __future__ import annotations
@@ -32,8 +36,65 @@ def add_parser(sub) -> None:
     p.add_argument("--rounds", type=positive_int, default=4, help="crawl rounds (default 4)")
     p.add_argument("--pages", type=positive_int, default=300, help="size of the generated site (default 300)")
     p.add_argument("--sections", type=positive_int, default=2, help="sections of the demo db (default 2)")
+    p.add_argument("--serve", action="store_true", help="only serve the demo site until Ctrl-C")
+    p.add_argument("--port", type=port_number, default=0, help="port of --serve (default: a free one)")
+    p.add_argument(
+        "--seeds",
+        metavar="FILE",
+        default="demo-seeds.txt",
+        help="--serve: write the seed URLs here (default %(default)s)",
+    )
     add_json(p)
     p.set_defaults(run=run)
+
+
+def port_number(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0..65535, not {s!r}")
+    return v
+
+
+def check_parent(path: str, what: str) -> None:
+    """BadInput naming ``path`` unless its folder exists and is a folder."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        why = "is not a directory" if os.path.exists(parent) else "does not exist"
+        raise BadInput(f"{what} {path}: the folder {parent} {why}")
+
+
+def serve(args) -> int:
+    """Serve the demo site until SIGINT/SIGTERM; the seeds file names its home pages."""
+    import signal
+    import sys
+    import threading
+
+    from fetchlist.demo_site import DEMO_HOSTS, serve_demo
+
+    check_parent(args.seeds, "--seeds")
+    if os.path.isdir(args.seeds):
+        raise BadInput(f"--seeds {args.seeds}: is a directory; name the seed file to write")
+    try:
+        server, site = serve_demo(pages=args.pages, port=args.port, crawl_delay=0.1)
+    except OSError as e:
+        raise BadInput(f"--port {args.port}: cannot serve on {', '.join(DEMO_HOSTS)}: {e.strerror or e}") from None
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with server:
+        with open(args.seeds, "w", encoding="utf-8") as f:
+            f.write("".join(u + "\n" for u in site.seeds))
+        bases = ", ".join(server.base(h) for h in DEMO_HOSTS)
+        print(f"demo site: {len(site.graph):,} pages; seeds in {args.seeds}", flush=True)
+        print(f"serving on {bases} (Ctrl-C stops)", flush=True)
+        try:
+            stop.wait()
+        except KeyboardInterrupt:
+            pass
+    print("stopped", file=sys.stderr)
+    return 0
 
 
 def run(args) -> int:
@@ -45,6 +106,15 @@ def run(args) -> int:
     missing = [h for h in DEMO_HOSTS if not loopback_ok(h)]
     if missing:
         raise BadInput(f"the demo serves on {', '.join(DEMO_HOSTS)}; this machine cannot bind {', '.join(missing)}")
+    if args.serve:
+        return serve(args)
+    if args.db:
+        check_parent(args.db, "--db")
+        if not os.path.exists(args.db):
+            try:
+                os.mkdir(args.db)  # here, so that a folder no db can be made in is named as --db
+            except OSError as e:
+                raise BadInput(f"--db {args.db}: cannot create it: {e.strerror}") from None
     if args.db and os.path.exists(args.db) and (not os.path.isdir(args.db) or os.listdir(args.db)):
         raise BadInput(f"{args.db}: exists; give a new path (the demo site's port changes every run)")
     tmp = None if args.db else tempfile.mkdtemp(prefix="webdb-demo-")

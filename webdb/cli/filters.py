@@ -8,7 +8,8 @@ count gets a rule ``-^PREFIX``.  FILE is a regex filter file (ending with ``+.``
 
 from __future__ import annotations
 
-from webdb.cli.common import add_db_location, add_json, emit, open_db
+from webdb.cli.common import add_db_location, add_json, emit, nonneg_int, open_db
+from webdb.cli.crawlopts import positive_int
 
 
 def add_parser(sub) -> None:
@@ -20,8 +21,8 @@ def add_parser(sub) -> None:
     )
     p.add_argument("db")
     p.add_argument("--out", required=True, metavar="FILE", help="filter file to write (replaced atomically)")
-    p.add_argument("--min-useful", type=int, default=10, help="skip domains with fewer useful URLs (default 10)")
-    p.add_argument("--depth", type=int, default=4, help="prefixes per URL, as `webdb prefixes` (default 4)")
+    p.add_argument("--min-useful", type=nonneg_int, default=10, help="skip domains with fewer useful URLs (default 10)")
+    p.add_argument("--depth", type=positive_int, default=4, help="prefixes per URL, as `webdb prefixes` (default 4)")
     p.add_argument("--disabled", metavar="FILE", help="rules never to create, one per line")
     add_db_location(p)
     add_json(p)
@@ -29,8 +30,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from webdb.analysis.filtergen import filtergen
+    from webdb.analysis.filtergen import check_out, filtergen
 
+    check_out(args.out)  # before the db is read
     res = filtergen(open_db(args), args.out, args.min_useful, args.depth, args.disabled)
     emit(
         args,

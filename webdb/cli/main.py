@@ -25,6 +25,7 @@ COMMANDS = {
     "dedup": "dedup",
     "prefixes": "prefixes",
     "filters": "filters",
+    "unlock": "unlock",
 }
 
 
@@ -46,18 +47,39 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return ap
 
 
+def one_line(message: str) -> str:
+    """An error message on one line (a parser's message may span several)."""
+    return " | ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    cmd = next((a for a in argv if not a.startswith("-")), None)
+    i = next((n for n, a in enumerate(argv) if not a.startswith("-")), None)
+    cmd = argv[i] if i is not None else None
     ap = build_parser(cmd if cmd in COMMANDS else None)
-    args = ap.parse_args(argv)
+    if i is None or cmd not in COMMANDS:
+        args = ap.parse_args(argv)  # --help, --version, or the usage error naming the command
+    else:
+        ap.parse_args(argv[:i])  # options before the command: --help / --version
+        sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+        # Options may stand anywhere among the inputs: `webdb update DB -q SEG`.
+        args = sub.choices[cmd].parse_intermixed_args(argv[i + 1 :])
+        args.command = cmd
     if not getattr(args, "run", None):
         ap.print_help()
         return 2
     try:
         return int(args.run(args) or 0)
     except WebDBError as e:
-        print(f"webdb {args.command}: error: {e}", file=sys.stderr)
+        print(f"webdb {args.command}: error: {one_line(str(e))}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.filename is None:  # the system failed us (network, resources): not bad input
+            print(f"webdb {args.command}: error: {type(e).__name__}: {one_line(str(e))}", file=sys.stderr)
+            return 1
+        # A path the command could not use (missing, a file where a folder is needed, under
+        # a file, on /proc): bad input like any other, named.
+        print(f"webdb {args.command}: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"webdb {args.command}: interrupted", file=sys.stderr)

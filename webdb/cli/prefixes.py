@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_db_location, add_json, open_db
+from webdb.cli.common import add_db_location, add_json, nonneg_int, open_db
+from webdb.cli.crawlopts import positive_int
 
 COLS = ("domain", "prefix", "unfetched", "fetched", "fit")
 
@@ -23,8 +24,8 @@ def add_parser(sub) -> None:
         formatter_class=__import__("argparse").RawDescriptionHelpFormatter,
     )
     p.add_argument("db")
-    p.add_argument("--depth", type=int, default=4, help="prefixes per URL, the host root included (default 4)")
-    p.add_argument("--min-count", type=int, default=1, help="drop prefixes with fewer known URLs (default 1)")
+    p.add_argument("--depth", type=positive_int, default=4, help="prefixes per URL, the host root included (default 4)")
+    p.add_argument("--min-count", type=nonneg_int, default=1, help="drop prefixes with fewer known URLs (default 1)")
     add_db_location(p)
     add_json(p)
     p.set_defaults(run=run)

@@ -1,19 +1,29 @@
-"""``webdb rank DB --iterations N [--damping 0.85] [--workers W]``: link analysis (PageRank).
+"""``webdb rank DB [--iterations 10] [--damping 0.85] [--workers W]``: link analysis (PageRank).
 
 Each iteration is one committed batch rewriting every page's score and next_score.
 """
 
 from __future__ import annotations
 
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_json, add_lock_wait, emit, nonneg_int
+from webdb.cli.crawlopts import positive_int
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("rank", help="link analysis: iterate page scores", description=__doc__)
     p.add_argument("db")
-    p.add_argument("--iterations", type=int, default=10, help="iterations, one batch each (default 10)")
+    p.add_argument(
+        "--iterations", type=nonneg_int, default=10, metavar="N", help="iterations, one batch each (default 10)"
+    )
     p.add_argument("--damping", type=float, default=0.85, help="damping factor d (default 0.85)")
-    p.add_argument("--workers", type=int, default=1, help="processes computing section contributions")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        metavar="W",
+        help="processes computing section contributions (default 1)",
+    )
+    add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -22,7 +32,7 @@ def run(args) -> int:
     import webdb
     from webdb.analysis.rank import rank
 
-    res = rank(webdb.open(args.db), args.iterations, args.damping, args.workers)
+    res = rank(webdb.open(args.db), args.iterations, args.damping, args.workers, lock_wait=args.lock_wait)
     emit(
         args,
         res,

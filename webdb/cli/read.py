@@ -1,6 +1,9 @@
 """``webdb read DB``: stats, lookups and dumps of a database.
 
-webdb read DB --stats                 counts by status, links, sections, bytes, top hosts
+webdb read DB --stats [--quick]       counts by status (in total and per section), links, bytes;
+                                      score, next score, fetch interval min/avg/max, retry
+                                      histogram, top hosts (one read of PagesByURL; --quick: none)
+                                      "fetched" = pages whose status is fetched
 webdb read DB --page URL              one page
 webdb read DB --pages-md5 HEX         every page with that content md5
 webdb read DB --inlinks URL           links to URL (streamed)
@@ -52,7 +55,10 @@ def add_parser(sub) -> None:
     g.add_argument("--outlinks", metavar="HEX")
     g.add_argument("--dump", choices=TABLES)
     p.add_argument("--format", choices=("tsv", "jsonl"), default="tsv", help="dump format (default tsv)")
-    p.add_argument("--top-hosts", type=int, default=10, help="hosts listed by --stats (0: skip the scan)")
+    p.add_argument("--top-hosts", type=int, default=10, help="hosts listed by --stats (default 10; 0: none)")
+    p.add_argument(
+        "--quick", action="store_true", help="--stats from the manifests only: no score, interval, retry figures"
+    )
     add_db_location(p)
     add_json(p)
     p.set_defaults(run=run)
@@ -101,7 +107,34 @@ def _rows(args, rows, cols) -> None:
             out.write(_tsv(d, cols) + "\n")
 
 
-def stats(r, top_hosts: int, progress: bool) -> dict:
+def _spread(values: _MinAvgMax) -> dict:
+    return {"min": values.lo, "avg": values.total / values.n if values.n else None, "max": values.hi}
+
+
+class _MinAvgMax:
+    __slots__ = ("lo", "hi", "total", "n")
+
+    def __init__(self) -> None:
+        self.lo = self.hi = None
+        self.total, self.n = 0.0, 0
+
+    def add(self, x: float) -> None:
+        self.lo = x if self.lo is None or x < self.lo else self.lo
+        self.hi = x if self.hi is None or x > self.hi else self.hi
+        self.total += x
+        self.n += 1
+
+
+def stats(r, top_hosts: int, progress: bool, scan: bool = True) -> dict:
+    """The db's counts (from the manifests) and, with ``scan``, what one read of PagesByURL
+    adds: score, next score and fetch interval min/avg/max, the retry histogram, top hosts.
+
+    "fetched" is one number everywhere: pages whose status is FETCHED (their last fetch
+    returned content).  Cost without scan: the manifests only; with it: one sequential read
+    of PagesByURL."""
+    from webdb.progress import progress_bar
+    from webdb.tables.records import PAGE_FIXED
+
     m = r.manifest
     st = r.status_counts()
     by_name = {Status(k).name.lower(): v for k, v in sorted(st.items())}
@@ -116,49 +149,85 @@ def stats(r, top_hosts: int, progress: bool) -> dict:
                 "pages": tabs.get("pages_by_url", {}).get("records", 0),
                 "links": tabs.get("links_by_md5", {}).get("records", 0),
                 "bytes": b,
+                "status": {
+                    Status(int(k)).name.lower(): v for k, v in sorted(m["status"][j].items(), key=lambda kv: int(kv[0]))
+                },
             }
         )
     out = {
         "generation": r.generation,
         "sections": r.sections.k,
         "pages": r.num_pages,
-        "fetched": r.num_pages - st.get(int(Status.UNFETCHED), 0),
+        "fetched": st.get(int(Status.FETCHED), 0),
         "unfetched": st.get(int(Status.UNFETCHED), 0),
         "links": r.num_links,
         "status": by_name,
         "bytes": total_bytes,
         "by_section": sections,
     }
-    if top_hosts:
-        from tqdm import tqdm
-
+    if scan:
         hosts: Counter[str] = Counter()
-        for k, _ in tqdm(
-            r.items("pages_by_url"), total=r.num_pages, unit="page", desc="hosts", disable=None if progress else True
-        ):
-            hosts[urlsplit(k.decode("utf-8", "replace")).hostname or ""] += 1
-        out["top_hosts"] = hosts.most_common(top_hosts)
+        score, next_score, interval = _MinAvgMax(), _MinAvgMax(), _MinAvgMax()
+        retries: Counter[int] = Counter()
+        bar = progress_bar(r.num_pages, "scanning pages", "page", enabled=progress, leave=False)
+        try:
+            for k, v in r.items("pages_by_url"):
+                url = k.decode("utf-8", "replace")
+                p = Page.decode(url, v[:PAGE_FIXED])  # the fixed fields; meta is not needed
+                score.add(p.score)
+                next_score.add(p.next_score)
+                interval.add(p.fetch_interval)
+                retries[p.retries] += 1
+                if top_hosts:
+                    hosts[urlsplit(url).hostname or ""] += 1
+                bar.update(1)
+        finally:
+            bar.close()
+        out["score"] = _spread(score)
+        out["next_score"] = _spread(next_score)
+        out["fetch_interval"] = _spread(interval)
+        out["retries"] = {str(n): c for n, c in sorted(retries.items())}
+        if top_hosts:
+            out["top_hosts"] = hosts.most_common(top_hosts)
     return out
+
+
+def _fmt(d: dict, unit: str = "", scale: float = 1.0) -> str:
+    if d["min"] is None:
+        return "-"
+    return f"min {d['min'] / scale:.4g}{unit}, avg {d['avg'] / scale:.4g}{unit}, max {d['max'] / scale:.4g}{unit}"
+
+
+def stats_text(s: dict) -> str:
+    """The --stats report for people (the JSON has the same numbers)."""
+    lines = [
+        f"generation {s['generation']}, {s['sections']} section(s), {s['bytes']:,} bytes",
+        f"pages {s['pages']:,} (fetched {s['fetched']:,}, unfetched {s['unfetched']:,}, "
+        f"other statuses {s['pages'] - s['fetched'] - s['unfetched']:,})",
+        f"links {s['links']:,}",
+        "status " + (", ".join(f"{k} {v:,}" for k, v in s["status"].items()) or "-"),
+    ]
+    for x in s["by_section"]:
+        per = ", ".join(f"{k} {v:,}" for k, v in x["status"].items()) or "-"
+        lines.append(
+            f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes; {per}"
+        )
+    if "score" in s:
+        lines.append(f"score {_fmt(s['score'])}")
+        lines.append(f"next score {_fmt(s['next_score'])}")
+        lines.append(f"fetch interval {_fmt(s['fetch_interval'], ' d', 86400.0)}")
+        lines.append("retries " + (", ".join(f"{n}: {c:,}" for n, c in s["retries"].items()) or "-"))
+    if "top_hosts" in s:
+        lines.append("top hosts: " + ", ".join(f"{h} {n:,}" for h, n in s["top_hosts"]))
+    return "\n".join(lines)
 
 
 def run(args) -> int:
     db = open_db(args)
     with db.reader() as r:
         if args.stats:
-            s = stats(r, args.top_hosts, progress=not args.json)
-            lines = [
-                f"generation {s['generation']}, {s['sections']} section(s), {s['bytes']:,} bytes",
-                f"pages {s['pages']:,} (fetched {s['fetched']:,}, unfetched {s['unfetched']:,})",
-                f"links {s['links']:,}",
-                "status " + ", ".join(f"{k} {v:,}" for k, v in s["status"].items()),
-            ]
-            lines += [
-                f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes"
-                for x in s["by_section"]
-            ]
-            if "top_hosts" in s:
-                lines.append("top hosts: " + ", ".join(f"{h} {n:,}" for h, n in s["top_hosts"]))
-            emit(args, s, "\n".join(lines))
+            s = stats(r, args.top_hosts, progress=not args.json, scan=not args.quick)
+            emit(args, s, stats_text(s))
         elif args.page:
             p = r.get_page(args.page)
             if p is None:

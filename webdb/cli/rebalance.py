@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import webdb
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_json, add_lock_wait, emit
 from webdb.rebalance import rebalance
 
 
@@ -11,12 +11,16 @@ def add_parser(sub) -> None:
     p = sub.add_parser("rebalance", help="re-split a database into K sections", description=__doc__)
     p.add_argument("db")
     p.add_argument("--sections", type=int, required=True, help="the new number of sections")
+    add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    m = rebalance(webdb.open(args.db), args.sections)
+    from webdb.lockwait import wait_for_lock
+
+    db = webdb.open(args.db)
+    m = wait_for_lock(lambda: rebalance(db, args.sections), args.lock_wait, "rebalance")
     rb = m["rebalance"]
     summary = {
         "generation": m["generation"],

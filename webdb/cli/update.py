@@ -7,8 +7,9 @@ Each section writer applies its share of the input on its own host (``--input``,
 crawl loop's segments reader), then the writers exchange edits stage by stage through ndfs
 and the coordinator commits all sections at once (docs/distributed.md).  With --hosts, a
 bare PATH is read on every host (relative to ``<root>/<db>`` there), ``HOST:PATH`` on one
-host; a location's sections split its inputs into ordered shares (docs/distributed.md).  Progress goes to stderr, a
-per-host summary to stdout.
+host; a location's sections split its inputs into ordered shares (docs/distributed.md).  Progress goes to
+stderr — one line per stage (a bar per stage on a terminal), or with -v a line per section
+and step — and a per-host summary to stdout.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import os
 import sys
 import time
 
-from webdb.cli.common import add_json, emit, parse_settings
+from webdb.cli.common import add_json, add_lock_wait, emit, parse_settings
 from webdb.errors import BadInput
+from webdb.lockwait import wait_for_lock
 from webdb.writer.inputs import DEFAULT_INPUT, input_spec, resolve
 from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, parse_inputs, update
 
@@ -65,7 +67,11 @@ def add_parser(sub) -> None:
         metavar="S",
         help=f"longest a section waits for the others' edits of one stage (default {STAGE_TIMEOUT:g})",
     )
+    add_lock_wait(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="a progress line per section and step (default: one per stage)"
+    )
     add_json(p)
     p.set_defaults(run=run)
 
@@ -84,13 +90,70 @@ def _options(pairs: list[str] | None) -> dict:
 
 
 class Progress:
-    """One line per finished step of a section, per host: stage, records, bytes moved."""
+    """Progress of an update on stderr.
 
-    def __init__(self, out=sys.stderr) -> None:
-        self.out = out
+    By default one line per stage once every section has merged it (on a terminal, one bar
+    per stage over the k sections instead), and the commit; ``verbose``: a line per finished
+    step of each section, per host (stage, records, bytes moved)."""
+
+    def __init__(self, k: int, verbose: bool = False, out=sys.stderr, terminal: bool | None = None) -> None:
+        from webdb.progress import is_terminal
+
+        self.k, self.verbose, self.out = k, verbose, out
+        self.terminal = is_terminal(out) if terminal is None else terminal
         self.t0 = time.monotonic()
+        self.stages: dict[int, list] = {}  # stage -> [sections merged, records, bytes, bar]
+        self.latest: dict[int, int] = {}  # section -> last stage it merged
+        self.printed = 0  # stages reported
+        self.committed = False
 
     def __call__(self, e: dict) -> None:
+        if self.verbose:
+            self._detail(e)
+        else:
+            self._summary(e)
+
+    def _write(self, line: str) -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    def _summary(self, e: dict) -> None:
+        ev = e.get("ev")
+        if ev == "section" and e.get("state") == "merged":
+            step = e["step"]
+            st = self.stages.setdefault(step, [0, 0, 0, None])
+            st[0] += 1
+            st[1] += e["records"]
+            st[2] += e["bytes"]
+            if self.terminal:
+                if st[3] is None:
+                    from tqdm import tqdm
+
+                    st[3] = tqdm(total=self.k, desc=f"stage {step}/5", unit="section", file=self.out)
+                st[3].update(1)
+            # A section with nothing to merge in a stage skips it: a stage is done once every
+            # section has reached it or a later one.
+            self.latest[e["section"]] = max(self.latest.get(e["section"], 0), step)
+            if len(self.latest) == self.k:
+                self._done_up_to(min(self.latest.values()))
+        elif ev == "committed" and not self.committed:
+            self.committed = True
+            self._done_up_to(5)
+            self._write(f"{time.monotonic() - self.t0:7.1f}s  committed")
+
+    def _done_up_to(self, stage: int) -> None:
+        while self.printed < stage:
+            self.printed += 1
+            n, records, size, bar = self.stages.get(self.printed, [0, 0, 0, None])
+            if bar is not None:
+                bar.close()
+            elif not self.terminal:
+                self._write(
+                    f"{time.monotonic() - self.t0:7.1f}s  stage {self.printed}/5 merged in {n} of {self.k} "
+                    f"section(s): {records:,} records, {size / 1e6:.1f} MB"
+                )
+
+    def _detail(self, e: dict) -> None:
         ev, host = e.get("ev"), e["host"]
         t = f"{time.monotonic() - self.t0:7.1f}s"
         if ev == "section" and e.get("state") == "merged":
@@ -109,8 +172,7 @@ class Progress:
             line = ev
         else:
             return
-        self.out.write(f"{t} {host:>10}  {line}\n")
-        self.out.flush()
+        self._write(f"{t} {host:>10}  {line}")
 
 
 def run(args) -> int:
@@ -127,26 +189,39 @@ def run(args) -> int:
     else:
         rack = Rack.local(args.db)
         inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs], shares)
-    progress = None if (args.quiet or args.json) else Progress()
-    try:
-        res = update(
+    progress = None if (args.quiet or args.json) else Progress(rack.k, verbose=args.verbose)
+    options, settings = _options(args.option), parse_settings(args.set)
+
+    def attempt():
+        return update(
             rack,
             inputs,
             input_fn=spec,
-            options=_options(args.option),
-            settings=parse_settings(args.set),
+            options=options,
+            settings=settings,
             heartbeat_timeout=args.heartbeat_timeout,
             stage_timeout=args.stage_timeout,
             progress=progress,
         )
+
+    try:
+        res = wait_for_lock(attempt, args.lock_wait, "update", _locked)
     except UpdateFailed as e:
         emit(args, _json(e.result), e.result.summary())
-        print(f"webdb update: error: {e}", file=sys.stderr)
-        # Bad input (a segment that is not there, a bad record) is 2 like every command's
-        # WebDBError; a run that failed for other reasons (host down, killed writer) is 1.
-        return 2 if e.kind == "BadInput" else 1
+        waited = f"waited {args.lock_wait:g}s for the writer lock: " if _locked(e) else ""
+        print(f"webdb update: error: {waited}{e}", file=sys.stderr)
+        # Bad input (a segment that is not there, a bad record) and a lock held past
+        # --lock-wait are 2 like every command's WebDBError; a run that failed for other
+        # reasons (host down, killed writer) is 1.
+        return 2 if e.kind in ("BadInput", "LockedError") else 1
     emit(args, _json(res), res.summary())
     return 0
+
+
+def _locked(e: BaseException) -> bool:
+    """A rack update that failed only because a host's writer lock is held: nothing was
+    written (the agents take their locks first), so it can start again."""
+    return isinstance(e, UpdateFailed) and e.kind == "LockedError" and not e.result.committed
 
 
 def _json(res) -> dict:

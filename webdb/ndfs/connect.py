@@ -76,6 +76,7 @@ class _Client(paramiko.SSHClient):
         h, wait = self.host, self.wait
         known = str(h.known_hosts_path())
         where = f"{h.address}:{h.port}"
+        entry = h.address if h.port == 22 else f"[{h.address}]:{h.port}"  # its known_hosts name
         try:
             self.load_host_keys(known)
         except FileNotFoundError:
@@ -115,7 +116,10 @@ class _Client(paramiko.SSHClient):
                 h.name,
                 "",
                 f"host key of {where} changed: got {e.key.get_name()} {e.key.fingerprint}, "
-                f"{known} has {e.expected_key.get_name()} {e.expected_key.fingerprint}; refusing to connect",
+                f"{known} has {e.expected_key.get_name()} {e.expected_key.fingerprint}; refusing to connect "
+                f"(a changed key can be an attack). If the host was legitimately reinstalled, check the new "
+                f"fingerprint on the host (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then: "
+                f"ssh-keygen -f {known} -R '{entry}' && ssh-keyscan -p {h.port} {h.address} >> {known}",
             ) from None
         except paramiko.AuthenticationException as e:
             self.close()

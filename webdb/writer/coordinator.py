@@ -244,6 +244,9 @@ class _Run:
                 **h.hello,
             }
             err = DistributedError(h.error) if h.error else None
+            if err is None and self.error is not None and h.state != "committed":
+                v["aborted"] = True  # it did not fail: another host did, and this one was stopped
+                err = DistributedError(f"aborted at {h.where()}: {self.error}")
             out[label] = HostResult(label, err is None, v, err, h.bytes, end - (h.t0 or self.t0))
         return out
 

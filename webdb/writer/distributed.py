@@ -34,9 +34,9 @@ from webdb.errors import BadInput, DistributedError, WebDBError
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TMP_DIR
 from webdb.writer.inputs import resolve
-from webdb.writer.section import DEPLOY_DIR, Aborted, error_kind, section_main
+from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main
 
-__all__ = ["DEPLOY_DIR", "HEARTBEAT", "PROTOCOL", "Agent", "StepContext", "main"]
+__all__ = ["DEPLOY_DIR", "HEARTBEAT", "PROTOCOL", "Agent", "StepContext", "deploy_dir", "main"]
 
 # 2: the "step" request between sync and run (update(steps=...): generate in a rack), and
 # the failure's exception class in "failed" events.  3: pings are numbered and answered at

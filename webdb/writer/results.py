@@ -50,7 +50,7 @@ class UpdateResult:
         rows = [("host", "sections", "result", "seconds", "records", "shipped", "to other hosts")]
         for label, r in self.hosts.items():
             v = r.value or {}
-            state = "ok" if r.ok else f"FAILED: {r.reason}"
+            state = "ok" if r.ok else ("aborted" if v.get("aborted") else f"FAILED: {r.reason}")
             rows.append(
                 (
                     label,
@@ -101,6 +101,8 @@ class _Host:
     hello: dict = field(default_factory=dict)
 
     def where(self) -> str:
+        if self.state in ("prepare", "commit"):
+            return "commit" if self.state == "commit" else "commit (prepare)"  # not "stage 5": all stages ran
         if self.failed_section is not None and self.failed_section in self.steps:
             st = self.steps[self.failed_section]
             return f"stage {st}" if st else "step 0 (input and routing)"

@@ -19,8 +19,11 @@ once more by the receiver's ndfs verification; k small marker files per producer
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
+import posixpath
+import re
 import signal
 import sys
 import time
@@ -38,12 +41,23 @@ from webdb.writer.executor import LocalExecutor
 from webdb.writer.inputs import resolve
 from webdb.writer.writer import EditLog
 
-__all__ = ["DEPLOY_DIR", "Aborted", "SectionWriter", "StageTimeout", "done_name", "edit_name", "section_main"]
+__all__ = [
+    "DEPLOY_DIR",
+    "Aborted",
+    "deploy_dir",
+    "SectionWriter",
+    "StageTimeout",
+    "done_name",
+    "edit_name",
+    "section_main",
+]
 
 # How often a section looks for the done markers of a step (local stat calls: cheap).
 POLL = 0.02
 # Where a deployed host keeps its config (fabfile.py deploy): relative key paths of hosts.ini
 # resolve here.
+# Where a deployed host keeps its configs (fabfile.py deploy), one folder per config
+# (``deploy_dir``): relative key paths of hosts.ini resolve there.
 DEPLOY_DIR = ".webdb"
 
 
@@ -77,13 +91,25 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
+def deploy_dir(root: str, config) -> str:
+    """``<root>/.webdb/<name>-<digest>``: where `fab deploy` puts one config on a host, so two
+    configs sharing a root never overwrite each other's hosts.ini and keys.  ``name`` is the
+    config file's stem; ``digest`` covers its hosts (name, address, port, root) and section
+    count, which the coordinator and every agent compute alike from the same text."""
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.splitext(os.path.basename(config.source))[0]).lstrip(".")
+    topo = "".join(f"{n} {h.address} {h.port} {h.root}\n" for n, h in sorted(config.hosts.items()))
+    digest = hashlib.sha256(f"{topo}{config.sections}".encode()).hexdigest()[:8]
+    return posixpath.join(root, DEPLOY_DIR, f"{stem or 'hosts'}-{digest}")
+
+
 def _config(spec: dict):
-    root = spec["root"]
+    source = spec.get("ini_source", "<hosts.ini>")
     base = spec["base_dir"]
-    deployed = os.path.join(root, DEPLOY_DIR)
-    if spec.get("local_host") and os.path.isdir(deployed):
-        base = deployed  # relative key_file/known_hosts paths were pushed here by `fab deploy`
-    return parse_config(spec["ini"], source=spec.get("ini_source", "<hosts.ini>"), base_dir=base)
+    if spec.get("local_host"):
+        deployed = deploy_dir(spec["root"], parse_config(spec["ini"], source=source, base_dir=base))
+        if os.path.isdir(deployed):
+            base = deployed  # relative key_file/known_hosts paths were pushed here by `fab deploy`
+    return parse_config(spec["ini"], source=source, base_dir=base)
 
 
 # ---- the section writer --------------------------------------------------------------------------
