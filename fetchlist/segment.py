@@ -43,6 +43,7 @@ SEGMENT_FORMAT = "webdb-segment"
 SEGMENT_VERSION = 1
 FETCHLIST, FETCH, PARSE, CONTENT = "fetchlist", "fetch", "parse", "content"
 _LEN = struct.Struct("<I")
+MAX_VALIDATOR = 256
 _PAGE_FIELDS = [f.name for f in fields(Page) if f.name != "url"]
 
 
@@ -203,6 +204,18 @@ def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
             yield lineno, pos, rec
 
 
+def validators(headers: dict[str, str]) -> dict[str, str] | None:
+    """The response's ETag and Last-Modified as page meta (``etag``, ``last_modified``), sent
+    back as If-None-Match / If-Modified-Since on the next fetch.  A value longer than
+    ``MAX_VALIDATOR`` characters or with a control character is not kept (no server needs it)."""
+    out = {}
+    for header, key in (("etag", "etag"), ("last-modified", "last_modified")):
+        v = headers.get(header)
+        if isinstance(v, str) and v and len(v) <= MAX_VALIDATOR and v.isprintable():
+            out[key] = v
+    return out or None
+
+
 # ---- the segment --------------------------------------------------------------------------------
 
 
@@ -335,11 +348,11 @@ class Segment:
         """For each fetched URL: the ``webdb.schedule.FetchResult`` to apply, outlinks, redirect.
 
         ``num_outlinks`` and ``outlinks`` come from the parse record (empty when there is none or
-        the page said nofollow); ``meta`` carries the response's ETag as ``{"etag": ...}``.
+        the page said nofollow); ``meta`` carries the response's validators (``validators``).
         """
         for r in self.records(part):
             links = r.parse.outlinks if (r.parse is not None and r.status == Status.FETCHED) else []
-            meta = {"etag": r.headers["etag"]} if "etag" in r.headers else None
+            meta = validators(r.headers)
             md5 = r.md5 if r.status == Status.FETCHED else None
             res = FetchResult(r.url, int(r.status), r.fetch_time, md5, len(links), meta)
             yield FetchOutcome(res, list(links), r.redirect, r)

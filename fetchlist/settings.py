@@ -35,8 +35,14 @@ DEFAULTS: dict[str, object] = {
     "connect_timeout": 10.0,
     # Seconds to wait for each read from the socket.
     "read_timeout": 30.0,
-    # Seconds a whole fetch (connect, headers, body) may take; a slower one is a timeout (RETRY).
+    # Seconds a whole request (connect, status line, headers, body) may take, robots.txt (with
+    # its redirects) included; a watchdog cuts a slower one, which counts as a timeout (RETRY,
+    # and a transient failure of its host).
     "fetch_timeout": 120.0,
+    # Fetch hosts that resolve to private, loopback, link-local, multicast, unspecified or
+    # reserved addresses.  Off: such a host (or a redirect to it) is refused after DNS
+    # resolution and recorded GONE.  On only for crawls of your own network (tests, the demo).
+    "allow_private_addresses": False,
     # Content bytes kept per page; a longer body is cut there and the record marked truncated.
     "max_content": 1024 * 1024,
     # Headers sent with every request (User-Agent and the conditional headers are added).
@@ -45,8 +51,9 @@ DEFAULTS: dict[str, object] = {
         "Accept-Language": "en;q=1.0, *;q=0.5",
         "Connection": "close",
     },
-    # Send If-Modified-Since (the page's fetch_time) and If-None-Match (page.meta["etag"]) when
-    # refetching a page fetched before; a 304 answer is recorded NOT_MODIFIED.
+    # Send If-Modified-Since (page.meta["last_modified"]) and If-None-Match (page.meta["etag"]),
+    # the server's validators kept from its answer, when refetching a page fetched before; a
+    # 304 answer is recorded NOT_MODIFIED.
     "conditional": True,
     # Response headers kept in the fetch output (lowercased names).
     "keep_headers": [
