@@ -244,3 +244,18 @@ def test_conditional_get_uses_the_servers_validators(tmp_path):
         f.fetch([FetchEntry(srv.url("/p"), page)], got.append)
     assert got[0].status == Status.NOT_MODIFIED and got[0].http_status == 304
     assert f.stats.statuses == {"NOT_MODIFIED": 1}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]", "0.0.0.0"])
+def test_address_policy_refuses_loopback_by_default(host):
+    with HostileServer({"/robots.txt": ROBOTS_OK, "/p": answer(body=PAGE)}) as srv:
+        url = srv.url("/p").replace("127.0.0.1", host)
+        got = []
+        f = Fetcher(**{**FAST, "allow_private_addresses": False})
+        f.fetch([FetchEntry(url)], got.append)
+        assert srv.hits == {}  # not even robots.txt was requested
+    (r,) = got
+    assert r.status == Status.GONE and r.http_status == 0 and r.content is None
+    assert r.error.startswith(f"address policy: {host.strip('[]')} resolves to ")
+    assert r.error.endswith("; set allow_private_addresses to fetch it")
