@@ -8,7 +8,7 @@ count gets a rule ``-^PREFIX``.  FILE is a regex filter file (ending with ``+.``
 
 from __future__ import annotations
 
-from webdb.cli.common import add_db_location, add_json, emit, open_db
+from webdb.cli.common import add_db_location, add_json, emit, open_db, out_file
 
 
 def add_parser(sub) -> None:
@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from webdb.analysis.filtergen import filtergen
 
-    res = filtergen(open_db(args), args.out, args.min_useful, args.depth, args.disabled)
+    res = filtergen(open_db(args), out_file(args.out), args.min_useful, args.depth, args.disabled)
     emit(
         args,
         res,
