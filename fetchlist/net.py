@@ -51,7 +51,7 @@ def address_refusal(ip: str) -> str | None:
         return "not an IP address"
     if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
         a = a.ipv4_mapped
-    for name in ("loopback", "private", "link_local", "multicast", "unspecified", "reserved"):
+    for name in ("loopback", "link_local", "multicast", "unspecified", "reserved", "private"):
         if getattr(a, f"is_{name}"):
             return name.replace("_", "-")
     return None if a.is_global else "not global"

@@ -137,9 +137,9 @@ def run(args) -> int:
     except UpdateFailed as e:
         emit(args, _json(e.result), e.result.summary())
         print(f"webdb update: error: {e}", file=sys.stderr)
-        # Bad input (a segment that is not there, a bad record) is 2 like every command's
+        # Bad input (a segment that is not there, a malformed record) is 2 like every command's
         # WebDBError; a run that failed for other reasons (host down, killed writer) is 1.
-        return 2 if e.kind == "BadInput" else 1
+        return 2 if e.kind in ("BadInput", "CorruptionError") else 1
     emit(args, _json(res), res.summary())
     return 0
 
