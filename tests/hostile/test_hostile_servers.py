@@ -259,3 +259,14 @@ def test_address_policy_refuses_loopback_by_default(host):
     assert r.status == Status.GONE and r.http_status == 0 and r.content is None
     assert r.error.startswith(f"address policy: {host.strip('[]')} resolves to ")
     assert r.error.endswith("; set allow_private_addresses to fetch it")
+
+
+@pytest.mark.timeout(30)
+def test_stalled_tls_handshake_is_cut():
+    """An https URL whose server never answers the ClientHello: cut at the deadline."""
+    with HostileServer({}) as srv:
+        got = []
+        f = Fetcher(**{**FAST, "robots_obey": False})
+        f.fetch([FetchEntry(srv.url("/p").replace("http://", "https://"))], got.append)
+    (r,) = got
+    assert r.status == Status.RETRY and r.error == "fetch_timeout exceeded (1s for connect, headers and body)"
