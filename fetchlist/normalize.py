@@ -45,6 +45,8 @@ _EDGE = "".join(chr(i) for i in range(33))  # C0 controls and space, stripped at
 _TAB_NL = str.maketrans("", "", "\t\n\r")  # removed anywhere (WHATWG URL parser)
 _HOST_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*")
 _MAX_HOST = 253
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_QUAD_RE = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")  # an IPv4 host already in normal form
 _MAX_INPUT = 4 * MAX_URL_BYTES  # longer inputs cannot give an acceptable URL: rejected early
 
 
@@ -117,7 +119,7 @@ def _split_hostport(hostport: str) -> tuple[str | None, str | None]:
         return f"[{ip.compressed}]", (rest[1:] or None) if rest else None
     host, colon, port = hostport.partition(":")
     host = host.lower().rstrip(".")
-    if host and _ends_in_number(host):
+    if host and not _QUAD_RE.fullmatch(host) and _ends_in_number(host):
         host = _ipv4(host)
         if host is None:
             return None, None
@@ -157,7 +159,7 @@ def _ipv4(host: str) -> str | None:
     if any(n > 255 for n in head) or last >= 256 ** (5 - len(nums)):
         return None
     value = last + sum(n << (8 * (3 - i)) for i, n in enumerate(head))
-    return str(ipaddress.IPv4Address(value))
+    return ".".join(str((value >> shift) & 255) for shift in (24, 16, 8, 0))
 
 
 def remove_dot_segments(path: str) -> str:
