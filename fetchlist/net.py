@@ -25,9 +25,12 @@ earliest deadline.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import ipaddress
 import itertools
+import os
+import select
 import socket
 import threading
 import time
@@ -192,14 +195,14 @@ class _PolicyConnection(HTTPConnection):
             try:
                 for opt in self.socket_options or ():
                     sock.setsockopt(*opt)
-                timeout = self.timeout
+                timeout = self.timeout if isinstance(self.timeout, (int, float)) else None
                 if budget is not None:
-                    left = max(0.001, budget.remaining)
-                    timeout = left if not isinstance(timeout, (int, float)) else min(timeout, left)
                     budget.add(sock)
-                if isinstance(timeout, (int, float)):
+                    _connect(sock, sa, timeout, budget)
+                else:
                     sock.settimeout(timeout)
-                sock.connect(sa)
+                    sock.connect(sa)
+                sock.settimeout(timeout)
                 return sock
             except TimeoutError as e:
                 sock.close()
@@ -208,6 +211,24 @@ class _PolicyConnection(HTTPConnection):
                 sock.close()
                 err = e
         raise urllib3.exceptions.NewConnectionError(self, f"Failed to establish a new connection: {err}")
+
+
+def _connect(sock: socket.socket, sa: tuple, timeout: float | None, budget: Budget) -> None:
+    """Connect ``sock``, giving up at ``timeout`` or the budget's deadline, and at once when the
+    budget is cut (shutdown does not wake a connect in progress: it is polled every 0.25 s)."""
+    end = time.monotonic() + timeout if timeout is not None else budget.deadline
+    end = min(end, budget.deadline)
+    sock.setblocking(False)
+    err = sock.connect_ex(sa)
+    while err in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
+        left = end - time.monotonic()
+        if left <= 0 or budget.cut:
+            raise TimeoutError("connect timed out")
+        _, writable, _ = select.select([], [sock], [], min(left, 0.25))
+        if writable:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
 
 
 class _PolicyHTTPSConnection(HTTPSConnection):

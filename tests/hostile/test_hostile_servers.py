@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -268,5 +269,20 @@ def test_stalled_tls_handshake_is_cut():
         got = []
         f = Fetcher(**{**FAST, "robots_obey": False})
         f.fetch([FetchEntry(srv.url("/p").replace("http://", "https://"))], got.append)
+    (r,) = got
+    assert r.status == Status.RETRY and r.error == "fetch_timeout exceeded (1s for connect, headers and body)"
+
+
+@pytest.mark.timeout(30)
+def test_connect_that_never_completes_is_cut():
+    """A listener whose accept queue is full drops our SYNs: the connect hangs until the deadline."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)):  # fills the queue
+            got = []
+            f = Fetcher(**{**FAST, "robots_obey": False, "connect_timeout": 30.0})
+            f.fetch([FetchEntry(f"http://127.0.0.1:{port}/p")], got.append)
     (r,) = got
     assert r.status == Status.RETRY and r.error == "fetch_timeout exceeded (1s for connect, headers and body)"
