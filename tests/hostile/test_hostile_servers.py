@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import pytest
 from hostile_server import HostileServer, answer, raw
@@ -286,3 +287,43 @@ def test_connect_that_never_completes_is_cut():
             f.fetch([FetchEntry(f"http://127.0.0.1:{port}/p")], got.append)
     (r,) = got
     assert r.status == Status.RETRY and r.error == "fetch_timeout exceeded (1s for connect, headers and body)"
+
+
+def _gzip_bomb(size: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip container
+    block = b"\0" * (1 << 20)
+    return b"".join(z.compress(block) for _ in range(size >> 20)) + z.flush()
+
+
+@pytest.mark.timeout(60)
+def test_gzip_bomb_is_cut_at_max_content():
+    bomb = _gzip_bomb(1 << 30)  # 1 GiB of zeros in about 1 MiB
+    headers = {"Content-Encoding": "gzip", "Content-Type": "text/plain"}
+    recs, _, _ = _run({"/robots.txt": ROBOTS_OK, "/p": answer(body=bomb, headers=headers)}, ["/p"], fetch_timeout=30.0)
+    r = recs["/p"]
+    assert r.status == Status.FETCHED and r.truncated and r.content == b"\0" * 1024 * 1024
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 200_000 + b"\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(200)) + b"\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nbad\r\n",
+    ],
+    ids=["header line of 200 KB", "200 headers", "bad chunk size"],
+)
+def test_malformed_heads_are_retry(head):
+    recs, _, _ = _run({"/robots.txt": ROBOTS_OK, "/p": raw(head)}, ["/p"])
+    r = recs["/p"]
+    assert r.status == Status.RETRY and r.content is None and r.error
+
+
+@pytest.mark.timeout(30)
+def test_invalid_content_length_reads_to_the_close():
+    """http.client ignores a Content-Length it cannot use and reads until the server closes."""
+    recs, _, _ = _run(
+        {"/robots.txt": ROBOTS_OK, "/p": raw(b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nbody")}, ["/p"]
+    )
+    assert recs["/p"].status == Status.FETCHED and recs["/p"].content == b"body"
