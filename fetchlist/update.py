@@ -28,8 +28,8 @@ Per fetch record of each segment, in segment order then fetch order:
 Every URL entering the db here passes the same path as an injected one: outlinks and redirect
 targets are normalized (``fetchlist.normalize``, with the www rules ``www_rules``); one that
 cannot be (``javascript:``, ``file:``, malformed) is counted in ``bad_urls`` and skipped, and a
-fetch record whose URL is neither in the segment's fetchlist nor in normal form is counted in
-``bad_records`` and skipped: one bad URL never stops a round.  Then, in this order: the URL
+fetch record whose URL is not http(s), or neither in the segment's fetchlist nor in normal
+form, is counted in ``bad_records`` and skipped: one bad URL never stops a round.  Then, in this order: the URL
 filter (``url_filters``), the internal/external rule (``ignore_internal`` / ``ignore_external``
 by ``link_mode`` host or domain; outlinks only), then at most ``max_outlinks`` per page.  With
 ``no_additions`` no new page is added: links are still added, and the database keeps those
@@ -221,8 +221,9 @@ def apply_segments(
         for o in seg.outcomes(part):
             r = o.result
             url = r.url
-            if url not in old_md5 and normalize(url) != url:
-                # not a URL of the fetchlist, and not one the db could hold: never a page
+            norm = normalize(url)
+            if norm is None or (norm != url and url not in old_md5):
+                # not an http(s) URL, or neither in the fetchlist nor in normal form: never a page
                 counts["bad_records"] += 1
                 continue
             prev_md5, prev_meta = old_md5.get(url, (None, {}))

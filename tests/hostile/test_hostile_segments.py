@@ -221,3 +221,20 @@ def test_hostile_validators_are_not_kept(tmp_path, etag):
     (o,) = Segment.open(seg.path).outcomes(0)
     assert o.result.meta is None
     assert os.path.exists(seg.file("fetch", 0))
+
+
+@pytest.mark.timeout(60)
+def test_fetchlist_with_a_file_url_never_makes_it_a_page(tmp_path):
+    """A crafted fetchlist entry does not make a non-http URL acceptable to update."""
+    seg = Segment.create(tmp_path / "seg")
+    bad = "file:///etc/passwd"
+    seg.write_fetchlist(0, [FetchEntry(URL, Page(URL)), FetchEntry(bad, Page(bad))])
+    md5 = hashlib.md5(BODY).digest()
+    with seg.writer(0) as w:
+        w.write(FetchRecord(bad, Status.FETCHED, 1_700_000_000, 200, content=BODY, md5=md5))
+        w.write(FetchRecord(URL, Status.GONE, 1_700_000_000, 404))
+    db = webdb.create(str(tmp_path / "db"), sync=False)
+    counts = update_db(db, [seg.path])
+    assert counts["bad_records"] == 1 and counts["gone"] == 1
+    with db.reader() as r:
+        assert [p.url for p in r.pages()] == [URL]
