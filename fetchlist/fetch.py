@@ -211,6 +211,7 @@ class Fetcher:
         """
         s = self.settings
         self.robots.new_run()
+        self._watchdog.reset()
         t0 = time.monotonic()
         queues: dict[str, _Queue] = {}
         seen: set[str] = set()

@@ -120,10 +120,15 @@ class Watchdog:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._active: set[Budget] = set()
+        self._aborting = False
 
     def start(self, budget: Budget) -> Budget:
-        """Watch ``budget`` and make it the current thread's budget (until ``finish``)."""
+        """Watch ``budget`` and make it the current thread's budget (until ``finish``).  After
+        ``abort_all`` (until ``reset``) it starts cut: a request begun during an interrupt ends
+        at once."""
         with self._cv:
+            if self._aborting:
+                budget.aborted = True
             self._active.add(budget)
             heapq.heappush(self._heap, (budget.deadline, next(self._seq), budget))
             if self._thread is None:
@@ -141,11 +146,18 @@ class Watchdog:
         _ctx.budget = None
 
     def abort_all(self) -> None:
-        """Cut every request in flight now (their budgets say ``aborted``)."""
+        """Cut every request in flight now (their budgets say ``aborted``), and every request
+        started until ``reset``."""
         with self._cv:
+            self._aborting = True
             active = list(self._active)
         for b in active:
             b.fire(aborted=True)
+
+    def reset(self) -> None:
+        """Let requests run again after ``abort_all``."""
+        with self._cv:
+            self._aborting = False
 
     def _run(self) -> None:
         with self._cv:
@@ -218,6 +230,8 @@ def _connect(sock: socket.socket, sa: tuple, timeout: float | None, budget: Budg
     budget is cut (shutdown does not wake a connect in progress: it is polled every 0.25 s)."""
     end = time.monotonic() + timeout if timeout is not None else budget.deadline
     end = min(end, budget.deadline)
+    if budget.cut:
+        raise TimeoutError("request cut before it connected")
     sock.setblocking(False)
     err = sock.connect_ex(sa)
     while err in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
@@ -229,6 +243,8 @@ def _connect(sock: socket.socket, sa: tuple, timeout: float | None, budget: Budg
             err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
     if err:
         raise OSError(err, os.strerror(err))
+    if budget.cut:  # cut while connecting: a shutdown before the connect completed did nothing
+        raise TimeoutError("request cut while it connected")
 
 
 class _PolicyHTTPSConnection(HTTPSConnection):

@@ -14,12 +14,15 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import zlib
 
 import pytest
 from hostile_server import HostileServer, answer, raw
 
 from fetchlist.fetch import Fetcher
+from fetchlist.net import Budget, Watchdog, new_session
 from fetchlist.robots import UNREACHABLE
 from fetchlist.segment import FetchEntry, Segment
 from webdb.tables.records import Page, Status
@@ -327,3 +330,33 @@ def test_invalid_content_length_reads_to_the_close():
         {"/robots.txt": ROBOTS_OK, "/p": raw(b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nbody")}, ["/p"]
     )
     assert recs["/p"].status == Status.FETCHED and recs["/p"].content == b"body"
+
+
+@pytest.mark.timeout(30)
+def test_watchdog_abort_cuts_requests_in_flight_and_those_started_after():
+    """abort_all (Ctrl-C) cuts a dripping request now and any request begun before reset."""
+    with HostileServer({"/slow": drip_route(HEAD)}) as srv:
+        w = Watchdog()
+        first = Budget(time.monotonic() + 600, allow_private=True)
+        done = threading.Event()
+
+        def request():
+            w.start(first)  # the budget of the thread that makes the request
+            try:
+                with new_session().get(srv.url("/slow"), stream=True, timeout=(600, 600)) as resp:
+                    resp.raw.read()
+            except Exception:  # cut: the socket was shut down under the read
+                pass
+            finally:
+                w.finish(first)
+                done.set()
+
+        t = threading.Thread(target=request)
+        t.start()
+        assert srv.arrived["/slow"].wait(10)
+        w.abort_all()
+        assert done.wait(10) and first.aborted and not first.expired
+        t.join()
+        assert w.start(Budget(time.monotonic() + 600)).aborted  # started during the interrupt
+        w.reset()
+        assert not w.start(Budget(time.monotonic() + 600)).cut
