@@ -7,6 +7,9 @@ The database's own settings (block size, fetch schedule, ...) are in ``webdb.set
 
 from __future__ import annotations
 
+import math
+import os
+
 from webdb.errors import BadInput
 from webdb.tables.records import DEFAULT_ANCHOR_MAX
 
@@ -130,8 +133,31 @@ def resolve(settings: dict | None = None, **overrides: object) -> dict:
             out[k] = v
     for k, t in _TYPES.items():
         v = out[k]
-        if isinstance(v, bool) or not isinstance(v, t) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, t) or not math.isfinite(v) or v < 0:
             raise BadInput(f"crawl setting {k} must be a number >= 0, not {v!r}")
+    for k in ("conditional", "trust_env", "robots_obey", "parse", "allow_private_addresses"):
+        if not isinstance(out[k], bool):
+            raise BadInput(f"crawl setting {k} must be true or false, not {out[k]!r}")
+    if out["progress"] is not None and not isinstance(out["progress"], bool):
+        raise BadInput(f"crawl setting progress must be true, false or null, not {out['progress']!r}")
+    for k in ("user_agent", "robots_agent"):
+        if not isinstance(out[k], str) or not out[k].strip() or not out[k].isprintable():
+            raise BadInput(f"crawl setting {k} must be a non-empty line of printable text, not {out[k]!r:.100}")
+    headers = out["default_headers"]
+    if not isinstance(headers, dict) or not all(
+        isinstance(n, str) and isinstance(v, str) and n.isprintable() and v.isprintable() and n.strip()
+        for n, v in headers.items()
+    ):
+        raise BadInput(
+            f"crawl setting default_headers must map header names to printable strings, not {headers!r:.100}"
+        )
+    keep = out["keep_headers"]
+    if not isinstance(keep, list) or not all(isinstance(h, str) for h in keep):
+        raise BadInput(f"crawl setting keep_headers must be a list of header names, not {keep!r:.100}")
+    if not isinstance(out["url_filters"], list):
+        raise BadInput(f"crawl setting url_filters must be a list of files, not {out['url_filters']!r:.100}")
+    if out["www_rules"] is not None and not isinstance(out["www_rules"], (str, os.PathLike)):
+        raise BadInput(f"crawl setting www_rules must be a file name or null, not {out['www_rules']!r:.100}")
     if out["threads"] < 1:
         raise BadInput(f"crawl setting threads must be at least 1, not {out['threads']!r}")
     if out["queue_mode"] not in ("host", "domain"):

@@ -132,3 +132,25 @@ def test_out_regular_file_is_replaced_atomically(db, tmp_path):
     assert target.read_text().endswith("+.\n") and hard.read_text() == "old\n"
     assert sorted(os.listdir(tmp_path)) == ["filters.txt", "hardlink.txt"]  # no temp file left
     assert oct(os.stat(target).st_mode & 0o777) == oct(0o644)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "setting, reason",
+    [
+        ("user_agent=bot\nX-Injected: 1", "user_agent must be a non-empty line of printable text"),
+        ("user_agent=", "user_agent must be a non-empty line"),
+        ('default_headers={"X-A": "1\\r\\nX-B: 2"}', "default_headers must map header names to printable strings"),
+        ("default_headers=[1]", "default_headers must map"),
+        ("keep_headers=5", "keep_headers must be a list of header names"),
+        ("allow_private_addresses=maybe", "allow_private_addresses must be true or false"),
+        ("robots_obey=1", "robots_obey must be true or false"),
+        ("fetch_timeout=-1", "fetch_timeout must be a number >= 0"),
+        ("fetch_timeout=NaN", "fetch_timeout must be a number >= 0"),
+        ("progress=3", "progress must be true, false or null"),
+    ],
+)
+def test_bad_crawl_setting_is_refused_before_anything_runs(tmp_path, setting, reason):
+    seg = _segment(tmp_path / "seg")
+    assert_error(cli("fetch", seg.path, "--crawl-set", setting), "crawl setting", reason)
+    assert os.listdir(os.path.join(seg.path, "fetch")) == []
