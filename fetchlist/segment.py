@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import stat
 import struct
 import threading
@@ -46,6 +47,7 @@ SEGMENT_FORMAT = "webdb-segment"
 SEGMENT_VERSION = 1
 FETCHLIST, FETCH, PARSE, CONTENT = "fetchlist", "fetch", "parse", "content"
 _LEN = struct.Struct("<I")
+_PART_RE = re.compile(r"part-([0-9]{5})\.jsonl")
 # Times in records: seconds since the epoch up to the end of year 9999 (what HTTP dates and
 # the db's schedule arithmetic handle); content offsets up to 1 TiB.
 MAX_TIME = 253402300799
@@ -306,6 +308,8 @@ def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
         f = open(path, "rb")
     except FileNotFoundError:
         return
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot read: {e.strerror}") from None
     with f:
         pos = 0
         for lineno, line in enumerate(f, 1):
@@ -365,6 +369,8 @@ class Segment:
                 ident = json.loads(f.read())
         except FileNotFoundError:
             raise BadInput(f"{path}: not a segment (no {SEGMENT_FILE} file)") from None
+        except OSError as e:
+            raise BadInput(f"{ident_path}: cannot read: {e.strerror}") from None
         except ValueError as e:
             raise CorruptionError(f"{ident_path}: not JSON ({e})") from None
         if not isinstance(ident, dict) or ident.get("format") != SEGMENT_FORMAT:
@@ -373,6 +379,10 @@ class Segment:
             raise BadInput(
                 f"{path}: segment format version {ident.get('version')!r}, this code reads version {SEGMENT_VERSION}"
             )
+        for sub in (FETCHLIST, FETCH, PARSE, CONTENT):
+            d = os.path.join(path, sub)
+            if not os.path.isdir(d):
+                raise CorruptionError(f"{d}: missing (or not a directory): not a complete segment")
         return cls(path, ident)
 
     def file(self, kind: str, part: int) -> str:
@@ -384,8 +394,9 @@ class Segment:
         found = set()
         for kind in (FETCHLIST, FETCH):
             for name in os.listdir(os.path.join(self.path, kind)):
-                if name.startswith("part-") and name.endswith(".jsonl"):
-                    found.add(int(name[5:10]))
+                m = _PART_RE.fullmatch(name)
+                if m:  # anything else (a temp file, a stray file) is not a part
+                    found.add(int(m[1]))
         return sorted(found)
 
     def _parts(self, part: int | None) -> list[int]:

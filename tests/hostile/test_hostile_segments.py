@@ -238,3 +238,54 @@ def test_fetchlist_with_a_file_url_never_makes_it_a_page(tmp_path):
     assert counts["bad_records"] == 1 and counts["gone"] == 1
     with db.reader() as r:
         assert [p.url for p in r.pages()] == [URL]
+
+
+def _no_fetchlist_dir(seg):
+    for name in os.listdir(seg.file("fetchlist", 0).rsplit("/", 1)[0]):
+        os.remove(os.path.join(seg.path, "fetchlist", name))
+    os.rmdir(os.path.join(seg.path, "fetchlist"))
+    return os.path.join(seg.path, "fetchlist"), "missing (or not a directory): not a complete segment"
+
+
+def _segment_file_is_a_dir(seg):
+    os.remove(os.path.join(seg.path, "SEGMENT"))
+    os.mkdir(os.path.join(seg.path, "SEGMENT"))
+    return os.path.join(seg.path, "SEGMENT"), "cannot read: Is a directory"
+
+
+def _segment_file_not_an_object(seg):
+    with open(os.path.join(seg.path, "SEGMENT"), "w") as f:
+        f.write("[1]")
+    return seg.path, "SEGMENT does not name the format 'webdb-segment'"
+
+
+def _part_is_a_dir(seg):
+    os.remove(seg.file("parse", 0))
+    os.mkdir(seg.file("parse", 0))
+    return seg.file("parse", 0), "Is a directory"
+
+
+def _utf16_fetchlist(seg):
+    with open(seg.file("fetchlist", 0), "wb") as f:
+        f.write(b"\xff\xfe\n")
+    return seg.file("fetchlist", 0) + ":1", "not a JSON record"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["fetch", "update"])
+@pytest.mark.parametrize(
+    "damage", [_no_fetchlist_dir, _segment_file_is_a_dir, _segment_file_not_an_object, _part_is_a_dir, _utf16_fetchlist]
+)
+def test_damaged_segment_directory(db_path, tmp_path, command, damage):
+    seg = _segment(tmp_path / "seg")
+    where, reason = damage(seg)
+    args = ("fetch", seg.path) if command == "fetch" else ("update", "-q", db_path, seg.path)
+    assert_error(cli(*args), where, reason)
+
+
+@pytest.mark.timeout(60)
+def test_stray_files_in_part_folders_are_not_parts(tmp_path):
+    seg = _segment(tmp_path / "seg")
+    for name in ("part-abcde.jsonl", "part-1.jsonl", "part-00001.jsonl.tmp.7", "notes.txt"):
+        open(os.path.join(seg.path, "fetchlist", name), "w").close()
+    assert Segment.open(seg.path).parts() == [0]
