@@ -360,3 +360,23 @@ def test_watchdog_abort_cuts_requests_in_flight_and_those_started_after():
         assert w.start(Budget(time.monotonic() + 600)).aborted  # started during the interrupt
         w.reset()
         assert not w.start(Budget(time.monotonic() + 600)).cut
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "robots, delay, allowed",
+    [
+        (b"User-agent: *\nCrawl-delay: nan\nDisallow: /no", 0.0, False),
+        (b"User-agent: *\nCrawl-delay: -5\nDisallow: /no", 0.0, False),
+        (b"User-agent: *\nCrawl-delay: 1e308\n", 0.5, True),
+        (b"\x00\xff\xfe garbage \x80\x81\nDisallow: /no", 0.0, True),
+        (b"User-agent: *\n" + b"Allow: /x\n" * 200_000 + b"Disallow: /no\n", 0.0, True),  # cut at 500 KiB
+    ],
+    ids=["nan delay", "negative delay", "huge delay capped", "binary garbage", "2 MB robots.txt"],
+)
+def test_hostile_robots_content(robots, delay, allowed):
+    route = answer("200 OK", robots, {"Content-Type": "text/plain"})
+    recs, f, _ = _run({"/robots.txt": route, "/no": answer(body=PAGE)}, ["/no"], crawl_delay_cap=0.5)
+    (host,) = f.stats.hosts.values()
+    assert host.robots == "parsed" and host.delay == delay
+    assert (recs["/no"].status == Status.FETCHED) == allowed
