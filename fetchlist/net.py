@@ -4,7 +4,9 @@
 status line one byte a second never times out.  Here every request runs under a ``Budget``
 (a monotonic deadline) that a ``Watchdog`` thread enforces by shutting the request's sockets
 down when it passes: a blocked read then returns at once, whatever stage the request is in
-(connect, TLS handshake, status line, headers, body), and the caller sees ``budget.expired``.
+(TLS handshake, status line, headers, body), and the caller sees ``budget.expired``.  A
+connect in progress is polled every 0.25 s instead (a shutdown does not wake it).  DNS
+resolution is not bounded here (the system resolver's own timeouts apply).
 ``Watchdog.abort_all`` does the same to every request in flight (Ctrl-C).
 
 The address policy is applied where the connection is made (``_PolicyConnection._new_conn``):
@@ -19,8 +21,9 @@ Connections are never reused (the pool closes every connection handed back): a h
 connection does not outlive its request, and a redirect hop never meets a connection the
 server already closed.
 
-Runtime cost per request: one heap push under a lock; the watchdog thread sleeps until the
-earliest deadline.
+Runtime cost per request: one heap push and two short lock holds; the watchdog thread sleeps
+until the earliest deadline.  Memory: finished budgets are dropped from the heap once they
+outnumber the active ones (plus 1024).
 """
 
 from __future__ import annotations
@@ -143,6 +146,10 @@ class Watchdog:
         budget.finish()
         with self._cv:
             self._active.discard(budget)
+            if len(self._heap) > 2 * len(self._active) + 1024:
+                # finished budgets wait in the heap for their deadline: drop them (amortized O(1))
+                self._heap = [e for e in self._heap if e[2] in self._active]
+                heapq.heapify(self._heap)
         _ctx.budget = None
 
     def abort_all(self) -> None:
