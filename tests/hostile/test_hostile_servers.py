@@ -380,3 +380,13 @@ def test_hostile_robots_content(robots, delay, allowed):
     (host,) = f.stats.hosts.values()
     assert host.robots == "parsed" and host.delay == delay
     assert (recs["/no"].status == Status.FETCHED) == allowed
+
+
+def test_watchdog_memory_is_bounded_by_requests_in_flight():
+    """A long crawl finishes millions of requests: finished budgets do not pile up."""
+    w = Watchdog()
+    held = [w.start(Budget(time.monotonic() + 600)) for _ in range(10)]
+    for _ in range(20_000):
+        w.finish(w.start(Budget(time.monotonic() + 600)))
+    assert len(w._heap) <= 2 * len(held) + 1025
+    assert not any(b.cut for b in held)
