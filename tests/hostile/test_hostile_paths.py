@@ -154,3 +154,9 @@ def test_bad_crawl_setting_is_refused_before_anything_runs(tmp_path, setting, re
     seg = _segment(tmp_path / "seg")
     assert_error(cli("fetch", seg.path, "--crawl-set", setting), "crawl setting", reason)
     assert os.listdir(os.path.join(seg.path, "fetch")) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("value", ["\u00b2=/tmp", "\u0661=/tmp", "x=/tmp", "0"])
+def test_section_dir_index_is_ascii_digits(db, value):
+    assert_error(cli("read", db, "--stats", "--section-dir", value), f"--section-dir {value!r}: expected J=DIR")

@@ -82,7 +82,7 @@ def open_db(args):
     dirs: dict[int, str] = {}
     for item in getattr(args, "section_dir", None) or []:
         j, sep, d = item.partition("=")
-        if not sep or not j.isdigit():
+        if not sep or not (j.isascii() and j.isdigit()):  # isdigit alone accepts "²"
             raise BadInput(f"--section-dir {item!r}: expected J=DIR")
         dirs[int(j)] = d
     return webdb.open(args.db, section_dirs=dirs, mount=getattr(args, "mount", None))
