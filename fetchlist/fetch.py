@@ -11,13 +11,14 @@ Data flow of ``Fetcher.fetch(entries, sink)`` (docs/crawl.md has the whole crawl
 3. The first request to a site is its robots.txt (``fetchlist.robots``); URLs it denies are
    recorded GONE without a request; a site whose robots.txt answered 5xx or could not be
    reached has its URLs recorded RETRY without a request.
-4. A page request never follows redirects (the target is recorded for the db), sends
-   If-Modified-Since / If-None-Match for pages fetched before, reads at most ``max_content``
-   bytes and gives up after ``fetch_timeout`` seconds.
+4. A page request never follows redirects (the target is recorded for the db), sends the
+   server's own validators (If-Modified-Since / If-None-Match) for pages fetched before, reads
+   at most ``max_content`` bytes and is cut after ``fetch_timeout`` seconds in all (connect,
+   headers, body: ``fetchlist.net``); hosts are checked against the address policy.
 5. Fetched pages are parsed (``fetchlist.parse``) in the worker; every record goes to ``sink``
    as soon as it is complete (``SegmentWriter.write`` appends and flushes it).
-6. Ctrl-C (KeyboardInterrupt) stops taking new URLs, lets requests in flight finish and be
-   written, then re-raises; ``fetch_segment`` run again on the same partition resumes.
+6. Ctrl-C (KeyboardInterrupt) stops taking new URLs, cuts the requests in flight (no record
+   for them), then re-raises; ``fetch_segment`` run again on the same partition resumes.
 
 HTTP status → webdb Status (Nutch 1.x):
 
@@ -32,13 +33,13 @@ answer                        status           notes
 robots.txt denies             GONE             no request made
 408, 429, 5xx                 RETRY
 timeout, connection error     RETRY            also a 3xx without Location
+address policy refuses host   GONE             no request made
 robots.txt 5xx / unreachable  RETRY            no request made
 ============================  ===============  ==============================================
 """
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import heapq
 import itertools
@@ -51,6 +52,7 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 
+from fetchlist.net import Budget, Watchdog, location_text, new_session
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.parse import parse
 from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
@@ -181,7 +183,9 @@ class Fetcher:
         self.robots = RobotsCache(s["robots_ttl"])
         self._local = threading.local()
         self._ready: dict[str, float] = {}  # queue key → when it may be asked again (monotonic)
-        self._timeout = (float(s["connect_timeout"]), float(s["read_timeout"]))
+        total = float(s["fetch_timeout"])
+        self._timeout = (min(float(s["connect_timeout"]), total), float(s["read_timeout"]))
+        self._watchdog = Watchdog()
 
     @classmethod
     def from_settings(cls, settings: dict) -> Fetcher:
@@ -206,6 +210,7 @@ class Fetcher:
         """
         s = self.settings
         self.robots.new_run()
+        self._watchdog.reset()
         t0 = time.monotonic()
         queues: dict[str, _Queue] = {}
         seen: set[str] = set()
@@ -269,6 +274,7 @@ class Fetcher:
         except KeyboardInterrupt:
             stats.interrupted = True
             sched.stop()
+            self._watchdog.abort_all()  # requests in flight end now; their URLs stay unfetched
             for t in threads:
                 t.join()
             raise
@@ -296,10 +302,16 @@ class Fetcher:
                 rules = self.robots.get(entry.url)
                 fresh = rules is None
                 if fresh:
-                    rules = fetch_robots(
-                        self._session(), entry.url, timeout=self._timeout, max_size=int(s["robots_max_size"])
-                    )
-                    self._drop_connections()
+                    budget = self._budget(started)
+                    try:
+                        rules = fetch_robots(
+                            self._session(), entry.url, timeout=self._timeout, max_size=int(s["robots_max_size"])
+                        )
+                    finally:
+                        self._watchdog.finish(budget)
+                        self._drop_connections()
+                    if budget.aborted:
+                        return
                     self.robots.put(entry.url, rules)
                     q.stats.requests += 1
                 if rules is not q.rules:  # fresh, or cached from an earlier round
@@ -309,8 +321,10 @@ class Fetcher:
                 if fresh:
                     self._requested(q, started)
                     return
-            q.urls.popleft()
             rec, requested = self._fetch_entry(entry, q, rules)
+            if rec is None:  # interrupted in flight: not recorded, fetched again on resume
+                return
+            q.urls.popleft()
             emit(rec, q)
             if requested:
                 self._requested(q, started)
@@ -327,8 +341,9 @@ class Fetcher:
             q.delay = max(q.delay, min(d, float(self.settings["crawl_delay_cap"])))
             q.stats.delay = q.delay
 
-    def _fetch_entry(self, entry: FetchEntry, q: _Queue, rules: RobotsRules | None) -> tuple[FetchRecord, bool]:
-        """(record, whether a request was made) for one entry of queue ``q`` (``rules``: its site's)."""
+    def _fetch_entry(self, entry: FetchEntry, q: _Queue, rules: RobotsRules | None) -> tuple[FetchRecord | None, bool]:
+        """(record, whether a request was made) for one entry of queue ``q`` (``rules``: its site's);
+        the record is None when an interrupt cut the request."""
         s = self.settings
         url, now = entry.url, int(time.time())
         if normalize(url) is None:
@@ -343,7 +358,10 @@ class Fetcher:
                 return FetchRecord(url, Status.RETRY, now, error=f"robots.txt {rules.state}: {rules.error}"), False
             if not ok:
                 return FetchRecord(url, Status.GONE, now, error="denied by robots.txt"), False
-        rec = self.request(entry)
+        try:
+            rec = self.request(entry)
+        except _Aborted:
+            return None, True
         q.stats.requests += 1
         transient = rec.status == Status.RETRY
         q.errors = q.errors + 1 if transient else 0
@@ -357,22 +375,17 @@ class Fetcher:
         url = entry.url
         headers = {}
         page = entry.page
-        if (
-            s["conditional"]
-            and page is not None
-            and page.fetch_time > 0
-            and page.status
-            in (
-                Status.FETCHED,
-                Status.NOT_MODIFIED,
-            )
-        ):
-            headers["If-Modified-Since"] = email.utils.formatdate(page.fetch_time, usegmt=True)
+        if s["conditional"] and page is not None and page.status in (Status.FETCHED, Status.NOT_MODIFIED):
+            # Only the server's own validators: a server compares If-Modified-Since with its
+            # Last-Modified (nginx: for equality), never with the time we fetched.
+            if page.meta.get("last_modified"):
+                headers["If-Modified-Since"] = page.meta["last_modified"]
             if page.meta.get("etag"):
                 headers["If-None-Match"] = page.meta["etag"]
         fetch_time = int(time.time())
         t0 = time.monotonic()
         rec = FetchRecord(url, Status.RETRY, fetch_time)
+        budget = self._budget(t0)
         try:
             with self._session().get(
                 url, headers=headers, timeout=self._timeout, allow_redirects=False, stream=True
@@ -380,20 +393,31 @@ class Fetcher:
                 rec.http_status = code = resp.status_code
                 rec.status = status_of(code)
                 rec.headers = {k: resp.headers[k] for k in s["keep_headers"] if k in resp.headers}
+                if "location" in rec.headers:
+                    rec.headers["location"] = location_text(rec.headers["location"])
                 ctype = resp.headers.get("content-type", "")
                 rec.content_type = ctype.split(";", 1)[0].strip().lower()
                 if rec.status == Status.FETCHED:
-                    rec.content, rec.truncated = self._read_body(resp, t0)
+                    rec.content, rec.truncated = self._read_body(resp, budget)
                 elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
                     self._redirect(rec, resp.headers.get("location"))
         except _FetchTimeout:
-            rec.status, rec.content, rec.error = Status.RETRY, None, "fetch_timeout exceeded while reading"
+            pass  # reported below: the budget has expired
         except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, UnicodeError) as e:
             rec.status, rec.content, rec.error = Status.GONE, None, f"{type(e).__name__}: {e}"[:300]
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             rec.status, rec.content, rec.error = Status.RETRY, None, f"{type(e).__name__}: {e}"[:300]
         finally:
+            self._watchdog.finish(budget)
             self._drop_connections()
+        if budget.aborted:
+            raise _Aborted
+        if budget.expired or budget.remaining < 0:
+            # Whatever was read before the cut is not the page: a timeout, like any failed host.
+            rec.status, rec.content, rec.truncated = Status.RETRY, None, False
+            rec.error = f"fetch_timeout exceeded ({s['fetch_timeout']:g}s for connect, headers and body)"
+        elif budget.refused:
+            rec.status, rec.content, rec.error = Status.GONE, None, budget.refused[:300]
         rec.elapsed = time.monotonic() - t0
         if rec.status == Status.FETCHED:
             rec.content = rec.content or b""
@@ -413,26 +437,28 @@ class Fetcher:
                 )
         return rec
 
-    def _read_body(self, resp: requests.Response, t0: float) -> tuple[bytes, bool]:
-        limit, deadline = int(self.settings["max_content"]), t0 + float(self.settings["fetch_timeout"])
+    def _read_body(self, resp: requests.Response, budget: Budget) -> tuple[bytes, bool]:
+        limit = int(self.settings["max_content"])
         body = bytearray()
         while len(body) <= limit:
             chunk = resp.raw.read1(_CHUNK, decode_content=True)
             if not chunk:
                 return bytes(body), False
             body += chunk
-            if time.monotonic() > deadline:
+            if budget.remaining < 0:
                 raise _FetchTimeout
         return bytes(body[:limit]), True
+
+    def _budget(self, start: float) -> Budget:
+        """Start the total deadline of a request begun at ``start`` (monotonic) in this thread."""
+        s = self.settings
+        return self._watchdog.start(Budget(start + float(s["fetch_timeout"]), bool(s["allow_private_addresses"])))
 
     def _redirect(self, rec: FetchRecord, location: str | None) -> None:
         if not location or not location.strip():
             rec.status, rec.error = Status.RETRY, f"HTTP {rec.http_status} without a Location header"
             return
-        try:
-            location = location.encode("latin-1").decode("utf-8")  # http.client decodes headers as latin-1
-        except UnicodeError:
-            pass
+        location = location_text(location)
         rec.redirect = normalize(location, rec.url, www=self.www)
         if rec.redirect is None:
             rec.error = f"redirect to an unusable URL: {location!r}"[:300]
@@ -442,7 +468,7 @@ class Fetcher:
     def _session(self) -> requests.Session:
         sess = getattr(self._local, "session", None)
         if sess is None:
-            sess = self._local.session = requests.Session()
+            sess = self._local.session = new_session()
             sess.trust_env = bool(self.settings["trust_env"])
             sess.headers.update(self.settings["default_headers"])
             sess.headers["User-Agent"] = self.settings["user_agent"]
@@ -463,3 +489,7 @@ class Fetcher:
 
 class _FetchTimeout(Exception):
     pass
+
+
+class _Aborted(Exception):
+    """An interrupt cut the request: no record is written for it."""

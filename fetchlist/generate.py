@@ -146,8 +146,9 @@ def partition_of(url: str, fetchers: int, mode: str = "host") -> int:
 def mark_time(meta: dict) -> int | None:
     """Generate time of a page's mark (None: not marked)."""
     m = meta.get(MARK) or ""
-    at = m.rpartition("@")[2]
-    return int(at) if at.isdigit() else None
+    at = m.rpartition("@")[2] if isinstance(m, str) else ""
+    # ASCII digits only: str.isdigit accepts "²", which int() then refuses
+    return int(at) if at.isascii() and at.isdigit() and len(at) <= 18 else None
 
 
 # ---- selection ------------------------------------------------------------------------------------

@@ -10,9 +10,13 @@ optional tab-separated ``name=value`` metadata::
     http://example.org/news/	score=2.5	fetch_interval=86400
     http://example.net/	nutch.score=0.5	nutch.fetchInterval=3600	lang=en
 
-``score`` (or ``nutch.score``) sets the page's score (default: the injected score),
-``fetch_interval`` (or ``nutch.fetchInterval``) its refetch interval in seconds (default: the
-db's ``default_interval``); any other ``name=value`` goes to ``page.meta``.  A line without a
+``score`` (or ``nutch.score``) sets the page's score (a decimal number in ASCII digits;
+default: the injected score), ``fetch_interval`` (or ``nutch.fetchInterval``) its refetch
+interval in whole seconds (ASCII digits; default: the db's ``default_interval``); any other
+``name=value`` goes to ``page.meta``, except the keys the crawl sets itself
+(``RESERVED_META``: ``gen``, ``redirect``, ``fit``, ``etag``, ``last_modified``), which are an
+error, as are a name given twice and a control character.  A UTF-8 BOM at the start of a file
+is skipped.  A line without a
 tab may separate its fields with spaces.  URLs are normalized (``fetchlist.normalize``, www
 rules if given) and filtered (``url_filter``): a URL that cannot be normalized or a malformed
 ``name=value`` is an error naming file and line (``skip_bad`` counts and skips it instead); a
@@ -24,7 +28,9 @@ Cost: one pass over the files; one ``add_page_if_not_present`` per URL.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -38,6 +44,11 @@ from webdb.errors import BadInput
 __all__ = ["Seed", "read_seeds", "inject_seeds", "inject"]
 
 _SCORE = ("score", "nutch.score")
+# Page meta keys the crawl itself sets: a seed setting one could block a page for good (``gen``),
+# fake a redirect, skip focus rules or send forged validators.
+RESERVED_META = frozenset({"gen", "redirect", "fit", "etag", "last_modified"})
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_WHOLE = re.compile(r"[0-9]{1,10}", re.ASCII)
 _INTERVAL = ("fetch_interval", "nutch.fetchInterval")
 
 
@@ -64,20 +75,22 @@ def _parse_line(line: str, where: str, www: WwwRules | None) -> Seed:
         name, sep, value = f.partition("=")
         if not sep or not name:
             raise BadInput(f"{where}: expected name=value after the URL, got {f!r:.100}")
-        try:
-            if name in _SCORE:
-                seed.score = float(value)
-                if seed.score != seed.score or seed.score in (float("inf"), float("-inf")):
-                    raise ValueError(value)
-            elif name in _INTERVAL:
-                seed.fetch_interval = int(value)
-                if not 0 < seed.fetch_interval < 2**32:
-                    raise ValueError(value)
-            else:
-                seed.meta[name] = value
-        except ValueError:
-            what = "a number" if name in _SCORE else "whole seconds > 0"
-            raise BadInput(f"{where}: {name} must be {what}, got {value!r:.50}") from None
+        if name in RESERVED_META:
+            raise BadInput(f"{where}: meta key {name!r} is reserved (set by the crawl, not by seeds)")
+        if not name.isprintable() or not value.isprintable():
+            raise BadInput(f"{where}: meta {f!r:.100} holds a control character")
+        if name in seed.meta or (name in _SCORE and seed.score is not None):
+            raise BadInput(f"{where}: {name} given twice")
+        if name in _SCORE:
+            if not _NUMBER.fullmatch(value) or not math.isfinite(float(value)):
+                raise BadInput(f"{where}: {name} must be a number, got {value!r:.50}")
+            seed.score = float(value)
+        elif name in _INTERVAL:
+            if not _WHOLE.fullmatch(value) or not 0 < int(value) < 2**32:
+                raise BadInput(f"{where}: {name} must be whole seconds > 0, got {value!r:.50}")
+            seed.fetch_interval = int(value)
+        else:
+            seed.meta[name] = value
     return seed
 
 
@@ -93,7 +106,7 @@ def read_seeds(
     for p in paths:
         p = os.fspath(p)
         try:
-            f = open(p, encoding="utf-8")
+            f = open(p, encoding="utf-8-sig")  # a BOM on the first line is not part of the URL
         except OSError as e:
             raise BadInput(f"{p}: cannot read seed file: {e.strerror}") from None
         with f:

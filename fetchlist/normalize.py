@@ -5,7 +5,10 @@ splits the db into two spellings of every URL) plus what it leaves out:
 
 * only ``http`` and ``https`` URLs with a valid host are kept (anything else gives ``None``);
 * scheme and host lowercased, a trailing dot of the host removed;
-* default ports removed (``:80`` for http, ``:443`` for https), an invalid port rejected;
+* default ports removed (``:80`` for http, ``:443`` for https), an invalid port (or 0) rejected;
+* an empty userinfo (``http://@host/``) dropped; an IPv4 host in any spelling the WHATWG URL
+  parser accepts (``2130706433``, ``0x7f.1``, ``0177.0.0.1``) written as a dotted quad, and a
+  host whose last label is a number but that is no valid IPv4 address rejected;
 * dot segments resolved (RFC 3986 §5.2.4), an empty path becomes ``/``;
 * fragment removed; IDN hosts in punycode; query arguments sorted; percent-encoding made
   uniform (these four by w3lib);
@@ -42,6 +45,8 @@ _EDGE = "".join(chr(i) for i in range(33))  # C0 controls and space, stripped at
 _TAB_NL = str.maketrans("", "", "\t\n\r")  # removed anywhere (WHATWG URL parser)
 _HOST_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*")
 _MAX_HOST = 253
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_QUAD_RE = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")  # an IPv4 host already in normal form
 _MAX_INPUT = 4 * MAX_URL_BYTES  # longer inputs cannot give an acceptable URL: rejected early
 
 
@@ -70,11 +75,13 @@ def _normalize(url: str, base: str | None, www: WwwRules | None) -> str | None:
         return None
     p = urlsplit(canonicalize_url(u))
     userinfo, at, hostport = p.netloc.rpartition("@")
+    if userinfo in ("", ":"):  # http://@host/, http://:@host/: no userinfo at all (WHATWG)
+        userinfo = at = ""
     host, port = _split_hostport(hostport)
     if host is None:
         return None
     if port is not None:
-        if not port.isdigit() or not port.isascii() or int(port) > 65535:
+        if not port.isdigit() or not port.isascii() or not 0 < int(port) <= 65535:
             return None
         port = str(int(port))
         if port == _DEFAULT_PORT[scheme]:
@@ -112,9 +119,47 @@ def _split_hostport(hostport: str) -> tuple[str | None, str | None]:
         return f"[{ip.compressed}]", (rest[1:] or None) if rest else None
     host, colon, port = hostport.partition(":")
     host = host.lower().rstrip(".")
+    if host and not _QUAD_RE.fullmatch(host) and _ends_in_number(host):
+        host = _ipv4(host)
+        if host is None:
+            return None, None
     if not host or len(host) > _MAX_HOST or not _HOST_RE.fullmatch(host):
         return None, None
     return host, (port or None) if colon else None
+
+
+def _ends_in_number(host: str) -> bool:
+    """WHATWG "ends in a number": the last label is decimal digits or 0x-hex (then the host
+    must be an IPv4 address)."""
+    last = host.rsplit(".", 1)[-1]
+    if last.isascii() and last.isdigit():
+        return True
+    return last[:2] == "0x" and all(c in "0123456789abcdef" for c in last[2:])
+
+
+def _ipv4(host: str) -> str | None:
+    """The dotted quad of a WHATWG IPv4 host (``2130706433``, ``0x7f.1``, ``0177.0.0.1``), or
+    None if it is not a valid one: 1 to 4 parts, decimal, 0x hex or 0-prefixed octal, the last
+    part filling the remaining bytes."""
+    parts = host.split(".")
+    if len(parts) > 4:
+        return None
+    nums = []
+    for p in parts:
+        if p[:2] == "0x":
+            digits, base = p[2:], 16
+        elif len(p) > 1 and p[0] == "0":
+            digits, base = p[1:], 8
+        else:
+            digits, base = p, 10
+        if not p or not digits.isascii() or (digits and not all(c in "0123456789abcdef"[:base] for c in digits)):
+            return None
+        nums.append(int(digits, base) if digits else 0)
+    *head, last = nums
+    if any(n > 255 for n in head) or last >= 256 ** (5 - len(nums)):
+        return None
+    value = last + sum(n << (8 * (3 - i)) for i, n in enumerate(head))
+    return ".".join(str((value >> shift) & 255) for shift in (24, 16, 8, 0))
 
 
 def remove_dot_segments(path: str) -> str:

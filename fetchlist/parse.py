@@ -6,9 +6,10 @@ early (the fields then hold whatever was extracted before).
 
 HTML (``text/html``, ``application/xhtml+xml``, or no content type and not binary):
 
-1. charset: a BOM, else the ``charset`` of the HTTP Content-Type, else a ``<meta>`` charset in
-   the first 4 KiB (w3lib ``html_to_unicode``), else UTF-8 if the bytes are valid UTF-8, else
-   windows-1252 (the HTML5 fallback).  Undecodable bytes become U+FFFD.
+1. charset (WHATWG encoding sniffing, ``sniff_encoding``): a BOM, else the ``charset`` of the
+   HTTP Content-Type, else a ``<meta>`` charset in the first 4 KiB (UTF-16 there means
+   UTF-8), else UTF-8 if the bytes are valid UTF-8, else windows-1252 (the HTML5 fallback).
+   Undecodable bytes become U+FFFD.
 2. lxml.html parses the text re-encoded as UTF-8 (so libxml2 never guesses an encoding);
    comments, ``<script>``, ``<style>`` and ``<template>`` do not count as text.  libxml2 stops
    at nesting depth 256; the result then carries ``error`` and what came before.
@@ -40,12 +41,12 @@ from dataclasses import dataclass, field
 
 import lxml.etree
 import lxml.html
-from w3lib.encoding import html_to_unicode
+from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
 from fetchlist.normalize import WwwRules, normalize
 from webdb import DEFAULT_ANCHOR_MAX
 
-__all__ = ["ParseResult", "parse", "HTML_TYPES"]
+__all__ = ["ParseResult", "parse", "sniff_encoding", "decode_html", "HTML_TYPES"]
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _TEXT_TYPES = frozenset({"text/plain"})
@@ -151,7 +152,7 @@ def _parse(
     if not data.strip():
         res.error = "empty document"
         return
-    res.encoding, text = html_to_unicode(content_type, data, auto_detect_fun=_utf8_or_cp1252)
+    res.encoding, text = decode_html(data, content_type)
     if _looks_binary(text[:_SNIFF]):
         res.error = "binary content"
         return
@@ -273,6 +274,35 @@ def _limited_text(el: lxml.html.HtmlElement, limit: int) -> str:
 
 def _collapse(s: str) -> str:
     return " ".join(s.split())
+
+
+def sniff_encoding(data: bytes, content_type: str | None = None) -> tuple[str, int]:
+    """(codec, BOM length) of an HTML document, as the WHATWG encoding sniffing algorithm
+    orders the sources: a BOM, else the Content-Type charset, else a ``<meta>`` charset in the
+    first 4 KiB (UTF-16 named there means UTF-8: a document whose meta tag could be read as
+    ASCII is not UTF-16), else UTF-8 if the bytes are valid UTF-8, else windows-1252.  Labels
+    are resolved as browsers do (w3lib: ``latin-1`` is windows-1252, ...); unknown ones are
+    ignored."""
+    enc, bom = read_bom(data)
+    if enc:
+        return enc, len(bom)
+    enc = http_content_type_encoding(content_type or "")
+    if enc:
+        return ("utf-16-le" if enc in ("utf-16", "utf_16") else enc), 0
+    enc = html_body_declared_encoding(data)
+    if enc:
+        return ("utf-8" if enc.replace("_", "-").startswith("utf-16") else enc), 0
+    return _utf8_or_cp1252(data), 0
+
+
+def decode_html(data: bytes, content_type: str | None = None) -> tuple[str, str]:
+    """(codec, text) of ``data`` (``sniff_encoding``); undecodable bytes become U+FFFD."""
+    enc, skip = sniff_encoding(data, content_type)
+    try:
+        return enc, data[skip:].decode(enc, "replace")
+    except LookupError:  # a label w3lib knows but this Python lacks
+        enc = _utf8_or_cp1252(data)
+        return enc, data.decode(enc, "replace")
 
 
 def _utf8_or_cp1252(data: bytes) -> str:

@@ -16,7 +16,10 @@ timeout, connection error       unreachable not requested, recorded RETRY
 A parsed robots.txt also gives the site's Crawl-delay for our agent (None if absent).
 Parsed and allow_all answers are cached for ``robots_ttl`` seconds; backoff and unreachable
 answers only for the current fetch run (``RobotsCache.new_run``), so the next round asks again.
-At most ``robots_max_size`` bytes are read.
+At most ``robots_max_size`` bytes are read.  The request, its redirects included, runs under the
+fetcher's total deadline (``fetch_timeout``, fetchlist.net): a robots.txt cut at the deadline is
+unreachable; one whose host (or a redirect target) the address policy refuses counts as absent
+(allow_all), and the site's pages then meet the same policy when requested.
 
 Cost: one request per site per ``robots_ttl``; a lookup is a dict access plus Protego's match.
 """
@@ -31,6 +34,8 @@ from urllib.parse import urlsplit
 import requests
 import urllib3
 from protego import Protego
+
+from fetchlist.net import current
 
 __all__ = ["RobotsRules", "RobotsCache", "fetch_robots", "robots_url", "PARSED", "ALLOW_ALL", "BACKOFF", "UNREACHABLE"]
 
@@ -80,7 +85,16 @@ def robots_url(url: str) -> str:
 def fetch_robots(session: requests.Session, url: str, *, timeout: tuple[float, float], max_size: int) -> RobotsRules:
     """GET the robots.txt of ``url``'s site with ``session`` and interpret the answer (table above)."""
     now = time.time()
-    target = robots_url(url)
+    rules = _get_robots(session, robots_url(url), timeout, max_size, now)
+    budget = current()
+    if budget is not None and budget.cut:  # what was read before the cut is not the file
+        return RobotsRules(UNREACHABLE, 0, error="robots.txt: fetch_timeout exceeded", fetched_at=now)
+    if budget is not None and budget.refused:
+        return RobotsRules(ALLOW_ALL, 0, error=f"robots.txt: {budget.refused}"[:300], fetched_at=now)
+    return rules
+
+
+def _get_robots(session: requests.Session, target: str, timeout: tuple[float, float], max_size: int, now: float):
     session.max_redirects = MAX_ROBOTS_REDIRECTS
     try:
         with session.get(target, timeout=timeout, allow_redirects=True, stream=True) as resp:
@@ -105,7 +119,8 @@ def fetch_robots(session: requests.Session, url: str, *, timeout: tuple[float, f
 
 def _read_limited(resp: requests.Response, limit: int) -> bytes:
     out = bytearray()
-    while len(out) < limit:
+    budget = current()
+    while len(out) < limit and not (budget is not None and budget.remaining < 0):
         chunk = resp.raw.read1(min(65536, limit - len(out)), decode_content=True)
         if not chunk:
             break

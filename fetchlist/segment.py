@@ -21,10 +21,14 @@ fetch and parse files of a part in one pass each (parse records come in fetch-re
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
+import re
+import stat
 import struct
 import threading
 import time
@@ -32,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
 from fetchlist.parse import ParseResult
-from webdb import FetchResult, Page, Status
+from webdb import NEVER, FetchResult, Page, Status
 from webdb.errors import BadInput, CorruptionError
 
 __all__ = ["Segment", "SegmentWriter", "FetchEntry", "FetchRecord", "FetchOutcome", "SEGMENT_FORMAT", "SEGMENT_VERSION"]
@@ -42,6 +46,12 @@ SEGMENT_FORMAT = "webdb-segment"
 SEGMENT_VERSION = 1
 FETCHLIST, FETCH, PARSE, CONTENT = "fetchlist", "fetch", "parse", "content"
 _LEN = struct.Struct("<I")
+_PART_RE = re.compile(r"part-([0-9]{5})\.jsonl")
+# Times in records: seconds since the epoch up to the end of year 9999 (what HTTP dates and
+# the db's schedule arithmetic handle); content offsets up to 1 TiB.
+MAX_TIME = 253402300799
+MAX_OFFSET = 1 << 40
+MAX_VALIDATOR = 256
 _PAGE_FIELDS = [f.name for f in fields(Page) if f.name != "url"]
 
 
@@ -105,10 +115,27 @@ def entry_to_json(e: FetchEntry) -> dict:
     return {"url": e.url, "page": p, "anchors": list(e.anchors)}
 
 
-def entry_from_json(d: dict) -> FetchEntry:
-    p = dict(d["page"])
-    p["md5"] = bytes.fromhex(p["md5"])
-    return FetchEntry(d["url"], Page(d["url"], **p), list(d.get("anchors", ())))
+def entry_from_json(d: dict, where: str = "fetchlist record") -> FetchEntry:
+    """A fetchlist entry; a malformed one is CorruptionError naming ``where`` and the field."""
+    c = _Check(d, where)
+    url = c.text("url")
+    p = c.obj("page")
+    pc = _Check(p, f"{where}: page")
+    page = Page(
+        url,
+        md5=pc.md5("md5"),
+        status=pc.status("status"),
+        fetch_time=pc.time("fetch_time"),
+        next_fetch=pc.whole("next_fetch", 0, NEVER),
+        retries=pc.whole("retries", 0, 0xFFFF),
+        fetch_interval=pc.whole("fetch_interval", 0, 0xFFFFFFFF),
+        num_outlinks=pc.whole("num_outlinks", 0, 0xFFFFFFFF),
+        score=pc.number("score"),
+        next_score=pc.number("next_score"),
+        meta=pc.strmap("meta"),
+    )
+    anchors = c.strlist("anchors", optional=True)
+    return FetchEntry(url, page, anchors)
 
 
 def parse_to_json(p: ParseResult) -> dict:
@@ -126,18 +153,23 @@ def parse_to_json(p: ParseResult) -> dict:
     }
 
 
-def parse_from_json(d: dict) -> ParseResult:
+def parse_from_json(d: dict, where: str = "parse record") -> ParseResult:
+    c = _Check(d, where)
+    links = c.get("outlinks", list)
+    for i, o in enumerate(links):
+        if not (isinstance(o, list) and len(o) == 2 and all(isinstance(x, str) for x in o)):
+            raise CorruptionError(f"{where}: outlinks[{i}] is not a [url, anchor] pair of strings")
     return ParseResult(
-        url=d["url"],
-        md5=bytes.fromhex(d["md5"]),
-        title=d["title"],
-        text=d["text"],
-        outlinks=[(u, a) for u, a in d["outlinks"]],
-        base=d["base"],
-        encoding=d["encoding"],
-        noindex=d["noindex"],
-        nofollow=d["nofollow"],
-        error=d["error"],
+        url=c.text("url"),
+        md5=c.md5("md5"),
+        title=c.get("title", str),
+        text=c.get("text", str),
+        outlinks=[(u, a) for u, a in links],
+        base=c.get("base", str),
+        encoding=c.get("encoding", (str, type(None))),
+        noindex=c.get("noindex", bool),
+        nofollow=c.get("nofollow", bool),
+        error=c.get("error", (str, type(None))),
     )
 
 
@@ -159,21 +191,109 @@ def record_to_json(r: FetchRecord) -> dict:
     }
 
 
-def record_from_json(d: dict) -> FetchRecord:
+def record_from_json(d: dict, where: str = "fetch record") -> FetchRecord:
+    c = _Check(d, where)
+    md5 = c.get("md5", (str, type(None)))
+    ref = c.get("content", (list, type(None)))
+    if ref is not None and not (
+        len(ref) == 2 and all(type(x) is int and 0 <= x <= MAX_OFFSET for x in ref) and ref[1] > 0
+    ):
+        raise CorruptionError(
+            f"{where}: content must be [offset, length] with 0 <= offset, 0 < length, not {ref!r:.80}"
+        )
+    headers = c.strmap("headers")
     return FetchRecord(
-        url=d["url"],
-        status=Status(d["status"]),
-        fetch_time=d["fetch_time"],
-        http_status=d["http_status"],
-        headers=d["headers"],
-        content_type=d["content_type"],
-        md5=bytes.fromhex(d["md5"]) if d["md5"] is not None else None,
-        truncated=d["truncated"],
-        redirect=d["redirect"],
-        error=d["error"],
-        elapsed=d["elapsed"],
-        content_ref=tuple(d["content"]) if d["content"] else None,
+        url=c.text("url"),
+        status=c.status("status"),
+        fetch_time=c.time("fetch_time"),
+        http_status=c.whole("http_status", 0, 999),
+        headers=headers,
+        content_type=c.get("content_type", str),
+        md5=c.md5("md5") if md5 is not None else None,
+        truncated=c.get("truncated", bool),
+        redirect=c.get("redirect", (str, type(None))),
+        error=c.get("error", (str, type(None))),
+        elapsed=float(c.number("elapsed")),
+        content_ref=(ref[0], ref[1]) if ref else None,
     )
+
+
+class _Check:
+    """Typed field access of one JSON record; a missing or wrong field is CorruptionError naming
+    the record (``where``: file:line) and the field."""
+
+    __slots__ = ("d", "where")
+
+    def __init__(self, d: object, where: str) -> None:
+        if not isinstance(d, dict):
+            raise CorruptionError(f"{where}: not a JSON object")
+        self.d, self.where = d, where
+
+    def _bad(self, name: str, what: str) -> CorruptionError:
+        return CorruptionError(f"{self.where}: field {name!r} must be {what}, not {self.d.get(name)!r:.80}")
+
+    def get(self, name: str, types: type | tuple[type, ...]):
+        if name not in self.d:
+            raise CorruptionError(f"{self.where}: field {name!r} is missing")
+        v = self.d[name]
+        ok = isinstance(v, types) and not (
+            isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,))
+        )
+        if not ok:
+            names = types if isinstance(types, tuple) else (types,)
+            raise self._bad(name, " or ".join("null" if t is type(None) else t.__name__ for t in names))
+        return v
+
+    def text(self, name: str) -> str:
+        v = self.get(name, str)
+        if not v:
+            raise self._bad(name, "a non-empty string")
+        return v
+
+    def whole(self, name: str, lo: int, hi: int) -> int:
+        v = self.get(name, int)
+        if not lo <= v <= hi:
+            raise self._bad(name, f"a whole number in [{lo}, {hi}]")
+        return v
+
+    def time(self, name: str) -> int:
+        return self.whole(name, 0, MAX_TIME)
+
+    def number(self, name: str) -> float:
+        v = self.get(name, (int, float))
+        if not math.isfinite(v):
+            raise self._bad(name, "a finite number")
+        return v
+
+    def status(self, name: str) -> Status:
+        v = self.get(name, int)
+        try:
+            return Status(v)
+        except ValueError:
+            raise self._bad(name, f"a status code ({', '.join(str(int(x)) for x in Status)})") from None
+
+    def md5(self, name: str) -> bytes:
+        v = self.get(name, str)
+        if len(v) != 32 or not all(ch in "0123456789abcdef" for ch in v):
+            raise self._bad(name, "32 lowercase hex digits")
+        return bytes.fromhex(v)
+
+    def obj(self, name: str) -> dict:
+        return self.get(name, dict)
+
+    def strmap(self, name: str) -> dict[str, str]:
+        v = self.get(name, dict)
+        if not all(isinstance(x, str) for x in v.values()):
+            raise self._bad(name, "an object of strings")
+        return v
+
+    def strlist(self, name: str, optional: bool = False) -> list[str]:
+        if optional and name not in self.d:
+            return []
+        v = self.get(name, list)
+        if not all(isinstance(x, str) for x in v):
+            raise self._bad(name, "a list of strings")
+        return list(v)
 
 
 def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
@@ -187,6 +307,8 @@ def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
         f = open(path, "rb")
     except FileNotFoundError:
         return
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot read: {e.strerror}") from None
     with f:
         pos = 0
         for lineno, line in enumerate(f, 1):
@@ -200,6 +322,18 @@ def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
             if not isinstance(rec, dict):
                 raise CorruptionError(f"{path}:{lineno}: not a JSON object")
             yield lineno, pos, rec
+
+
+def validators(headers: dict[str, str]) -> dict[str, str] | None:
+    """The response's ETag and Last-Modified as page meta (``etag``, ``last_modified``), sent
+    back as If-None-Match / If-Modified-Since on the next fetch.  A value longer than
+    ``MAX_VALIDATOR`` characters or with a control character is not kept (no server needs it)."""
+    out = {}
+    for header, key in (("etag", "etag"), ("last-modified", "last_modified")):
+        v = headers.get(header)
+        if isinstance(v, str) and v and len(v) <= MAX_VALIDATOR and v.isprintable():
+            out[key] = v
+    return out or None
 
 
 # ---- the segment --------------------------------------------------------------------------------
@@ -234,6 +368,8 @@ class Segment:
                 ident = json.loads(f.read())
         except FileNotFoundError:
             raise BadInput(f"{path}: not a segment (no {SEGMENT_FILE} file)") from None
+        except OSError as e:
+            raise BadInput(f"{ident_path}: cannot read: {e.strerror}") from None
         except ValueError as e:
             raise CorruptionError(f"{ident_path}: not JSON ({e})") from None
         if not isinstance(ident, dict) or ident.get("format") != SEGMENT_FORMAT:
@@ -242,6 +378,10 @@ class Segment:
             raise BadInput(
                 f"{path}: segment format version {ident.get('version')!r}, this code reads version {SEGMENT_VERSION}"
             )
+        for sub in (FETCHLIST, FETCH, PARSE, CONTENT):
+            d = os.path.join(path, sub)
+            if not os.path.isdir(d):
+                raise CorruptionError(f"{d}: missing (or not a directory): not a complete segment")
         return cls(path, ident)
 
     def file(self, kind: str, part: int) -> str:
@@ -253,8 +393,9 @@ class Segment:
         found = set()
         for kind in (FETCHLIST, FETCH):
             for name in os.listdir(os.path.join(self.path, kind)):
-                if name.startswith("part-") and name.endswith(".jsonl"):
-                    found.add(int(name[5:10]))
+                m = _PART_RE.fullmatch(name)
+                if m:  # anything else (a temp file, a stray file) is not a part
+                    found.add(int(m[1]))
         return sorted(found)
 
     def _parts(self, part: int | None) -> list[int]:
@@ -269,7 +410,9 @@ class Segment:
             raise BadInput(f"{path}: fetchlist already written (segments are write-once)")
         tmp = f"{path}.tmp.{os.getpid()}"
         n = 0
-        with open(tmp, "wb") as f:
+        if os.path.lexists(tmp):  # a leftover of a crashed write (or a planted link): never write through it
+            os.unlink(tmp)
+        with open(tmp, "xb") as f:
             for e in entries:
                 f.write(_dumps(entry_to_json(e)))
                 n += 1
@@ -281,8 +424,9 @@ class Segment:
     def fetchlist(self, part: int | None = None) -> Iterator[FetchEntry]:
         """The entries of one partition's fetchlist (every partition if ``part`` is None)."""
         for p in self._parts(part):
-            for _, _, d in read_lines(self.file(FETCHLIST, p)):
-                yield entry_from_json(d)
+            path = self.file(FETCHLIST, p)
+            for lineno, _, d in read_lines(path):
+                yield entry_from_json(d, f"{path}:{lineno}")
 
     # ---- fetch output
 
@@ -294,8 +438,9 @@ class Segment:
         """Fetch records in the order they were written; with ``content`` their bytes loaded."""
         for p in self._parts(part):
             with _ContentReader(self.file(CONTENT, p)) as cr:
-                for _, _, d in read_lines(self.file(FETCH, p)):
-                    r = record_from_json(d)
+                path = self.file(FETCH, p)
+                for lineno, _, d in read_lines(path):
+                    r = record_from_json(d, f"{path}:{lineno}")
                     if content:
                         r.content = cr.read(r)
                     yield r
@@ -314,18 +459,20 @@ class Segment:
     def records(self, part: int | None = None, *, content: bool = False) -> Iterator[FetchRecord]:
         """Fetch records joined with their parse records (``record.parse``)."""
         for p in self._parts(part):
-            parses = _Peek(read_lines(self.file(PARSE, p)))
+            parse_path, path = self.file(PARSE, p), self.file(FETCH, p)
+            parses = _Peek(read_lines(parse_path))
             with _ContentReader(self.file(CONTENT, p)) as cr:
-                for _, _, d in read_lines(self.file(FETCH, p)):
-                    r = record_from_json(d)
+                for lineno, _, d in read_lines(path):
+                    r = record_from_json(d, f"{path}:{lineno}")
                     nxt = parses.peek()
                     if (
                         nxt is not None
-                        and nxt[2]["url"] == r.url
+                        and nxt[2].get("url") == r.url
                         and r.md5 is not None
-                        and (nxt[2]["md5"] == r.md5.hex())
+                        and (nxt[2].get("md5") == r.md5.hex())
                     ):
-                        r.parse = parse_from_json(parses.take()[2])
+                        pl, _, pd = parses.take()
+                        r.parse = parse_from_json(pd, f"{parse_path}:{pl}")
                     if content:
                         r.content = cr.read(r)
                     yield r
@@ -334,11 +481,11 @@ class Segment:
         """For each fetched URL: the ``webdb.schedule.FetchResult`` to apply, outlinks, redirect.
 
         ``num_outlinks`` and ``outlinks`` come from the parse record (empty when there is none or
-        the page said nofollow); ``meta`` carries the response's ETag as ``{"etag": ...}``.
+        the page said nofollow); ``meta`` carries the response's validators (``validators``).
         """
         for r in self.records(part):
             links = r.parse.outlinks if (r.parse is not None and r.status == Status.FETCHED) else []
-            meta = {"etag": r.headers["etag"]} if "etag" in r.headers else None
+            meta = validators(r.headers)
             md5 = r.md5 if r.status == Status.FETCHED else None
             res = FetchResult(r.url, int(r.status), r.fetch_time, md5, len(links), meta)
             yield FetchOutcome(res, list(links), r.redirect, r)
@@ -414,6 +561,8 @@ class _ContentReader:
                 self._f = open(self.path, "rb")
             except FileNotFoundError:
                 raise CorruptionError(f"{self.path}: missing, but {r.url!r} refers to it") from None
+        if off + _LEN.size + n > os.fstat(self._f.fileno()).st_size:  # read nothing past the end
+            raise CorruptionError(f"{self.path}: content of {r.url!r} at offset {off} is not {n} bytes")
         self._f.seek(off)
         head = self._f.read(_LEN.size)
         data = self._f.read(n)
@@ -435,14 +584,18 @@ class SegmentWriter:
         self.segment, self.part = segment, part
         self._lock = threading.Lock()
         fetch_path = segment.file(FETCH, part)
-        self._fetch = open(fetch_path, "ab+")
+        self._fetch = _open_append(fetch_path)
         try:
             fcntl.flock(self._fetch.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._fetch.close()
             raise BadInput(f"{fetch_path}: partition {part} is being written by another process") from None
-        self._parse = open(segment.file(PARSE, part), "ab+")
-        self._content = open(segment.file(CONTENT, part), "ab+")
+        try:
+            self._parse = _open_append(segment.file(PARSE, part))
+            self._content = _open_append(segment.file(CONTENT, part))
+        except BaseException:
+            self._fetch.close()
+            raise
         self.done: set[str] = set()
         self.written = 0
         try:
@@ -455,17 +608,26 @@ class SegmentWriter:
     def _recover(self) -> None:
         end, last_md5 = 0, {}
         content_end = 0
-        for _, pos, d in read_lines(self.segment.file(FETCH, self.part)):
+        path = self.segment.file(FETCH, self.part)
+        content_size = os.fstat(self._content.fileno()).st_size
+        for lineno, pos, d in read_lines(path):
+            r = record_from_json(d, f"{path}:{lineno}")
             end = pos
-            self.done.add(d["url"])
-            last_md5[d["url"]] = d["md5"]
-            if d["content"]:
-                content_end = max(content_end, d["content"][0] + _LEN.size + d["content"][1])
+            self.done.add(r.url)
+            last_md5[r.url] = d["md5"]
+            if r.content_ref:
+                ref_end = r.content_ref[0] + _LEN.size + r.content_ref[1]
+                if ref_end > content_size:  # never extend the content file to meet a reference
+                    raise CorruptionError(
+                        f"{path}:{lineno}: content reference {list(r.content_ref)} ends at byte {ref_end}, "
+                        f"beyond the end of {self.segment.file(CONTENT, self.part)} ({content_size} bytes)"
+                    )
+                content_end = max(content_end, ref_end)
         self._fetch.truncate(end)
         pend, prev_end, last = 0, 0, None
         for _, pos, d in read_lines(self.segment.file(PARSE, self.part)):
             prev_end, pend, last = pend, pos, d
-        if last is not None and last_md5.get(last["url"], "") != last["md5"]:
+        if last is not None and last_md5.get(last.get("url"), "") != last.get("md5"):
             pend = prev_end  # the parse record of a fetch that never committed
         self._parse.truncate(pend)
         self._content.truncate(content_end)
@@ -502,6 +664,24 @@ class SegmentWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_append(path: str):
+    """Open a part file for appending without following a symlink (at the file or at its
+    folder inside the segment): a planted link could otherwise make us write anywhere."""
+    folder = os.path.dirname(path)
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        raise BadInput(f"{folder}: not a directory of the segment (a symlink or missing); refusing to write")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{path}: is a symlink; refusing to write through it") from None
+        raise BadInput(f"{path}: cannot open for writing: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{path}: not a regular file; refusing to write")
+    return os.fdopen(fd, "ab+")
 
 
 def _write_new(path: str, data: bytes) -> None:

@@ -7,6 +7,9 @@ The database's own settings (block size, fetch schedule, ...) are in ``webdb.set
 
 from __future__ import annotations
 
+import math
+import os
+
 from webdb import DEFAULT_ANCHOR_MAX
 from webdb.errors import BadInput
 
@@ -35,8 +38,14 @@ DEFAULTS: dict[str, object] = {
     "connect_timeout": 10.0,
     # Seconds to wait for each read from the socket.
     "read_timeout": 30.0,
-    # Seconds a whole fetch (connect, headers, body) may take; a slower one is a timeout (RETRY).
+    # Seconds a whole request (connect, status line, headers, body) may take, robots.txt (with
+    # its redirects) included; a watchdog cuts a slower one, which counts as a timeout (RETRY,
+    # and a transient failure of its host).
     "fetch_timeout": 120.0,
+    # Fetch hosts that resolve to private, loopback, link-local, multicast, unspecified or
+    # reserved addresses.  Off: such a host (or a redirect to it) is refused after DNS
+    # resolution and recorded GONE.  On only for crawls of your own network (tests, the demo).
+    "allow_private_addresses": False,
     # Content bytes kept per page; a longer body is cut there and the record marked truncated.
     "max_content": 1024 * 1024,
     # Headers sent with every request (User-Agent and the conditional headers are added).
@@ -45,8 +54,9 @@ DEFAULTS: dict[str, object] = {
         "Accept-Language": "en;q=1.0, *;q=0.5",
         "Connection": "close",
     },
-    # Send If-Modified-Since (the page's fetch_time) and If-None-Match (page.meta["etag"]) when
-    # refetching a page fetched before; a 304 answer is recorded NOT_MODIFIED.
+    # Send If-Modified-Since (page.meta["last_modified"]) and If-None-Match (page.meta["etag"]),
+    # the server's validators kept from its answer, when refetching a page fetched before; a
+    # 304 answer is recorded NOT_MODIFIED.
     "conditional": True,
     # Response headers kept in the fetch output (lowercased names).
     "keep_headers": [
@@ -124,8 +134,31 @@ def resolve(settings: dict | None = None, **overrides: object) -> dict:
             out[k] = v
     for k, t in _TYPES.items():
         v = out[k]
-        if isinstance(v, bool) or not isinstance(v, t) or v < 0:
+        if isinstance(v, bool) or not isinstance(v, t) or not math.isfinite(v) or v < 0:
             raise BadInput(f"crawl setting {k} must be a number >= 0, not {v!r}")
+    for k in ("conditional", "trust_env", "robots_obey", "parse", "allow_private_addresses"):
+        if not isinstance(out[k], bool):
+            raise BadInput(f"crawl setting {k} must be true or false, not {out[k]!r}")
+    if out["progress"] is not None and not isinstance(out["progress"], bool):
+        raise BadInput(f"crawl setting progress must be true, false or null, not {out['progress']!r}")
+    for k in ("user_agent", "robots_agent"):
+        if not isinstance(out[k], str) or not out[k].strip() or not out[k].isprintable():
+            raise BadInput(f"crawl setting {k} must be a non-empty line of printable text, not {out[k]!r:.100}")
+    headers = out["default_headers"]
+    if not isinstance(headers, dict) or not all(
+        isinstance(n, str) and isinstance(v, str) and n.isprintable() and v.isprintable() and n.strip()
+        for n, v in headers.items()
+    ):
+        raise BadInput(
+            f"crawl setting default_headers must map header names to printable strings, not {headers!r:.100}"
+        )
+    keep = out["keep_headers"]
+    if not isinstance(keep, list) or not all(isinstance(h, str) for h in keep):
+        raise BadInput(f"crawl setting keep_headers must be a list of header names, not {keep!r:.100}")
+    if not isinstance(out["url_filters"], list):
+        raise BadInput(f"crawl setting url_filters must be a list of files, not {out['url_filters']!r:.100}")
+    if out["www_rules"] is not None and not isinstance(out["www_rules"], (str, os.PathLike)):
+        raise BadInput(f"crawl setting www_rules must be a file name or null, not {out['www_rules']!r:.100}")
     if out["threads"] < 1:
         raise BadInput(f"crawl setting threads must be at least 1, not {out['threads']!r}")
     if out["queue_mode"] not in ("host", "domain"):

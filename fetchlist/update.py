@@ -25,7 +25,11 @@ Per fetch record of each segment, in segment order then fetch order:
   from the page's old content would attach the redirect to that content's duplicates too).
   The page keeps ``meta["redirect"] = target``.
 
-Outlinks and redirect targets go through, in this order: the www rules (``www_rules``), the URL
+Every URL entering the db here passes the same path as an injected one: outlinks and redirect
+targets are normalized (``fetchlist.normalize``, with the www rules ``www_rules``); one that
+cannot be (``javascript:``, ``file:``, malformed) is counted in ``bad_urls`` and skipped, and a
+fetch record whose URL is not http(s), or neither in the segment's fetchlist nor in normal
+form, is counted in ``bad_records`` and skipped: one bad URL never stops a round.  Then, in this order: the URL
 filter (``url_filters``), the internal/external rule (``ignore_internal`` / ``ignore_external``
 by ``link_mode`` host or domain; outlinks only), then at most ``max_outlinks`` per page.  With
 ``no_additions`` no new page is added: links are still added, and the database keeps those
@@ -68,8 +72,6 @@ OPTIONS: dict[str, Any] = {
     "url_filters": [],
     # www/non-www rules file (fetchlist.normalize.WwwRules) applied to outlinks and redirect targets.
     "www_rules": None,
-    # Normalize outlinks again (they are normalized by the fetcher; costs ~20 µs per link).
-    "normalize": False,
     # Score of a page added by an outlink or a redirect.
     "new_score": 1.0,
     # Fetch interval of a new page, seconds (None: the db's default_interval).
@@ -103,7 +105,6 @@ class UpdateOptions:
         self.url_filter = uf if isinstance(uf, UrlFilter) else (UrlFilter.from_files(uf) if uf else None)
         www = o["www_rules"]
         self.www = www if isinstance(www, WwwRules) or www is None else WwwRules.from_file(www)
-        self.normalize = bool(o["normalize"]) or self.www is not None
         self.new_score = float(o["new_score"])
         self.new_interval = o["new_interval"]
         focus = o["focus_rules"]
@@ -113,6 +114,7 @@ class UpdateOptions:
             focus = FocusRules.from_file(focus)
         self.focus = focus
         self.fit_score, self.other_score = float(o["fit_score"]), float(o["other_score"])
+        self.bad = 0  # URLs that could not be normalized (not http(s), malformed): skipped
 
     def _group(self, host: str) -> str:
         return registered_domain(host) if self.by_domain and host else host
@@ -127,10 +129,10 @@ class UpdateOptions:
         for url, anchor in links:
             if len(out) >= self.max_outlinks:
                 break
-            if self.normalize:
-                url = normalize(url, www=self.www)
-                if url is None:
-                    continue
+            url = normalize(url, www=self.www) if isinstance(url, str) else None
+            if url is None:
+                self.bad += 1
+                continue
             if url in seen or url == src:  # a link to the page itself says nothing (as Nutch)
                 continue
             if self.url_filter is not None and not self.url_filter.accept(url):
@@ -145,9 +147,11 @@ class UpdateOptions:
 
     def target(self, url: str) -> str | None:
         """A redirect target to add, or None (rewritten and filtered like an outlink)."""
-        if self.normalize:
-            url = normalize(url, www=self.www)
-        if url is None or (self.url_filter is not None and not self.url_filter.accept(url)):
+        url = normalize(url, www=self.www)
+        if url is None:
+            self.bad += 1
+            return None
+        if self.url_filter is not None and not self.url_filter.accept(url):
             return None
         return url
 
@@ -215,6 +219,11 @@ def apply_segments(
         for o in seg.outcomes(part):
             r = o.result
             url = r.url
+            norm = normalize(url)
+            if norm is None or (norm != url and url not in old_md5):
+                # not an http(s) URL, or neither in the fetchlist nor in normal form: never a page
+                counts["bad_records"] += 1
+                continue
             prev_md5, prev_meta = old_md5.get(url, (None, {}))
             meta = dict(r.meta or {})
             if MARK in prev_meta:
@@ -244,6 +253,7 @@ def apply_segments(
                 counts["redirect_targets"] += 1
                 if not opts.no_additions:
                     _add_new(log, None, [(redirect, "")], 0, r.fetch_time, iv, opts)
+    counts["bad_urls"] += opts.bad
     out = dict(counts)
     out["seconds"] = round(time.monotonic() - t0, 3)
     return out

@@ -30,7 +30,7 @@ def test_served_and_crawled_to_completion(tmp_path):
         r = requests.get(site.seeds[0], timeout=5)
         assert r.status_code == 200 and "Home of host 0" in r.text
         assert requests.get(server.base(DEMO_HOSTS[0]) + "/robots.txt", timeout=5).text.startswith("User-agent")
-        fetcher = Fetcher(politeness_delay=0.0, threads=4, progress=False)
+        fetcher = Fetcher(politeness_delay=0.0, threads=4, progress=False, allow_private_addresses=True)
         known, frontier, statuses = set(site.seeds), list(site.seeds), {}
         for rnd in range(12):
             if not frontier:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from typing import Any
 
@@ -43,6 +45,22 @@ def parse_settings(pairs: list[str] | None) -> dict:
     return out
 
 
+def out_file(path: str, option: str = "--out") -> str:
+    """An output path from the command line: absent, or an existing regular file (the writer
+    replaces it atomically, temp file + rename).  A symlink, directory, device or fifo is
+    BadInput: we never write through a link or into something that is not ours to replace."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise BadInput(f"{option} {path}: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise BadInput(f"{option} {path}: {kind}; refusing to replace it")
+    return path
+
+
 def add_json(p) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -64,7 +82,7 @@ def open_db(args):
     dirs: dict[int, str] = {}
     for item in getattr(args, "section_dir", None) or []:
         j, sep, d = item.partition("=")
-        if not sep or not j.isdigit():
+        if not sep or not (j.isascii() and j.isdigit()):  # isdigit alone accepts "²"
             raise BadInput(f"--section-dir {item!r}: expected J=DIR")
         dirs[int(j)] = d
     return webdb.open(args.db, section_dirs=dirs, mount=getattr(args, "mount", None))

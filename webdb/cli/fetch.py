@@ -1,7 +1,7 @@
 """``webdb fetch SEGMENT``: fetch a segment's fetchlists politely (all partitions, or --part N).
 
-A progress bar runs when stderr is a terminal.  Ctrl-C stops taking new URLs, lets the requests
-in flight finish, saves everything fetched so far and exits 130; running the same command again
+A progress bar runs when stderr is a terminal.  Ctrl-C stops taking new URLs, cuts the requests
+in flight, saves everything fetched so far and exits 130; running the same command again
 resumes (URLs already fetched are skipped).  Settings: --threads, --delay, --crawl-set NAME=VALUE
 (fetchlist/settings.py).
 """

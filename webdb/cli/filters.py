@@ -8,7 +8,7 @@ count gets a rule ``-^PREFIX``.  FILE is a regex filter file (ending with ``+.``
 
 from __future__ import annotations
 
-from webdb.cli.common import add_db_location, add_json, emit, nonneg_int, open_db
+from webdb.cli.common import add_db_location, add_json, emit, nonneg_int, open_db, out_file
 from webdb.cli.crawlopts import positive_int
 
 
@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from webdb.analysis.filtergen import check_out, filtergen
 
-    check_out(args.out)  # before the db is read
+    check_out(out_file(args.out))  # before the db is read
     res = filtergen(open_db(args), args.out, args.min_useful, args.depth, args.disabled)
     emit(
         args,

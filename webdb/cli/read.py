@@ -9,11 +9,17 @@ webdb read DB --pages-md5 HEX         every page with that content md5
 webdb read DB --inlinks URL           links to URL (streamed)
 webdb read DB --outlinks HEX          links from the content HEX
 webdb read DB --dump TABLE [--format tsv|jsonl]
+
+TSV: a header line ``#col1<TAB>col2...``, then one line per record; in a cell, backslash, tab,
+newline and CR are written \\\\ \\t \\n \\r, every other control character (C0, DEL, C1),
+U+2028, U+2029 and lone surrogates \\xHH or \\uHHHH; meta is JSON (empty when there is none).
+``webdb.cli.read.tsv_unescape`` reads a cell back exactly.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from urllib.parse import urlsplit
@@ -87,11 +93,34 @@ def _md5(hexs: str) -> bytes:
     return b
 
 
+# TSV cells escape backslash, tab, newline, CR as \\ \t \n \r, every other control character
+# (C0, DEL, C1), U+2028/U+2029 and lone surrogates as \xHH or \uHHHH: a cell never holds a
+# character that splits a line or a field, and ``tsv_unescape`` gives the value back exactly.
+_TSV_SPECIAL = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_TSV_SHORT = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_TSV_ESCAPE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|[\\tnr])")
+
+
+def tsv_escape(s: str) -> str:
+    """One TSV cell: ``s`` with the characters above escaped."""
+    return _TSV_SPECIAL.sub(lambda m: _TSV_SHORT.get(m[0]) or _hex(m[0]), s)
+
+
+def _hex(c: str) -> str:
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def tsv_unescape(cell: str) -> str:
+    """The value of a TSV cell written by ``tsv_escape`` (the inverse)."""
+    short = {"\\\\": "\\", "\\t": "\t", "\\n": "\n", "\\r": "\r"}
+    return _TSV_ESCAPE.sub(lambda m: short.get(m[0]) or chr(int(m[0][2:], 16)), cell)
+
+
 def _tsv(d: dict, cols: tuple[str, ...]) -> str:
     def cell(v) -> str:
         if isinstance(v, dict):
-            v = json.dumps(v, sort_keys=True) if v else ""
-        return str(v).replace("\t", " ").replace("\n", " ")
+            v = json.dumps(v, sort_keys=True, ensure_ascii=False) if v else ""
+        return tsv_escape(str(v))
 
     return "\t".join(cell(d[c]) for c in cols)
 

@@ -210,10 +210,10 @@ def run(args) -> int:
         emit(args, _json(e.result), e.result.summary())
         waited = f"waited {args.lock_wait:g}s for the writer lock: " if _locked(e) else ""
         print(f"webdb update: error: {waited}{e}", file=sys.stderr)
-        # Bad input (a segment that is not there, a bad record) and a lock held past
-        # --lock-wait are 2 like every command's WebDBError; a run that failed for other
-        # reasons (host down, killed writer) is 1.
-        return 2 if e.kind in ("BadInput", "LockedError") else 1
+        # Bad input (a segment that is not there, a malformed record), a corrupt db and a lock
+        # held past --lock-wait are 2 like every command's WebDBError; a run that failed for
+        # other reasons (host down, killed writer) is 1.
+        return 2 if e.kind in ("BadInput", "CorruptionError", "LockedError") else 1
     emit(args, _json(res), res.summary())
     return 0
 

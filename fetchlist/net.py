@@ -1,0 +1,306 @@
+"""The fetcher's connections: a total deadline per request and the address policy.
+
+``requests`` and ``urllib3`` bound each socket read, not a request: a server that drips its
+status line one byte a second never times out.  Here every request runs under a ``Budget``
+(a monotonic deadline) that a ``Watchdog`` thread enforces by shutting the request's sockets
+down when it passes: a blocked read then returns at once, whatever stage the request is in
+(TLS handshake, status line, headers, body), and the caller sees ``budget.expired``.  A
+connect in progress is polled every 0.25 s instead (a shutdown does not wake it).  DNS
+resolution is not bounded here (the system resolver's own timeouts apply).
+``Watchdog.abort_all`` does the same to every request in flight (Ctrl-C).
+
+The address policy is applied where the connection is made (``_PolicyConnection._new_conn``):
+the host name is resolved once, every address is checked, and the socket connects to a checked
+address, so a DNS answer that changes between a check and the connect (rebinding) cannot slip
+through.  By default private, loopback, link-local, multicast, unspecified and reserved
+addresses (everything ``ipaddress`` does not call global) are refused; the crawl setting
+``allow_private_addresses`` allows them (loopback test sites, the demo).  Redirects followed for
+robots.txt make new connections through the same class, so they are checked too.
+
+Connections are never reused (the pool closes every connection handed back): a host's
+connection does not outlive its request, and a redirect hop never meets a connection the
+server already closed.
+
+Runtime cost per request: one heap push and two short lock holds; the watchdog thread sleeps
+until the earliest deadline.  Memory: finished budgets are dropped from the heap once they
+outnumber the active ones (plus 1024).
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import ipaddress
+import itertools
+import os
+import select
+import socket
+import threading
+import time
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+__all__ = ["Budget", "Watchdog", "address_refusal", "location_text", "new_session", "current"]
+
+_ctx = threading.local()
+
+
+def address_refusal(ip: str) -> str | None:
+    """Why the default policy refuses the address ``ip`` ("loopback", ...), or None if it is global."""
+    try:
+        a = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return "not an IP address"
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    for name in ("loopback", "link_local", "multicast", "unspecified", "reserved", "private"):
+        if getattr(a, f"is_{name}"):
+            return name.replace("_", "-")
+    return None if a.is_global else "not global"
+
+
+class Budget:
+    """The deadline of one request (all its connections).  ``expired``: the watchdog cut it at the
+    deadline; ``aborted``: it was cut by ``abort_all`` (an interrupt)."""
+
+    __slots__ = ("deadline", "allow_private", "expired", "aborted", "done", "refused", "_socks", "_lock")
+
+    def __init__(self, deadline: float, allow_private: bool = False) -> None:
+        self.deadline, self.allow_private = deadline, allow_private
+        self.expired = self.aborted = self.done = False
+        self.refused: str | None = None
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    @property
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    @property
+    def cut(self) -> bool:
+        return self.expired or self.aborted
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.append(sock)
+            if self.cut:
+                _shut(sock)
+
+    def fire(self, aborted: bool = False) -> None:
+        with self._lock:
+            if self.done:
+                return
+            if aborted:
+                self.aborted = True
+            else:
+                self.expired = True
+            for s in self._socks:
+                _shut(s)
+
+    def finish(self) -> None:
+        with self._lock:
+            self.done = True
+            self._socks.clear()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed or never connected: nothing is blocked on it
+        pass
+
+
+class Watchdog:
+    """Cuts requests at their deadlines (one daemon thread, started on first use)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._heap: list[tuple[float, int, Budget]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._active: set[Budget] = set()
+        self._aborting = False
+
+    def start(self, budget: Budget) -> Budget:
+        """Watch ``budget`` and make it the current thread's budget (until ``finish``).  After
+        ``abort_all`` (until ``reset``) it starts cut: a request begun during an interrupt ends
+        at once."""
+        with self._cv:
+            if self._aborting:
+                budget.aborted = True
+            self._active.add(budget)
+            heapq.heappush(self._heap, (budget.deadline, next(self._seq), budget))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fetch-watchdog", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is budget:
+                self._cv.notify()
+        _ctx.budget = budget
+        return budget
+
+    def finish(self, budget: Budget) -> None:
+        budget.finish()
+        with self._cv:
+            self._active.discard(budget)
+            if len(self._heap) > 2 * len(self._active) + 1024:
+                # finished budgets wait in the heap for their deadline: drop them (amortized O(1))
+                self._heap = [e for e in self._heap if e[2] in self._active]
+                heapq.heapify(self._heap)
+        _ctx.budget = None
+
+    def abort_all(self) -> None:
+        """Cut every request in flight now (their budgets say ``aborted``), and every request
+        started until ``reset``."""
+        with self._cv:
+            self._aborting = True
+            active = list(self._active)
+        for b in active:
+            b.fire(aborted=True)
+
+    def reset(self) -> None:
+        """Let requests run again after ``abort_all``."""
+        with self._cv:
+            self._aborting = False
+
+    def _run(self) -> None:
+        with self._cv:
+            while True:
+                if not self._heap:
+                    self._cv.wait()
+                    continue
+                deadline, _, b = self._heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                if b in self._active:
+                    b.fire()
+
+
+def current() -> Budget | None:
+    """The budget of the request running in this thread, if any."""
+    return getattr(_ctx, "budget", None)
+
+
+class _PolicyConnection(HTTPConnection):
+    """Resolves, checks the addresses against the policy, connects, and hands the socket to the
+    current budget (so the watchdog can cut it)."""
+
+    def _new_conn(self) -> socket.socket:
+        budget = current()
+        host = self._dns_host.strip("[]")
+        try:
+            infos = socket.getaddrinfo(host, self.port, 0, socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise urllib3.exceptions.NameResolutionError(self.host, self, e) from e
+        allowed, refused = [], []
+        for info in infos:
+            why = None if budget is not None and budget.allow_private else address_refusal(info[4][0])
+            (refused if why else allowed).append((info, why))
+        if not allowed:
+            ip, why = refused[0][0][4][0], refused[0][1]
+            msg = f"address policy: {self.host} resolves to {ip} ({why}); set allow_private_addresses to fetch it"
+            if budget is not None:
+                budget.refused = msg
+            raise urllib3.exceptions.NewConnectionError(self, msg)
+        err: OSError | None = None
+        for (af, socktype, proto, _, sa), _ in allowed:
+            sock = socket.socket(af, socktype, proto)
+            try:
+                for opt in self.socket_options or ():
+                    sock.setsockopt(*opt)
+                timeout = self.timeout if isinstance(self.timeout, (int, float)) else None
+                if budget is not None:
+                    budget.add(sock)
+                    _connect(sock, sa, timeout, budget)
+                else:
+                    sock.settimeout(timeout)
+                    sock.connect(sa)
+                sock.settimeout(timeout)
+                return sock
+            except TimeoutError as e:
+                sock.close()
+                raise urllib3.exceptions.ConnectTimeoutError(self, f"connection to {self.host} timed out") from e
+            except OSError as e:
+                sock.close()
+                err = e
+        raise urllib3.exceptions.NewConnectionError(self, f"Failed to establish a new connection: {err}")
+
+
+def _connect(sock: socket.socket, sa: tuple, timeout: float | None, budget: Budget) -> None:
+    """Connect ``sock``, giving up at ``timeout`` or the budget's deadline, and at once when the
+    budget is cut (shutdown does not wake a connect in progress: it is polled every 0.25 s)."""
+    end = time.monotonic() + timeout if timeout is not None else budget.deadline
+    end = min(end, budget.deadline)
+    if budget.cut:
+        raise TimeoutError("request cut before it connected")
+    sock.setblocking(False)
+    err = sock.connect_ex(sa)
+    while err in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
+        left = end - time.monotonic()
+        if left <= 0 or budget.cut:
+            raise TimeoutError("connect timed out")
+        _, writable, _ = select.select([], [sock], [], min(left, 0.25))
+        if writable:
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+    if err:
+        raise OSError(err, os.strerror(err))
+    if budget.cut:  # cut while connecting: a shutdown before the connect completed did nothing
+        raise TimeoutError("request cut while it connected")
+
+
+class _PolicyHTTPSConnection(HTTPSConnection):
+    _new_conn = _PolicyConnection._new_conn
+
+
+class _NoReuse:
+    def _put_conn(self, conn) -> None:
+        if conn is not None:
+            conn.close()
+
+
+class _HTTPPool(_NoReuse, HTTPConnectionPool):
+    ConnectionCls = _PolicyConnection
+
+
+class _HTTPSPool(_NoReuse, HTTPSConnectionPool):
+    ConnectionCls = _PolicyHTTPSConnection
+
+
+class _Adapter(HTTPAdapter):
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+
+
+def location_text(value: str) -> str:
+    """A Location header as browsers read it: its bytes as UTF-8 if they are, else every byte
+    above 0x7F percent-encoded (http.client hands header bytes over decoded as latin-1)."""
+    try:
+        raw = value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "".join(chr(b) if b < 0x80 else f"%{b:02X}" for b in raw)
+
+
+class _Session(requests.Session):
+    def get_redirect_target(self, resp: requests.Response) -> str | None:
+        # requests decodes Location as strict UTF-8 and raises on anything else
+        return location_text(resp.headers["location"]) if resp.is_redirect else None
+
+
+def new_session() -> requests.Session:
+    """A requests Session whose connections follow the budget and address policy of the thread."""
+    s = _Session()
+    adapter = _Adapter(pool_connections=4, pool_maxsize=1)
+    s.mount("http://", adapter)
+    s.mount("https://", adapter)
+    return s
