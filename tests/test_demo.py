@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -25,8 +24,8 @@ def _readme() -> str:
 
 
 @pytest.mark.skipif(not all(map(loopback_ok, DEMO_HOSTS)), reason="needs 127.0.0.x addresses")
+@pytest.mark.timeout(300)
 def test_demo_with_no_arguments(tmp_path):
-    t = time.monotonic()
     out = subprocess.run(
         [*WEBDB, "demo"],
         capture_output=True,
@@ -35,9 +34,7 @@ def test_demo_with_no_arguments(tmp_path):
         cwd=tmp_path,
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
-    took = time.monotonic() - t
-    assert out.returncode == 0, out.stderr
-    assert took < 45
+    assert out.returncode == 0, out.stderr  # how long it takes: bench/bench_claims.py
     lines = out.stdout.splitlines()
     assert lines[0].startswith("demo site: ") and "http://127.0.0.2:" in lines[0]
     m = re.match(r"db: (\S+) \(a temporary directory, removed at the end\)", lines[1])
