@@ -8,6 +8,11 @@ SSH integration (tests marked ``@pytest.mark.ssh``):
 - ``ssh_hosts`` (function): the cluster's hosts, all running, with empty data roots.
 - an autouse fixture gives every ssh-marked test a throwaway HOME and no ssh agent, so
   nothing can read the developer's ~/.ssh (config, keys, known_hosts).
+
+Under pytest-xdist every worker is its own session: it starts its own cluster (its own ports,
+keys, known_hosts and data roots, under the worker's own basetemp), so workers never share a
+host.  tests/progress.py prints one line per finished test file and, under ``CI=true``, fails
+the session when any test was skipped.
 """
 
 from __future__ import annotations
@@ -17,9 +22,18 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+from progress import FileProgress, SkipsFailInCI, in_ci
 from sshd import SSHCluster, SSHDUnavailable, SSHHost, start_cluster
 
 SSH_TEST_HOSTS = int(os.environ.get("SSH_TEST_HOSTS", "4"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
+        return
+    config.pluginmanager.register(FileProgress(config), "webdb-file-progress")
+    if in_ci():
+        config.pluginmanager.register(SkipsFailInCI(), "webdb-skips-fail-in-ci")
 
 
 @pytest.fixture(scope="session")
