@@ -55,17 +55,39 @@ def run_child(path, faults: str = "", workers: int = 0, kill_after: float | None
         text=True,
     )
     if kill_after is not None:
-        if p.stdout.readline() != "writing\n":
-            _, err = p.communicate(timeout=120)
-            raise AssertionError(f"crash_child did not begin the batch (exit {p.returncode}): {err}")
-        child = psutil.Process(p.pid)
-        wait_until(lambda: child.status() == psutil.STATUS_STOPPED, 60, "crash_child to stop itself")
+        _wait_stopped(p)
         if kill_after > 0:
             p.send_signal(signal.SIGCONT)
             time.sleep(kill_after)  # the random instant itself; nothing waits on the child here
         p.send_signal(signal.SIGKILL)
     p.communicate(timeout=120)
     return p.returncode
+
+
+def _wait_stopped(p: subprocess.Popen) -> None:
+    """Until crash_child, run with ``stop``, has its writer open and has stopped itself."""
+    if p.stdout.readline() != "writing\n":
+        _, err = p.communicate(timeout=120)
+        raise AssertionError(f"crash_child did not begin the batch (exit {p.returncode}): {err}")
+    child = psutil.Process(p.pid)
+    wait_until(lambda: child.status() == psutil.STATUS_STOPPED, 60, "crash_child to stop itself")
+
+
+def batch_seconds(path) -> float:
+    """How long batch B takes from the open writer to the exit (to spread random kills over)."""
+    p = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "crash_child.py"), str(path), "0", "stop"],
+        env=dict(os.environ, WEBDB_FAULTS=""),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_stopped(p)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGCONT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    return time.monotonic() - t0
 
 
 def fresh_copy(base, name):
@@ -122,12 +144,9 @@ def test_kill_at_random_instants(states):
     base, old, new = states
     rng = random.Random(7)
     path = base / "random"
-    # How long an uninterrupted run takes, to spread kills over it (a measurement, not a check).
     shutil.rmtree(path, ignore_errors=True)
     shutil.copytree(base / "old", path)
-    t0 = time.monotonic()
-    assert run_child(path) == 0
-    span = time.monotonic() - t0
+    span = batch_seconds(path)  # a measurement to spread the kills over, not a check
     seen = []
     # The first kill comes while the writer is open and nothing is applied (always the old
     # state); the others are spread over a whole run.
