@@ -78,7 +78,9 @@ def test_make_targets_and_ci_are_what_the_readme_says():
     make = shutil.which("make")
     assert make, "GNU make is needed for `make demo` / `make test`"
     # Run as a top-level make even when the suite itself runs under `make test`.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    # (PYTEST_ARGS too: make exports a command-line `make test PYTEST_ARGS=...` to the suite.)
+    drop = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "PYTEST_ARGS")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     # -B: what a fresh clone runs (the venv and the install are not made yet).
     demo = subprocess.run([make, "-n", "-B", "demo"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert demo.returncode == 0 and demo.stdout.splitlines()[-1].strip() == ".venv/bin/webdb demo"
