@@ -21,19 +21,15 @@ import os
 import shutil
 from collections.abc import Iterator
 
+import progress
 import pytest
-from progress import FileProgress, SkipsFailInCI, in_ci
 from sshd import SSHCluster, SSHDUnavailable, SSHHost, start_cluster
 
 SSH_TEST_HOSTS = int(os.environ.get("SSH_TEST_HOSTS", "4"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller reports
-        return
-    config.pluginmanager.register(FileProgress(config), "webdb-file-progress")
-    if in_ci():
-        config.pluginmanager.register(SkipsFailInCI(), "webdb-skips-fail-in-ci")
+    progress.register(config)
 
 
 @pytest.fixture(scope="session")

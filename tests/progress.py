@@ -64,10 +64,15 @@ class FileProgress:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
-        # No per-test letter: the per-file lines are the progress (failures are in the summary).
-        if config.get_verbosity() <= 0 and report.when == "call" and report.passed:
-            return "passed", "", "PASSED"
-        return None
+        # No per-test letter: the per-file lines are the progress, the summary names failures
+        # and skips.  The category still counts in the final tally; -v keeps pytest's own lines.
+        if config.get_verbosity() > 0 or hasattr(report, "wasxfail"):
+            return None
+        if report.failed:
+            return ("failed" if report.when == "call" else "error"), "", ""
+        if report.skipped:
+            return "skipped", "", ""
+        return ("passed" if report.when == "call" else ""), "", ""
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         f = _file(report.nodeid)
@@ -98,6 +103,20 @@ class FileProgress:
             red=bool(red),
             green=not red and not unfinished,
         )
+
+
+def register(config: pytest.Config) -> None:
+    """Register both plugins on the controller (xdist workers only send their reports)."""
+    if hasattr(config, "workerinput"):
+        return
+    config.pluginmanager.register(FileProgress(config), "webdb-file-progress")
+    if in_ci():
+        config.pluginmanager.register(SkipsFailInCI(), "webdb-skips-fail-in-ci")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """As a plugin of its own (``-p progress``), e.g. for a session outside this suite."""
+    register(config)
 
 
 class SkipsFailInCI:
