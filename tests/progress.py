@@ -69,10 +69,10 @@ class FileProgress:
         if config.get_verbosity() > 0 or hasattr(report, "wasxfail"):
             return None
         if report.failed:
-            return ("failed" if report.when == "call" else "error"), "", ""
+            return ("failed", "", "FAILED") if report.when == "call" else ("error", "", "ERROR")
         if report.skipped:
-            return "skipped", "", ""
-        return ("passed" if report.when == "call" else ""), "", ""
+            return "skipped", "", "SKIPPED"
+        return ("passed", "", "PASSED") if report.when == "call" else ("", "", "")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         f = _file(report.nodeid)

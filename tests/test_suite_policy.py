@@ -42,6 +42,7 @@ def test_one_line_per_file_and_skips_fail_under_ci(tmp_path: Path, xdist: list[s
     assert not any(set(ln.strip()) <= set(".sF") for ln in lines if ln.strip()), p.stdout  # no line of letters
     assert p.returncode == 1
     assert "skipped under CI=true" in p.stdout and "test_one.py::test_b: Skipped: no frobnicator" in p.stdout
+    assert "FAILED test_two.py::test_d - assert 1 == 2" in p.stdout, p.stdout  # the summary names it
 
 
 def test_a_skip_fails_only_under_ci(tmp_path: Path) -> None:
