@@ -23,9 +23,15 @@ from collections.abc import Iterator
 
 import progress
 import pytest
+from hypothesis import HealthCheck, settings
 from sshd import SSHCluster, SSHDUnavailable, SSHHost, start_cluster
 
 SSH_TEST_HOSTS = int(os.environ.get("SSH_TEST_HOSTS", "4"))
+
+# Hypothesis without its timing checks (a per-example deadline, "generation too slow"): on a
+# loaded machine they fail for the load, not for the code.
+settings.register_profile("webdb", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("webdb")
 
 
 def pytest_configure(config: pytest.Config) -> None:
