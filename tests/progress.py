@@ -51,6 +51,11 @@ class FileProgress:
         self.outcome: dict[str, str | None] = {}
         self.printed: set[str] = set()
 
+    def pytest_sessionstart(self) -> None:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None and self.config.get_verbosity() <= 0:
+            tr.showfspath = False  # no "tests/test_x.py " header: the file's line comes at its end
+
     def _expect(self, nodeids: list[str]) -> None:
         if not self.total:
             self.total.update(_file(n) for n in nodeids)
