@@ -26,13 +26,21 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/webdb demo
 
-# Debian packages the integration tests need (real sshd on loopback), then the whole suite.
+# Debian packages the integration tests need: real sshd and rsync on loopback, nginx for the
+# fetcher's tests against a real web server.  Installs only what is missing (needs root).
+DEB_DEPS := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/sbin/nginx:nginx
 deps:
-	@command -v /usr/sbin/sshd >/dev/null && command -v rsync >/dev/null || \
-	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server rsync)
+	@missing=$$(for d in $(DEB_DEPS); do test -x "$${d%%:*}" || echo "$${d#*:}"; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing" $$missing; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
+# The whole suite on every core (pytest-xdist), one line per finished test file.
+# PYTEST_ARGS replaces the selection, e.g. `make test PYTEST_ARGS='tests/test_tables.py'`.
+PYTEST_ARGS ?= -n auto
 test: deps install
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -8,6 +8,11 @@ SSH integration (tests marked ``@pytest.mark.ssh``):
 - ``ssh_hosts`` (function): the cluster's hosts, all running, with empty data roots.
 - an autouse fixture gives every ssh-marked test a throwaway HOME and no ssh agent, so
   nothing can read the developer's ~/.ssh (config, keys, known_hosts).
+
+Under pytest-xdist every worker is its own session: it starts its own cluster (its own ports,
+keys, known_hosts and data roots, under the worker's own basetemp), so workers never share a
+host.  tests/progress.py prints one line per finished test file and, under ``CI=true``, fails
+the session when any test was skipped.
 """
 
 from __future__ import annotations
@@ -16,10 +21,21 @@ import os
 import shutil
 from collections.abc import Iterator
 
+import progress
 import pytest
+from hypothesis import HealthCheck, settings
 from sshd import SSHCluster, SSHDUnavailable, SSHHost, start_cluster
 
 SSH_TEST_HOSTS = int(os.environ.get("SSH_TEST_HOSTS", "4"))
+
+# Hypothesis without its timing checks (a per-example deadline, "generation too slow"): on a
+# loaded machine they fail for the load, not for the code.
+settings.register_profile("webdb", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("webdb")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    progress.register(config)
 
 
 @pytest.fixture(scope="session")

@@ -292,7 +292,6 @@ def start_cluster(base: Path, k: int = 3, first_address: int = 2) -> SSHCluster:
     (base / "authorized_keys").write_text(keygen(user_key, "webdb-test-user") + "\n")
     known_hosts = base / "known_hosts"
     hosts: list[SSHHost] = []
-    lines: list[str] = []
     for i in range(k):
         address = f"127.0.0.{first_address + i}"
         workdir = base / f"h{i}"
@@ -300,16 +299,28 @@ def start_cluster(base: Path, k: int = 3, first_address: int = 2) -> SSHCluster:
         workdir.mkdir(exist_ok=True)
         root.mkdir(exist_ok=True)
         pub = keygen(workdir / "host_ed25519", f"webdb-test-host-{i}")
-        port = free_port(address)
-        h = SSHHost(f"h{i}", address, port, user, user_key, known_hosts, root, workdir, pub)
-        hosts.append(h)
-        lines.append(known_hosts_line(address, port, pub))
-    known_hosts.write_text("".join(lines))
+        hosts.append(SSHHost(f"h{i}", address, free_port(address), user, user_key, known_hosts, root, workdir, pub))
     cluster = SSHCluster(base, hosts)
     try:
         for h in hosts:
-            h.start()
+            _start_on_a_free_port(h)
     except BaseException:
         cluster.stop_all()
         raise
+    # Written once every port is final: a host keeps its address and port across stop/start.
+    known_hosts.write_text("".join(known_hosts_line(h.address, h.port, h.host_key_pub) for h in hosts))
     return cluster
+
+
+def _start_on_a_free_port(h: SSHHost, attempts: int = 5) -> None:
+    """First start: if another process (another xdist worker, another suite) took the port
+    between ``free_port`` and sshd's bind, pick a new one."""
+    for attempt in range(attempts):
+        try:
+            h.start()
+            return
+        except SSHDUnavailable:
+            if attempt == attempts - 1 or "Address already in use" not in h.log():
+                raise
+            h.log_path.unlink()
+            h.port = free_port(h.address)

@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from dbutil import batch_b, make_db, snapshot
+from waiting import wait_until
 
 import webdb
 
@@ -41,18 +43,51 @@ def states(tmp_path_factory):
 
 
 def run_child(path, faults: str = "", workers: int = 0, kill_after: float | None = None) -> int:
+    """Run batch B in a child; with ``kill_after``, SIGKILL it that many seconds after the batch
+    began (the child stops itself with its writer open; 0 kills it there, before any edit)."""
     env = dict(os.environ, WEBDB_FAULTS=faults)
+    argv = [sys.executable, os.path.join(HERE, "crash_child.py"), str(path), str(workers)]
     p = subprocess.Popen(
-        [sys.executable, os.path.join(HERE, "crash_child.py"), str(path), str(workers)],
+        argv + (["stop"] if kill_after is not None else []),
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        text=True,
     )
     if kill_after is not None:
-        time.sleep(kill_after)
+        _wait_stopped(p)
+        if kill_after > 0:
+            p.send_signal(signal.SIGCONT)
+            time.sleep(kill_after)  # the random instant itself; nothing waits on the child here
         p.send_signal(signal.SIGKILL)
     p.communicate(timeout=120)
     return p.returncode
+
+
+def _wait_stopped(p: subprocess.Popen) -> None:
+    """Until crash_child, run with ``stop``, has its writer open and has stopped itself."""
+    if p.stdout.readline() != "writing\n":
+        _, err = p.communicate(timeout=120)
+        raise AssertionError(f"crash_child did not begin the batch (exit {p.returncode}): {err}")
+    child = psutil.Process(p.pid)
+    wait_until(lambda: child.status() == psutil.STATUS_STOPPED, 60, "crash_child to stop itself")
+
+
+def batch_seconds(path) -> float:
+    """How long batch B takes from the open writer to the exit (to spread random kills over)."""
+    p = subprocess.Popen(
+        [sys.executable, os.path.join(HERE, "crash_child.py"), str(path), "0", "stop"],
+        env=dict(os.environ, WEBDB_FAULTS=""),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_stopped(p)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGCONT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    return time.monotonic() - t0
 
 
 def fresh_copy(base, name):
@@ -104,27 +139,30 @@ def test_worker_killed_in_parallel_pool_aborts_batch(states, point):
     assert snapshot(db) == new
 
 
+@pytest.mark.timeout(600)
 def test_kill_at_random_instants(states):
     base, old, new = states
     rng = random.Random(7)
     path = base / "random"
-    # How long an uninterrupted run takes, to spread kills over it.
     shutil.rmtree(path, ignore_errors=True)
     shutil.copytree(base / "old", path)
-    t0 = time.monotonic()
-    assert run_child(path) == 0
-    span = time.monotonic() - t0
-    seen = set()
-    for _ in range(8):
+    span = batch_seconds(path)  # a measurement to spread the kills over, not a check
+    seen = []
+    # The first kill comes while the writer is open and nothing is applied (always the old
+    # state); the others are spread over a whole run.
+    for delay in [0.0] + [rng.uniform(0.001, span) for _ in range(7)]:
         shutil.rmtree(path)
         shutil.copytree(base / "old", path)
-        run_child(path, kill_after=rng.uniform(0.05, span))
+        rc = run_child(path, kill_after=delay)
+        assert rc in (-signal.SIGKILL, 0), f"child failed on its own (exit {rc})"
         db = webdb.open(str(path))
         s = snapshot(db)
         assert s == old or s == new
-        seen.add("new" if s == new else "old")
+        assert rc == -signal.SIGKILL or s == new, "the child exited 0 without committing"
+        seen.append("new" if s == new else "old")
         with db.reader() as r:
             r.check()
         if s == old:  # killed before the commit point: the rerun completes the batch
             assert run_child(path) == 0
             assert snapshot(db) == new
+    assert seen[0] == "old", f"a kill with the writer open and nothing applied left the new state: {seen}"

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from crawlsite import CRAWL_HOSTS, served
+from waiting import wait_until
 
 import webdb
 from fetchlist.crawl import crawl, fetch_parts
@@ -193,11 +194,12 @@ def test_fetch_command_ctrl_c_saves_and_resumes(tmp_path, slow_site):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if os.path.exists(fetch_file) and open(fetch_file).read().count("\n") >= 3:
-            break
-        time.sleep(0.02)
+
+    def three_saved() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return os.path.exists(fetch_file) and open(fetch_file).read().count("\n") >= 3
+
+    wait_until(three_saved, 60, f"3 fetch records in {fetch_file}")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err

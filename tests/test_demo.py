@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -25,8 +24,8 @@ def _readme() -> str:
 
 
 @pytest.mark.skipif(not all(map(loopback_ok, DEMO_HOSTS)), reason="needs 127.0.0.x addresses")
+@pytest.mark.timeout(300)
 def test_demo_with_no_arguments(tmp_path):
-    t = time.monotonic()
     out = subprocess.run(
         [*WEBDB, "demo"],
         capture_output=True,
@@ -35,9 +34,7 @@ def test_demo_with_no_arguments(tmp_path):
         cwd=tmp_path,
         env={**os.environ, "TMPDIR": str(tmp_path)},
     )
-    took = time.monotonic() - t
-    assert out.returncode == 0, out.stderr
-    assert took < 45
+    assert out.returncode == 0, out.stderr  # how long it takes: bench/bench_claims.py
     lines = out.stdout.splitlines()
     assert lines[0].startswith("demo site: ") and "http://127.0.0.2:" in lines[0]
     m = re.match(r"db: (\S+) \(a temporary directory, removed at the end\)", lines[1])
@@ -81,7 +78,9 @@ def test_make_targets_and_ci_are_what_the_readme_says():
     make = shutil.which("make")
     assert make, "GNU make is needed for `make demo` / `make test`"
     # Run as a top-level make even when the suite itself runs under `make test`.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    # (PYTEST_ARGS too: make exports a command-line `make test PYTEST_ARGS=...` to the suite.)
+    drop = ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES", "PYTEST_ARGS")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     # -B: what a fresh clone runs (the venv and the install are not made yet).
     demo = subprocess.run([make, "-n", "-B", "demo"], capture_output=True, text=True, cwd=ROOT, env=env)
     assert demo.returncode == 0 and demo.stdout.splitlines()[-1].strip() == ".venv/bin/webdb demo"
@@ -89,7 +88,7 @@ def test_make_targets_and_ci_are_what_the_readme_says():
     assert "-m venv .venv" in demo.stdout and ".venv/bin/python -m pip install" in demo.stdout
     assert "--user" not in demo.stdout and "--break-system-packages" not in demo.stdout
     test = subprocess.run([make, "-n", "test"], capture_output=True, text=True, cwd=ROOT, env=env)
-    assert test.returncode == 0 and test.stdout.splitlines()[-1].strip().endswith("-m pytest -q")
+    assert test.returncode == 0 and test.stdout.splitlines()[-1].strip() == ".venv/bin/python -m pytest -n auto"
     with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
         ci = [ln.strip() for ln in f if ln.strip() and not ln.startswith("#")]
     assert ci[-1] == "make test" and os.access(os.path.join(ROOT, ".ci", "run"), os.X_OK)

@@ -50,7 +50,7 @@ def test_served_and_crawled_to_completion(tmp_path):
         assert fetched_html == site.reachable()
         private = next(iter(site.disallowed))
         assert statuses[private] == Status.GONE
-        assert all("/private/" not in r.path for r in server.log)
+        assert server.log and all("/private/" not in r.path for r in server.log)
         base0 = server.base(DEMO_HOSTS[0])
         assert statuses[base0 + "/old/a1.html"] == Status.REDIRECT_PERM
         assert statuses[base0 + "/loop/a"] == statuses[base0 + "/loop/b"] == Status.REDIRECT_TEMP

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import time
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -188,21 +188,19 @@ def test_hostile_broken_html():
     assert ("http://example.com/ok", "ok") in parse(URL, broken[8], "text/html").outlinks
 
 
+@pytest.mark.timeout(120)
 def test_hostile_deep_nesting():
     depth = 100_000
     data = b"<div>" * depth + b"<a href='/deep'>deep</a>" + b"</div>" * depth
-    t = time.monotonic()
-    r = parse(URL, b"<a href='/first'>first</a>" + data, "text/html")
-    assert time.monotonic() - t < 5
+    r = parse(URL, b"<a href='/first'>first</a>" + data, "text/html")  # its speed: bench/bench_claims.py
     assert r.error and "parse stopped early" in r.error
     assert r.outlinks[0] == ("http://example.com/first", "first")
 
 
+@pytest.mark.timeout(120)
 def test_hostile_huge():
     links = b"".join(b'<a href="/p%d">anchor %d</a>\n' % (i, i) for i in range(300_000))  # ~9 MB
-    t = time.monotonic()
     r = parse(URL, b"<html><body>" + links + b"</body></html>", "text/html", max_parse=1 << 20)
-    assert time.monotonic() - t < 10
     assert len(r.outlinks) == 100 and r.error is None
     assert len(r.text) <= 100_000
     assert r.md5 == hashlib.md5(b"<html><body>" + links + b"</body></html>").digest()
