@@ -32,7 +32,7 @@ setup(
             "ruff==0.17.6",
             # `webdb export --format parquet` and the indexer of docs/indexing.md (tests run both).
             "pyarrow>=14",
-            "tantivy>=0.22",
+            "tantivy>=0.25",
         ],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
