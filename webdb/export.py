@@ -226,7 +226,11 @@ def _approx_bytes(rec: dict) -> int:
 
 def write_parquet(records: Iterable[dict], f, segments: bool = False, row_group_bytes: int = ROW_GROUP_BYTES) -> int:
     """Records to the binary file ``f`` as Parquet, one row group per about ``row_group_bytes``
-    of record data (so memory holds one row group); returns the count."""
+    of record data; returns the count.
+
+    Records are converted to Arrow in small batches (Arrow columns cost about their data size,
+    Python objects ten times more), so memory holds one row group in Arrow form plus one batch.
+    """
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -234,24 +238,36 @@ def write_parquet(records: Iterable[dict], f, segments: bool = False, row_group_
         raise BadInput("--format parquet needs pyarrow: pip install 'webdb[export]'") from None
     schema = parquet_schema(segments)
     names = schema.names
+    batch_bytes = max(1, min(row_group_bytes, _BATCH_BYTES))
     n = 0
     with pq.ParquetWriter(f, schema, compression="zstd") as w:
+        batches: list = []
+        group = 0
         cols: dict[str, list] = {c: [] for c in names}
         size = 0
-
-        def flush() -> None:
-            nonlocal cols, size
-            if cols["url"]:
-                w.write_table(pa.Table.from_pydict(cols, schema=schema), row_group_size=len(cols["url"]))
-            cols, size = {c: [] for c in names}, 0
-
         for rec in records:
             for c in names:
                 v = rec[c]
                 cols[c].append(list(v.items()) if c == "meta" else v)
             n += 1
             size += _approx_bytes(rec)
-            if size >= row_group_bytes:
-                flush()
-        flush()
+            if size >= batch_bytes:
+                batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
+                group += size
+                cols, size = {c: [] for c in names}, 0
+                if group >= row_group_bytes:
+                    _write_group(w, pa, schema, batches)
+                    batches, group = [], 0
+        if cols["url"]:
+            batches.append(pa.RecordBatch.from_pydict(cols, schema=schema))
+        _write_group(w, pa, schema, batches)
     return n
+
+
+_BATCH_BYTES = 1 << 20
+
+
+def _write_group(w, pa, schema, batches: list) -> None:
+    if batches:
+        t = pa.Table.from_batches(batches, schema=schema)
+        w.write_table(t, row_group_size=t.num_rows)
