@@ -66,8 +66,11 @@ class SegmentJoin:
                 raise BadInput(f"{s}: segment given twice (also as {seen[real]})")
             seen[real] = s
             self.segments.append(Segment.open(os.path.abspath(s)))
-        os.makedirs(tmpdir, exist_ok=True)
-        self.dir = tempfile.mkdtemp(prefix="export-", dir=tmpdir)
+        try:
+            os.makedirs(tmpdir, exist_ok=True)
+            self.dir = tempfile.mkdtemp(prefix="export-", dir=tmpdir)
+        except OSError as e:
+            raise BadInput(f"{tmpdir}: cannot make the segment index's sort directory ({e.strerror})") from None
         self._buf = SortBuffer(self.dir, "segments", memory_bytes)
         self.records = 0
         try:

@@ -341,3 +341,15 @@ def test_demo_crawl_segment_join(demo, tmp_path):
     # The index sorts with spilled runs too: a tiny budget gives the same records.
     small = cli("export", db, "--segments", *segs, "--sort-mb", "0").stdout
     assert small == out.read_bytes()
+
+
+def test_segment_index_sorts_where_told(dbs, tmp_path):
+    seg = Segment.create(tmp_path / "seg")  # a segment that fetched nothing: every field null
+    recs = export_lines(dbs[1].path, "--segments", seg.path, "--tmp", tmp_path / "sort", "--max-anchors", "0")
+    assert recs and all(r["title"] is None and r["content"] is None for r in recs)
+    assert os.listdir(tmp_path / "sort") == []
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    p = cli("export", dbs[1].path, "--segments", seg.path, "--tmp", blocker / "sub", check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "cannot make the segment index's sort directory" in err and "Traceback" not in err

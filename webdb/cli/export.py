@@ -68,6 +68,7 @@ def add_parser(sub) -> None:
         help=f"anchors kept per page (default {DEFAULT_MAX_ANCHORS})",
     )
     p.add_argument("--segments", nargs="+", metavar="SEG", help="join the latest parse output of these segments")
+    p.add_argument("--tmp", metavar="DIR", help="where the segment index is sorted (default DB/tmp)")
     p.add_argument("--sort-mb", type=_non_negative, default=64, help="memory of the segment index sort (default 64)")
     p.add_argument(
         "--row-group-mb",
@@ -136,11 +137,15 @@ def run(args) -> int:
             if args.segments:
                 from fetchlist.export import SegmentJoin
 
-                join = SegmentJoin(args.segments, os.path.join(db.path, TMP_DIR), args.sort_mb << 20)
+                tmp = args.tmp or os.path.join(db.path, TMP_DIR)
+                join = SegmentJoin(args.segments, tmp, args.sort_mb << 20)
                 records = join.join(records)
             if args.out:
-                with atomic_output(args.out) as f:
-                    n = _write(args, records, f)
+                try:
+                    with atomic_output(args.out) as f:
+                        n = _write(args, records, f)
+                except OSError as e:
+                    raise BadInput(f"{args.out}: export failed ({e.strerror or e})") from None
             else:
                 n = _write(args, records, sys.stdout.buffer)
                 sys.stdout.flush()
