@@ -17,6 +17,7 @@ sort budget, plus the fetches of one URL.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -105,7 +106,15 @@ class SegmentJoin:
     def _groups(self) -> Iterator[tuple[bytes, list[bytes]]]:
         """(url, [payload, …] oldest fetch first) in URL order."""
         url, group = None, []
-        for rec in self._buf.sorted():
+        try:
+            recs = self._buf.sorted()
+            first = next(recs, None)  # the merge opens every run here; open runs stay readable
+        except FileNotFoundError as e:
+            raise BadInput(
+                f"{e.filename}: sort run of the segment index removed while exporting "
+                "(a writer's recovery empties DB/tmp; give --tmp DIR)"
+            ) from None
+        for rec in itertools.chain([first] if first is not None else [], recs):
             i = rec.index(b"\x00")
             u = rec[:i]
             if u != url:

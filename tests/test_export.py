@@ -18,8 +18,9 @@ import pytest
 
 import webdb
 from fetchlist.demo_site import DEMO_HOSTS, loopback_ok
+from fetchlist.export import SegmentJoin
 from fetchlist.segment import Segment
-from webdb import Page, Status, domain_id
+from webdb import BadInput, Page, Status, domain_id
 from webdb.export import export_pages, write_parquet
 
 WEBDB = [sys.executable, "-m", "webdb.cli.main"]
@@ -341,6 +342,13 @@ def test_demo_crawl_segment_join(demo, tmp_path):
     # The index sorts with spilled runs too: a tiny budget gives the same records.
     small = cli("export", db, "--segments", *segs, "--sort-mb", "0").stdout
     assert small == out.read_bytes()
+    # A writer's recovery empties DB/tmp: an export whose runs are gone says so.
+    join = SegmentJoin(segs, str(tmp_path / "sort"), 0)
+    assert join._buf.runs  # spilled (the budget is at least 64 KiB)
+    shutil.rmtree(join.dir)
+    with webdb.open(db).reader() as r, pytest.raises(BadInput, match="sort run of the segment index removed"):
+        list(join.join(export_pages(r)))
+    join.close()
 
 
 def test_segment_index_sorts_where_told(dbs, tmp_path):
