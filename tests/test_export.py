@@ -361,3 +361,16 @@ def test_segment_index_sorts_where_told(dbs, tmp_path):
     p = cli("export", dbs[1].path, "--segments", seg.path, "--tmp", blocker / "sub", check=False)
     err = p.stderr.decode()
     assert p.returncode == 2 and "cannot make the segment index's sort directory" in err and "Traceback" not in err
+
+
+def test_sections_without_links_or_pages(tmp_path):
+    db = webdb.create(str(tmp_path / "db"), sections=3, sync=False)
+    assert cli("export", db.path).stdout == b""  # an empty db: no table at all
+    with db.writer() as w:
+        for i in range(30):
+            w.add_page(Page(f"http://a{i}.example/", md5(str(i)), Status.FETCHED, 5))
+    with db.reader() as r:
+        assert r.num_links == 0
+    recs = export_lines(db.path)
+    assert [r["url"] for r in recs] == sorted(f"http://a{i}.example/" for i in range(30))
+    assert all(r["inlinks"] == 0 and r["anchors"] == [] for r in recs)
