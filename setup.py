@@ -17,6 +17,8 @@ setup(
         "w3lib==2.5.0",
         "mmh3>=4.0",
         "publicsuffixlist>=1.0",
+        # fetched content as WARC/1.1 (fetchlist.warc)
+        "warcio>=1.7.4",
     ],
     extras_require={
         "test": [
@@ -28,7 +30,12 @@ setup(
             "import-linter>=2.1",
             # Pinned: `ruff check` and `ruff format --check` must give the same answer everywhere.
             "ruff==0.17.6",
-        ]
+            # `webdb export --format parquet` and the indexer of docs/indexing.md (tests run both).
+            "pyarrow>=14",
+            "tantivy>=0.25",
+        ],
+        # `webdb export --format parquet`.
+        "export": ["pyarrow>=14"],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],

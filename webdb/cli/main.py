@@ -13,6 +13,7 @@ from webdb.errors import WebDBError
 COMMANDS = {
     "create": "create",
     "read": "read",
+    "export": "export",
     "check": "check",
     "inject": "inject",
     "generate": "generate",

@@ -1,0 +1,400 @@
+"""Fetched content as WARC/1.1 (ISO 28500:2017), written and read with warcio.
+
+One fetch partition writes one WARC file and its content index::
+
+    content/part-NNNNN.warc.gz          warcinfo, then per fetched URL: request, response, metadata
+    content/part-NNNNN.index.jsonl      one line per response record: URL → file, offset, length
+
+Every record is its own gzip member (the usual ``.warc.gz``), so a record can be read by
+seeking to its offset.  For each fetch:
+
+- ``request``: the request line and headers as sent (``GET /path HTTP/1.1``, ``Host``, …).
+- ``response``: the status line and headers as received, then the body.  The fetcher keeps the
+  body after undoing ``Content-Encoding`` (that is what it parses and digests), so, as Common
+  Crawl does, headers that no longer describe the stored body (``Content-Encoding``,
+  ``Transfer-Encoding``, a ``Content-Length`` of another size) are renamed ``X-Crawler-…`` and
+  a ``Content-Length`` of the stored body is added: any WARC reader then gets the stored bytes
+  as the payload, and ``WARC-Payload-Digest`` (SHA-1, base32) is theirs.  A body cut at
+  ``max_content`` carries ``WARC-Truncated: length``.
+- ``metadata`` (``application/warc-fields``, ``WARC-Concurrent-To`` the response):
+  ``fetchTimeMs`` (the request's duration) and one ``outlink: URL ANCHOR`` line per outlink.
+
+The index line of a URL is written after its three records, flushed, and is the WARC file's
+commit point: ``WarcWriter`` opened on an existing partition cuts the WARC file back to the end
+of the last indexed exchange (a crash leaves at most a torn record after it) and the index to
+its last complete line.  ``truncate(end)`` cuts further (the segment does so to drop exchanges
+whose fetch record was never written).
+
+Cost: one gzip member per record (about 0.3 KiB of headers each besides the body); reading a
+body is one seek and the decompression of one record.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import io
+import json
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from warcio.archiveiterator import ArchiveIterator
+from warcio.exceptions import ArchiveLoadFailed
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.timeutils import datetime_to_iso_date
+from warcio.warcwriter import WARCWriter
+
+from webdb.errors import CorruptionError
+
+__all__ = [
+    "Exchange",
+    "WarcLocation",
+    "WarcResponse",
+    "WarcWriter",
+    "content_index",
+    "index_warc",
+    "read_index",
+    "read_metadata",
+    "read_response",
+]
+
+WARC_VERSION = "WARC/1.1"
+WARC_SUFFIX = ".warc.gz"
+INDEX_SUFFIX = ".index.jsonl"
+# Response headers that describe the bytes on the wire, not the stored (decoded) body.
+_RENAMED = ("content-encoding", "transfer-encoding", "content-length")
+
+
+def warc_name(part: int) -> str:
+    return f"part-{part:05d}{WARC_SUFFIX}"
+
+
+def index_name(part: int) -> str:
+    return f"part-{part:05d}{INDEX_SUFFIX}"
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One fetch as the WARC records need it.
+
+    ``headers`` are the response headers as received, in order, repeats included
+    (``list(resp.raw.headers.items())`` with requests); ``body`` is the content as kept by
+    the fetcher (after Content-Encoding is undone); ``fetch_time`` is seconds since the epoch
+    when the request started; ``elapsed`` its duration in seconds.
+    """
+
+    url: str
+    fetch_time: float
+    status: int
+    reason: str = ""
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    request_headers: list[tuple[str, str]] = field(default_factory=list)
+    method: str = "GET"
+    protocol: str = "HTTP/1.1"
+    truncated: bool = False
+    elapsed: float = 0.0
+    outlinks: list[tuple[str, str]] = field(default_factory=list)
+    ip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WarcLocation:
+    """Where a response record is: ``file`` (name inside ``content/``), byte ``offset`` of its
+    gzip member, and the member's ``length``; ``end`` is where the URL's exchange ends."""
+
+    url: str
+    file: str
+    offset: int
+    length: int
+    end: int
+    digest: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "url": self.url,
+            "file": self.file,
+            "offset": self.offset,
+            "length": self.length,
+            "end": self.end,
+            "digest": self.digest,
+        }
+
+
+@dataclass(slots=True)
+class WarcResponse:
+    """A response record read back: target URL, HTTP status and headers, body, digests."""
+
+    url: str
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    date: str
+    payload_digest: str
+    truncated: bool
+
+
+def sha1_digest(data: bytes) -> str:
+    """A WARC digest value: ``sha1:`` + base32 of the SHA-1 (as warcio writes and checks)."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+
+
+def _iso(t: float) -> str:
+    dt = datetime.datetime.fromtimestamp(t, datetime.timezone.utc).replace(tzinfo=None)  # warcio wants naive UTC
+    return datetime_to_iso_date(dt, use_micros=True)
+
+
+def _field(v: str) -> str:
+    """A header or warc-fields value on one line."""
+    return " ".join(v.split())
+
+
+def read_index(path: str) -> Iterator[WarcLocation]:
+    """The entries of a content index, complete lines only (a torn last line is skipped)."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for lineno, line in enumerate(f, 1):
+            if not line.endswith(b"\n"):
+                return
+            try:
+                d = json.loads(line)
+                yield WarcLocation(d["url"], d["file"], d["offset"], d["length"], d["end"], d.get("digest", ""))
+            except (ValueError, KeyError, TypeError) as e:
+                raise CorruptionError(f"{path}:{lineno}: not a content index entry ({e})") from None
+
+
+class WarcWriter:
+    """Appends the WARC records of one partition and their index (thread-safe).
+
+    ``WarcWriter(content_dir, part)`` opens (or creates) ``part-NNNNN.warc.gz`` and its index
+    in ``content_dir``, recovering what a crashed writer left (see the module docstring).
+    """
+
+    def __init__(self, content_dir: str, part: int, software: str = "webdb fetchlist") -> None:
+        self.name = warc_name(part)
+        self.path = os.path.join(content_dir, self.name)
+        self.index_path = os.path.join(content_dir, index_name(part))
+        self._lock = threading.Lock()
+        self._warc = open(self.path, "ab+")
+        self._index = open(self.index_path, "ab+")
+        self._w = WARCWriter(self._warc, gzip=True, warc_version=WARC_VERSION)
+        self.entries = list(read_index(self.index_path))
+        self.truncate(self.entries[-1].end if self.entries else None)
+        if self._warc.tell() == 0:
+            info = {"software": software, "format": "WARC File Format 1.1", "conformsTo": "ISO 28500:2017"}
+            self._w.write_record(self._w.create_warcinfo_record(self.name, info))
+            self._warc.flush()
+        self._start = self._warc.tell()
+
+    def truncate(self, end: int | None) -> None:
+        """Cut the WARC file at ``end`` (an exchange's end; None: after the warcinfo record, or
+        empty) and drop index entries past it."""
+        with self._lock:
+            keep = [e for e in self.entries if end is not None and e.end <= end]
+            if end is None:
+                end = self._first_end()
+            self._warc.truncate(end)
+            self._warc.seek(0, os.SEEK_END)
+            self._index.truncate(0)
+            self._index.write(b"".join(json.dumps(e.to_json()).encode() + b"\n" for e in keep))
+            self._index.flush()
+            self.entries = keep
+
+    def _first_end(self) -> int:
+        """End of the warcinfo record at the start of the file (0 if there is none)."""
+        self._warc.seek(0)
+        try:
+            it = ArchiveIterator(self._warc)
+            rec = next(it, None)
+            if rec is None or rec.rec_type != "warcinfo":
+                return 0
+            it.read_to_end(rec)
+            return it.get_record_offset() + it.get_record_length()
+        except (ArchiveLoadFailed, OSError, EOFError, ValueError):
+            return 0  # a torn first record: start the file again
+
+    def write(self, ex: Exchange) -> WarcLocation:
+        """Append the request, response and metadata records of ``ex`` and its index line."""
+        with self._lock:
+            date = _iso(ex.fetch_time)
+            resp_id = f"<urn:uuid:{uuid.uuid4()}>"
+            common = {"WARC-Date": date}
+            if ex.ip:
+                common["WARC-IP-Address"] = ex.ip
+            self._write(self._request(ex, common, resp_id))
+            offset = self._warc.tell()
+            self._write(self._response(ex, common, resp_id))
+            length = self._warc.tell() - offset
+            self._write(self._metadata(ex, date, resp_id))
+            loc = WarcLocation(ex.url, self.name, offset, length, self._warc.tell(), sha1_digest(ex.body))
+            self._warc.flush()
+            self._index.write(json.dumps(loc.to_json()).encode() + b"\n")
+            self._index.flush()
+            self.entries.append(loc)
+            return loc
+
+    def _write(self, rec) -> None:
+        self._w.write_record(rec)
+
+    def _response(self, ex: Exchange, common: dict, resp_id: str):
+        size = str(len(ex.body))
+        # Headers as received, but for those that no longer describe the stored body.
+        stale = {
+            k.lower()
+            for k, v in ex.headers
+            if k.lower() in _RENAMED and not (k.lower() == "content-length" and v.strip() == size)
+        }
+        if stale - {"content-length"}:
+            stale.add("content-length")
+        headers = [(f"X-Crawler-{k}" if k.lower() in stale else k, _field(v)) for k, v in ex.headers]
+        if not any(k.lower() == "content-length" for k, _ in headers):
+            headers.append(("Content-Length", size))
+        status = f"{ex.status} {_field(ex.reason)}".rstrip()
+        http = StatusAndHeaders(status, headers, protocol=ex.protocol)
+        wh = {**common, "WARC-Record-ID": resp_id}
+        if ex.truncated:
+            wh["WARC-Truncated"] = "length"
+        return self._w.create_warc_record(
+            ex.url,
+            "response",
+            payload=io.BytesIO(ex.body),
+            length=len(ex.body),
+            warc_headers_dict=wh,
+            http_headers=http,
+        )
+
+    def _request(self, ex: Exchange, common: dict, resp_id: str):
+        u = urlsplit(ex.url)
+        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        headers = [(k, _field(v)) for k, v in ex.request_headers]
+        if not any(k.lower() == "host" for k, _ in headers):
+            headers.insert(0, ("Host", u.netloc))
+        http = StatusAndHeaders(f"{ex.method} {target} {ex.protocol}", headers, is_http_request=True)
+        wh = {**common, "WARC-Concurrent-To": resp_id}
+        return self._w.create_warc_record(ex.url, "request", warc_headers_dict=wh, http_headers=http)
+
+    def _metadata(self, ex: Exchange, date: str, resp_id: str):
+        lines = [f"fetchTimeMs: {round(ex.elapsed * 1000)}"]
+        lines += [f"outlink: {u} {_field(a)}".rstrip() for u, a in ex.outlinks]
+        body = ("\r\n".join(lines) + "\r\n").encode("utf-8")
+        wh = {"WARC-Date": date, "WARC-Concurrent-To": resp_id}
+        return self._w.create_warc_record(
+            ex.url,
+            "metadata",
+            payload=io.BytesIO(body),
+            length=len(body),
+            warc_content_type="application/warc-fields",
+            warc_headers_dict=wh,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            for f in (self._warc, self._index):
+                if not f.closed:
+                    f.flush()
+                    os.fsync(f.fileno())
+                    f.close()
+
+    def __enter__(self) -> WarcWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_response(path: str, offset: int, url: str | None = None, verify: bool = True) -> WarcResponse:
+    """The response record at ``offset`` of the WARC file ``path``.
+
+    With ``url``, the record must be that URL's; with ``verify``, its payload must match its
+    ``WARC-Payload-Digest``.  Anything else is a CorruptionError naming file and offset.
+    """
+    where = f"{path} at offset {offset}"
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise CorruptionError(f"{path}: missing WARC file") from None
+    with f:
+        f.seek(offset)
+        try:
+            rec = next(iter(ArchiveIterator(f)), None)
+            if rec is None:
+                raise CorruptionError(f"{where}: no WARC record")
+            body = rec.raw_stream.read()
+        except (ArchiveLoadFailed, OSError, EOFError, ValueError) as e:
+            raise CorruptionError(f"{where}: unreadable WARC record ({e})") from None
+    h = rec.rec_headers
+    target = h.get_header("WARC-Target-URI")
+    if rec.rec_type != "response":
+        raise CorruptionError(f"{where}: a {rec.rec_type} record, not a response")
+    if url is not None and target != url:
+        raise CorruptionError(f"{where}: the response of {target!r}, not of {url!r}")
+    digest = h.get_header("WARC-Payload-Digest") or ""
+    if verify and digest != sha1_digest(body):
+        raise CorruptionError(f"{where}: payload of {target!r} does not match its WARC-Payload-Digest")
+    http = rec.http_headers
+    return WarcResponse(
+        url=target,
+        status=int(http.get_statuscode() or 0),
+        headers=list(http.headers),
+        body=body,
+        date=h.get_header("WARC-Date"),
+        payload_digest=digest,
+        truncated=h.get_header("WARC-Truncated") is not None,
+    )
+
+
+def index_warc(path: str) -> Iterator[WarcLocation]:
+    """Rebuild the content index of a WARC file from the file alone (``warcio`` iteration):
+    one entry per response record, its exchange ending before the next request or response."""
+    name = os.path.basename(path)
+    pending: WarcLocation | None = None
+    with open(path, "rb") as f:
+        it = ArchiveIterator(f)
+        for rec in it:
+            digest = rec.rec_headers.get_header("WARC-Payload-Digest") or ""
+            it.read_to_end(rec)
+            off, n = it.get_record_offset(), it.get_record_length()
+            if rec.rec_type in ("request", "response") and pending is not None:
+                yield pending
+                pending = None
+            if rec.rec_type == "response":
+                pending = WarcLocation(rec.rec_headers.get_header("WARC-Target-URI"), name, off, n, off + n, digest)
+            elif pending is not None:
+                pending = WarcLocation(pending.url, name, pending.offset, pending.length, off + n, pending.digest)
+    if pending is not None:
+        yield pending
+
+
+def read_metadata(path: str, offset: int) -> dict[str, list[str]]:
+    """The warc-fields of the metadata record at ``offset``: name → values in order."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        rec = next(iter(ArchiveIterator(f)), None)
+        if rec is None or rec.rec_type != "metadata":
+            raise CorruptionError(f"{path} at offset {offset}: not a metadata record")
+        text = rec.content_stream().read().decode("utf-8")
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            out.setdefault(name.strip(), []).append(value.strip())
+    return out
+
+
+def content_index(content_dir: str) -> dict[str, WarcLocation]:
+    """URL → location of its response over every partition's index in ``content_dir`` (a
+    segment's ``content/``).  Memory: one entry per fetched URL of the segment."""
+    out: dict[str, WarcLocation] = {}
+    for name in sorted(os.listdir(content_dir)):
+        if name.endswith(INDEX_SUFFIX):
+            for loc in read_index(os.path.join(content_dir, name)):
+                out[loc.url] = loc
+    return out
