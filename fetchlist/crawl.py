@@ -157,7 +157,7 @@ def crawl(
     ``fetcher`` is given), ``writer_settings`` to every writer (e.g. ``adaptive=True``).
     ``report`` is called with each round's summary as it ends.  Every step that writes (inject,
     generate, update) waits up to ``lock_wait`` seconds for another writer's lock."""
-    from webdb.lockwait import wait_for_lock
+    from webdb import wait_for_lock
 
     if not isinstance(rounds, int) or rounds < 0:
         raise BadInput(f"rounds must be a whole number >= 0, not {rounds!r}")

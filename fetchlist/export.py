@@ -25,9 +25,8 @@ import tempfile
 from collections.abc import Iterator
 
 from fetchlist.segment import CONTENT, FetchRecord, Segment
+from webdb import SortBuffer, Status
 from webdb.errors import BadInput
-from webdb.tables.records import Status
-from webdb.writer.sortbuf import SortBuffer
 
 __all__ = ["SegmentJoin", "SEGMENT_FIELDS"]
 

@@ -58,8 +58,7 @@ from fetchlist.parse import parse
 from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
-from webdb import Status
-from webdb.progress import progress_bar
+from webdb import Status, progress_bar
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
 

@@ -59,9 +59,8 @@ import mmh3
 from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
-from webdb import DAY, CallRecorder, Page, Reader, pagecodec
+from webdb import DAY, CallRecorder, Page, Reader, pagecodec, wait_for_lock
 from webdb.errors import BadInput
-from webdb.lockwait import wait_for_lock
 
 __all__ = [
     "GenerateResult",

@@ -14,8 +14,10 @@ May import: its parts only (``tables`` at the bottom, then ``ndfs``, ``writer``,
 ``cli`` at the top: docs/design.md, *Parts and arrows*); never ``fetchlist`` outside the CLI.
 
 The public API — what other packages (the crawl, ``fetchlist``; tools) may import — is this
-package's ``__all__`` and three small public modules: ``webdb.errors`` (every exception),
-``webdb.urls`` (host and registered-domain helpers) and ``webdb.rack`` (the distributed update).
+package's ``__all__`` (the db, its records, readers and writers, and the helpers a tool built on
+webdb needs: ``SortBuffer``, the external sort; ``wait_for_lock``; ``progress_bar``) and three
+small public modules: ``webdb.errors`` (every exception), ``webdb.urls`` (host and
+registered-domain helpers) and ``webdb.rack`` (the distributed update).
 Everything else (``webdb.tables``, ``webdb.writer``, ``webdb.ndfs``, ``webdb.db``, ...) is
 internal; the allowed imports between the parts are import-linter contracts in pyproject.toml
 (docs/design.md, *Parts and arrows*).
@@ -24,8 +26,11 @@ internal; the allowed imports between the parts are import-linter contracts in p
 from webdb.db import WebDB, create
 from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, NotADatabase, WebDBError
+from webdb.lockwait import wait_for_lock
+from webdb.progress import progress_bar
 from webdb.reader import Reader
 from webdb.schedule import FetchResult, Schedule
+from webdb.sortbuf import SortBuffer
 from webdb.tables import pagecodec
 from webdb.tables.records import (
     DAY,
@@ -62,6 +67,7 @@ __all__ = [
     "Page",
     "Reader",
     "Schedule",
+    "SortBuffer",
     "Status",
     "WebDB",
     "WebDBError",
@@ -71,8 +77,10 @@ __all__ = [
     "domain_id",
     "open",
     "pagecodec",
+    "progress_bar",
     "register_input",
     "url_md5",
     "validate_url",
+    "wait_for_lock",
     "__version__",
 ]

@@ -52,12 +52,11 @@ def _rank_key(p: Page) -> tuple[float, int, bytes]:
 def _scope_key(scope: str) -> Callable[[Page], str]:
     if scope == "global":
         return lambda p: ""
-    from fetchlist.generate import host_key
-    from fetchlist.normalize import registered_domain
+    from webdb.urls import host_of, registered_domain
 
     if scope == "host":
-        return lambda p: host_key(p.url)
-    return lambda p: registered_domain(host_key(p.url))
+        return lambda p: host_of(p.url) or ""
+    return lambda p: registered_domain(host_of(p.url) or "")
 
 
 def find_duplicates(reader, scope: str = "global") -> Iterator[Change]:
