@@ -72,6 +72,10 @@ CASES: list[tuple[str, str, tuple[str, ...], Callable[[str], list[str]]]] = [
     ("filters", "--out", OUTPUT_FILE, lambda p: ["filters", "db", "--out", p]),
     ("filters", "--disabled", INPUT_FILE, lambda p: ["filters", "db", "--out", "out.txt", "--disabled", p]),
     ("unlock", "DB", INPUT_DIR, lambda p: ["unlock", p]),
+    ("export", "DB", INPUT_DIR, lambda p: ["export", p]),
+    ("export", "--mount", INPUT_DIR, lambda p: ["export", "db", "--mount", p]),
+    ("export", "--segments", INPUT_DIR, lambda p: ["export", "db", "--segments", p]),
+    ("export", "--out", OUTPUT_FILE, lambda p: ["export", "db", "--out", p]),
 ]
 
 
