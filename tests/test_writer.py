@@ -144,13 +144,13 @@ def test_corrupt_manifest_current_identity_give_clear_errors(tmp_path):
     db = make_db(path)
     gen = db.committed()
     (path / "gen" / f"{gen:08d}.json").write_text("{broken")
-    with pytest.raises(NotADatabase, match=f"{gen:08d}.json: unreadable manifest"):
+    with pytest.raises(CorruptionError, match=f"{gen:08d}.json: manifest of generation {gen} is not JSON"):
         db.reader()
     (path / "CURRENT").write_text("garbage")
-    with pytest.raises(NotADatabase, match="CURRENT"):
+    with pytest.raises(CorruptionError, match="CURRENT"):
         db.reader()
     (path / "webdb.json").write_text("[")
-    with pytest.raises(NotADatabase, match="webdb.json"):
+    with pytest.raises(CorruptionError, match="webdb.json"):
         webdb.open(str(path))
     with pytest.raises(NotADatabase, match="no such database"):
         webdb.open(str(tmp_path / "missing"))

@@ -24,17 +24,26 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
+import zlib
 from typing import Any
 
 from webdb import _fault
-from webdb.errors import BadInput, LockedError, NotADatabase
+from webdb.errors import BadInput, CorruptionError, LockedError, NotADatabase
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
 
 TABLES = tuple(TABLE_KINDS)
 _GEN_FILE = re.compile(r"^(\d{8})-s\d\.(pbu|pbm|lbm|lbu)$")
+# CURRENT: "NNNNNNNN MMMMMMMM CCCCCCCC\n" — generation, CRC-32 of its manifest, CRC-32 of the
+# first 17 bytes (docs/format.md §5).  "NNNNNNNN\n" is the format before checksums.
+_CURRENT = re.compile(rb"^(\d{8})(?: ([0-9a-f]{8}) ([0-9a-f]{8}))?\n$")
+_MANIFEST = re.compile(r"^(\d{8})\.json$")
+_MARK = re.compile(r"^(\d{8})\.committed$")
+# Small files are read whole; anything larger than this is not one of ours.
+_SMALL_MAX = 256 << 20
 
 
 def fsync_dir(path: str) -> None:
@@ -58,6 +67,99 @@ def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
+def read_small(path: str, what: str, limit: int = _SMALL_MAX) -> bytes:
+    """The bytes of one of the db's small files.  A FIFO, device or directory in its place is
+    refused without blocking (O_NONBLOCK, then fstat); a missing file raises FileNotFoundError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot open {what} ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptionError(f"{path}: {what} is not a regular file")
+        if st.st_size > limit:
+            raise CorruptionError(f"{path}: {what} of {st.st_size} bytes is larger than any webdb writes")
+        chunks = []
+        while True:
+            b = os.read(fd, 1 << 20)
+            if not b:
+                return b"".join(chunks)
+            chunks.append(b)
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot read {what} ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
+def _crc(data: bytes) -> str:
+    return f"{zlib.crc32(data):08x}"
+
+
+def manifest_checksum(manifest: dict) -> str:
+    """CRC-32 (hex) of a manifest's canonical JSON without its own ``checksum`` field: the
+    form it is read back as, so the value does not depend on key order or int/str keys."""
+    body = json.loads(json.dumps({k: v for k, v in manifest.items() if k != "checksum"}))
+    return _crc(json.dumps(body, indent=1, sort_keys=True).encode())
+
+
+def current_line(gen: int, checksum: str) -> bytes:
+    """The content of CURRENT naming generation ``gen`` whose manifest has ``checksum``."""
+    head = f"{gen:08d} {checksum}".encode()
+    return head + f" {_crc(head)}\n".encode()
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def validate_manifest(m: Any, gen: int, path: str) -> None:
+    """Raise CorruptionError naming ``path`` and the field if ``m`` is not a manifest of ``gen``."""
+
+    def bad(field: str, why: str) -> CorruptionError:
+        return CorruptionError(f"{path}: manifest field {field!r} {why}")
+
+    if not isinstance(m, dict):
+        raise CorruptionError(f"{path}: not a manifest (a JSON {type(m).__name__}, not an object)")
+    for f in ("generation", "sections", "tables", "status"):
+        if f not in m:
+            raise bad(f, "is missing")
+    if m["generation"] != gen or not _is_int(m["generation"]):
+        raise bad("generation", f"is {m['generation']!r}, the file name says {gen}")
+    parent = m.get("parent")
+    if parent is not None and (not _is_int(parent) or not 0 <= parent < gen):
+        raise bad("parent", f"is {parent!r}, not a generation before {gen}")
+    secs = m["sections"]
+    if not isinstance(secs, dict) or not _is_int(secs.get("k")) or not 1 <= secs["k"] <= 65535:
+        raise bad("sections", f"is {secs!r:.100}, not {{'k': 1..65535, 'breakpoints': [...]}}")
+    k = secs["k"]
+    bps = secs.get("breakpoints", [])
+    if not isinstance(bps, list) or (bps and len(bps) != k - 1) or not all(isinstance(b, str) for b in bps):
+        raise bad("sections.breakpoints", f"is not a list of {k - 1} URLs")
+    for f in ("tables", "status"):
+        if not isinstance(m[f], list) or len(m[f]) != k or not all(isinstance(x, dict) for x in m[f]):
+            raise bad(f, f"is not a list of {k} objects (one per section)")
+    for j, tabs in enumerate(m["tables"]):
+        for t, e in tabs.items():
+            where = f"tables[{j}].{t}"
+            if t not in TABLE_KINDS:
+                raise bad(where, "is not a table name")
+            if not isinstance(e, dict):
+                raise bad(where, "is not an object")
+            fm = _GEN_FILE.match(e.get("file", "")) if isinstance(e.get("file"), str) else None
+            if fm is None or int(fm.group(1)) > gen:
+                raise bad(f"{where}.file", f"is {e.get('file')!r}, not a table file of generation <= {gen}")
+            for f in ("records", "bytes"):
+                if not _is_int(e.get(f)) or e[f] < 0:
+                    raise bad(f"{where}.{f}", f"is {e.get(f)!r}, not a count")
+    for j, sc in enumerate(m["status"]):
+        for st, n in sc.items():
+            if not st.isdigit() or not _is_int(n) or n < 0:
+                raise bad(f"status[{j}].{st}", f"is {n!r}, not a count")
+
+
 class WebDB:
     """An open database directory.  Cheap to create; holds no file open between calls."""
 
@@ -65,38 +167,110 @@ class WebDB:
         self.path = os.path.abspath(path)
         # Where each section's files are, when not under ``path`` (a rack read from one mount).
         self.section_dirs = {int(j): os.path.abspath(d) for j, d in (section_dirs or {}).items()}
-        ident = os.path.join(self.path, DB_IDENTITY)
-        try:
-            with open(ident, "rb") as f:
-                self.identity = json.loads(f.read())
-        except FileNotFoundError:
-            raise NotADatabase(f"{path}: not a webdb database (no {DB_IDENTITY})") from None
-        except (OSError, ValueError) as e:
-            raise NotADatabase(f"{path}: unreadable {DB_IDENTITY} ({e})") from None
-        if self.identity.get("format", 0) > DB_FORMAT_VERSION:
-            raise NotADatabase(f"{path}: database format {self.identity['format']} is newer than this webdb")
+        self.identity = read_identity(self.path)
         self.settings = resolve(self.identity.get("settings"))
 
     # ---- generations -----------------------------------------------------------------------
 
-    def committed(self) -> int:
+    def current(self) -> tuple[int, str | None]:
+        """(committed generation, its manifest's checksum or None for a pre-checksum CURRENT).
+
+        Refuses a CURRENT that names a generation older than one committed later (a rolled-back
+        or restored CURRENT): ``webdb recover --to N`` says which generation is meant."""
+        p = os.path.join(self.path, CURRENT)
         try:
-            with open(os.path.join(self.path, CURRENT)) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError) as e:
-            raise NotADatabase(f"{self.path}: cannot read {CURRENT} ({e})") from None
+            data = read_small(p, "commit pointer", 64)
+        except FileNotFoundError:
+            raise CorruptionError(
+                f"{p}: missing (run `webdb recover {self.path}` to see the generations present)"
+            ) from None
+        m = _CURRENT.match(data)
+        if m is None:
+            raise CorruptionError(f"{p}: not a commit pointer ({data[:40]!r})")
+        gen = int(m.group(1))
+        if m.group(2) is not None and _crc(data[:17]) != m.group(3).decode():
+            raise CorruptionError(f"{p}: checksum mismatch (the commit pointer is damaged)")
+        marks = self._marks()
+        later = [g for g in marks if g > gen]
+        if later:
+            raise CorruptionError(
+                f"{p}: names generation {gen}, but generation {max(later)} was committed after it "
+                f"({GEN_DIR}/{max(later):08d}.committed): CURRENT was rolled back or restored; run "
+                f"`webdb recover {self.path} --to {max(later)}` to keep the newer one, or --to {gen} to drop it"
+            )
+        if m.group(2) is None and marks:
+            raise CorruptionError(f"{p}: has no checksum, but this database was written with checksums")
+        return gen, m.group(2).decode() if m.group(2) else None
+
+    def committed(self) -> int:
+        return self.current()[0]
+
+    def _marks(self) -> list[int]:
+        """Generations with a commit mark (written after CURRENT named them)."""
+        try:
+            names = os.listdir(os.path.join(self.path, GEN_DIR))
+        except OSError as e:
+            raise CorruptionError(f"{os.path.join(self.path, GEN_DIR)}: cannot list ({e.strerror})") from None
+        return sorted(int(m.group(1)) for m in map(_MARK.match, names) if m)
 
     def manifest_path(self, gen: int) -> str:
         return os.path.join(self.path, GEN_DIR, f"{gen:08d}.json")
 
-    def manifest(self, gen: int | None = None) -> dict:
-        gen = self.committed() if gen is None else gen
+    def manifest(self, gen: int | None = None, checksum: str | None = None) -> dict:
+        """The manifest of ``gen`` (default: the committed one), verified: its own checksum,
+        ``checksum`` when the caller knows it (CURRENT, a child's ``parent_checksum``), the
+        shape of every field.  Any failure is a CorruptionError naming the file and field."""
+        if gen is None:
+            gen, checksum = self.current()
         p = self.manifest_path(gen)
         try:
-            with open(p, "rb") as f:
-                return json.loads(f.read())
-        except (OSError, ValueError) as e:
-            raise NotADatabase(f"{p}: unreadable manifest of generation {gen} ({e})") from None
+            data = read_small(p, "manifest")
+        except FileNotFoundError:
+            raise CorruptionError(f"{p}: manifest of generation {gen} is missing") from None
+        try:
+            m = json.loads(data)
+        except ValueError as e:
+            raise CorruptionError(f"{p}: manifest of generation {gen} is not JSON ({e})") from None
+        if isinstance(m, dict):
+            own = m.get("checksum")
+            actual = manifest_checksum(m)
+            if own is not None and own != actual:
+                raise CorruptionError(f"{p}: checksum mismatch (manifest of generation {gen} is damaged)")
+            if checksum is not None and checksum != actual:
+                raise CorruptionError(
+                    f"{p}: checksum {actual} is not the {checksum} its referrer recorded "
+                    f"(damaged, or replaced by another copy)"
+                )
+        validate_manifest(m, gen, p)
+        return m
+
+    def quick_check(self, sections: list[int] | None = None) -> dict:
+        """Verify the committed generation before a writer builds on it; return its manifest.
+
+        CURRENT's and the manifests' checksums (the committed one and, when present, its
+        parent), and every table file of ``sections`` (default all): present, a regular file,
+        of the size the manifest records.  Cost: a few small reads and one stat per table."""
+        m = self.manifest()
+        parent = m.get("parent")
+        if parent is not None and os.path.lexists(self.manifest_path(parent)):
+            self.manifest(parent, m.get("parent_checksum"))
+        for j in range(m["sections"]["k"]) if sections is None else sections:
+            for t, e in m["tables"][j].items():
+                p = os.path.join(self.section_dir(j), e["file"])
+                try:
+                    st = os.stat(p)
+                except FileNotFoundError:
+                    raise CorruptionError(f"{p}: {t} table of generation {m['generation']} is missing") from None
+                except OSError as err:
+                    raise CorruptionError(f"{p}: cannot stat {t} table ({err.strerror})") from None
+                if not stat.S_ISREG(st.st_mode):
+                    raise CorruptionError(f"{p}: {t} table is not a regular file")
+                if st.st_size != e["bytes"]:
+                    raise CorruptionError(
+                        f"{p}: {t} table is {st.st_size} bytes, the manifest of generation "
+                        f"{m['generation']} records {e['bytes']}"
+                    )
+        return m
 
     def section_dir(self, j: int) -> str:
         """Directory of section j: given explicitly, else ``<path>/section-JJJJ``."""
@@ -105,14 +279,35 @@ class WebDB:
     def sections(self, manifest: dict | None = None) -> Sections:
         return Sections.from_json((manifest or self.manifest())["sections"])
 
+    def write_manifest(self, manifest: dict) -> str:
+        """Write ``manifest`` (with its checksum and its parent's) under gen/; return its
+        checksum.  The one place a manifest file is written."""
+        body = {k: v for k, v in manifest.items() if k not in ("checksum", "seconds")}
+        parent = body.get("parent")
+        if parent is not None and "parent_checksum" not in body:
+            try:
+                body["parent_checksum"] = manifest_checksum(self.manifest(parent))
+            except CorruptionError:
+                pass  # no parent here (a fresh location of a rack): nothing to chain to
+        c = manifest_checksum(body)
+        data = json.dumps({**body, "checksum": c}, indent=1, sort_keys=True).encode()
+        write_atomic(self.manifest_path(manifest["generation"]), data, self.settings["sync"])
+        return c
+
     def commit(self, manifest: dict) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
         gen = manifest["generation"]
         sync = self.settings["sync"]
-        write_atomic(self.manifest_path(gen), json.dumps(manifest, indent=1, sort_keys=True).encode(), sync)
+        c = self.write_manifest(manifest)
         _fault.point("commit.before_current")
-        write_atomic(os.path.join(self.path, CURRENT), f"{gen:08d}\n".encode(), sync)
+        self._point_current(gen, c, sync)
         _fault.point("commit.after_current")
+
+    def _point_current(self, gen: int, checksum: str, sync: bool) -> None:
+        write_atomic(os.path.join(self.path, CURRENT), current_line(gen, checksum), sync)
+        # After the flip: the mark that lets a reader tell a rolled-back CURRENT (newer mark)
+        # from a batch killed before its flip (newer manifest, no mark).
+        write_atomic(os.path.join(self.path, GEN_DIR, f"{gen:08d}.committed"), b"", sync)
 
     # ---- API -------------------------------------------------------------------------------
 
@@ -140,28 +335,53 @@ class WebDB:
     def lock(self) -> WriterLock:
         return WriterLock(os.path.join(self.path, LOCK))
 
-    def recover(self) -> list[str]:
+    def recover(self, sections: list[int] | None = None) -> list[str]:
         """Remove what an interrupted batch left (files of generations after CURRENT, edit
-        files, scratch) and what old generations no reader needs.  Call with the lock held."""
-        cur = self.committed()
-        keep_gens = {cur, cur - 1}
-        referenced: set[tuple[int, str]] = set()
-        for g in keep_gens:
-            if g >= 0 and os.path.exists(self.manifest_path(g)):
-                m = self.manifest(g)
-                for j, tabs in enumerate(m["tables"]):
-                    for t in tabs.values():
-                        referenced.add((j, t["file"]))
-        removed: list[str] = []
-        gdir = os.path.join(self.path, GEN_DIR)
-        for name in os.listdir(gdir):
-            m = re.match(r"^(\d{8})\.json$", name)
-            if (m and int(m.group(1)) not in keep_gens) or ".tmp." in name:
-                os.unlink(os.path.join(gdir, name))
-                removed.append(os.path.join(GEN_DIR, name))
+        files, scratch, temp files of a killed rename) and what old generations no reader
+        needs.  Call with the lock held.  First runs the quick check (of ``sections``, default
+        those whose directory is here): nothing is removed from a db that fails it."""
+        if sections is None:
+            sections = []
+            for name in self._section_names():
+                sections.append(int(name[len("section-") :]))
+        m = self.quick_check([j for j in sections if j < self.manifest()["sections"]["k"]])
+        cur = m["generation"]
+        keep: dict[int, dict] = {cur: m}
+        parent = m.get("parent")
+        if parent is not None and os.path.exists(self.manifest_path(parent)):
+            keep[parent] = self.manifest(parent)
+        return self._remove_unreferenced(keep)
+
+    def _section_names(self) -> list[str]:
+        out = []
         for name in sorted(os.listdir(self.path)):
             if not name.startswith("section-"):
                 continue
+            if not re.match(r"^section-\d{4}$", name) or not os.path.isdir(os.path.join(self.path, name)):
+                raise CorruptionError(
+                    f"{os.path.join(self.path, name)}: not a section directory of webdb (move it out of the database)"
+                )
+            out.append(name)
+        return out
+
+    def _remove_unreferenced(self, keep: dict[int, dict]) -> list[str]:
+        referenced: set[tuple[int, str]] = set()
+        for m in keep.values():
+            for j, tabs in enumerate(m["tables"]):
+                for t in tabs.values():
+                    referenced.add((j, t["file"]))
+        removed: list[str] = []
+        gdir = os.path.join(self.path, GEN_DIR)
+        for name in os.listdir(gdir):
+            m = _MANIFEST.match(name) or _MARK.match(name)
+            if (m and int(m.group(1)) not in keep) or ".tmp." in name:
+                os.unlink(os.path.join(gdir, name))
+                removed.append(os.path.join(GEN_DIR, name))
+        for name in os.listdir(self.path):
+            if ".tmp." in name and name.split(".tmp.")[0] in (CURRENT, DB_IDENTITY):
+                os.unlink(os.path.join(self.path, name))
+                removed.append(name)
+        for name in self._section_names():
             j = int(name[len("section-") :])
             d = os.path.join(self.path, name)
             for f in os.listdir(d):
@@ -174,6 +394,58 @@ class WebDB:
                     removed.append(os.path.join(name, f))
         shutil.rmtree(os.path.join(self.path, TMP_DIR), ignore_errors=True)
         return removed
+
+    def generations(self) -> list[dict]:
+        """What ``webdb recover`` shows: every manifest present, whether it passes the quick
+        check, and whether CURRENT names it or it was committed."""
+        marks = set(self._marks())
+        out = []
+        for name in sorted(os.listdir(os.path.join(self.path, GEN_DIR))):
+            mm = _MANIFEST.match(name)
+            if not mm:
+                continue
+            g = int(mm.group(1))
+            row: dict[str, Any] = {"generation": g, "committed": g in marks}
+            try:
+                self._check_generation(g)
+                row["ok"] = True
+            except CorruptionError as e:
+                row["ok"], row["error"] = False, str(e)
+            out.append(row)
+        return out
+
+    def _check_generation(self, gen: int) -> dict:
+        m = self.manifest(gen)
+        for j in range(m["sections"]["k"]):
+            for t, e in m["tables"][j].items():
+                p = os.path.join(self.section_dir(j), e["file"])
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    raise CorruptionError(f"{p}: {t} table of generation {gen} is missing") from None
+                if not stat.S_ISREG(st.st_mode) or st.st_size != e["bytes"]:
+                    raise CorruptionError(f"{p}: {t} table of generation {gen} is not the file its manifest records")
+        return m
+
+    def recover_to(self, gen: int) -> list[str]:
+        """Make ``gen`` the committed generation, explicitly (``webdb recover --to N``): for a
+        CURRENT that is damaged, missing or was rolled back.  ``gen``'s manifest and tables must
+        pass the quick check; newer generations are removed.  Call with the lock held."""
+        if not _is_int(gen) or gen < 0:
+            raise BadInput(f"--to {gen!r}: not a generation number")
+        if not os.path.exists(self.manifest_path(gen)):
+            have = [r["generation"] for r in self.generations()]
+            raise BadInput(f"{self.manifest_path(gen)}: no manifest of generation {gen} (present: {have})")
+        m = self._check_generation(gen)
+        self._point_current(gen, manifest_checksum(m), self.settings["sync"])
+        keep = {gen: m}
+        parent = m.get("parent")
+        if parent is not None and os.path.exists(self.manifest_path(parent)):
+            try:
+                keep[parent] = self.manifest(parent, m.get("parent_checksum"))
+            except CorruptionError:
+                pass  # a damaged parent is dropped: no one builds on it
+        return self._remove_unreferenced(keep)
 
 
 class WriterLock:
@@ -244,11 +516,50 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
         os.makedirs(section_path(path, j), exist_ok=True)
     stored = {k: v for k, v in settings.items() if v is not None}
     ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(), "settings": stored}
+    ident["checksum"] = manifest_checksum(ident)
     write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), s["sync"])
     manifest = empty_manifest(Sections(sections))
     db = WebDB(path)
     db.commit(manifest)
     return db
+
+
+_IDENTITY_FIELDS = {"format", "name", "created", "settings", "checksum"}
+
+
+def read_identity(path: str) -> dict:
+    """``DB/webdb.json``, verified: a JSON object of known fields, its checksum when it has
+    one (format 2; format 1 has none), a format this webdb reads, settings it knows."""
+    p = os.path.join(path, DB_IDENTITY)
+    try:
+        data = read_small(p, "identity file", 1 << 20)
+    except FileNotFoundError:
+        raise NotADatabase(f"{path}: not a webdb database (no {DB_IDENTITY})") from None
+    except CorruptionError as e:
+        raise NotADatabase(str(e)) from None
+    try:
+        ident = json.loads(data)
+    except ValueError as e:
+        raise CorruptionError(f"{p}: not JSON ({e})") from None
+    if not isinstance(ident, dict):
+        raise CorruptionError(f"{p}: not a JSON object")
+    unknown = sorted(set(ident) - _IDENTITY_FIELDS)
+    if unknown:
+        raise CorruptionError(f"{p}: unknown field {unknown[0]!r} (damaged?)")
+    if "checksum" in ident and ident["checksum"] != manifest_checksum(ident):
+        raise CorruptionError(f"{p}: checksum mismatch (the identity file is damaged)")
+    fmt = ident.get("format", 0)
+    if not _is_int(fmt) or fmt < 1:
+        raise CorruptionError(f"{p}: field 'format' is {fmt!r}, not a format version")
+    if fmt > DB_FORMAT_VERSION:
+        raise NotADatabase(f"{path}: database format {fmt} is newer than this webdb's {DB_FORMAT_VERSION}")
+    if not isinstance(ident.get("settings", {}), dict):
+        raise CorruptionError(f"{p}: field 'settings' is not an object")
+    try:
+        resolve(ident.get("settings"))
+    except BadInput as e:
+        raise CorruptionError(f"{p}: {e}") from None
+    return ident
 
 
 def empty_manifest(secs: Sections, generation: int = 0) -> dict:

@@ -21,6 +21,7 @@ COMMANDS = {
     "crawl": "crawl",
     "demo": "demo",
     "rebalance": "rebalance",
+    "recover": "recover",
     "rank": "rank",
     "dedup": "dedup",
     "prefixes": "prefixes",

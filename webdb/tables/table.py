@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import stat
 import struct
 import sys
 import zlib
@@ -17,7 +18,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import accumulate, chain
-from operator import lt
+from operator import le, lt
 
 import lz4.block
 
@@ -50,11 +51,28 @@ def _compress(codec: int, raw: bytes) -> bytes:
     return raw
 
 
+# Largest uncompressed block a reader accepts.  Writers cut blocks at ``block_size`` (at
+# most a few MiB) plus one record or one bulk call; a larger declared size is a crafted or
+# damaged block, refused before anything is allocated (a 1 KiB lz4 block could claim 2 GiB).
+MAX_BLOCK_BYTES = 64 << 20
+
+
 def _decompress(codec: int, data: bytes) -> bytes:
     if codec == CODEC_LZ4:
+        if len(data) < 4:
+            raise ValueError("lz4 body shorter than its size prefix")
+        size = int.from_bytes(data[:4], "little")
+        if size > MAX_BLOCK_BYTES:
+            raise ValueError(f"declared size {size} exceeds the {MAX_BLOCK_BYTES}-byte block limit")
         return lz4.block.decompress(data)
     if codec == CODEC_ZLIB:
-        return zlib.decompress(data)
+        d = zlib.decompressobj()
+        raw = d.decompress(data, MAX_BLOCK_BYTES)
+        if d.unconsumed_tail:
+            raise ValueError(f"inflates past the {MAX_BLOCK_BYTES}-byte block limit")
+        if not d.eof:
+            raise ValueError("truncated zlib stream")
+        return raw
     if codec == CODEC_NONE:
         return data
     raise ValueError(f"unknown codec {codec}")
@@ -123,16 +141,26 @@ def unpack_block(data: bytes, where: str) -> RawBlock:
         raise CorruptionError(f"{where}: checksum mismatch")
     try:
         raw = _decompress(codec, body)
-        n = int.from_bytes(raw[-4:], "little")
-        offs = array("I")
-        offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
-        if _BIG:
-            offs.byteswap()
-    except Exception as e:  # a damaged block can fail anywhere in here
-        raise CorruptionError(f"{where}: undecodable block ({type(e).__name__}: {e})") from None
+    except (ValueError, zlib.error, lz4.block.LZ4BlockError) as e:
+        raise CorruptionError(f"{where}: undecodable block ({e})") from None
+    if len(raw) < 4:
+        raise CorruptionError(f"{where}: block of {len(raw)} bytes has no record count")
+    n = int.from_bytes(raw[-4:], "little")
+    if 8 * n > len(raw) - 4:
+        raise CorruptionError(f"{where}: record count {n} does not fit the block's {len(raw)} bytes")
+    offs = array("I")
+    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
+    if _BIG:
+        offs.byteswap()
     kends, rends = offs[:n], offs[n:]
-    if n and rends[-1] != len(raw) - 4 - 8 * n:
-        raise CorruptionError(f"{where}: block offsets do not match its size")
+    if n:
+        if rends[-1] != len(raw) - 4 - 8 * n:
+            raise CorruptionError(f"{where}: block offsets do not match its size")
+        # key end i and record end i interleaved must never decrease: else the records overlap
+        seq = array("I", bytes(8 * n))
+        seq[0::2], seq[1::2] = kends, rends
+        if not all(map(le, seq, seq[1:])):
+            raise CorruptionError(f"{where}: block offsets out of order")
     return RawBlock(raw, kends, rends, n)
 
 
@@ -142,6 +170,8 @@ def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
 
 
 def check_block_crc(data: bytes | memoryview, where: str) -> None:
+    if len(data) < BLOCK_TRAILER_SIZE:
+        raise CorruptionError(f"{where}: truncated block")
     body = data[:-BLOCK_TRAILER_SIZE]
     codec, crc = _TRAILER.unpack_from(data, len(body))
     if zlib.crc32(bytes(body) + bytes((codec,))) != crc:
@@ -325,12 +355,15 @@ class TableReader:
         self.path = path
         self.cache = cache
         try:
-            self._fd = os.open(path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO in a table's place must not hang the open (refused below)
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise
         except OSError as e:
             raise CorruptionError(f"{path}: cannot open ({e.strerror})") from None
         try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise CorruptionError(f"{path}: not a regular file")
             self._load(kind)
         except BaseException:
             os.close(self._fd)
@@ -343,17 +376,24 @@ class TableReader:
             raise CorruptionError(f"{self.path}: truncated (size {size} < footer {FOOTER_SIZE})")
         foot = os.pread(self._fd, FOOTER_SIZE, size - FOOTER_SIZE)
         io, il, mo, ml, count, k, version, magic = _FOOTER.unpack(foot)
+        # The footer has no checksum of its own: every field is checked against the others, the
+        # file size and the (checksummed) index, so a damaged byte anywhere in it is reported.
+        bad = f"{self.path}: corrupt footer at offset {size - FOOTER_SIZE}"
         if magic != TABLE_MAGIC:
             raise CorruptionError(f"{self.path}: not a webdb table (bad magic {magic!r})")
-        if version > TABLE_VERSION:
-            raise CorruptionError(f"{self.path}: table format version {version} is newer than {TABLE_VERSION}")
+        if version != TABLE_VERSION:
+            if TABLE_VERSION < version < 256:
+                raise CorruptionError(f"{self.path}: table format version {version} is newer than {TABLE_VERSION}")
+            raise CorruptionError(f"{bad}: version field {version} is not a table format version")
+        if foot[33:36] != b"\0\0\0":
+            raise CorruptionError(f"{bad}: reserved bytes are not zero")
         if kind is not None and k != kind:
-            raise CorruptionError(f"{self.path}: table kind {k}, expected {kind}")
+            raise CorruptionError(f"{self.path}: table kind {k}, expected {kind} (corrupt footer, or the wrong file)")
         if io + il != mo or mo + ml + FOOTER_SIZE != size:
-            raise CorruptionError(f"{self.path}: footer offsets do not match the file size")
+            raise CorruptionError(f"{bad}: offsets do not match the file size")
         self.kind, self.count, self.data_end = k, count, io
         if il:
-            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block")
+            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}")
         else:
             ikeys, ivals = [], []
         self.first_keys = ikeys
@@ -361,14 +401,28 @@ class TableReader:
         self.lengths = [0] * len(ivals)
         self.counts = [0] * len(ivals)
         self.last_keys: list[bytes] = [b""] * len(ivals)
+        pos = 0
         for i, v in enumerate(ivals):
-            self.offsets[i], self.lengths[i], self.counts[i] = _INDEX_VALUE.unpack_from(v)
-            self.last_keys[i] = v[_INDEX_VALUE.size :]
-        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block")
+            where = f"{self.path}: index entry {i} (index block at offset {io})"
+            if len(v) < _INDEX_VALUE.size:
+                raise CorruptionError(f"{where}: {len(v)} bytes, shorter than an entry")
+            off, length, n = self.offsets[i], self.lengths[i], self.counts[i] = _INDEX_VALUE.unpack_from(v)
+            last = self.last_keys[i] = v[_INDEX_VALUE.size :]
+            # Blocks are written back to back from offset 0 to the index.
+            if off != pos or length < BLOCK_TRAILER_SIZE or off + length > io:
+                raise CorruptionError(f"{where}: block at {off}+{length} is not where the previous block ends ({pos})")
+            if last < ikeys[i] or (i and ikeys[i] <= self.last_keys[i - 1]):
+                raise CorruptionError(f"{where}: keys out of order with the previous block")
+            pos = off + length
+        if pos != io:
+            raise CorruptionError(f"{self.path}: index covers {pos} bytes, the data blocks end at {io}")
+        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
         try:
             self.meta = json.loads(mv[0])
         except (ValueError, IndexError):
-            raise CorruptionError(f"{self.path}: meta block is not JSON") from None
+            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not JSON") from None
+        if not isinstance(self.meta, dict):
+            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not a JSON object")
         if sum(self.counts) != count:
             raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
 
