@@ -1,7 +1,8 @@
 """``check()``: verify every invariant of a committed generation (``webdb check DB``).
 
-Per table: every block's checksum and decoding, index vs data, strict key order within and
-across sections, each key in the section the split assigns it, counts vs the manifest.
+First the quick check every writer runs (``WebDB.quick_check``).  Per table: every block's
+checksum and decoding, index vs data, strict key order within and across sections, each key
+in the section the split assigns it, counts vs the manifest.
 Across tables: PagesByMD5 holds exactly (md5, url) → page of every page; LinksByURL holds
 exactly the links of LinksByMD5; every link's source content is carried by a page and its
 target is a page; every target_has_outlink flag is right; status counts match the manifest.
@@ -72,7 +73,10 @@ def _sorted_equal(a: SortBuffer, b: Iterator[bytes], what: str) -> int:
 
 
 def check(reader, progress: bool = False) -> dict:
-    """Raise CorruptionError at the first violation; return counts when all is well."""
+    """Raise CorruptionError at the first violation; return counts when all is well.
+    Starts with the writers' quick check (CURRENT, the committed and parent manifests, every
+    table file present with its recorded size)."""
+    reader.db.quick_check()
     bar = None
     if progress:
         from tqdm import tqdm

@@ -98,11 +98,23 @@ def _crc(data: bytes) -> str:
     return f"{zlib.crc32(data):08x}"
 
 
-def manifest_checksum(manifest: dict) -> str:
-    """CRC-32 (hex) of a manifest's canonical JSON without its own ``checksum`` field: the
-    form it is read back as, so the value does not depend on key order or int/str keys."""
-    body = json.loads(json.dumps({k: v for k, v in manifest.items() if k != "checksum"}))
-    return _crc(json.dumps(body, indent=1, sort_keys=True).encode())
+_SEAL = re.compile(rb'"checksum": "([0-9a-f]{8})"')
+_UNSEALED = b'"checksum": "00000000"'
+
+
+def seal(obj: dict) -> bytes:
+    """``obj`` as JSON text whose ``checksum`` field is the CRC-32 of the text with that field
+    reading ``00000000`` (docs/format.md §5): every byte of the file is covered."""
+    text = json.dumps({**obj, "checksum": "00000000"}, indent=1, sort_keys=True).encode()
+    return text.replace(_UNSEALED, f'"checksum": "{_crc(text)}"'.encode(), 1)
+
+
+def seal_checksum(data: bytes) -> tuple[str, str | None]:
+    """(the checksum of a sealed file's bytes, the checksum it records or None if none)."""
+    found = _SEAL.findall(data)
+    if len(found) != 1:
+        return _crc(data), None
+    return _crc(_SEAL.sub(_UNSEALED, data)), found[0].decode()
 
 
 def current_line(gen: int, checksum: str) -> bytes:
@@ -220,6 +232,9 @@ class WebDB:
         """The manifest of ``gen`` (default: the committed one), verified: its own checksum,
         ``checksum`` when the caller knows it (CURRENT, a child's ``parent_checksum``), the
         shape of every field.  Any failure is a CorruptionError naming the file and field."""
+        return self._load_manifest(gen, checksum)[0]
+
+    def _load_manifest(self, gen: int | None, checksum: str | None = None) -> tuple[dict, str]:
         if gen is None:
             gen, checksum = self.current()
         p = self.manifest_path(gen)
@@ -227,22 +242,22 @@ class WebDB:
             data = read_small(p, "manifest")
         except FileNotFoundError:
             raise CorruptionError(f"{p}: manifest of generation {gen} is missing") from None
+        actual, own = seal_checksum(data)
+        if own is not None and own != actual:
+            raise CorruptionError(f"{p}: checksum mismatch (manifest of generation {gen} is damaged)")
+        if checksum is not None and checksum != actual:
+            raise CorruptionError(
+                f"{p}: checksum {actual} is not the {checksum} recorded for it (damaged, or replaced by another copy)"
+            )
         try:
             m = json.loads(data)
         except ValueError as e:
             raise CorruptionError(f"{p}: manifest of generation {gen} is not JSON ({e})") from None
-        if isinstance(m, dict):
-            own = m.get("checksum")
-            actual = manifest_checksum(m)
-            if own is not None and own != actual:
-                raise CorruptionError(f"{p}: checksum mismatch (manifest of generation {gen} is damaged)")
-            if checksum is not None and checksum != actual:
-                raise CorruptionError(
-                    f"{p}: checksum {actual} is not the {checksum} its referrer recorded "
-                    f"(damaged, or replaced by another copy)"
-                )
         validate_manifest(m, gen, p)
-        return m
+        if isinstance(m.get("checksum"), str) and own is None:
+            raise CorruptionError(f"{p}: checksum field is not where a webdb writer puts it (damaged)")
+        m.pop("checksum", None)
+        return m, actual
 
     def quick_check(self, sections: list[int] | None = None) -> dict:
         """Verify the committed generation before a writer builds on it; return its manifest.
@@ -282,17 +297,16 @@ class WebDB:
     def write_manifest(self, manifest: dict) -> str:
         """Write ``manifest`` (with its checksum and its parent's) under gen/; return its
         checksum.  The one place a manifest file is written."""
-        body = {k: v for k, v in manifest.items() if k not in ("checksum", "seconds")}
+        body = {k: v for k, v in manifest.items() if k not in ("checksum", "parent_checksum", "seconds")}
         parent = body.get("parent")
-        if parent is not None and "parent_checksum" not in body:
+        if parent is not None:
             try:
-                body["parent_checksum"] = manifest_checksum(self.manifest(parent))
+                body["parent_checksum"] = self._load_manifest(parent)[1]
             except CorruptionError:
                 pass  # no parent here (a fresh location of a rack): nothing to chain to
-        c = manifest_checksum(body)
-        data = json.dumps({**body, "checksum": c}, indent=1, sort_keys=True).encode()
+        data = seal(body)
         write_atomic(self.manifest_path(manifest["generation"]), data, self.settings["sync"])
-        return c
+        return seal_checksum(data)[0]
 
     def commit(self, manifest: dict) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
@@ -437,7 +451,7 @@ class WebDB:
             have = [r["generation"] for r in self.generations()]
             raise BadInput(f"{self.manifest_path(gen)}: no manifest of generation {gen} (present: {have})")
         m = self._check_generation(gen)
-        self._point_current(gen, manifest_checksum(m), self.settings["sync"])
+        self._point_current(gen, self._load_manifest(gen)[1], self.settings["sync"])
         keep = {gen: m}
         parent = m.get("parent")
         if parent is not None and os.path.exists(self.manifest_path(parent)):
@@ -516,8 +530,7 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
         os.makedirs(section_path(path, j), exist_ok=True)
     stored = {k: v for k, v in settings.items() if v is not None}
     ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(), "settings": stored}
-    ident["checksum"] = manifest_checksum(ident)
-    write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), s["sync"])
+    write_atomic(os.path.join(path, DB_IDENTITY), seal(ident), s["sync"])
     manifest = empty_manifest(Sections(sections))
     db = WebDB(path)
     db.commit(manifest)
@@ -537,6 +550,9 @@ def read_identity(path: str) -> dict:
         raise NotADatabase(f"{path}: not a webdb database (no {DB_IDENTITY})") from None
     except CorruptionError as e:
         raise NotADatabase(str(e)) from None
+    actual, own = seal_checksum(data)
+    if own is not None and own != actual:
+        raise CorruptionError(f"{p}: checksum mismatch (the identity file is damaged)")
     try:
         ident = json.loads(data)
     except ValueError as e:
@@ -546,8 +562,8 @@ def read_identity(path: str) -> dict:
     unknown = sorted(set(ident) - _IDENTITY_FIELDS)
     if unknown:
         raise CorruptionError(f"{p}: unknown field {unknown[0]!r} (damaged?)")
-    if "checksum" in ident and ident["checksum"] != manifest_checksum(ident):
-        raise CorruptionError(f"{p}: checksum mismatch (the identity file is damaged)")
+    if "checksum" in ident and own is None:
+        raise CorruptionError(f"{p}: checksum field is not where a webdb writer puts it (damaged)")
     fmt = ident.get("format", 0)
     if not _is_int(fmt) or fmt < 1:
         raise CorruptionError(f"{p}: field 'format' is {fmt!r}, not a format version")
