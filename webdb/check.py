@@ -29,7 +29,8 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
         if t is None:
             continue
         if entry["records"] != t.count:
-            raise CorruptionError(f"{t.path}: holds {t.count} records, manifest says {entry['records']}")
+            where = reader.db.manifest_path(reader.generation)
+            raise CorruptionError(f"{t.path}: holds {t.count} records, {where} says {entry['records']}")
         n = 0
         for b in range(t.nblocks):
             keys, vals = t.block(b)
@@ -86,6 +87,11 @@ def check(reader, progress: bool = False) -> dict:
     tmp = tempfile.mkdtemp(prefix="webdb-check-")
     try:
         return _check(reader, bar, tmp)
+    except CorruptionError as e:
+        if reader.db.path in str(e):
+            raise
+        # a cross-table finding names no one file: name the database
+        raise CorruptionError(f"{reader.db.path} (generation {reader.generation}): {e}") from None
     finally:
         if bar is not None:
             bar.close()
@@ -114,7 +120,8 @@ def _check(reader, bar, tmp: str) -> dict:
         for k, v in sc.items():
             merged[int(k)] = merged.get(int(k), 0) + v
     if {k: v for k, v in merged.items() if v} != status:
-        raise CorruptionError(f"status counts {status} differ from the manifest's {want_status}")
+        where = reader.db.manifest_path(reader.generation)
+        raise CorruptionError(f"{where}: status counts {want_status} differ from the pages' {status}")
     del pages_out
     # Links: LinksByMD5 → expected LinksByURL; every source md5 carried by some page.
     lbu_exp = SortBuffer(tmp, "lbu", mem)

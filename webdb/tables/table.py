@@ -383,7 +383,9 @@ class TableReader:
             raise CorruptionError(f"{self.path}: not a webdb table (bad magic {magic!r})")
         if version != TABLE_VERSION:
             if TABLE_VERSION < version < 256:
-                raise CorruptionError(f"{self.path}: table format version {version} is newer than {TABLE_VERSION}")
+                raise CorruptionError(
+                    f"{bad}: version field {version} (a table written by a newer webdb, or a damaged footer)"
+                )
             raise CorruptionError(f"{bad}: version field {version} is not a table format version")
         if foot[33:36] != b"\0\0\0":
             raise CorruptionError(f"{bad}: reserved bytes are not zero")
