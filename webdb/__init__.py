@@ -10,7 +10,15 @@ with db.reader() as r:
 
 from webdb.db import WebDB, create
 from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
-from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, NotADatabase, WebDBError
+from webdb.errors import (
+    BadInput,
+    ClosedError,
+    CorruptionError,
+    DistributedError,
+    LockedError,
+    NotADatabase,
+    WebDBError,
+)
 from webdb.reader import Reader
 from webdb.schedule import FetchResult, Schedule
 from webdb.tables.records import DAY, NEVER, Link, Page, Status, domain_id, url_md5
@@ -20,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BadInput",
+    "ClosedError",
     "CorruptionError",
     "DAY",
     "DistributedError",

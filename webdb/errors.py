@@ -15,6 +15,11 @@ class CorruptionError(WebDBError):
     """A file failed a checksum or structural check; the message names file and block."""
 
 
+class ClosedError(WebDBError, ValueError):
+    """A call on a writer or reader after its close() or abort(): it would be lost (a writer)
+    or read a closed file (a reader)."""
+
+
 class LockedError(WebDBError):
     """Another writer holds the database; the message names its host, pid and start time."""
 

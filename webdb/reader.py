@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from webdb.errors import CorruptionError
+from webdb.errors import ClosedError, CorruptionError
 from webdb.sections import Sections
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.records import Link, Page, validate_url
@@ -39,6 +39,7 @@ class Reader:
                         f"{e.filename}: missing table file of generation "
                         f"{m['generation']} (wrong section directory or mount?)"
                     ) from None
+        self.closed = False
         self.manifest = m
         self.generation = m["generation"]
         self.sections = Sections.from_json(m["sections"])
@@ -60,6 +61,7 @@ class Reader:
         self.tables = tabs
 
     def close(self) -> None:
+        self.closed = True
         for lst in self.tables.values():
             for r in lst:
                 if r is not None:
@@ -91,10 +93,15 @@ class Reader:
                 out[int(k)] = out.get(int(k), 0) + v
         return out
 
+    def _live(self) -> None:
+        if self.closed:
+            raise ClosedError(f"reader of {self.db.path} is closed (open a new one with db.reader())")
+
     # ---- lookups ---------------------------------------------------------------------------
 
     def get_page(self, url: str) -> Page | None:
         """The page of ``url`` or None.  Cost: one block read in one section (cached)."""
+        self._live()
         url_b = validate_url(url, 1 << 30)
         t = self.tables["pages_by_url"][self.sections.of_url(url_b)]
         v = t.get(url_b) if t is not None else None
@@ -102,6 +109,7 @@ class Reader:
 
     def get_pages(self, md5: bytes) -> Iterator[Page]:
         """Every page whose content has ``md5``, by url."""
+        self._live()
         t = self.tables["pages_by_md5"][self.sections.of_md5(md5)]
         if t is None:
             return
@@ -110,6 +118,7 @@ class Reader:
 
     def inlinks(self, url: str) -> Iterator[Link]:
         """Links to ``url``, by from_id, streamed (a URL with a million inlinks is fine)."""
+        self._live()
         url_b = validate_url(url, 1 << 30)
         t = self.tables["links_by_url"][self.sections.of_url(url_b)]
         if t is None:
@@ -120,6 +129,7 @@ class Reader:
 
     def outlinks(self, md5: bytes) -> Iterator[Link]:
         """Links from the content ``md5``, by target url."""
+        self._live()
         t = self.tables["links_by_md5"][self.sections.of_md5(md5)]
         if t is None:
             return
@@ -130,6 +140,7 @@ class Reader:
 
     def items(self, table: str, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Raw (key, value) pairs of a table in global key order."""
+        self._live()
         for t in self.tables[table]:
             if t is not None:
                 yield from t.items(start)

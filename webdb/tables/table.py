@@ -22,7 +22,7 @@ from operator import le, lt
 
 import lz4.block
 
-from webdb.errors import CorruptionError
+from webdb.errors import ClosedError, CorruptionError
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
     CODEC_LZ4,
@@ -443,11 +443,17 @@ class TableReader:
     def nblocks(self) -> int:
         return len(self.first_keys)
 
+    def _live(self) -> None:
+        if self._fd < 0:
+            raise ClosedError(f"{self.path}: read after the reader was closed")
+
     def raw_block(self, i: int) -> bytes:
+        self._live()
         return os.pread(self._fd, self.lengths[i], self.offsets[i])
 
     def raw_range(self, i: int, j: int) -> bytes:
         """The bytes of blocks i..j-1 (contiguous on disk)."""
+        self._live()
         start = self.offsets[i]
         return os.pread(self._fd, self.offsets[j - 1] + self.lengths[j - 1] - start, start)
 
@@ -457,6 +463,7 @@ class TableReader:
     def raw(self, i: int, fill_cache: bool = True) -> RawBlock:
         """Block i decompressed and verified; cached (LRU, by its size) if ``fill_cache`` —
         scans pass False, as LevelDB iterators do, so one long scan does not evict hot blocks."""
+        self._live()
         c = self.cache
         if c is not None:
             hit = c.get((self.path, i))
