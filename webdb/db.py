@@ -519,8 +519,7 @@ def _read_holder(path: str) -> dict:
 
 def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     """Create an empty database with ``sections`` sections at ``path`` (must not exist or be empty)."""
-    if not isinstance(sections, int) or sections < 1:
-        raise BadInput(f"sections must be a whole number >= 1, not {sections!r}")
+    Sections(sections)  # BadInput unless 1..MAX_SECTIONS
     s = resolve(None, **settings)
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
