@@ -30,7 +30,15 @@ import zlib
 from typing import Any
 
 from webdb import _fault
-from webdb.errors import BadInput, CorruptionError, LockedError, NotADatabase
+from webdb.errors import (
+    BadInput,
+    CorruptionError,
+    DiskFull,
+    LockedError,
+    NotADatabase,
+    WebDBError,
+    is_disk_full,
+)
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
@@ -57,11 +65,20 @@ def fsync_dir(path: str) -> None:
 def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
     """Write a small file by temp + fsync + rename (+ directory fsync)."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if is_disk_full(e):
+            raise DiskFull.at(path, len(data), e) from None
+        raise
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
@@ -266,6 +283,7 @@ class WebDB:
         parent), and every table file of ``sections`` (default all): present, a regular file,
         of the size the manifest records.  Cost: a few small reads and one stat per table."""
         m = self.manifest()
+        self._section_names()  # a stray section-foo is an error, not something to skip
         parent = m.get("parent")
         if parent is not None and os.path.lexists(self.manifest_path(parent)):
             self.manifest(parent, m.get("parent_checksum"))
@@ -475,7 +493,10 @@ class WriterLock:
         self.stale: dict | None = None
 
     def acquire(self) -> WriterLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise WebDBError(f"{self.path}: cannot take the writer lock ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -524,15 +545,25 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise BadInput(f"{path}: exists and is not an empty directory")
-    os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
-    for j in range(sections):
-        os.makedirs(section_path(path, j), exist_ok=True)
-    stored = {k: v for k, v in settings.items() if v is not None}
-    ident = {"format": DB_FORMAT_VERSION, "name": os.path.basename(path), "created": time.time(), "settings": stored}
-    write_atomic(os.path.join(path, DB_IDENTITY), seal(ident), s["sync"])
-    manifest = empty_manifest(Sections(sections))
-    db = WebDB(path)
-    db.commit(manifest)
+    try:
+        os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
+        for j in range(sections):
+            os.makedirs(section_path(path, j), exist_ok=True)
+        stored = {k: v for k, v in settings.items() if v is not None}
+        ident = {
+            "format": DB_FORMAT_VERSION,
+            "name": os.path.basename(path),
+            "created": time.time(),
+            "settings": stored,
+        }
+        write_atomic(os.path.join(path, DB_IDENTITY), seal(ident), s["sync"])
+        manifest = empty_manifest(Sections(sections))
+        db = WebDB(path)
+        db.commit(manifest)
+    except DiskFull:
+        raise
+    except OSError as e:
+        raise BadInput(f"{e.filename or path}: cannot create the database there ({e.strerror})") from None
     return db
 
 

@@ -22,7 +22,7 @@ from operator import le, lt
 
 import lz4.block
 
-from webdb.errors import ClosedError, CorruptionError
+from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
     CODEC_LZ4,
@@ -266,13 +266,29 @@ class TableWriter:
         self._last = last
 
     def _emit(self, data: bytes, first: bytes, last: bytes, count: int) -> None:
-        self._f.write(data)
+        self._write(data)
         if self.first_key is None:
             self.first_key = first
         self.index_keys.append(first)
         self.index_vals.append(_INDEX_VALUE.pack(self._offset, len(data), count) + last)
         self._offset += len(data)
         self.count += count
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._f.write(data)
+        except OSError as e:
+            raise self._full(e, len(data)) from None
+
+    def _full(self, e: OSError, more: int) -> OSError:
+        """A DiskFull for ENOSPC/EDQUOT (the bytes not yet on disk are the least needed)."""
+        if not is_disk_full(e):
+            return e
+        try:
+            on_disk = os.fstat(self._f.fileno()).st_size
+        except (OSError, ValueError):
+            on_disk = 0
+        return DiskFull.at(self.path, max(more, self._offset - on_disk + more), e)
 
     def flush(self) -> None:
         """End the current block here (a merge that wants the next block aligned)."""
@@ -290,7 +306,7 @@ class TableWriter:
         self._flush()
         index_off = self._offset
         index = encode_block(self.index_keys, self.index_vals, self.codec) if self.index_keys else b""
-        self._f.write(index)
+        self._write(index)
         meta_off = index_off + len(index)
         info = dict(
             meta or {},
@@ -300,21 +316,27 @@ class TableWriter:
             last=self._last.hex() if self._last is not None else None,
         )
         mblock = encode_block([b"meta"], [json.dumps(info, sort_keys=True).encode()], CODEC_NONE)
-        self._f.write(mblock)
-        self._f.write(
+        self._write(mblock)
+        self._write(
             _FOOTER.pack(
                 index_off, len(index), meta_off, len(mblock), self.count, self.kind, TABLE_VERSION, TABLE_MAGIC
             )
         )
-        self._f.flush()
-        if self.sync:
-            os.fsync(self._f.fileno())
+        try:
+            self._f.flush()
+            if self.sync:
+                os.fsync(self._f.fileno())
+        except OSError as e:
+            raise self._full(e, 0) from None
         self._f.close()
         size = meta_off + len(mblock) + FOOTER_SIZE
         return {"records": self.count, "bytes": size}
 
     def abort(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError:
+            pass  # the buffered tail could not be written (a full disk): the file goes anyway
         try:
             os.unlink(self.path)
         except FileNotFoundError:
