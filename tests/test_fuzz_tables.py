@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 
 import webdb
 from webdb.db import current_line, seal, seal_checksum
-from webdb.errors import WebDBError
+from webdb.errors import BadInput, WebDBError
 from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
+from webdb.tables.records import validate_url
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter
 
 LIMIT = 512 << 20
@@ -303,6 +304,49 @@ def fuzz_small(small_db, tmp_path, kind: str, which: int, action: str, value) ->
 @given(which=st.integers(0, 10**6), action=st.sampled_from(["set", "delete", "add"]), value=json_values)
 def test_mutated_small_file(small_db, tmp_path, kind, which, action, value):
     fuzz_small(small_db, tmp_path, kind, which, action, value)
+
+
+def read_db(path: str) -> None:
+    db = webdb.open(path)
+    with db.reader() as r:
+        for p in r.pages():
+            try:
+                validate_url(p.url)
+            except BadInput:
+                continue  # a crafted key: not a URL one may look up (the lookup says so)
+            r.get_page(p.url)
+            list(r.inlinks(p.url))
+            list(r.get_pages(p.md5))
+            list(r.outlinks(p.md5))
+        list(r.links())
+        list(r.links_by_md5())
+        list(r.pages_by_md5())
+
+
+@pytest.fixture(scope="module")
+def none_db(tmp_path_factory):
+    """A db with codec none, so mutations reach the records (values, keys, offsets)."""
+    base = tmp_path_factory.mktemp("fuzznone")
+    make_db(base / "db", sections=1, codec="none")
+    return base / "db"
+
+
+@FUZZ
+@given(table=st.sampled_from(["pbu", "pbm", "lbm", "lbu"]), which=st.integers(0, 1000), ops=edit_ops)
+def test_mutated_records_read_through_the_api(none_db, tmp_path, table, which, ops):
+    """Records decoded into Page/Link (short values, bad UTF-8, bad meta JSON): a clear error."""
+    d = tmp_path / "db"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(none_db, d)
+    sec = d / "section-0000"
+    f = next(p for p in sec.iterdir() if p.suffix == "." + table)
+    data = bytearray(f.read_bytes())
+    spans = block_spans(str(f))
+    off, length = spans[which % len(spans)]
+    apply_ops(data, off, length - 5, ops)
+    reseal(data, off, length)
+    f.write_bytes(data)
+    assert_clear(in_child(lambda: read_db(str(d))), str(d))
 
 
 @pytest.mark.slow
