@@ -12,6 +12,8 @@ Layout (docs/design.md, *Files in a database*)::
 
 Data files are immutable; a commit writes the new generation's files, fsyncs them, writes the
 manifest, then flips CURRENT by rename.  Readers read CURRENT and open the files it names.
+The small files' format and checks are in ``webdb.dbfiles``; this module (about 500 lines) is
+the directory's lifecycle: generations, commit, quick check, recovery, the lock.
 """
 
 from __future__ import annotations
@@ -26,10 +28,23 @@ import shutil
 import socket
 import stat
 import time
-import zlib
 from typing import Any
 
 from webdb import _fault
+from webdb.dbfiles import (  # noqa: F401 - current_line, seal, seal_checksum: re-exported
+    CURRENT_LINE,
+    GEN_FILE,
+    MANIFEST_NAME,
+    MARK_NAME,
+    crc_hex,
+    current_line,
+    is_whole,
+    read_identity,
+    read_small,
+    seal,
+    seal_checksum,
+    validate_manifest,
+)
 from webdb.errors import (
     BadInput,
     CorruptionError,
@@ -44,14 +59,6 @@ from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
 
 TABLES = tuple(TABLE_KINDS)
-_GEN_FILE = re.compile(r"^(\d{8})-s\d\.(pbu|pbm|lbm|lbu)$")
-# CURRENT: "NNNNNNNN MMMMMMMM CCCCCCCC\n" — generation, CRC-32 of its manifest, CRC-32 of the
-# first 17 bytes (docs/format.md §5).  "NNNNNNNN\n" is the format before checksums.
-_CURRENT = re.compile(rb"^(\d{8})(?: ([0-9a-f]{8}) ([0-9a-f]{8}))?\n$")
-_MANIFEST = re.compile(r"^(\d{8})\.json$")
-_MARK = re.compile(r"^(\d{8})\.committed$")
-# Small files are read whole; anything larger than this is not one of ours.
-_SMALL_MAX = 256 << 20
 
 
 def fsync_dir(path: str) -> None:
@@ -84,111 +91,6 @@ def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
-def read_small(path: str, what: str, limit: int = _SMALL_MAX) -> bytes:
-    """The bytes of one of the db's small files.  A FIFO, device or directory in its place is
-    refused without blocking (O_NONBLOCK, then fstat); a missing file raises FileNotFoundError."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise CorruptionError(f"{path}: cannot open {what} ({e.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptionError(f"{path}: {what} is not a regular file")
-        if st.st_size > limit:
-            raise CorruptionError(f"{path}: {what} of {st.st_size} bytes is larger than any webdb writes")
-        chunks = []
-        while True:
-            b = os.read(fd, 1 << 20)
-            if not b:
-                return b"".join(chunks)
-            chunks.append(b)
-    except OSError as e:
-        raise CorruptionError(f"{path}: cannot read {what} ({e.strerror})") from None
-    finally:
-        os.close(fd)
-
-
-def _crc(data: bytes) -> str:
-    return f"{zlib.crc32(data):08x}"
-
-
-_SEAL = re.compile(rb'"checksum": "([0-9a-f]{8})"')
-_UNSEALED = b'"checksum": "00000000"'
-
-
-def seal(obj: dict) -> bytes:
-    """``obj`` as JSON text whose ``checksum`` field is the CRC-32 of the text with that field
-    reading ``00000000`` (docs/format.md §5): every byte of the file is covered."""
-    text = json.dumps({**obj, "checksum": "00000000"}, indent=1, sort_keys=True).encode()
-    return text.replace(_UNSEALED, f'"checksum": "{_crc(text)}"'.encode(), 1)
-
-
-def seal_checksum(data: bytes) -> tuple[str, str | None]:
-    """(the checksum of a sealed file's bytes, the checksum it records or None if none)."""
-    found = _SEAL.findall(data)
-    if len(found) != 1:
-        return _crc(data), None
-    return _crc(_SEAL.sub(_UNSEALED, data)), found[0].decode()
-
-
-def current_line(gen: int, checksum: str) -> bytes:
-    """The content of CURRENT naming generation ``gen`` whose manifest has ``checksum``."""
-    head = f"{gen:08d} {checksum}".encode()
-    return head + f" {_crc(head)}\n".encode()
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def validate_manifest(m: Any, gen: int, path: str) -> None:
-    """Raise CorruptionError naming ``path`` and the field if ``m`` is not a manifest of ``gen``."""
-
-    def bad(field: str, why: str) -> CorruptionError:
-        return CorruptionError(f"{path}: manifest field {field!r} {why}")
-
-    if not isinstance(m, dict):
-        raise CorruptionError(f"{path}: not a manifest (a JSON {type(m).__name__}, not an object)")
-    for f in ("generation", "sections", "tables", "status"):
-        if f not in m:
-            raise bad(f, "is missing")
-    if m["generation"] != gen or not _is_int(m["generation"]):
-        raise bad("generation", f"is {m['generation']!r}, the file name says {gen}")
-    parent = m.get("parent")
-    if parent is not None and (not _is_int(parent) or not 0 <= parent < gen):
-        raise bad("parent", f"is {parent!r}, not a generation before {gen}")
-    secs = m["sections"]
-    if not isinstance(secs, dict) or not _is_int(secs.get("k")) or not 1 <= secs["k"] <= 65535:
-        raise bad("sections", f"is {secs!r:.100}, not {{'k': 1..65535, 'breakpoints': [...]}}")
-    k = secs["k"]
-    bps = secs.get("breakpoints", [])
-    if not isinstance(bps, list) or (bps and len(bps) != k - 1) or not all(isinstance(b, str) for b in bps):
-        raise bad("sections.breakpoints", f"is not a list of {k - 1} URLs")
-    for f in ("tables", "status"):
-        if not isinstance(m[f], list) or len(m[f]) != k or not all(isinstance(x, dict) for x in m[f]):
-            raise bad(f, f"is not a list of {k} objects (one per section)")
-    for j, tabs in enumerate(m["tables"]):
-        for t, e in tabs.items():
-            where = f"tables[{j}].{t}"
-            if t not in TABLE_KINDS:
-                raise bad(where, "is not a table name")
-            if not isinstance(e, dict):
-                raise bad(where, "is not an object")
-            fm = _GEN_FILE.match(e.get("file", "")) if isinstance(e.get("file"), str) else None
-            if fm is None or int(fm.group(1)) > gen:
-                raise bad(f"{where}.file", f"is {e.get('file')!r}, not a table file of generation <= {gen}")
-            for f in ("records", "bytes"):
-                if not _is_int(e.get(f)) or e[f] < 0:
-                    raise bad(f"{where}.{f}", f"is {e.get(f)!r}, not a count")
-    for j, sc in enumerate(m["status"]):
-        for st, n in sc.items():
-            if not st.isdigit() or not _is_int(n) or n < 0:
-                raise bad(f"status[{j}].{st}", f"is {n!r}, not a count")
-
-
 class WebDB:
     """An open database directory.  Cheap to create; holds no file open between calls."""
 
@@ -213,11 +115,11 @@ class WebDB:
             raise CorruptionError(
                 f"{p}: missing (run `webdb recover {self.path}` to see the generations present)"
             ) from None
-        m = _CURRENT.match(data)
+        m = CURRENT_LINE.match(data)
         if m is None:
             raise CorruptionError(f"{p}: not a commit pointer ({data[:40]!r})")
         gen = int(m.group(1))
-        if m.group(2) is not None and _crc(data[:17]) != m.group(3).decode():
+        if m.group(2) is not None and crc_hex(data[:17]) != m.group(3).decode():
             raise CorruptionError(f"{p}: checksum mismatch (the commit pointer is damaged)")
         marks = self._marks()
         later = [g for g in marks if g > gen]
@@ -240,7 +142,7 @@ class WebDB:
             names = os.listdir(os.path.join(self.path, GEN_DIR))
         except OSError as e:
             raise CorruptionError(f"{os.path.join(self.path, GEN_DIR)}: cannot list ({e.strerror})") from None
-        return sorted(int(m.group(1)) for m in map(_MARK.match, names) if m)
+        return sorted(int(m.group(1)) for m in map(MARK_NAME.match, names) if m)
 
     def manifest_path(self, gen: int) -> str:
         return os.path.join(self.path, GEN_DIR, f"{gen:08d}.json")
@@ -405,7 +307,7 @@ class WebDB:
         removed: list[str] = []
         gdir = os.path.join(self.path, GEN_DIR)
         for name in os.listdir(gdir):
-            m = _MANIFEST.match(name) or _MARK.match(name)
+            m = MANIFEST_NAME.match(name) or MARK_NAME.match(name)
             if (m and int(m.group(1)) not in keep) or ".tmp." in name:
                 os.unlink(os.path.join(gdir, name))
                 removed.append(os.path.join(GEN_DIR, name))
@@ -421,7 +323,7 @@ class WebDB:
                 if f == "edits":
                     shutil.rmtree(p, ignore_errors=True)
                     removed.append(os.path.join(name, f))
-                elif _GEN_FILE.match(f) and (j, f) not in referenced:
+                elif GEN_FILE.match(f) and (j, f) not in referenced:
                     os.unlink(p)
                     removed.append(os.path.join(name, f))
         shutil.rmtree(os.path.join(self.path, TMP_DIR), ignore_errors=True)
@@ -433,7 +335,7 @@ class WebDB:
         marks = set(self._marks())
         out = []
         for name in sorted(os.listdir(os.path.join(self.path, GEN_DIR))):
-            mm = _MANIFEST.match(name)
+            mm = MANIFEST_NAME.match(name)
             if not mm:
                 continue
             g = int(mm.group(1))
@@ -463,7 +365,7 @@ class WebDB:
         """Make ``gen`` the committed generation, explicitly (``webdb recover --to N``): for a
         CURRENT that is damaged, missing or was rolled back.  ``gen``'s manifest and tables must
         pass the quick check; newer generations are removed.  Call with the lock held."""
-        if not _is_int(gen) or gen < 0:
+        if not is_whole(gen) or gen < 0:
             raise BadInput(f"--to {gen!r}: not a generation number")
         if not os.path.exists(self.manifest_path(gen)):
             have = [r["generation"] for r in self.generations()]
@@ -565,47 +467,6 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     except OSError as e:
         raise BadInput(f"{e.filename or path}: cannot create the database there ({e.strerror})") from None
     return db
-
-
-_IDENTITY_FIELDS = {"format", "name", "created", "settings", "checksum"}
-
-
-def read_identity(path: str) -> dict:
-    """``DB/webdb.json``, verified: a JSON object of known fields, its checksum when it has
-    one (format 2; format 1 has none), a format this webdb reads, settings it knows."""
-    p = os.path.join(path, DB_IDENTITY)
-    try:
-        data = read_small(p, "identity file", 1 << 20)
-    except FileNotFoundError:
-        raise NotADatabase(f"{path}: not a webdb database (no {DB_IDENTITY})") from None
-    except CorruptionError as e:
-        raise NotADatabase(str(e)) from None
-    actual, own = seal_checksum(data)
-    if own is not None and own != actual:
-        raise CorruptionError(f"{p}: checksum mismatch (the identity file is damaged)")
-    try:
-        ident = json.loads(data)
-    except ValueError as e:
-        raise CorruptionError(f"{p}: not JSON ({e})") from None
-    if not isinstance(ident, dict):
-        raise CorruptionError(f"{p}: not a JSON object")
-    unknown = sorted(set(ident) - _IDENTITY_FIELDS)
-    if unknown:
-        raise CorruptionError(f"{p}: unknown field {unknown[0]!r} (damaged?)")
-    if "checksum" in ident and own is None:
-        raise CorruptionError(f"{p}: checksum field is not where a webdb writer puts it (damaged)")
-    fmt = ident.get("format", 0)
-    if not _is_int(fmt) or fmt < 1:
-        raise CorruptionError(f"{p}: field 'format' is {fmt!r}, not a format version")
-    if fmt > DB_FORMAT_VERSION:
-        raise NotADatabase(f"{path}: database format {fmt} is newer than this webdb's {DB_FORMAT_VERSION}")
-    if not isinstance(ident.get("settings", {}), dict):
-        raise CorruptionError(f"{p}: field 'settings' is not an object")
-    try:
-        resolve(ident.get("settings"))
-    except BadInput as e:
-        raise CorruptionError(f"{p}: {e}") from None
-    return ident
 
 
 def empty_manifest(secs: Sections, generation: int = 0) -> dict:
