@@ -11,7 +11,7 @@ import pytest
 import webdb
 from webdb.errors import BadInput
 from webdb.ndfs import ConfigError
-from webdb.ndfs.config import load_config, local_config
+from webdb.ndfs.config import NdfsConfig, load_config, local_config
 from webdb.ndfs.names import NutchFile, validate_db_name
 
 HOST = "[host:a]\naddress = {address}\nroot = {root}\n{extra}"
@@ -125,3 +125,19 @@ def test_local_config_is_data_not_text(tmp_path):
         local_config(str(tmp_path / "bad name"), 1)
     with pytest.raises(ConfigError, match="sections"):
         local_config(str(d), 100000)
+
+
+def test_config_round_trips_as_data(tmp_path):
+    text = HOST.format(address="h1", root="/data", extra="port = 2222\nkey_file = /k/id\n")
+    text += "\n[sections]\ncount = 3\nhosts = a, /mnt/shared\n[ndfs]\ndb = crawl\n"
+    cfg = load_config(write(tmp_path, text))
+    import json
+
+    back = NdfsConfig.from_json(json.loads(json.dumps(cfg.to_json())))
+    assert back == cfg
+    local = local_config(str(tmp_path / "odd,dir\n=x" / "crawl").replace("\n", "_"), 2)
+    assert NdfsConfig.from_json(json.loads(json.dumps(local.to_json()))) == local
+    bad = cfg.to_json()
+    bad["hosts"]["a"]["address"] = "root@h1"
+    with pytest.raises(ConfigError, match="user = root"):
+        NdfsConfig.from_json(bad)

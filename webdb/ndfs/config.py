@@ -129,6 +129,55 @@ class NdfsConfig:
         """The share groups a host holds, sorted."""
         return sorted(g for g, locs in self.groups.items() if any(loc.label == host for loc in locs))
 
+    def to_json(self) -> dict:
+        """The config as JSON-safe data (what a local rack ships to its agents instead of INI
+        text).  Key file paths are kept as resolved here."""
+
+        def loc(x: Location) -> dict:
+            return {"host": x.host.name} if x.host else {"path": x.path}
+
+        hosts = {
+            n: {
+                f: (str(v) if isinstance(v, Path) else v)
+                for f, v in h.__dict__.items()
+                if f != "name" and v is not None
+            }
+            for n, h in self.hosts.items()
+        }
+        groups = {g: [loc(x) for x in locs] for g, locs in self.groups.items()}
+        return {"source": self.source, "hosts": hosts, "groups": groups, "sections": self.sections, "db": self.db}
+
+    @classmethod
+    def from_json(cls, d: dict) -> NdfsConfig:
+        """Inverse of ``to_json``; every field is checked again as when a file is read."""
+        source = str(d.get("source", "<config>"))
+        hosts = {}
+        for n, h in d.get("hosts", {}).items():
+            kw = dict(h)
+            for f in ("key_file", "known_hosts"):
+                if kw.get(f) is not None:
+                    kw[f] = Path(kw[f])
+            hosts[n] = HostConfig(name=n, **kw)
+        r = _Reader(source, Path("/"))
+        for n, h in hosts.items():  # the same checks as a [host:NAME] section
+            r.host(n, f"host:{n}", {"address": h.address, "root": h.root}, {})
+        groups = {}
+        for g, locs in d.get("groups", {}).items():
+            out = []
+            for x in locs:
+                if "host" in x:
+                    out.append(Location(host=hosts[x["host"]]))
+                else:
+                    out.append(Location(path=r.absolute(f"group:{g}", "locations", x["path"])))
+            groups[g] = tuple(out)
+        db = d.get("db")
+        if db is not None:
+            try:
+                validate_db_name(db)
+            except BadInput as e:
+                raise ConfigError(f"{source}: {e}") from None
+        return cls(source=source, hosts=hosts, groups=groups, sections=int(d.get("sections", 0)), db=db)
+
 
 class _Reader:
     """Parses one file, turning every problem into a ConfigError naming file, section and key."""
