@@ -30,7 +30,7 @@ from webdb.tables.records import validate_url
 from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter
 
 LIMIT = 512 << 20
-EXAMPLES = int(os.environ.get("WEBDB_FUZZ_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("WEBDB_FUZZ_EXAMPLES", "200"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
