@@ -56,7 +56,7 @@ def load(path: Path, data: Path, k: int, sync: bool) -> None:
 
 def base_db(work: Path, data: Path, k: int, sync: bool) -> Path:
     path = work / f"base-k{k}" / "crawl"
-    if not (path / "CURRENT").exists() or (path / "CURRENT").read_text().strip() != "00000001":
+    if not (path / "CURRENT").exists() or (path / "CURRENT").read_text().split()[0] != "00000001":
         shutil.rmtree(path.parent, ignore_errors=True)
         path.parent.mkdir(parents=True)
         t0 = time.monotonic()

@@ -32,7 +32,7 @@ def gather(roots: list[Path], db: str = "crawl") -> webdb.WebDB:
 
 
 def committed(root: Path, db: str = "crawl") -> int:
-    return int((root / db / "CURRENT").read_text())
+    return int((root / db / "CURRENT").read_text().split()[0])
 
 
 def assert_state(roots: list[Path], gen: int, expect: dict) -> None:

@@ -195,7 +195,7 @@ def test_known_hosts_defaults_to_the_users_file_at_connect_time(monkeypatch, tmp
         ("[hosts:a]\naddress = x\n", r"\[hosts:a\]", "unknown section"),
         ("[ndfs]\nport = 0\n", r"\[ndfs\] port", "bad port 0"),
         ("[ndfs]\nroot = /r\n", r"\[ndfs\] root", "unknown key"),
-        ("[ndfs]\ndb = a/b\n", r"\[ndfs\] db", "single component"),
+        ("[ndfs]\ndb = a/b\n", r"\[ndfs\] db", "one path component|may hold only"),
         ("[group:g]\nlocations = nohost\n", r"\[group:g\] locations", "unknown host 'nohost'"),
         ("[group:g]\nlocations = rel/path\n", r"\[group:g\] locations", "unknown host"),
         ("[group:g]\nlocations = ./x\n", r"\[group:g\] locations", "must be absolute"),
@@ -223,7 +223,7 @@ def test_known_hosts_defaults_to_the_users_file_at_connect_time(monkeypatch, tmp
     ],
 )
 def test_config_errors_name_file_section_and_key(text: str, where: str, problem: str) -> None:
-    with pytest.raises(ConfigError, match=f"^bad.ini: .*{where}.*({problem})") as e:
+    with pytest.raises(ConfigError, match=f"^bad.ini(:[0-9]+)?: .*{where}.*({problem})") as e:
         parse_config(text, "bad.ini")
     assert isinstance(e.value, BadInput)
 

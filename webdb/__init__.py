@@ -25,7 +25,16 @@ internal; the allowed imports between the parts are import-linter contracts in p
 
 from webdb.db import WebDB, create
 from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
-from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, NotADatabase, WebDBError
+from webdb.errors import (
+    BadInput,
+    ClosedError,
+    CorruptionError,
+    DiskFull,
+    DistributedError,
+    LockedError,
+    NotADatabase,
+    WebDBError,
+)
 from webdb.lockwait import wait_for_lock
 from webdb.progress import progress_bar
 from webdb.reader import Reader
@@ -53,10 +62,12 @@ __version__ = "0.1.0"
 __all__ = [
     "BadInput",
     "CallRecorder",
+    "ClosedError",
     "CorruptionError",
     "DAY",
     "DEFAULT_ANCHOR_MAX",
     "DEFAULT_INTERVAL",
+    "DiskFull",
     "DistributedError",
     "FetchResult",
     "Link",

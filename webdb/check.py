@@ -1,7 +1,8 @@
 """``check()``: verify every invariant of a committed generation (``webdb check DB``).
 
-Per table: every block's checksum and decoding, index vs data, strict key order within and
-across sections, each key in the section the split assigns it, counts vs the manifest.
+First the quick check every writer runs (``WebDB.quick_check``).  Per table: every block's
+checksum and decoding, index vs data, strict key order within and across sections, each key
+in the section the split assigns it, counts vs the manifest.
 Across tables: PagesByMD5 holds exactly (md5, url) → page of every page; LinksByURL holds
 exactly the links of LinksByMD5; every link's source content is carried by a page and its
 target is a page; every target_has_outlink flag is right; status counts match the manifest.
@@ -28,7 +29,8 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
         if t is None:
             continue
         if entry["records"] != t.count:
-            raise CorruptionError(f"{t.path}: holds {t.count} records, manifest says {entry['records']}")
+            where = reader.db.manifest_path(reader.generation)
+            raise CorruptionError(f"{t.path}: holds {t.count} records, {where} says {entry['records']}")
         n = 0
         for b in range(t.nblocks):
             keys, vals = t.block(b)
@@ -64,7 +66,10 @@ def _sorted_equal(a: SortBuffer, b: Iterator[bytes], what: str) -> int:
 
 
 def check(reader, progress: bool = False) -> dict:
-    """Raise CorruptionError at the first violation; return counts when all is well."""
+    """Raise CorruptionError at the first violation; return counts when all is well.
+    Starts with the writers' quick check (CURRENT, the committed and parent manifests, every
+    table file present with its recorded size)."""
+    reader.db.quick_check()
     bar = None
     if progress:
         from webdb.progress import progress_bar
@@ -74,6 +79,11 @@ def check(reader, progress: bool = False) -> dict:
     tmp = tempfile.mkdtemp(prefix="webdb-check-")
     try:
         return _check(reader, bar, tmp)
+    except CorruptionError as e:
+        if reader.db.path in str(e):
+            raise
+        # a cross-table finding names no one file: name the database
+        raise CorruptionError(f"{reader.db.path} (generation {reader.generation}): {e}") from None
     finally:
         if bar is not None:
             bar.close()
@@ -102,7 +112,8 @@ def _check(reader, bar, tmp: str) -> dict:
         for k, v in sc.items():
             merged[int(k)] = merged.get(int(k), 0) + v
     if {k: v for k, v in merged.items() if v} != status:
-        raise CorruptionError(f"status counts {status} differ from the manifest's {want_status}")
+        where = reader.db.manifest_path(reader.generation)
+        raise CorruptionError(f"{where}: status counts {want_status} differ from the pages' {status}")
     del pages_out
     # Links: LinksByMD5 → expected LinksByURL; every source md5 carried by some page.
     lbu_exp = SortBuffer(tmp, "lbu", mem)

@@ -12,6 +12,8 @@ Layout (docs/design.md, *Files in a database*)::
 
 Data files are immutable; a commit writes the new generation's files, fsyncs them, writes the
 manifest, then flips CURRENT by rename.  Readers read CURRENT and open the files it names.
+The small files' format and checks are in ``webdb.dbfiles``; this module (about 500 lines) is
+the directory's lifecycle: generations, commit, quick check, recovery, the lock.
 """
 
 from __future__ import annotations
@@ -24,19 +26,41 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Iterable
 from typing import Any
 
 from webdb import _fault
-from webdb.errors import BadInput, LockedError, NotADatabase
+from webdb.dbfiles import (  # noqa: F401 - current_line, seal, seal_checksum: re-exported
+    CURRENT_LINE,
+    GEN_FILE,
+    MANIFEST_NAME,
+    MARK_NAME,
+    crc_hex,
+    current_line,
+    is_whole,
+    read_identity,
+    read_small,
+    seal,
+    seal_checksum,
+    validate_manifest,
+)
+from webdb.errors import (
+    BadInput,
+    CorruptionError,
+    DiskFull,
+    LockedError,
+    NotADatabase,
+    WebDBError,
+    is_disk_full,
+)
 from webdb.manifest import empty as empty_manifest
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
 
 TABLES = tuple(TABLE_KINDS)
-_GEN_FILE = re.compile(r"^(\d{8})-s\d\.(pbu|pbm|lbm|lbu)$")
 
 
 def fsync_dir(path: str) -> None:
@@ -50,11 +74,20 @@ def fsync_dir(path: str) -> None:
 def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
     """Write a small file by temp + fsync + rename (+ directory fsync)."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if is_disk_full(e):
+            raise DiskFull.at(path, len(data), e) from None
+        raise
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")
@@ -67,38 +100,114 @@ class WebDB:
         self.path = os.path.abspath(path)
         # Where each section's files are, when not under ``path`` (a rack read from one mount).
         self.section_dirs = {int(j): os.path.abspath(d) for j, d in (section_dirs or {}).items()}
-        ident = os.path.join(self.path, DB_IDENTITY)
-        try:
-            with open(ident, "rb") as f:
-                self.identity = json.loads(f.read())
-        except FileNotFoundError:
-            raise NotADatabase(f"{path}: not a webdb database (no {DB_IDENTITY})") from None
-        except (OSError, ValueError) as e:
-            raise NotADatabase(f"{path}: unreadable {DB_IDENTITY} ({e})") from None
-        if self.identity.get("format", 0) > DB_FORMAT_VERSION:
-            raise NotADatabase(f"{path}: database format {self.identity['format']} is newer than this webdb")
+        self.identity = read_identity(self.path)
         self.settings = resolve(self.identity.get("settings"))
 
     # ---- generations -----------------------------------------------------------------------
 
-    def committed(self) -> int:
+    def current(self) -> tuple[int, str | None]:
+        """(committed generation, its manifest's checksum or None for a pre-checksum CURRENT).
+
+        Refuses a CURRENT that names a generation older than one committed later (a rolled-back
+        or restored CURRENT): ``webdb recover --to N`` says which generation is meant."""
+        p = os.path.join(self.path, CURRENT)
         try:
-            with open(os.path.join(self.path, CURRENT)) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError) as e:
-            raise NotADatabase(f"{self.path}: cannot read {CURRENT} ({e})") from None
+            data = read_small(p, "commit pointer", 64)
+        except FileNotFoundError:
+            raise CorruptionError(
+                f"{p}: missing (run `webdb recover {self.path}` to see the generations present)"
+            ) from None
+        m = CURRENT_LINE.match(data)
+        if m is None:
+            raise CorruptionError(f"{p}: not a commit pointer ({data[:40]!r})")
+        gen = int(m.group(1))
+        if m.group(2) is not None and crc_hex(data[:17]) != m.group(3).decode():
+            raise CorruptionError(f"{p}: checksum mismatch (the commit pointer is damaged)")
+        marks = self._marks()
+        later = [g for g in marks if g > gen]
+        if later:
+            raise CorruptionError(
+                f"{p}: names generation {gen}, but generation {max(later)} was committed after it "
+                f"({GEN_DIR}/{max(later):08d}.committed): CURRENT was rolled back or restored; run "
+                f"`webdb recover {self.path} --to {max(later)}` to keep the newer one, or --to {gen} to drop it"
+            )
+        if m.group(2) is None and marks:
+            raise CorruptionError(f"{p}: has no checksum, but this database was written with checksums")
+        return gen, m.group(2).decode() if m.group(2) else None
+
+    def committed(self) -> int:
+        return self.current()[0]
+
+    def _marks(self) -> list[int]:
+        """Generations with a commit mark (written after CURRENT named them)."""
+        try:
+            names = os.listdir(os.path.join(self.path, GEN_DIR))
+        except OSError as e:
+            raise CorruptionError(f"{os.path.join(self.path, GEN_DIR)}: cannot list ({e.strerror})") from None
+        return sorted(int(m.group(1)) for m in map(MARK_NAME.match, names) if m)
 
     def manifest_path(self, gen: int) -> str:
         return os.path.join(self.path, GEN_DIR, f"{gen:08d}.json")
 
-    def manifest(self, gen: int | None = None) -> dict:
-        gen = self.committed() if gen is None else gen
+    def manifest(self, gen: int | None = None, checksum: str | None = None) -> dict:
+        """The manifest of ``gen`` (default: the committed one), verified: its own checksum,
+        ``checksum`` when the caller knows it (CURRENT, a child's ``parent_checksum``), the
+        shape of every field.  Any failure is a CorruptionError naming the file and field."""
+        return self._load_manifest(gen, checksum)[0]
+
+    def _load_manifest(self, gen: int | None, checksum: str | None = None) -> tuple[dict, str]:
+        if gen is None:
+            gen, checksum = self.current()
         p = self.manifest_path(gen)
         try:
-            with open(p, "rb") as f:
-                return json.loads(f.read())
-        except (OSError, ValueError) as e:
-            raise NotADatabase(f"{p}: unreadable manifest of generation {gen} ({e})") from None
+            data = read_small(p, "manifest")
+        except FileNotFoundError:
+            raise CorruptionError(f"{p}: manifest of generation {gen} is missing") from None
+        actual, own = seal_checksum(data)
+        if own is not None and own != actual:
+            raise CorruptionError(f"{p}: checksum mismatch (manifest of generation {gen} is damaged)")
+        if checksum is not None and checksum != actual:
+            raise CorruptionError(
+                f"{p}: checksum {actual} is not the {checksum} recorded for it (damaged, or replaced by another copy)"
+            )
+        try:
+            m = json.loads(data)
+        except ValueError as e:
+            raise CorruptionError(f"{p}: manifest of generation {gen} is not JSON ({e})") from None
+        validate_manifest(m, gen, p)
+        if isinstance(m.get("checksum"), str) and own is None:
+            raise CorruptionError(f"{p}: checksum field is not where a webdb writer puts it (damaged)")
+        m.pop("checksum", None)
+        return m, actual
+
+    def quick_check(self, sections: list[int] | None = None) -> dict:
+        """Verify the committed generation before a writer builds on it; return its manifest.
+
+        CURRENT's and the manifests' checksums (the committed one and, when present, its
+        parent), and every table file of ``sections`` (default all): present, a regular file,
+        of the size the manifest records.  Cost: a few small reads and one stat per table."""
+        m = self.manifest()
+        self._section_names()  # a stray section-foo is an error, not something to skip
+        parent = m.get("parent")
+        if parent is not None and os.path.lexists(self.manifest_path(parent)):
+            self.manifest(parent, m.get("parent_checksum"))
+        for j in range(m["sections"]["k"]) if sections is None else sections:
+            for t, e in m["tables"][j].items():
+                p = os.path.join(self.section_dir(j), e["file"])
+                try:
+                    st = os.stat(p)
+                except FileNotFoundError:
+                    raise CorruptionError(f"{p}: {t} table of generation {m['generation']} is missing") from None
+                except OSError as err:
+                    raise CorruptionError(f"{p}: cannot stat {t} table ({err.strerror})") from None
+                if not stat.S_ISREG(st.st_mode):
+                    raise CorruptionError(f"{p}: {t} table is not a regular file")
+                if st.st_size != e["bytes"]:
+                    raise CorruptionError(
+                        f"{p}: {t} table is {st.st_size} bytes, the manifest of generation "
+                        f"{m['generation']} records {e['bytes']}"
+                    )
+        return m
 
     def section_dir(self, j: int) -> str:
         """Directory of section j: given explicitly, else ``<path>/section-JJJJ``."""
@@ -107,20 +216,34 @@ class WebDB:
     def sections(self, manifest: dict | None = None) -> Sections:
         return Sections.from_json((manifest or self.manifest())["sections"])
 
-    def write_manifest(self, manifest: dict) -> None:
-        """Write a generation's manifest (built by ``webdb.manifest.build``) without committing
-        it: the distributed writer's phase 1, and the first half of ``commit``."""
-        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    def write_manifest(self, manifest: dict) -> str:
+        """Write ``manifest`` (with its checksum and its parent's) under gen/; return its
+        checksum.  The one place a manifest file is written."""
+        body = {k: v for k, v in manifest.items() if k not in ("checksum", "parent_checksum", "seconds")}
+        parent = body.get("parent")
+        if parent is not None:
+            try:
+                body["parent_checksum"] = self._load_manifest(parent)[1]
+            except CorruptionError:
+                pass  # no parent here (a fresh location of a rack): nothing to chain to
+        data = seal(body)
         write_atomic(self.manifest_path(manifest["generation"]), data, self.settings["sync"])
+        return seal_checksum(data)[0]
 
     def commit(self, manifest: dict) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
         gen = manifest["generation"]
         sync = self.settings["sync"]
-        self.write_manifest(manifest)
+        c = self.write_manifest(manifest)
         _fault.point("commit.before_current")
-        write_atomic(os.path.join(self.path, CURRENT), f"{gen:08d}\n".encode(), sync)
+        self._point_current(gen, c, sync)
         _fault.point("commit.after_current")
+
+    def _point_current(self, gen: int, checksum: str, sync: bool) -> None:
+        write_atomic(os.path.join(self.path, CURRENT), current_line(gen, checksum), sync)
+        # After the flip: the mark that lets a reader tell a rolled-back CURRENT (newer mark)
+        # from a batch killed before its flip (newer manifest, no mark).
+        write_atomic(os.path.join(self.path, GEN_DIR, f"{gen:08d}.committed"), b"", sync)
 
     # ---- API -------------------------------------------------------------------------------
 
@@ -148,28 +271,53 @@ class WebDB:
     def lock(self) -> WriterLock:
         return WriterLock(os.path.join(self.path, LOCK))
 
-    def recover(self) -> list[str]:
+    def recover(self, sections: list[int] | None = None) -> list[str]:
         """Remove what an interrupted batch left (files of generations after CURRENT, edit
-        files, scratch) and what old generations no reader needs.  Call with the lock held."""
-        cur = self.committed()
-        keep_gens = {cur, cur - 1}
-        referenced: set[tuple[int, str]] = set()
-        for g in keep_gens:
-            if g >= 0 and os.path.exists(self.manifest_path(g)):
-                m = self.manifest(g)
-                for j, tabs in enumerate(m["tables"]):
-                    for t in tabs.values():
-                        referenced.add((j, t["file"]))
-        removed: list[str] = []
-        gdir = os.path.join(self.path, GEN_DIR)
-        for name in os.listdir(gdir):
-            m = re.match(r"^(\d{8})\.json$", name)
-            if (m and int(m.group(1)) not in keep_gens) or ".tmp." in name:
-                os.unlink(os.path.join(gdir, name))
-                removed.append(os.path.join(GEN_DIR, name))
+        files, scratch, temp files of a killed rename) and what old generations no reader
+        needs.  Call with the lock held.  First runs the quick check (of ``sections``, default
+        those whose directory is here): nothing is removed from a db that fails it."""
+        if sections is None:
+            sections = []
+            for name in self._section_names():
+                sections.append(int(name[len("section-") :]))
+        m = self.quick_check([j for j in sections if j < self.manifest()["sections"]["k"]])
+        cur = m["generation"]
+        keep: dict[int, dict] = {cur: m}
+        parent = m.get("parent")
+        if parent is not None and os.path.exists(self.manifest_path(parent)):
+            keep[parent] = self.manifest(parent)
+        return self._remove_unreferenced(keep)
+
+    def _section_names(self) -> list[str]:
+        out = []
         for name in sorted(os.listdir(self.path)):
             if not name.startswith("section-"):
                 continue
+            if not re.match(r"^section-\d{4}$", name) or not os.path.isdir(os.path.join(self.path, name)):
+                raise CorruptionError(
+                    f"{os.path.join(self.path, name)}: not a section directory of webdb (move it out of the database)"
+                )
+            out.append(name)
+        return out
+
+    def _remove_unreferenced(self, keep: dict[int, dict]) -> list[str]:
+        referenced: set[tuple[int, str]] = set()
+        for m in keep.values():
+            for j, tabs in enumerate(m["tables"]):
+                for t in tabs.values():
+                    referenced.add((j, t["file"]))
+        removed: list[str] = []
+        gdir = os.path.join(self.path, GEN_DIR)
+        for name in os.listdir(gdir):
+            m = MANIFEST_NAME.match(name) or MARK_NAME.match(name)
+            if (m and int(m.group(1)) not in keep) or ".tmp." in name:
+                os.unlink(os.path.join(gdir, name))
+                removed.append(os.path.join(GEN_DIR, name))
+        for name in os.listdir(self.path):
+            if ".tmp." in name and name.split(".tmp.")[0] in (CURRENT, DB_IDENTITY):
+                os.unlink(os.path.join(self.path, name))
+                removed.append(name)
+        for name in self._section_names():
             j = int(name[len("section-") :])
             d = os.path.join(self.path, name)
             for f in os.listdir(d):
@@ -177,12 +325,64 @@ class WebDB:
                 if f == "edits":
                     shutil.rmtree(p)
                     removed.append(os.path.join(name, f))
-                elif _GEN_FILE.match(f) and (j, f) not in referenced:
+                elif GEN_FILE.match(f) and (j, f) not in referenced:
                     os.unlink(p)
                     removed.append(os.path.join(name, f))
         if os.path.isdir(os.path.join(self.path, TMP_DIR)):
             shutil.rmtree(os.path.join(self.path, TMP_DIR))
         return removed
+
+    def generations(self) -> list[dict]:
+        """What ``webdb recover`` shows: every manifest present, whether it passes the quick
+        check, and whether CURRENT names it or it was committed."""
+        marks = set(self._marks())
+        out = []
+        for name in sorted(os.listdir(os.path.join(self.path, GEN_DIR))):
+            mm = MANIFEST_NAME.match(name)
+            if not mm:
+                continue
+            g = int(mm.group(1))
+            row: dict[str, Any] = {"generation": g, "committed": g in marks}
+            try:
+                self._check_generation(g)
+                row["ok"] = True
+            except CorruptionError as e:
+                row["ok"], row["error"] = False, str(e)
+            out.append(row)
+        return out
+
+    def _check_generation(self, gen: int) -> dict:
+        m = self.manifest(gen)
+        for j in range(m["sections"]["k"]):
+            for t, e in m["tables"][j].items():
+                p = os.path.join(self.section_dir(j), e["file"])
+                try:
+                    st = os.stat(p)
+                except OSError:
+                    raise CorruptionError(f"{p}: {t} table of generation {gen} is missing") from None
+                if not stat.S_ISREG(st.st_mode) or st.st_size != e["bytes"]:
+                    raise CorruptionError(f"{p}: {t} table of generation {gen} is not the file its manifest records")
+        return m
+
+    def recover_to(self, gen: int) -> list[str]:
+        """Make ``gen`` the committed generation, explicitly (``webdb recover --to N``): for a
+        CURRENT that is damaged, missing or was rolled back.  ``gen``'s manifest and tables must
+        pass the quick check; newer generations are removed.  Call with the lock held."""
+        if not is_whole(gen) or gen < 0:
+            raise BadInput(f"--to {gen!r}: not a generation number")
+        if not os.path.exists(self.manifest_path(gen)):
+            have = [r["generation"] for r in self.generations()]
+            raise BadInput(f"{self.manifest_path(gen)}: no manifest of generation {gen} (present: {have})")
+        m = self._check_generation(gen)
+        self._point_current(gen, self._load_manifest(gen)[1], self.settings["sync"])
+        keep = {gen: m}
+        parent = m.get("parent")
+        if parent is not None and os.path.exists(self.manifest_path(parent)):
+            try:
+                keep[parent] = self.manifest(parent, m.get("parent_checksum"))
+            except CorruptionError:
+                pass  # a damaged parent is dropped: no one builds on it
+        return self._remove_unreferenced(keep)
 
 
 class WriterLock:
@@ -198,7 +398,10 @@ class WriterLock:
         self.stale: dict | None = None
 
     def acquire(self) -> WriterLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise WebDBError(f"{self.path}: cannot take the writer lock ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -242,13 +445,17 @@ def _read_holder(path: str) -> dict:
 
 def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     """Create an empty database with ``sections`` sections at ``path`` (must not exist or be empty)."""
-    if not isinstance(sections, int) or sections < 1:
-        raise BadInput(f"sections must be a whole number >= 1, not {sections!r}")
+    Sections(sections)  # BadInput unless 1..MAX_SECTIONS
     resolve(None, **settings)  # unknown or bad settings fail before anything is written
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise BadInput(f"{path}: exists and is not an empty directory")
-    return init_location(path, identity(os.path.basename(path), settings), range(sections), Sections(sections))
+    try:
+        return init_location(path, identity(os.path.basename(path), settings), range(sections), Sections(sections))
+    except DiskFull:
+        raise
+    except OSError as e:
+        raise BadInput(f"{e.filename or path}: cannot create the database there ({e.strerror})") from None
 
 
 def identity(name: str, settings: dict) -> dict:
@@ -259,13 +466,13 @@ def identity(name: str, settings: dict) -> dict:
 
 def init_location(path: str, ident: dict, sections: Iterable[int], secs: Sections) -> WebDB:
     """The one way a db directory comes to be (``create``, and every location of a rack):
-    ``gen/``, the directories of ``sections`` (those that live here), the identity, then
-    generation 0 committed (an empty manifest of ``secs``)."""
+    ``gen/``, the directories of ``sections`` (those that live here), the identity (sealed by
+    its checksum), then generation 0 committed (an empty manifest of ``secs``)."""
     os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
     for j in sections:
         os.makedirs(section_path(path, j), exist_ok=True)
     sync = resolve(ident.get("settings"))["sync"]
-    write_atomic(os.path.join(path, DB_IDENTITY), json.dumps(ident, indent=1).encode(), sync)
+    write_atomic(os.path.join(path, DB_IDENTITY), seal(ident), sync)
     db = WebDB(path)
     db.commit(empty_manifest(secs))
     return db

@@ -8,16 +8,41 @@ open file handles stay valid after a later commit removes the files.
 
 from __future__ import annotations
 
+import functools
 import os
+import struct
 from collections.abc import Iterable, Iterator
 
-from webdb.errors import CorruptionError
+from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.sections import Sections
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
 
 __all__ = ["Reader"]
+
+# What decoding a crafted record can raise (short value, bad UTF-8, bad meta JSON, no separator).
+_UNDECODABLE = (struct.error, UnicodeDecodeError, ValueError, IndexError, TypeError)
+
+
+def _decodes(table: str):
+    """Turn a record that does not decode into a CorruptionError naming the db and table."""
+
+    def wrap(gen_fn):
+        @functools.wraps(gen_fn)
+        def inner(self, *args, **kw):
+            try:
+                yield from gen_fn(self, *args, **kw)
+            except WebDBError:
+                raise
+            except _UNDECODABLE as e:
+                raise CorruptionError(
+                    f"{self.db.path}: {table}: undecodable record ({type(e).__name__}: {e})"
+                ) from None
+
+        return inner
+
+    return wrap
 
 
 class Reader:
@@ -39,6 +64,7 @@ class Reader:
                         f"{e.filename}: missing table file of generation "
                         f"{m['generation']} (wrong section directory or mount?)"
                     ) from None
+        self.closed = False
         self.manifest = m
         self.generation = m["generation"]
         self.sections = Sections.from_json(m["sections"])
@@ -75,6 +101,7 @@ class Reader:
         self.tables = tabs
 
     def close(self) -> None:
+        self.closed = True
         for lst in self.tables.values():
             for r in lst:
                 if r is not None:
@@ -106,25 +133,37 @@ class Reader:
                 out[int(k)] = out.get(int(k), 0) + v
         return out
 
+    def _live(self) -> None:
+        if self.closed:
+            raise ClosedError(f"reader of {self.db.path} is closed (open a new one with db.reader())")
+
     # ---- lookups ---------------------------------------------------------------------------
 
     def get_page(self, url: str) -> Page | None:
         """The page of ``url`` or None.  Cost: one block read in one section (cached)."""
+        self._live()
         url_b = validate_url(url, 1 << 30)
         t = self.tables["pages_by_url"][self.sections.of_url(url_b)]
         v = t.get(url_b) if t is not None else None
-        return Page.decode(url, v) if v is not None else None
+        try:
+            return Page.decode(url, v) if v is not None else None
+        except _UNDECODABLE as e:
+            raise CorruptionError(f"{t.path}: page {url!r:.200}: undecodable value ({e})") from None
 
+    @_decodes("pages_by_md5")
     def get_pages(self, md5: bytes) -> Iterator[Page]:
         """Every page whose content has ``md5``, by url."""
+        self._live()
         t = self.tables["pages_by_md5"][self.sections.of_md5(md5)]
         if t is None:
             return
         for k, v in t.prefix(md5):
             yield Page.decode(k[16:].decode("utf-8"), v)
 
+    @_decodes("links_by_url")
     def inlinks(self, url: str) -> Iterator[Link]:
         """Links to ``url``, by from_id, streamed (a URL with a million inlinks is fine)."""
+        self._live()
         url_b = validate_url(url, 1 << 30)
         t = self.tables["links_by_url"][self.sections.of_url(url_b)]
         if t is None:
@@ -133,8 +172,10 @@ class Reader:
         for k, v in t.prefix(p):
             yield Link.decode(k[len(p) :], url, v)
 
+    @_decodes("links_by_md5")
     def outlinks(self, md5: bytes) -> Iterator[Link]:
         """Links from the content ``md5``, by target url."""
+        self._live()
         t = self.tables["links_by_md5"][self.sections.of_md5(md5)]
         if t is None:
             return
@@ -145,24 +186,29 @@ class Reader:
 
     def items(self, table: str, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Raw (key, value) pairs of a table in global key order."""
+        self._live()
         for t in self.tables[table]:
             if t is not None:
                 yield from t.items(start)
 
+    @_decodes("pages_by_url")
     def pages(self) -> Iterator[Page]:
         for k, v in self.items("pages_by_url"):
             yield Page.decode(k.decode("utf-8"), v)
 
+    @_decodes("pages_by_md5")
     def pages_by_md5(self) -> Iterator[Page]:
         for k, v in self.items("pages_by_md5"):
             yield Page.decode(k[16:].decode("utf-8"), v)
 
+    @_decodes("links_by_url")
     def links(self) -> Iterator[Link]:
         """All links by (url, from_id)."""
         for k, v in self.items("links_by_url"):
             i = k.index(b"\x00")
             yield Link.decode(k[i + 1 :], k[:i].decode("utf-8"), v)
 
+    @_decodes("links_by_md5")
     def links_by_md5(self) -> Iterator[Link]:
         for k, v in self.items("links_by_md5"):
             yield Link.decode(k[:16], k[16:].decode("utf-8"), v)

@@ -10,6 +10,10 @@ from __future__ import annotations
 import bisect
 import os
 
+# section-JJJJ: four digits keep the directories in order; edit records carry the section
+# number in a u16 (docs/format.md §4), so this is also well within the format.
+MAX_SECTIONS = 10000
+
 
 def section_dirname(j: int) -> str:
     """Directory (and ndfs share group) of section j: ``section-JJJJ``."""
@@ -26,8 +30,10 @@ class Sections:
     __slots__ = ("k", "breakpoints")
 
     def __init__(self, k: int, breakpoints: list[bytes] | None = None):
-        if k < 1:
-            raise ValueError("a database has at least one section")
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SECTIONS:
+            from webdb.errors import BadInput
+
+            raise BadInput(f"sections must be a whole number in 1..{MAX_SECTIONS}, not {k!r}")
         self.k = k
         self.breakpoints = list(breakpoints or [])
         if self.breakpoints and len(self.breakpoints) != k - 1:

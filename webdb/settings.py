@@ -70,4 +70,40 @@ def resolve(stored: dict | None = None, **overrides: object) -> dict:
                 out[k] = v
     if out["codec"] not in ("lz4", "zlib", "none"):
         raise BadInput(f"setting codec must be lz4, zlib or none, not {out['codec']!r}")
+    for k, (lo, hi) in LIMITS.items():
+        v = out[k]
+        kind = type(DEFAULTS[k])
+        ok = isinstance(v, bool) if kind is bool else isinstance(v, (int, float) if kind is float else int)
+        if not ok or (kind is not bool and isinstance(v, bool)):
+            what = {bool: "true or false", int: "a whole number", float: "a number"}[kind]
+            raise BadInput(f"setting {k} must be {what}, not {v!r}")
+        if kind is not bool and not lo <= v <= hi:
+            raise BadInput(f"setting {k} must be in {lo}..{hi}, not {v!r}")
+    if out["min_interval"] > out["max_interval"]:
+        raise BadInput(f"setting min_interval {out['min_interval']} is above max_interval {out['max_interval']}")
     return out
+
+
+# The longest edit key holds a URL and 19 more bytes (LinksByURL: url 0x00 0x01 fromID(16) op);
+# with its 8-byte sequence number its length must fit the u16 after it (docs/format.md §4).
+MAX_URL_LIMIT = 0xFFFF - 19 - 8
+_U32 = 0xFFFFFFFF
+# Range of each setting, from the width of the field that holds it (docs/format.md §3).
+LIMITS: dict[str, tuple[float, float]] = {
+    "block_size": (64, 16 << 20),
+    "memory_mb": (1, 1 << 20),
+    "workers": (0, 1024),
+    "anchor_max": (0, 1 << 16),
+    "max_url_bytes": (16, MAX_URL_LIMIT),
+    "default_interval": (1, _U32),
+    "retry_delay": (0, _U32),
+    "max_retries": (0, 0xFFFF),
+    "adaptive": (0, 1),
+    "min_interval": (1, _U32),
+    "max_interval": (1, _U32),
+    "inc_rate": (0.0, 1.0),
+    "dec_rate": (0.0, 1.0),
+    "sync": (0, 1),
+    "cache_mb": (0, 1 << 20),
+    "breakpoint_sample": (1, 100_000_000),
+}

@@ -22,6 +22,7 @@ COMMANDS = {
     "crawl": "crawl",
     "demo": "demo",
     "rebalance": "rebalance",
+    "recover": "recover",
     "rank": "rank",
     "dedup": "dedup",
     "prefixes": "prefixes",

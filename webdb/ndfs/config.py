@@ -25,10 +25,10 @@ from pathlib import Path
 
 from webdb.errors import BadInput
 from webdb.ndfs.errors import ConfigError
-from webdb.ndfs.names import validate_component
+from webdb.ndfs.names import validate_component, validate_db_name
+from webdb.sections import MAX_SECTIONS  # section-0000 ... section-9999 keep their lexical order
 
 TRANSPORTS = ("auto", "sftp", "scp", "rsync")
-MAX_SECTIONS = 10000  # section-0000 ... section-9999 keep their lexical order
 
 HOST_KEYS = frozenset(
     {
@@ -52,6 +52,10 @@ INHERITED_KEYS = frozenset(
 NDFS_KEYS = INHERITED_KEYS | {"db"}
 
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# An address is a DNS name, an IPv4 address or a bare IPv6 address; port and user have keys.
+_ADDRESS = re.compile(r"^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?|[0-9A-Fa-f]*:[0-9A-Fa-f:.]*:[0-9A-Fa-f.]*)$")
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_LINE_KEY = re.compile(r"^([^=:\s\[][^=:]*?)\s*[=:]")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 
 
@@ -164,17 +168,79 @@ class NdfsConfig:
         """The share groups a host holds, sorted."""
         return sorted(g for g, locs in self.groups.items() if any(loc.label == host for loc in locs))
 
+    def to_json(self) -> dict:
+        """The config as JSON-safe data (what a local rack ships to its agents instead of INI
+        text).  Key file paths are kept as resolved here."""
+
+        def loc(x: Location) -> dict:
+            return {"host": x.host.name} if x.host else {"path": x.path}
+
+        hosts = {
+            n: {
+                f: (str(v) if isinstance(v, Path) else v)
+                for f, v in h.__dict__.items()
+                if f != "name" and v is not None
+            }
+            for n, h in self.hosts.items()
+        }
+        groups = {g: [loc(x) for x in locs] for g, locs in self.groups.items()}
+        return {"source": self.source, "hosts": hosts, "groups": groups, "sections": self.sections, "db": self.db}
+
+    @classmethod
+    def from_json(cls, d: dict) -> NdfsConfig:
+        """Inverse of ``to_json``; every field is checked again as when a file is read."""
+        source = str(d.get("source", "<config>"))
+        hosts = {}
+        for n, h in d.get("hosts", {}).items():
+            kw = dict(h)
+            for f in ("key_file", "known_hosts"):
+                if kw.get(f) is not None:
+                    kw[f] = Path(kw[f])
+            hosts[n] = HostConfig(name=n, **kw)
+        r = _Reader(source, Path("/"))
+        for n, h in hosts.items():  # the same checks as a [host:NAME] section
+            r.host(n, f"host:{n}", {"address": h.address, "root": h.root}, {})
+        groups = {}
+        for g, locs in d.get("groups", {}).items():
+            out = []
+            for x in locs:
+                if "host" in x:
+                    out.append(Location(host=hosts[x["host"]]))
+                else:
+                    out.append(Location(path=r.absolute(f"group:{g}", "locations", x["path"])))
+            groups[g] = tuple(out)
+        db = d.get("db")
+        if db is not None:
+            try:
+                validate_db_name(db)
+            except BadInput as e:
+                raise ConfigError(f"{source}: {e}") from None
+        return cls(source=source, hosts=hosts, groups=groups, sections=int(d.get("sections", 0)), db=db)
+
 
 class _Reader:
     """Parses one file, turning every problem into a ConfigError naming file, section and key."""
 
-    def __init__(self, source: str, base_dir: Path) -> None:
+    def __init__(self, source: str, base_dir: Path, text: str = "") -> None:
         self.source = source
         self.base_dir = base_dir.absolute()
+        # (section, key) -> line number, and section -> its header's line, for error messages
+        self.lines: dict[tuple[str, str | None], int] = {}
+        sec = None
+        for n, line in enumerate(text.splitlines(), 1):
+            t = line.strip()
+            if t.startswith("[") and t.endswith("]"):
+                sec = t[1:-1]
+                self.lines.setdefault((sec, None), n)
+            elif sec is not None and line[:1] not in (" ", "\t", "#", ";"):
+                m = _LINE_KEY.match(line)
+                if m:
+                    self.lines.setdefault((sec, m.group(1).strip().lower()), n)
 
     def error(self, section: str, key: str | None, problem: str) -> ConfigError:
         where = f"[{section}] {key}" if key else f"[{section}]"
-        return ConfigError(f"{self.source}: {where}: {problem}")
+        line = self.lines.get((section, key)) or self.lines.get((section, None))
+        return ConfigError(f"{self.source}{f':{line}' if line else ''}: {where}: {problem}")
 
     def text(self, sec: str, key: str, value: str) -> str:
         value = value.strip()
@@ -189,7 +255,7 @@ class _Reader:
             n = kind(value.strip())
         except ValueError:
             raise self.error(sec, key, f"bad {key} {value.strip()!r}: not a number") from None
-        if not lo <= n <= hi:
+        if n != n or not lo <= n <= hi:
             raise self.error(sec, key, f"bad {key} {n}: must be in {lo}..{hi}")
         return n
 
@@ -201,7 +267,12 @@ class _Reader:
         p = self.text(sec, key, value)
         if not p.startswith("/"):
             raise self.error(sec, key, f"{p!r} must be an absolute path")
-        return os.path.normpath(p)
+        norm = os.path.normpath(p)
+        if norm.startswith("//"):
+            norm = norm[1:]
+        if p.rstrip("/") != norm.rstrip("/") or "//" in p:
+            raise self.error(sec, key, f"{p!r} must be a normalized absolute path (no '.', '..' or '//'; {norm!r}?)")
+        return norm
 
     def host(self, name: str, sec: str, items: dict[str, str], defaults: dict[str, str]) -> HostConfig:
         for key in items:
@@ -216,12 +287,21 @@ class _Reader:
             "address": self.text(sec, "address", merged["address"]),
             "root": self.absolute(sec, "root", merged["root"]),
         }
-        if " " in str(kw["address"]):
-            raise self.error(sec, "address", f"bad address {kw['address']!r}")
+        addr = str(kw["address"])
+        if "@" in addr:
+            user = addr.partition("@")[0]
+            raise self.error(sec, "address", f"bad address {addr!r}: write the user as its own key (user = {user})")
+        if addr.count(":") == 1:
+            port = addr.partition(":")[2]
+            raise self.error(sec, "address", f"bad address {addr!r}: write the port as its own key (port = {port})")
+        if addr.startswith("[") or not _ADDRESS.match(addr):
+            raise self.error(sec, "address", f"bad address {addr!r}: a host name, IPv4 or bare IPv6 address")
         if "port" in merged:
             kw["port"] = self.number(sec, "port", merged["port"], 1, 65535, int)
         if "user" in merged:
             kw["user"] = self.text(sec, "user", merged["user"])
+            if not _USER.match(str(kw["user"])):
+                raise self.error(sec, "user", f"bad user {kw['user']!r}: letters, digits, '.', '_', '-'")
         for key in ("key_file", "known_hosts"):
             if key in merged:
                 kw[key] = self.file(sec, key, merged[key])
@@ -306,7 +386,7 @@ def parse_config(text: str, source: str = "<hosts.ini>", base_dir: str | os.Path
         cp.read_string(text, source=source)
     except configparser.Error as e:
         raise ConfigError(f"{source}: {e.message if hasattr(e, 'message') else e}") from None
-    r = _Reader(source, Path(base_dir))
+    r = _Reader(source, Path(base_dir), text)
 
     defaults: dict[str, str] = {}
     db: str | None = None
@@ -317,7 +397,10 @@ def parse_config(text: str, source: str = "<hosts.ini>", base_dir: str | os.Path
         defaults = {k: v for k, v in cp.items("ndfs") if k in INHERITED_KEYS}
         if "db" in cp["ndfs"]:
             db = r.text("ndfs", "db", cp["ndfs"]["db"])
-            _component(r, "ndfs", "db", db, "db name")
+            try:
+                validate_db_name(db)
+            except BadInput as e:
+                raise r.error("ndfs", "db", str(e)) from None
         # Check the defaults themselves once, so a bad default is reported where it is written.
         r.host("defaults", "ndfs", {"address": "x", "root": "/", **defaults}, {})
 
@@ -366,7 +449,37 @@ def load_config(path: str | os.PathLike[str]) -> NdfsConfig:
     """Read and validate a hosts.ini file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        if p.is_dir():
+            raise ConfigError(f"{p}: is a directory, not an ndfs config file")
+        with open(p, "rb") as f:
+            data = f.read((1 << 20) + 1)
     except OSError as e:
         raise ConfigError(f"{p}: cannot read ndfs config: {e.strerror or e}") from None
+    if len(data) > 1 << 20:
+        raise ConfigError(f"{p}: larger than 1 MiB, not an ndfs config file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ConfigError(f"{p}:{line}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})") from None
     return parse_config(text, source=str(p), base_dir=p.parent)
+
+
+def local_config(db_path: str | os.PathLike[str], sections: int) -> NdfsConfig:
+    """The config of a db whose ``sections`` sections all live in the directory ``db_path`` on
+    this machine (``Rack.local``), built as data: the path is never written into INI text, so
+    a comma, newline or ``=`` in it is just a character of the path."""
+    path = os.path.abspath(db_path)
+    source = f"<local {path}>"
+    root, name = os.path.dirname(path), os.path.basename(path)
+    try:
+        validate_db_name(name, "db directory name")
+    except BadInput as e:
+        raise ConfigError(f"{source}: {e}") from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in root):
+        raise ConfigError(f"{source}: the path holds a control character")
+    if not isinstance(sections, int) or isinstance(sections, bool) or not 1 <= sections <= MAX_SECTIONS:
+        raise ConfigError(f"{source}: sections must be in 1..{MAX_SECTIONS}, not {sections!r}")
+    loc = (Location(path=root),)
+    groups = {section_group(i): loc for i in range(sections)}
+    return NdfsConfig(source=source, hosts={}, groups=groups, sections=sections, db=name)

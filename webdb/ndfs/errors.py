@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from webdb import errors as _errors
 from webdb.errors import BadInput, CorruptionError, DistributedError
 
 
@@ -38,7 +39,7 @@ class ChecksumMismatch(TransportError, CorruptionError):
     """The bytes that arrived differ from the bytes sent; nothing was published."""
 
 
-class DiskFull(TransportError, OSError):
+class DiskFull(TransportError, _errors.DiskFull):
     """The destination has not enough free space; nothing was published."""
 
 

@@ -78,6 +78,20 @@ def validate_component(value: object, what: str) -> str:
     return value
 
 
+_DB_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def validate_db_name(value: object, what: str = "db name") -> str:
+    """A db name: one path component of ``[A-Za-z0-9._-]`` (not ``.`` or ``..``), so it can
+    never leave the root it is joined to, on any host."""
+    if not isinstance(value, str) or not value or value in (".", ".."):
+        raise BadInput(f"{what} {value!r} must be one path component of letters, digits, '.', '_', '-'")
+    bad = sorted(set(value) - _DB_NAME_CHARS)
+    if bad:
+        raise BadInput(f"{what} {value!r} may hold only letters, digits, '.', '_', '-' (not {bad[0]!r})")
+    return validate_component(value, what)
+
+
 def validate_prefix(prefix: object, what: str = "ndfs prefix") -> str:
     """A listing prefix: ``""`` (the whole root) or a valid name, trailing ``/`` allowed."""
     if prefix == "":
@@ -130,7 +144,7 @@ class NutchFile:
     name: str
 
     def __post_init__(self) -> None:
-        validate_component(self.db, "db name")
+        validate_db_name(self.db, "db name")
         validate_component(self.group, "share group name")
         validate_name(self.name, "file name")
 

@@ -31,7 +31,7 @@ TABLE_KINDS = {
 TABLE_SUFFIX = {"pages_by_url": "pbu", "pages_by_md5": "pbm", "links_by_md5": "lbm", "links_by_url": "lbu"}
 
 # Database directory.
-DB_FORMAT_VERSION = 1
+DB_FORMAT_VERSION = 2  # 2: checksums in webdb.json, CURRENT and manifests (1 still read)
 DB_IDENTITY = "webdb.json"
 CURRENT = "CURRENT"
 LOCK = "LOCK"

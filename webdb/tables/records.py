@@ -27,7 +27,18 @@ from dataclasses import dataclass, field
 from webdb.errors import BadInput
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT, PAGE, PAGE_FIXED
 
-__all__ = ["Page", "Link", "Status", "validate_url", "url_md5", "DAY", "NEVER"]
+__all__ = [
+    "Page",
+    "Link",
+    "Status",
+    "validate_url",
+    "validate_page",
+    "validate_link",
+    "validate_fetch",
+    "url_md5",
+    "DAY",
+    "NEVER",
+]
 
 DAY = 86400
 NEVER = 2**62  # next_fetch of a page that must never be fetched again
@@ -133,6 +144,87 @@ class Page:
         md5, st, ft, nf, r, iv, no, sc, ns = PAGE.unpack_from(value)
         meta = json.loads(value[PAGE_FIXED:]) if len(value) > PAGE_FIXED else {}
         return cls(url, md5, st, ft, nf, r, iv, no, sc, ns, meta)
+
+
+_I64 = (-(2**63), 2**63 - 1)
+_U32 = (0, 2**32 - 1)
+# Field ranges of a page value (docs/format.md §3).
+_PAGE_INTS = (
+    ("status", (0, 255)),
+    ("fetch_time", _I64),
+    ("next_fetch", _I64),
+    ("retries", (0, 0xFFFF)),
+    ("fetch_interval", _U32),
+    ("num_outlinks", _U32),
+)
+
+
+def _whole(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _text(v: object) -> bool:
+    """A str webdb can store: valid Unicode (a lone surrogate is refused, as in a URL)."""
+    if not isinstance(v, str):
+        return False
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def validate_page(page: Page) -> None:
+    """Raise BadInput naming the field if ``page`` does not fit its value (docs/format.md §3).
+    The URL is checked by ``validate_url``."""
+    name = f"page {page.url!r:.200}"
+    if not isinstance(page.md5, bytes) or len(page.md5) != 16:
+        raise BadInput(f"{name}: md5 must be 16 bytes, not {page.md5!r:.60}")
+    for f, (lo, hi) in _PAGE_INTS:
+        v = getattr(page, f)
+        if not _whole(v) or not lo <= v <= hi:
+            raise BadInput(f"{name}: {f} must be a whole number in {lo}..{hi}, not {v!r:.60}")
+    for f in ("score", "next_score"):
+        v = getattr(page, f)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v != v:
+            raise BadInput(f"{name}: {f} must be a number, not {v!r:.60}")
+    if not isinstance(page.meta, dict):
+        raise BadInput(f"{name}: meta must be a dict of str to str, not {type(page.meta).__name__}")
+    for k, v in page.meta.items():
+        if not _text(k) or not _text(v):
+            raise BadInput(f"{name}: meta {k!r:.60}: keys and values must be str (no lone surrogates), not {v!r:.60}")
+
+
+def validate_link(link: Link) -> None:
+    """Raise BadInput naming the field if ``link`` does not fit its value.  The URL is checked
+    by ``validate_url``; a lone surrogate in the anchor is refused, as in a URL."""
+    name = f"link to {link.url!r:.200}"
+    if not isinstance(link.from_id, bytes) or len(link.from_id) != 16:
+        raise BadInput(f"{name}: from_id must be a 16-byte md5, not {link.from_id!r:.60}")
+    if not _text(link.anchor):
+        raise BadInput(f"{name}: anchor must be a str without lone surrogates, not {link.anchor!r:.60}")
+    check_domain_id(link.domain_id, name)
+    if not isinstance(link.target_has_outlink, bool):
+        raise BadInput(f"{name}: target_has_outlink must be a bool, not {link.target_has_outlink!r:.60}")
+
+
+def validate_fetch(result) -> None:
+    """Raise BadInput naming the field if a FetchResult's fields do not fit its edit record."""
+    name = f"fetch result for {result.url!r:.200}"
+    if not _whole(result.fetch_time) or not _I64[0] <= result.fetch_time <= _I64[1]:
+        raise BadInput(f"{name}: fetch_time must be a whole number of seconds, not {result.fetch_time!r:.60}")
+    if result.md5 is not None and (not isinstance(result.md5, bytes) or len(result.md5) not in (0, 16)):
+        raise BadInput(f"{name}: md5 must be 16 bytes or None, not {result.md5!r:.60}")
+    if not _whole(result.num_outlinks) or not _U32[0] <= result.num_outlinks <= _U32[1]:
+        raise BadInput(f"{name}: num_outlinks must be a whole number in 0..{_U32[1]}, not {result.num_outlinks!r:.60}")
+    meta = result.meta
+    if meta is not None and (not isinstance(meta, dict) or not all(_text(k) and _text(v) for k, v in meta.items())):
+        raise BadInput(f"{name}: meta must be a dict of str to str (no lone surrogates), not {meta!r:.60}")
+
+
+def check_domain_id(v: object, name: str) -> None:
+    if not _whole(v) or not _I64[0] <= v <= _I64[1]:
+        raise BadInput(f"{name}: domain_id must be a whole number in {_I64[0]}..{_I64[1]}, not {v!r:.60}")
 
 
 @dataclass(slots=True)

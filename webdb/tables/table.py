@@ -10,142 +10,36 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import stat
 import struct
-import sys
-import zlib
-from array import array
 from collections import OrderedDict
 from collections.abc import Iterator
-from itertools import accumulate, chain
+from itertools import accumulate
 from operator import lt
 
-import lz4.block
-
-from webdb.errors import CorruptionError
+from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
+from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
+    CODECS,
+    MAX_BLOCK_BYTES,
+    RawBlock,
+    check_block_crc,
+    decode_block,
+    encode_block,
+    unpack_block,
+)
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
-    CODEC_LZ4,
     CODEC_NONE,
-    CODEC_ZLIB,
     FOOTER_SIZE,
     TABLE_MAGIC,
     TABLE_VERSION,
 )
 
-__all__ = ["TableWriter", "TableReader", "BlockCache", "MergeCursor", "Probe", "CODECS"]
+__all__ = ["TableWriter", "TableReader", "BlockCache", "Probe", "CODECS"]
 
-CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
 _FOOTER = struct.Struct("<QIQIQB3xI8s")
 _INDEX_VALUE = struct.Struct("<QII")  # block offset, on-disk length (with trailer), record count
-_TRAILER = struct.Struct("<BI")
-_BIG = sys.byteorder == "big"
 assert _FOOTER.size == FOOTER_SIZE
-
-
-def _compress(codec: int, raw: bytes) -> bytes:
-    if codec == CODEC_LZ4:
-        return lz4.block.compress(raw, store_size=True)
-    if codec == CODEC_ZLIB:
-        return zlib.compress(raw, 1)
-    return raw
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == CODEC_LZ4:
-        return lz4.block.decompress(data)
-    if codec == CODEC_ZLIB:
-        return zlib.decompress(data)
-    if codec == CODEC_NONE:
-        return data
-    raise ValueError(f"unknown codec {codec}")
-
-
-def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
-    """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
-    n = len(keys)
-    ends = list(accumulate(chain.from_iterable(zip(map(len, keys), map(len, vals)))))
-    offs = array("I", ends[0::2])
-    offs.extend(ends[1::2])
-    offs.append(n)
-    if _BIG:
-        offs.byteswap()
-    raw = b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
-    body = _compress(codec, raw)
-    return body + _TRAILER.pack(codec, zlib.crc32(body + bytes((codec,))))
-
-
-class RawBlock:
-    """A decompressed, checksum-verified block: its bytes and the offset arrays, without
-    splitting it into Python objects.  What the lookup cache holds (about its own size)."""
-
-    __slots__ = ("raw", "kends", "rends", "n")
-
-    def __init__(self, raw: bytes, kends, rends, n: int):
-        self.raw, self.kends, self.rends, self.n = raw, kends, rends, n
-
-    def key(self, j: int) -> bytes:
-        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
-
-    def value(self, j: int) -> bytes:
-        return self.raw[self.kends[j] : self.rends[j]]
-
-    def find(self, key: bytes) -> int:
-        """Index of the first record with record key >= key (binary search over the raw bytes)."""
-        raw, kends, rends = self.raw, self.kends, self.rends
-        lo, hi = 0, self.n
-        while lo < hi:
-            mid = (lo + hi) >> 1
-            if raw[rends[mid - 1] if mid else 0 : kends[mid]] < key:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
-        """Records lo..hi-1 as (keys, values) lists."""
-        raw = self.raw
-        hi = self.n if hi is None else hi
-        kends = self.kends[lo:hi]
-        rends = self.rends[lo:hi]
-        starts = [self.rends[lo - 1] if lo else 0]
-        starts.extend(rends[:-1])
-        return [raw[s:e] for s, e in zip(starts, kends)], [raw[s:e] for s, e in zip(kends, rends)]
-
-
-def unpack_block(data: bytes, where: str) -> RawBlock:
-    """Verify a block's checksum, decompress it and read its offsets; ``where`` names file and
-    block in errors."""
-    if len(data) < BLOCK_TRAILER_SIZE:
-        raise CorruptionError(f"{where}: truncated block")
-    body = data[:-BLOCK_TRAILER_SIZE]
-    codec, crc = _TRAILER.unpack_from(data, len(body))
-    if zlib.crc32(body + bytes((codec,))) != crc:
-        raise CorruptionError(f"{where}: checksum mismatch")
-    try:
-        raw = _decompress(codec, body)
-        n = int.from_bytes(raw[-4:], "little")
-        offs = array("I")
-        offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
-        if _BIG:
-            offs.byteswap()
-    except Exception as e:  # a damaged block can fail anywhere in here
-        raise CorruptionError(f"{where}: undecodable block ({type(e).__name__}: {e})") from None
-    kends, rends = offs[:n], offs[n:]
-    if n and rends[-1] != len(raw) - 4 - 8 * n:
-        raise CorruptionError(f"{where}: block offsets do not match its size")
-    return RawBlock(raw, kends, rends, n)
-
-
-def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
-    """Inverse of encode_block: the block's (keys, values)."""
-    return unpack_block(data, where).split()
-
-
-def check_block_crc(data: bytes | memoryview, where: str) -> None:
-    body = data[:-BLOCK_TRAILER_SIZE]
-    codec, crc = _TRAILER.unpack_from(data, len(body))
-    if zlib.crc32(bytes(body) + bytes((codec,))) != crc:
-        raise CorruptionError(f"{where}: checksum mismatch")
 
 
 class TableWriter:
@@ -236,13 +130,29 @@ class TableWriter:
         self._last = last
 
     def _emit(self, data: bytes, first: bytes, last: bytes, count: int) -> None:
-        self._f.write(data)
+        self._write(data)
         if self.first_key is None:
             self.first_key = first
         self.index_keys.append(first)
         self.index_vals.append(_INDEX_VALUE.pack(self._offset, len(data), count) + last)
         self._offset += len(data)
         self.count += count
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._f.write(data)
+        except OSError as e:
+            raise self._full(e, len(data)) from None
+
+    def _full(self, e: OSError, more: int) -> OSError:
+        """A DiskFull for ENOSPC/EDQUOT (the bytes not yet on disk are the least needed)."""
+        if not is_disk_full(e):
+            return e
+        try:
+            on_disk = os.fstat(self._f.fileno()).st_size
+        except (OSError, ValueError):
+            on_disk = 0
+        return DiskFull.at(self.path, max(more, self._offset - on_disk + more), e)
 
     def flush(self) -> None:
         """End the current block here (a merge that wants the next block aligned)."""
@@ -260,7 +170,7 @@ class TableWriter:
         self._flush()
         index_off = self._offset
         index = encode_block(self.index_keys, self.index_vals, self.codec) if self.index_keys else b""
-        self._f.write(index)
+        self._write(index)
         meta_off = index_off + len(index)
         info = dict(
             meta or {},
@@ -270,21 +180,27 @@ class TableWriter:
             last=self._last.hex() if self._last is not None else None,
         )
         mblock = encode_block([b"meta"], [json.dumps(info, sort_keys=True).encode()], CODEC_NONE)
-        self._f.write(mblock)
-        self._f.write(
+        self._write(mblock)
+        self._write(
             _FOOTER.pack(
                 index_off, len(index), meta_off, len(mblock), self.count, self.kind, TABLE_VERSION, TABLE_MAGIC
             )
         )
-        self._f.flush()
-        if self.sync:
-            os.fsync(self._f.fileno())
+        try:
+            self._f.flush()
+            if self.sync:
+                os.fsync(self._f.fileno())
+        except OSError as e:
+            raise self._full(e, 0) from None
         self._f.close()
         size = meta_off + len(mblock) + FOOTER_SIZE
         return {"records": self.count, "bytes": size}
 
     def abort(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError:
+            pass  # the buffered tail could not be written (a full disk): the file goes anyway
         try:
             os.unlink(self.path)
         except FileNotFoundError:
@@ -325,12 +241,15 @@ class TableReader:
         self.path = path
         self.cache = cache
         try:
-            self._fd = os.open(path, os.O_RDONLY)
+            # O_NONBLOCK: a FIFO in a table's place must not hang the open (refused below)
+            self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             raise
         except OSError as e:
             raise CorruptionError(f"{path}: cannot open ({e.strerror})") from None
         try:
+            if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+                raise CorruptionError(f"{path}: not a regular file")
             self._load(kind)
         except BaseException:
             os.close(self._fd)
@@ -343,17 +262,26 @@ class TableReader:
             raise CorruptionError(f"{self.path}: truncated (size {size} < footer {FOOTER_SIZE})")
         foot = os.pread(self._fd, FOOTER_SIZE, size - FOOTER_SIZE)
         io, il, mo, ml, count, k, version, magic = _FOOTER.unpack(foot)
+        # The footer has no checksum of its own: every field is checked against the others, the
+        # file size and the (checksummed) index, so a damaged byte anywhere in it is reported.
+        bad = f"{self.path}: corrupt footer at offset {size - FOOTER_SIZE}"
         if magic != TABLE_MAGIC:
             raise CorruptionError(f"{self.path}: not a webdb table (bad magic {magic!r})")
-        if version > TABLE_VERSION:
-            raise CorruptionError(f"{self.path}: table format version {version} is newer than {TABLE_VERSION}")
+        if version != TABLE_VERSION:
+            if TABLE_VERSION < version < 256:
+                raise CorruptionError(
+                    f"{bad}: version field {version} (a table written by a newer webdb, or a damaged footer)"
+                )
+            raise CorruptionError(f"{bad}: version field {version} is not a table format version")
+        if foot[33:36] != b"\0\0\0":
+            raise CorruptionError(f"{bad}: reserved bytes are not zero")
         if kind is not None and k != kind:
-            raise CorruptionError(f"{self.path}: table kind {k}, expected {kind}")
+            raise CorruptionError(f"{self.path}: table kind {k}, expected {kind} (corrupt footer, or the wrong file)")
         if io + il != mo or mo + ml + FOOTER_SIZE != size:
-            raise CorruptionError(f"{self.path}: footer offsets do not match the file size")
+            raise CorruptionError(f"{bad}: offsets do not match the file size")
         self.kind, self.count, self.data_end = k, count, io
         if il:
-            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block")
+            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}")
         else:
             ikeys, ivals = [], []
         self.first_keys = ikeys
@@ -361,14 +289,28 @@ class TableReader:
         self.lengths = [0] * len(ivals)
         self.counts = [0] * len(ivals)
         self.last_keys: list[bytes] = [b""] * len(ivals)
+        pos = 0
         for i, v in enumerate(ivals):
-            self.offsets[i], self.lengths[i], self.counts[i] = _INDEX_VALUE.unpack_from(v)
-            self.last_keys[i] = v[_INDEX_VALUE.size :]
-        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block")
+            where = f"{self.path}: index entry {i} (index block at offset {io})"
+            if len(v) < _INDEX_VALUE.size:
+                raise CorruptionError(f"{where}: {len(v)} bytes, shorter than an entry")
+            off, length, n = self.offsets[i], self.lengths[i], self.counts[i] = _INDEX_VALUE.unpack_from(v)
+            last = self.last_keys[i] = v[_INDEX_VALUE.size :]
+            # Blocks are written back to back from offset 0 to the index.
+            if off != pos or length < BLOCK_TRAILER_SIZE or off + length > io:
+                raise CorruptionError(f"{where}: block at {off}+{length} is not where the previous block ends ({pos})")
+            if last < ikeys[i] or (i and ikeys[i] <= self.last_keys[i - 1]):
+                raise CorruptionError(f"{where}: keys out of order with the previous block")
+            pos = off + length
+        if pos != io:
+            raise CorruptionError(f"{self.path}: index covers {pos} bytes, the data blocks end at {io}")
+        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
         try:
             self.meta = json.loads(mv[0])
         except (ValueError, IndexError):
-            raise CorruptionError(f"{self.path}: meta block is not JSON") from None
+            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not JSON") from None
+        if not isinstance(self.meta, dict):
+            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not a JSON object")
         if sum(self.counts) != count:
             raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
 
@@ -387,11 +329,17 @@ class TableReader:
     def nblocks(self) -> int:
         return len(self.first_keys)
 
+    def _live(self) -> None:
+        if self._fd < 0:
+            raise ClosedError(f"{self.path}: read after the reader was closed")
+
     def raw_block(self, i: int) -> bytes:
+        self._live()
         return os.pread(self._fd, self.lengths[i], self.offsets[i])
 
     def raw_range(self, i: int, j: int) -> bytes:
         """The bytes of blocks i..j-1 (contiguous on disk)."""
+        self._live()
         start = self.offsets[i]
         return os.pread(self._fd, self.offsets[j - 1] + self.lengths[j - 1] - start, start)
 
@@ -401,6 +349,7 @@ class TableReader:
     def raw(self, i: int, fill_cache: bool = True) -> RawBlock:
         """Block i decompressed and verified; cached (LRU, by its size) if ``fill_cache`` —
         scans pass False, as LevelDB iterators do, so one long scan does not evict hot blocks."""
+        self._live()
         c = self.cache
         if c is not None:
             hit = c.get((self.path, i))
@@ -511,290 +460,11 @@ class Probe:
         return r is not None and r[0].startswith(p)
 
 
-class MergeCursor:
-    """Walks an old table in key order for a merge into ``out``.
+def __getattr__(name: str):
+    # MergeCursor lives in webdb.tables.merge (which imports this module); loaded on first use
+    # so ``from webdb.tables.table import MergeCursor`` keeps working without an import cycle.
+    if name == "MergeCursor":
+        from webdb.tables.merge import MergeCursor
 
-    ``copy_until(k)`` moves every old record with key < k to the output: whole blocks that lie
-    before k are carried over as raw bytes (checksum verified, not decoded) while the output has
-    no partly filled block of its own worth keeping; ``take_until(k)`` hands the records with
-    key < k to the caller instead (it decides what to write).  So a merge decodes only the
-    blocks its edits touch, and the cost of an untouched block is the cost of copying its bytes.
-    """
-
-    def __init__(self, table: TableReader | None, out: TableWriter):
-        self.t, self.out = table, out
-        self._bi = 0
-        self._keys: list[bytes] | None = None
-        self._vals: list[bytes] = []
-        self._pos = 0
-        self.decoded_blocks = 0
-        self.raw_blocks = 0
-        self.patched_blocks = 0
-
-    def _load(self) -> None:
-        self._keys, self._vals = self.t.block(self._bi)
-        self._pos = 0
-        self.decoded_blocks += 1
-
-    def _next_block(self) -> None:
-        self._keys, self._bi = None, self._bi + 1
-
-    def copy_until(self, key: bytes | None) -> None:
-        t, out = self.t, self.out
-        if t is None:
-            return
-        n = t.nblocks
-        while self._bi < n:
-            if self._keys is None:
-                # A run of whole blocks before `key`, raw.  Small pending output is topped up by
-                # decoding instead, so repeated batches do not fragment the table.
-                j = self._bi
-                while j < n and (key is None or t.last_keys[j] < key):
-                    j += 1
-                if j > self._bi and out.pending_bytes and out.pending_bytes < out.block_size // 2:
-                    keys, vals = t.block(self._bi, fill_cache=False)
-                    self.decoded_blocks += 1
-                    out.absorb_block(keys, vals)
-                    self._bi += 1
-                    continue
-                if j > self._bi:
-                    self._carry(self._bi, j)
-                    self._bi = j
-                    continue
-                self._load()
-            keys = self._keys
-            if key is None:
-                hi = len(keys)
-            else:
-                hi = bisect.bisect_left(keys, key, self._pos)
-            if hi > self._pos:
-                out.add_many(keys[self._pos : hi], self._vals[self._pos : hi])
-            self._pos = hi
-            if hi < len(keys):
-                return
-            self._next_block()
-
-    def _carry(self, i: int, j: int) -> None:
-        t, out = self.t, self.out
-        # Read a few MiB at a time; verify each block's checksum on the way through.
-        while i < j:
-            e, size = i, 0
-            while e < j and size < (4 << 20):
-                size += t.lengths[e]
-                e += 1
-            data = t.raw_range(i, e)
-            pos = 0
-            for b in range(i, e):
-                blk = data[pos : pos + t.lengths[b]]
-                if len(blk) != t.lengths[b]:
-                    raise CorruptionError(f"{t.where(b)}: truncated")
-                check_block_crc(blk, t.where(b))
-                out.add_raw_block(blk, t.first_keys[b], t.last_keys[b], t.counts[b])
-                pos += t.lengths[b]
-            self.raw_blocks += e - i
-            i = e
-
-    def take_until(self, key: bytes) -> tuple[list[bytes], list[bytes]]:
-        """Consume and return the old records with record key < key."""
-        t = self.t
-        rk: list[bytes] = []
-        rv: list[bytes] = []
-        if t is None:
-            return rk, rv
-        while self._bi < t.nblocks:
-            if self._keys is None:
-                if t.first_keys[self._bi] >= key:
-                    break
-                self._load()
-            keys = self._keys
-            hi = bisect.bisect_left(keys, key, self._pos)
-            if hi > self._pos:
-                rk.extend(keys[self._pos : hi])
-                rv.extend(self._vals[self._pos : hi])
-            self._pos = hi
-            if hi < len(keys):
-                break
-            self._next_block()
-        return rk, rv
-
-    def finish(self) -> None:
-        self.copy_until(None)
-
-    def merge_points(self, groups: Iterator[tuple[bytes, object]], combine) -> None:
-        """Apply point edits, a decoded block at a time.
-
-        ``groups`` yields ``(key, payload)`` in strictly increasing key order; for each,
-        ``combine(key, old_value_or_None, payload)`` returns the value to write or None to
-        write nothing.  All edits that fall inside one old block are located by binary search
-        and spliced into one ``add_many`` per block, so the cost is a bisect and a call per
-        edit plus slice copies, not a method round trip per edit.
-        """
-        out = self.out
-        it = iter(groups)
-        held = None
-        while True:
-            if held is not None:
-                g, held = held, None
-            else:
-                g = next(it, None)
-            if g is None:
-                return
-            key, payload = g
-            self.copy_until(key)
-            if self._keys is None:  # between two old blocks or past the end: no old record
-                v = combine(key, None, payload)
-                if v is not None:
-                    out.add(key, v)
-                continue
-            keys, vals, pos = self._keys, self._vals, self._pos
-            last = keys[-1]
-            nk: list[bytes] = []
-            nv: list[bytes] = []
-            while True:
-                j = bisect.bisect_left(keys, key, pos)
-                if j > pos:
-                    nk += keys[pos:j]
-                    nv += vals[pos:j]
-                if j < len(keys) and keys[j] == key:
-                    v = combine(key, vals[j], payload)
-                    pos = j + 1
-                else:
-                    v = combine(key, None, payload)
-                    pos = j
-                if v is not None:
-                    nk.append(key)
-                    nv.append(v)
-                g = next(it, None)
-                if g is None or g[0] > last:
-                    held = g
-                    break
-                key, payload = g
-            nk += keys[pos:]
-            nv += vals[pos:]
-            out.add_many(nk, nv)
-            self._next_block()
-            if held is None:
-                return
-
-    def patch_points(self, groups: Iterator[tuple[bytes, object]], combine, in_place) -> None:
-        """``merge_points`` for edits that mostly rewrite values without changing their length.
-
-        A block all of whose edits satisfy ``in_place(payload)`` is patched in its decompressed
-        bytes and compressed again — its records are never split into objects and its offsets
-        stay as they are — provided each such edit finds its key and ``combine`` returns a value
-        of the old length.  Any other block (an insert, a delete, a length change) goes through
-        ``merge_points``.  Same arguments and result as ``merge_points``; ``combine`` may be
-        called twice for an edit (it must be a function of its arguments only).
-        """
-        t, out = self.t, self.out
-        if t is None:
-            self.merge_points(groups, combine)
-            return
-        n = t.nblocks
-        it = iter(groups)
-        g = next(it, None)
-        while g is not None:
-            b = bisect.bisect_left(t.last_keys, g[0], self._bi)
-            batch = [g]
-            g = next(it, None)
-            if b < n:
-                last = t.last_keys[b]
-                while g is not None and g[0] <= last:
-                    batch.append(g)
-                    g = next(it, None)
-            if self._keys is None and b < n and out.pending_bytes == 0 and all(in_place(p) for _, p in batch):
-                data = self._patched(b, batch, combine)
-                if data is not None:
-                    if b > self._bi:
-                        self._carry(self._bi, b)
-                    out.add_raw_block(data, t.first_keys[b], t.last_keys[b], t.counts[b])
-                    self._bi = b + 1
-                    self.patched_blocks += 1
-                    continue
-            self.merge_points(batch, combine)
-            if out.pending_bytes >= out.block_size // 2:
-                out.flush()  # so the next block can be patched (it needs an empty output block)
-
-    def _patched(self, b: int, batch: list[tuple[bytes, object]], combine) -> bytes | None:
-        """Block b with ``batch`` applied in place, encoded; None if some edit cannot be."""
-        rb = self.t.raw(b, fill_cache=False)
-        buf = bytearray(rb.raw)
-        kends, rends, n = rb.kends, rb.rends, rb.n
-        for key, payload in batch:
-            j = rb.find(key)
-            if j == n or rb.key(j) != key:
-                if combine(key, None, payload) is not None:
-                    return None
-                continue
-            a, e = kends[j], rends[j]
-            v = combine(key, rb.raw[a:e], payload)
-            if v is None or len(v) != e - a:
-                return None
-            buf[a:e] = v
-        body = _compress(self.out.codec, bytes(buf))
-        return body + _TRAILER.pack(self.out.codec, zlib.crc32(body + bytes((self.out.codec,))))
-
-    def merge_ranges(self, groups: Iterator[tuple[bytes, bytes, object]], combine) -> None:
-        """Apply range edits, a decoded block at a time.
-
-        ``groups`` yields ``(lo, hi, payload)`` with disjoint, increasing ranges [lo, hi);
-        ``combine(lo, old_keys, old_vals, payload)`` gets the old records in the range and
-        returns the (keys, values) to write there, sorted and inside the range.  A range that
-        runs past the end of its block takes the slow path (``take_until`` across blocks).
-        """
-        out = self.out
-        it = iter(groups)
-        held = None
-        while True:
-            if held is not None:
-                g, held = held, None
-            else:
-                g = next(it, None)
-            if g is None:
-                return
-            lo, hi, payload = g
-            self.copy_until(lo)
-            if self._keys is None:
-                if self.t is None or self._bi >= self.t.nblocks or self.t.first_keys[self._bi] >= hi:
-                    ok, ov = [], []  # nothing old in the range
-                else:
-                    ok, ov = self.take_until(hi)
-                nk, nv = combine(lo, ok, ov, payload)
-                out.add_many(nk, nv)
-                continue
-            keys, vals, pos = self._keys, self._vals, self._pos
-            n = len(keys)
-            nk: list[bytes] = []
-            nv: list[bytes] = []
-            while True:
-                j1 = bisect.bisect_left(keys, lo, pos)
-                j2 = bisect.bisect_left(keys, hi, j1)
-                if j2 == n:
-                    # The range may go on in the next block: finish this block's output, then
-                    # collect the range across blocks.
-                    nk += keys[pos:j1]
-                    nv += vals[pos:j1]
-                    out.add_many(nk, nv)
-                    self._pos = j1
-                    ok, ov = self.take_until(hi)
-                    rk, rv = combine(lo, ok, ov, payload)
-                    out.add_many(rk, rv)
-                    break
-                if j1 > pos:
-                    nk += keys[pos:j1]
-                    nv += vals[pos:j1]
-                rk, rv = combine(lo, keys[j1:j2], vals[j1:j2], payload)
-                nk += rk
-                nv += rv
-                pos = j2
-                g = next(it, None)
-                if g is None or g[0] > keys[-1]:
-                    held = g
-                    nk += keys[pos:]
-                    nv += vals[pos:]
-                    out.add_many(nk, nv)
-                    self._next_block()
-                    break
-                lo, hi, payload = g
-            if held is None and g is None:
-                return
+        return MergeCursor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -421,7 +421,7 @@ def _batch(
                 "path": rack.path(label),
                 "root": p.root,
                 "local_host": p.location.host.name if p.location.host else None,
-                "ini": rack.ini,
+                **({"ini": rack.ini} if rack.ini is not None else {"config": rack.config.to_json()}),
                 "ini_source": rack.config.source,
                 "base_dir": rack.base_dir,
                 "batch": batch,

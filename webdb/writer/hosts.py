@@ -22,9 +22,12 @@ from dataclasses import dataclass, field
 import paramiko
 
 from webdb.db import WebDB
-from webdb.ndfs import HostConfig, Location, NdfsConfig, load_config, parse_config
+from webdb.errors import BadInput
+from webdb.ndfs import HostConfig, Location, NdfsConfig, load_config
+from webdb.ndfs.config import local_config
 from webdb.ndfs.connect import fabric_connection
 from webdb.ndfs.errors import ConfigError, HostUnreachable
+from webdb.ndfs.names import validate_db_name
 
 __all__ = ["Placement", "Rack"]
 
@@ -54,11 +57,18 @@ class Rack:
     configured, else section 0's.
     """
 
-    def __init__(self, config: NdfsConfig, db: str | None, ini: str, base_dir: str) -> None:
+    def __init__(self, config: NdfsConfig, db: str | None, ini: str | None, base_dir: str) -> None:
+        """``ini``: the hosts.ini text agents parse on their host (relative key paths resolve in
+        the deployed config folder there); None for a config built as data (``local``), which
+        agents get as JSON."""
         self.config = config
         self.db = db or config.db
         if not self.db:
             raise ConfigError(f"{config.source}: no db name given and no [ndfs] db")
+        try:
+            validate_db_name(self.db)  # one path component: it can never leave a host's root
+        except BadInput as e:
+            raise ConfigError(f"{config.source}: {e}") from None
         if not config.sections:
             raise ConfigError(f"{config.source}: no [sections]: say how many sections the db has and where")
         self.k = config.sections
@@ -97,10 +107,8 @@ class Rack:
         (``sections`` None: the db's own k)."""
         path = os.path.abspath(db_path)
         k = sections or WebDB(path).sections().k
-        root, name = os.path.dirname(path), os.path.basename(path)
-        span = "0" if k == 1 else f"0-{k - 1}"
-        text = f"[ndfs]\ndb = {name}\n\n[sections]\ncount = {k}\n{span} = {root}\n"
-        return cls(parse_config(text, source=f"<local {path}>"), name, text, root)
+        # Built as data, never as INI text: a comma or newline in the path is just a character.
+        return cls(local_config(path, k), os.path.basename(path), None, os.path.dirname(path))
 
     def path(self, label: str) -> str:
         """The db directory at a location: ``<root>/<db>``."""

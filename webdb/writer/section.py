@@ -33,7 +33,7 @@ from typing import Any
 
 from webdb import _fault
 from webdb.errors import BadInput, CorruptionError, DistributedError, WebDBError
-from webdb.ndfs import NDFS, LocalTransport, Transport, parse_config, section_group
+from webdb.ndfs import NDFS, LocalTransport, NdfsConfig, Transport, parse_config, section_group
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.tables.format import TMP_DIR
 from webdb.writer.engine import run_stages, stage_job
@@ -54,8 +54,6 @@ __all__ = [
 
 # How often a section looks for the done markers of a step (local stat calls: cheap).
 POLL = 0.02
-# Where a deployed host keeps its config (fabfile.py deploy): relative key paths of hosts.ini
-# resolve here.
 # Where a deployed host keeps its configs (fabfile.py deploy), one folder per config
 # (``deploy_dir``): relative key paths of hosts.ini resolve there.
 DEPLOY_DIR = ".webdb"
@@ -103,6 +101,8 @@ def deploy_dir(root: str, config) -> str:
 
 
 def _config(spec: dict):
+    if "config" in spec:  # built as data by the coordinator (a local rack): checked again here
+        return NdfsConfig.from_json(spec["config"])
     source = spec.get("ini_source", "<hosts.ini>")
     base = spec["base_dir"]
     if spec.get("local_host"):

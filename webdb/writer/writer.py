@@ -17,14 +17,24 @@ from typing import Any
 from tqdm import tqdm
 
 from webdb import _fault
-from webdb.errors import BadInput
+from webdb.errors import BadInput, ClosedError
 from webdb.schedule import FetchResult
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.sortbuf import SortBuffer
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
-from webdb.tables.records import _BAD_URL_CHAR, Link, Page, Status, validate_url
+from webdb.tables.records import (
+    _BAD_URL_CHAR,
+    Link,
+    Page,
+    Status,
+    check_domain_id,
+    validate_fetch,
+    validate_link,
+    validate_page,
+    validate_url,
+)
 from webdb.writer import edits as E
 from webdb.writer.cascade import encode_fetch, write_routed
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
@@ -63,6 +73,7 @@ class EditLog:
         self._max_url = int(self.settings["max_url_bytes"])
         self._anchor_max = int(self.settings["anchor_max"])
         self._files = 0  # edit files routed so far (their names are numbered)
+        self.closed = False  # set by close()/abort(): a later call raises instead of being lost
 
     @property
     def count(self) -> int:
@@ -80,10 +91,18 @@ class EditLog:
     def _url(self, url: object) -> bytes:
         return validate_url(url, self._max_url)
 
+    def _live(self) -> None:
+        if self.closed:
+            raise ClosedError(
+                "this writer is closed (close() or abort() ran): the call would be lost; open a new writer"
+            )
+
     def _page_edit(self, page: Page, op: int) -> bytes:
+        self._live()
         if not isinstance(page, Page):
             raise BadInput(f"expected a webdb.Page, got {type(page).__name__}")
         url_b = self._url(page.url)
+        validate_page(page)
         if page.status not in _STATUSES:
             raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
         if self._sample is not None:
@@ -128,11 +147,13 @@ class EditLog:
 
     def delete_page(self, url: str) -> None:
         """Remove the page (its inlinks then dangle and are removed too)."""
+        self._live()
         url_b = self._url(url)
         self._add1(E.pbu_edit_key(url_b, E.OP_DEL), b"")
 
     def apply_fetch(self, result: FetchResult) -> None:
         """Apply a fetch outcome to the stored page (docs/semantics.md, *Fetch results*)."""
+        self._live()
         if not isinstance(result, FetchResult):
             raise BadInput(f"expected a webdb.FetchResult, got {type(result).__name__}")
         url_b = self._url(result.url)
@@ -140,19 +161,21 @@ class EditLog:
             raise BadInput(f"fetch result for {result.url!r:.200}: status FETCHED needs a 16-byte md5")
         if result.status not in _STATUSES or result.status in (Status.UNFETCHED, Status.DUPLICATE):
             raise BadInput(f"fetch result for {result.url!r:.200}: status {result.status!r} is not a fetch outcome")
+        validate_fetch(result)
         if self._sample is not None:
             self._observe(url_b)
         self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
 
     def _check_link(self, link: Link) -> bytes:
+        self._live()
         if not isinstance(link, Link):
             raise BadInput(f"expected a webdb.Link, got {type(link).__name__}")
-        if not isinstance(link.from_id, bytes) or len(link.from_id) != 16:
-            raise BadInput(f"link to {link.url!r:.200}: from_id must be a 16-byte md5")
-        return self._url(link.url)
+        url_b = self._url(link.url)
+        validate_link(link)
+        return url_b
 
     def _link_value(self, link: Link) -> bytes:
-        anchor = link.anchor if isinstance(link.anchor, str) else ""
+        anchor = link.anchor
         return Link(link.from_id, link.url, anchor[: self._anchor_max], link.domain_id, False).encode_value()
 
     def add_link(self, link: Link) -> None:
@@ -162,6 +185,7 @@ class EditLog:
 
     def delete_links(self, md5: bytes) -> None:
         """Remove every link whose from_id is ``md5`` (applied before this batch's adds)."""
+        self._live()
         if not isinstance(md5, bytes) or len(md5) != 16:
             raise BadInput(f"delete_links needs a 16-byte md5, got {md5!r:.80}")
         self._lbm.add(E.pack(E.lbm_del_all_key(md5), self._seq.next()))
@@ -187,13 +211,16 @@ class EditLog:
         """
         iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, next_fetch, 0, iv, 0, score, score)
+        validate_page(page)
         self._links(from_md5, outlinks, domain_id, page_without_md5(page.encode_value()))
 
     def _links(self, from_md5: bytes, links: Iterable[tuple[str, str]], domain_id: int, page_tail: bytes | None):
         # The hot path of an update: E.pack and Seq.next inlined; an outlink's page edit leaves
         # its md5 (MD5 of the url) to stage 1, which computes it only if the page is new.
+        self._live()
         if not isinstance(from_md5, bytes) or len(from_md5) != 16:
             raise BadInput(f"links need a 16-byte source md5, got {from_md5!r:.80}")
+        check_domain_id(domain_id, f"links from {from_md5.hex()}")
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
         amax, seq, pbu, lbm = self._anchor_max, self._seq, self._pbu, self._lbm
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
@@ -211,8 +238,12 @@ class EditLog:
                     url_b = url_ok(url)
                 if len(url_b) > max_url or b"://" not in url_b[:32] or url_b[:3] == b"://" or bad(url):
                     url_b = url_ok(url)
-                if len(anchor) > amax:
-                    anchor = anchor[:amax]
+                try:
+                    anchor_b = (anchor[:amax] if len(anchor) > amax else anchor).encode("utf-8")
+                except (TypeError, AttributeError, UnicodeEncodeError):
+                    raise BadInput(
+                        f"link to {url!r:.200}: anchor must be a str without lone surrogates, not {anchor!r:.60}"
+                    ) from None
                 if page_tail is not None:
                     if sample is not None:
                         self._observe(url_b)
@@ -229,12 +260,7 @@ class EditLog:
                 k = lkey + url_b + b"\x00"
                 seq.n += 1
                 lrecs.append(
-                    k
-                    + prefix
-                    + seq.n.to_bytes(5, "big")
-                    + link_pre
-                    + anchor.encode("utf-8", "replace")
-                    + (len(k) + 8).to_bytes(2, "little")
+                    k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor_b + (len(k) + 8).to_bytes(2, "little")
                 )
         finally:
             # What was recorded before a bad URL stays recorded, as with one call per link.

@@ -1,0 +1,166 @@
+"""Blocks of a table file: the record layout, codecs, checksum (docs/format.md §1.1).
+
+``encode_block`` / ``unpack_block`` are the one codec of a block; ``RawBlock`` is a decoded,
+verified block kept as bytes plus offset arrays (what the lookup cache holds).  Every decode
+failure is a CorruptionError naming the file, the block and its offset.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from array import array
+from itertools import accumulate, chain
+
+import lz4.block
+
+from webdb.errors import CorruptionError
+from webdb.tables.format import (
+    BLOCK_TRAILER_SIZE,
+    CODEC_LZ4,
+    CODEC_NONE,
+    CODEC_ZLIB,
+)
+
+CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
+TRAILER = struct.Struct("<BI")  # codec u8, crc32 u32
+_TRAILER = TRAILER
+_BIG = sys.byteorder == "big"
+
+
+def _compress(codec: int, raw: bytes) -> bytes:
+    if codec == CODEC_LZ4:
+        return lz4.block.compress(raw, store_size=True)
+    if codec == CODEC_ZLIB:
+        return zlib.compress(raw, 1)
+    return raw
+
+
+# Largest uncompressed block a reader accepts.  Writers cut blocks at ``block_size`` (at
+# most a few MiB) plus one record or one bulk call; a larger declared size is a crafted or
+# damaged block, refused before anything is allocated (a 1 KiB lz4 block could claim 2 GiB).
+MAX_BLOCK_BYTES = 64 << 20
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_LZ4:
+        if len(data) < 4:
+            raise ValueError("lz4 body shorter than its size prefix")
+        size = int.from_bytes(data[:4], "little")
+        if size > MAX_BLOCK_BYTES:
+            raise ValueError(f"declared size {size} exceeds the {MAX_BLOCK_BYTES}-byte block limit")
+        return lz4.block.decompress(data)
+    if codec == CODEC_ZLIB:
+        d = zlib.decompressobj()
+        raw = d.decompress(data, MAX_BLOCK_BYTES)
+        if d.unconsumed_tail:
+            raise ValueError(f"inflates past the {MAX_BLOCK_BYTES}-byte block limit")
+        if not d.eof:
+            raise ValueError("truncated zlib stream")
+        return raw
+    if codec == CODEC_NONE:
+        return data
+    raise ValueError(f"unknown codec {codec}")
+
+
+def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
+    """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
+    n = len(keys)
+    ends = list(accumulate(chain.from_iterable(zip(map(len, keys), map(len, vals)))))
+    offs = array("I", ends[0::2])
+    offs.extend(ends[1::2])
+    offs.append(n)
+    if _BIG:
+        offs.byteswap()
+    raw = b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
+    return seal_block(raw, codec)
+
+
+def seal_block(raw: bytes, codec: int) -> bytes:
+    """An uncompressed block, compressed by ``codec`` and followed by its trailer."""
+    body = _compress(codec, raw)
+    return body + _TRAILER.pack(codec, zlib.crc32(body + bytes((codec,))))
+
+
+class RawBlock:
+    """A decompressed, checksum-verified block: its bytes and the offset arrays, without
+    splitting it into Python objects.  What the lookup cache holds (about its own size)."""
+
+    __slots__ = ("raw", "kends", "rends", "n")
+
+    def __init__(self, raw: bytes, kends, rends, n: int):
+        self.raw, self.kends, self.rends, self.n = raw, kends, rends, n
+
+    def key(self, j: int) -> bytes:
+        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
+
+    def value(self, j: int) -> bytes:
+        return self.raw[self.kends[j] : self.rends[j]]
+
+    def find(self, key: bytes) -> int:
+        """Index of the first record with record key >= key (binary search over the raw bytes)."""
+        raw, kends, rends = self.raw, self.kends, self.rends
+        lo, hi = 0, self.n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if raw[rends[mid - 1] if mid else 0 : kends[mid]] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
+        """Records lo..hi-1 as (keys, values) lists."""
+        raw = self.raw
+        hi = self.n if hi is None else hi
+        kends = self.kends[lo:hi]
+        rends = self.rends[lo:hi]
+        starts = [self.rends[lo - 1] if lo else 0]
+        starts.extend(rends[:-1])
+        return [raw[s:e] for s, e in zip(starts, kends)], [raw[s:e] for s, e in zip(kends, rends)]
+
+
+def unpack_block(data: bytes, where: str) -> RawBlock:
+    """Verify a block's checksum, decompress it and read its offsets; ``where`` names file and
+    block in errors."""
+    if len(data) < BLOCK_TRAILER_SIZE:
+        raise CorruptionError(f"{where}: truncated block")
+    body = data[:-BLOCK_TRAILER_SIZE]
+    codec, crc = _TRAILER.unpack_from(data, len(body))
+    if zlib.crc32(body + bytes((codec,))) != crc:
+        raise CorruptionError(f"{where}: checksum mismatch")
+    try:
+        raw = _decompress(codec, body)
+    except (ValueError, zlib.error, lz4.block.LZ4BlockError) as e:
+        raise CorruptionError(f"{where}: undecodable block ({e})") from None
+    if len(raw) < 4:
+        raise CorruptionError(f"{where}: block of {len(raw)} bytes has no record count")
+    n = int.from_bytes(raw[-4:], "little")
+    if 8 * n > len(raw) - 4:
+        raise CorruptionError(f"{where}: record count {n} does not fit the block's {len(raw)} bytes")
+    offs = array("I")
+    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
+    if _BIG:
+        offs.byteswap()
+    kends, rends = offs[:n], offs[n:]
+    # Offsets past the end or out of order cannot make a read fail (slices clamp), so only the
+    # total is checked here — per-record order checks would double a lookup's cost; check()
+    # verifies key order.
+    if n and rends[-1] != len(raw) - 4 - 8 * n:
+        raise CorruptionError(f"{where}: block offsets do not match its size")
+    return RawBlock(raw, kends, rends, n)
+
+
+def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
+    """Inverse of encode_block: the block's (keys, values)."""
+    return unpack_block(data, where).split()
+
+
+def check_block_crc(data: bytes | memoryview, where: str) -> None:
+    if len(data) < BLOCK_TRAILER_SIZE:
+        raise CorruptionError(f"{where}: truncated block")
+    body = data[:-BLOCK_TRAILER_SIZE]
+    codec, crc = _TRAILER.unpack_from(data, len(body))
+    if zlib.crc32(bytes(body) + bytes((codec,))) != crc:
+        raise CorruptionError(f"{where}: checksum mismatch")

@@ -1,0 +1,304 @@
+"""Merging an old table with edits into a new one: ``MergeCursor`` (docs/design.md §4.1).
+
+Untouched blocks are carried as raw bytes (CRC checked, not decoded); touched blocks are
+decoded, merged and re-encoded; blocks whose edits only rewrite a byte are patched in place.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+from webdb.errors import CorruptionError
+from webdb.tables.block import check_block_crc, seal_block
+from webdb.tables.table import TableReader, TableWriter
+
+__all__ = ["MergeCursor"]
+
+
+class MergeCursor:
+    """Walks an old table in key order for a merge into ``out``.
+
+    ``copy_until(k)`` moves every old record with key < k to the output: whole blocks that lie
+    before k are carried over as raw bytes (checksum verified, not decoded) while the output has
+    no partly filled block of its own worth keeping; ``take_until(k)`` hands the records with
+    key < k to the caller instead (it decides what to write).  So a merge decodes only the
+    blocks its edits touch, and the cost of an untouched block is the cost of copying its bytes.
+    """
+
+    def __init__(self, table: TableReader | None, out: TableWriter):
+        self.t, self.out = table, out
+        self._bi = 0
+        self._keys: list[bytes] | None = None
+        self._vals: list[bytes] = []
+        self._pos = 0
+        self.decoded_blocks = 0
+        self.raw_blocks = 0
+        self.patched_blocks = 0
+
+    def _load(self) -> None:
+        self._keys, self._vals = self.t.block(self._bi)
+        self._pos = 0
+        self.decoded_blocks += 1
+
+    def _next_block(self) -> None:
+        self._keys, self._bi = None, self._bi + 1
+
+    def copy_until(self, key: bytes | None) -> None:
+        t, out = self.t, self.out
+        if t is None:
+            return
+        n = t.nblocks
+        while self._bi < n:
+            if self._keys is None:
+                # A run of whole blocks before `key`, raw.  Small pending output is topped up by
+                # decoding instead, so repeated batches do not fragment the table.
+                j = self._bi
+                while j < n and (key is None or t.last_keys[j] < key):
+                    j += 1
+                if j > self._bi and out.pending_bytes and out.pending_bytes < out.block_size // 2:
+                    keys, vals = t.block(self._bi, fill_cache=False)
+                    self.decoded_blocks += 1
+                    out.absorb_block(keys, vals)
+                    self._bi += 1
+                    continue
+                if j > self._bi:
+                    self._carry(self._bi, j)
+                    self._bi = j
+                    continue
+                self._load()
+            keys = self._keys
+            if key is None:
+                hi = len(keys)
+            else:
+                hi = bisect.bisect_left(keys, key, self._pos)
+            if hi > self._pos:
+                out.add_many(keys[self._pos : hi], self._vals[self._pos : hi])
+            self._pos = hi
+            if hi < len(keys):
+                return
+            self._next_block()
+
+    def _carry(self, i: int, j: int) -> None:
+        t, out = self.t, self.out
+        # Read a few MiB at a time; verify each block's checksum on the way through.
+        while i < j:
+            e, size = i, 0
+            while e < j and size < (4 << 20):
+                size += t.lengths[e]
+                e += 1
+            data = t.raw_range(i, e)
+            pos = 0
+            for b in range(i, e):
+                blk = data[pos : pos + t.lengths[b]]
+                if len(blk) != t.lengths[b]:
+                    raise CorruptionError(f"{t.where(b)}: truncated")
+                check_block_crc(blk, t.where(b))
+                out.add_raw_block(blk, t.first_keys[b], t.last_keys[b], t.counts[b])
+                pos += t.lengths[b]
+            self.raw_blocks += e - i
+            i = e
+
+    def take_until(self, key: bytes) -> tuple[list[bytes], list[bytes]]:
+        """Consume and return the old records with record key < key."""
+        t = self.t
+        rk: list[bytes] = []
+        rv: list[bytes] = []
+        if t is None:
+            return rk, rv
+        while self._bi < t.nblocks:
+            if self._keys is None:
+                if t.first_keys[self._bi] >= key:
+                    break
+                self._load()
+            keys = self._keys
+            hi = bisect.bisect_left(keys, key, self._pos)
+            if hi > self._pos:
+                rk.extend(keys[self._pos : hi])
+                rv.extend(self._vals[self._pos : hi])
+            self._pos = hi
+            if hi < len(keys):
+                break
+            self._next_block()
+        return rk, rv
+
+    def finish(self) -> None:
+        self.copy_until(None)
+
+    def merge_points(self, groups: Iterator[tuple[bytes, object]], combine) -> None:
+        """Apply point edits, a decoded block at a time.
+
+        ``groups`` yields ``(key, payload)`` in strictly increasing key order; for each,
+        ``combine(key, old_value_or_None, payload)`` returns the value to write or None to
+        write nothing.  All edits that fall inside one old block are located by binary search
+        and spliced into one ``add_many`` per block, so the cost is a bisect and a call per
+        edit plus slice copies, not a method round trip per edit.
+        """
+        out = self.out
+        it = iter(groups)
+        held = None
+        while True:
+            if held is not None:
+                g, held = held, None
+            else:
+                g = next(it, None)
+            if g is None:
+                return
+            key, payload = g
+            self.copy_until(key)
+            if self._keys is None:  # between two old blocks or past the end: no old record
+                v = combine(key, None, payload)
+                if v is not None:
+                    out.add(key, v)
+                continue
+            keys, vals, pos = self._keys, self._vals, self._pos
+            last = keys[-1]
+            nk: list[bytes] = []
+            nv: list[bytes] = []
+            while True:
+                j = bisect.bisect_left(keys, key, pos)
+                if j > pos:
+                    nk += keys[pos:j]
+                    nv += vals[pos:j]
+                if j < len(keys) and keys[j] == key:
+                    v = combine(key, vals[j], payload)
+                    pos = j + 1
+                else:
+                    v = combine(key, None, payload)
+                    pos = j
+                if v is not None:
+                    nk.append(key)
+                    nv.append(v)
+                g = next(it, None)
+                if g is None or g[0] > last:
+                    held = g
+                    break
+                key, payload = g
+            nk += keys[pos:]
+            nv += vals[pos:]
+            out.add_many(nk, nv)
+            self._next_block()
+            if held is None:
+                return
+
+    def patch_points(self, groups: Iterator[tuple[bytes, object]], combine, in_place) -> None:
+        """``merge_points`` for edits that mostly rewrite values without changing their length.
+
+        A block all of whose edits satisfy ``in_place(payload)`` is patched in its decompressed
+        bytes and compressed again — its records are never split into objects and its offsets
+        stay as they are — provided each such edit finds its key and ``combine`` returns a value
+        of the old length.  Any other block (an insert, a delete, a length change) goes through
+        ``merge_points``.  Same arguments and result as ``merge_points``; ``combine`` may be
+        called twice for an edit (it must be a function of its arguments only).
+        """
+        t, out = self.t, self.out
+        if t is None:
+            self.merge_points(groups, combine)
+            return
+        n = t.nblocks
+        it = iter(groups)
+        g = next(it, None)
+        while g is not None:
+            b = bisect.bisect_left(t.last_keys, g[0], self._bi)
+            batch = [g]
+            g = next(it, None)
+            if b < n:
+                last = t.last_keys[b]
+                while g is not None and g[0] <= last:
+                    batch.append(g)
+                    g = next(it, None)
+            if self._keys is None and b < n and out.pending_bytes == 0 and all(in_place(p) for _, p in batch):
+                data = self._patched(b, batch, combine)
+                if data is not None:
+                    if b > self._bi:
+                        self._carry(self._bi, b)
+                    out.add_raw_block(data, t.first_keys[b], t.last_keys[b], t.counts[b])
+                    self._bi = b + 1
+                    self.patched_blocks += 1
+                    continue
+            self.merge_points(batch, combine)
+            if out.pending_bytes >= out.block_size // 2:
+                out.flush()  # so the next block can be patched (it needs an empty output block)
+
+    def _patched(self, b: int, batch: list[tuple[bytes, object]], combine) -> bytes | None:
+        """Block b with ``batch`` applied in place, encoded; None if some edit cannot be."""
+        rb = self.t.raw(b, fill_cache=False)
+        buf = bytearray(rb.raw)
+        kends, rends, n = rb.kends, rb.rends, rb.n
+        for key, payload in batch:
+            j = rb.find(key)
+            if j == n or rb.key(j) != key:
+                if combine(key, None, payload) is not None:
+                    return None
+                continue
+            a, e = kends[j], rends[j]
+            v = combine(key, rb.raw[a:e], payload)
+            if v is None or len(v) != e - a:
+                return None
+            buf[a:e] = v
+        return seal_block(bytes(buf), self.out.codec)
+
+    def merge_ranges(self, groups: Iterator[tuple[bytes, bytes, object]], combine) -> None:
+        """Apply range edits, a decoded block at a time.
+
+        ``groups`` yields ``(lo, hi, payload)`` with disjoint, increasing ranges [lo, hi);
+        ``combine(lo, old_keys, old_vals, payload)`` gets the old records in the range and
+        returns the (keys, values) to write there, sorted and inside the range.  A range that
+        runs past the end of its block takes the slow path (``take_until`` across blocks).
+        """
+        out = self.out
+        it = iter(groups)
+        held = None
+        while True:
+            if held is not None:
+                g, held = held, None
+            else:
+                g = next(it, None)
+            if g is None:
+                return
+            lo, hi, payload = g
+            self.copy_until(lo)
+            if self._keys is None:
+                if self.t is None or self._bi >= self.t.nblocks or self.t.first_keys[self._bi] >= hi:
+                    ok, ov = [], []  # nothing old in the range
+                else:
+                    ok, ov = self.take_until(hi)
+                nk, nv = combine(lo, ok, ov, payload)
+                out.add_many(nk, nv)
+                continue
+            keys, vals, pos = self._keys, self._vals, self._pos
+            n = len(keys)
+            nk: list[bytes] = []
+            nv: list[bytes] = []
+            while True:
+                j1 = bisect.bisect_left(keys, lo, pos)
+                j2 = bisect.bisect_left(keys, hi, j1)
+                if j2 == n:
+                    # The range may go on in the next block: finish this block's output, then
+                    # collect the range across blocks.
+                    nk += keys[pos:j1]
+                    nv += vals[pos:j1]
+                    out.add_many(nk, nv)
+                    self._pos = j1
+                    ok, ov = self.take_until(hi)
+                    rk, rv = combine(lo, ok, ov, payload)
+                    out.add_many(rk, rv)
+                    break
+                if j1 > pos:
+                    nk += keys[pos:j1]
+                    nv += vals[pos:j1]
+                rk, rv = combine(lo, keys[j1:j2], vals[j1:j2], payload)
+                nk += rk
+                nv += rv
+                pos = j2
+                g = next(it, None)
+                if g is None or g[0] > keys[-1]:
+                    held = g
+                    nk += keys[pos:]
+                    nv += vals[pos:]
+                    out.add_many(nk, nv)
+                    self._next_block()
+                    break
+                lo, hi, payload = g
+            if held is None and g is None:
+                return
