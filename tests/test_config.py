@@ -141,3 +141,10 @@ def test_config_round_trips_as_data(tmp_path):
     bad["hosts"]["a"]["address"] = "root@h1"
     with pytest.raises(ConfigError, match="user = root"):
         NdfsConfig.from_json(bad)
+
+
+def test_ndfs_and_the_core_agree_on_the_section_bound() -> None:
+    from webdb.ndfs.config import MAX_SECTIONS as NDFS_MAX
+    from webdb.sections import MAX_SECTIONS
+
+    assert NDFS_MAX == MAX_SECTIONS
