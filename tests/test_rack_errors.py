@@ -82,7 +82,7 @@ def test_a_changed_host_key_names_known_hosts_fingerprints_and_the_fix(ssh_hosts
 
     from webdb.ndfs import parse_config
     from webdb.ndfs.errors import HostKeyRejected
-    from webdb.writer.rack import open_connection
+    from webdb.ndfs.connect import fabric_connection
 
     h = ssh_hosts[0]
     other = keygen(tmp_path / "other_host_key", "another-host").split()
@@ -91,11 +91,11 @@ def test_a_changed_host_key_names_known_hosts_fingerprints_and_the_fix(ssh_hosts
     ini = h.ini().replace(f"known_hosts = {h.known_hosts}", f"known_hosts = {known}")
     host = parse_config(ini).hosts[h.name]
     with pytest.raises(HostKeyRejected) as e:
-        open_connection(host)
+        fabric_connection(host)  # the rack's and deploy's one way to connect
     msg = str(e.value)
     assert f"host key of {h.address}:{h.port} changed" in msg
     assert re.search(
-        r"the server offers ssh-ed25519 SHA256:\S+, " + re.escape(str(known)) + r" has ssh-ed25519 SHA256:", msg
+        r"changed: got ssh-ed25519 SHA256:\S+, " + re.escape(str(known)) + r" has ssh-ed25519 SHA256:", msg
     )
     assert f"ssh-keygen -f {known} -R '[{h.address}]:{h.port}'" in msg
     assert f"ssh-keyscan -p {h.port} {h.address} >> {known}" in msg
