@@ -420,3 +420,27 @@ def test_local_host_uses_the_filesystem(tmp_path: Path) -> None:
     assert r.ok and list(r) == ["me"]
     assert (tmp_path / "db/g/hello").read_text() == "hi"
     assert isinstance(fs.transport(cfg.locations("g")[0]), LocalTransport)
+
+
+@pytest.mark.parametrize(
+    "root,name,ok",
+    [
+        ("/srv/ndfs", "crawl/section-0000/x", True),
+        ("/srv/ndfs", "crawl/section-0000/", True),
+        ("/srv/ndfs", "", True),
+        ("/srv/ndfs", "../etc/passwd", False),
+        ("/srv/ndfs", "crawl/../../etc", False),
+        ("/srv/ndfs", "/etc/passwd", False),
+        ("/srv/ndfs", "a//b", False),
+        ("relative/root", "x", False),
+    ],
+)
+def test_every_remote_path_is_checked_to_lie_under_its_root(root: str, name: str, ok: bool) -> None:
+    from webdb.ndfs.names import remote_path
+
+    if ok:
+        p = remote_path(root, name)
+        assert p == root or p.startswith(root + "/")
+    else:
+        with pytest.raises(BadInput):
+            remote_path(root, name)

@@ -10,6 +10,7 @@ resolved, so a link inside the root cannot point a name outside it.
 from __future__ import annotations
 
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,6 +118,21 @@ def tmp_name(name: str, token: str) -> str:
     head, _, base = name.rpartition("/")
     tmp = f".{base}{TMP_MARKER}{token}"
     return f"{head}/{tmp}" if head else tmp
+
+
+def remote_path(root: str, name: str, what: str = "ndfs name") -> str:
+    """``root/name`` on a remote host, checked before use: ``name`` is a relative path of
+    valid components (trailing ``/`` allowed) and the joined, normalized path lies under
+    ``root`` (absolute and normalized when hosts.ini was read).  Remote symlinks are not
+    resolved: webdb creates none, and names never contain ``..``."""
+    if not name:
+        return root
+    check_relpath(name[:-1] if name.endswith("/") else name, what)
+    joined = f"{root.rstrip('/')}/{name}"
+    norm = posixpath.normpath(joined)
+    if not posixpath.isabs(root) or not (norm + "/").startswith(root.rstrip("/") + "/"):
+        raise BadInput(f"{what} {name!r} leaves the ndfs root {root!r} ({norm!r})")
+    return joined
 
 
 def local_path(root: str | os.PathLike[str], name: str, what: str = "ndfs name") -> Path:

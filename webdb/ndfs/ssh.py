@@ -41,6 +41,7 @@ from webdb.ndfs.errors import (
     RemoteFileNotFound,
     TransportError,
 )
+from webdb.ndfs.names import remote_path
 from webdb.ndfs.transport import CHUNK, Completion, Transport, sha256_file
 
 T = TypeVar("T")
@@ -163,7 +164,7 @@ class SFTPTransport(Transport):
         return t is not None and t.is_active()
 
     def _abs(self, name: str) -> str:
-        return f"{self.host.root}/{name}" if name else self.host.root
+        return remote_path(self.host.root, name)  # every remote path is checked to lie under the root
 
     def _where(self, name: str) -> str:
         return f"{self.host.name}:{self._abs(name)}"
