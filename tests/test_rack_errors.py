@@ -81,8 +81,8 @@ def test_a_changed_host_key_names_known_hosts_fingerprints_and_the_fix(ssh_hosts
     from sshd import keygen
 
     from webdb.ndfs import parse_config
-    from webdb.ndfs.errors import HostKeyRejected
     from webdb.ndfs.connect import fabric_connection
+    from webdb.ndfs.errors import HostKeyRejected
 
     h = ssh_hosts[0]
     other = keygen(tmp_path / "other_host_key", "another-host").split()
