@@ -72,6 +72,8 @@ CASES: list[tuple[str, str, tuple[str, ...], Callable[[str], list[str]]]] = [
     ("filters", "--out", OUTPUT_FILE, lambda p: ["filters", "db", "--out", p]),
     ("filters", "--disabled", INPUT_FILE, lambda p: ["filters", "db", "--out", "out.txt", "--disabled", p]),
     ("unlock", "DB", INPUT_DIR, lambda p: ["unlock", p]),
+    ("recover", "DB", INPUT_DIR, lambda p: ["recover", p]),
+    ("recover", "DB --to", INPUT_DIR, lambda p: ["recover", p, "--to", "0"]),
     ("export", "DB", INPUT_DIR, lambda p: ["export", p]),
     ("export", "--mount", INPUT_DIR, lambda p: ["export", "db", "--mount", p]),
     ("export", "--segments", INPUT_DIR, lambda p: ["export", "db", "--segments", p]),

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from webdb.analysis.filtergen import check_out, filtergen
 
-    check_out(out_file(args.out))  # before the db is read
+    out_file(check_out(args.out))  # before the db is read: a folder that exists, a regular file or none
     res = filtergen(open_db(args), args.out, args.min_useful, args.depth, args.disabled)
     emit(
         args,

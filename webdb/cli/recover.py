@@ -9,7 +9,7 @@ unreferenced files are removed.  Takes the writer lock.  docs/operations.md, *Re
 
 from __future__ import annotations
 
-from webdb.cli.common import add_json, emit, open_db
+from webdb.cli.common import add_json, add_lock_wait, emit, open_db
 from webdb.errors import CorruptionError
 
 
@@ -17,6 +17,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("recover", help="show generations, or commit one explicitly (--to N)", description=__doc__)
     p.add_argument("db")
     p.add_argument("--to", type=int, metavar="N", help="make generation N the committed one")
+    add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -35,7 +36,9 @@ def run(args) -> int:
             lines.append(f"generation {g['generation']}{' (committed)' if g['committed'] else ''}: {state}")
         emit(args, {"current": cur, "generations": gens}, "\n".join(lines))
         return 0 if isinstance(cur, int) else 2
-    lock = db.lock().acquire()
+    from webdb.lockwait import wait_for_lock
+
+    lock = wait_for_lock(lambda: db.lock().acquire(), args.lock_wait, "recover")
     try:
         removed = db.recover_to(args.to)
     finally:
