@@ -115,14 +115,21 @@ def nonneg_float(s: str) -> float:
     return v
 
 
-def nonneg_int(s: str) -> int:
-    """argparse type: a whole number >= 0."""
+def _whole_at_least(lo: int):
+    """An argparse type: a whole number >= ``lo``, else argparse's usage error naming it."""
     import argparse
 
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {s!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, not {s!r}")
-    return v
+    def parse(s: str) -> int:
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {lo}, not {s!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {lo}, not {s!r}")
+        return v
+
+    return parse
+
+
+nonneg_int = _whole_at_least(0)
+positive_int = _whole_at_least(1)

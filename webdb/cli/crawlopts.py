@@ -5,20 +5,9 @@ from __future__ import annotations
 import json
 import os
 
+from webdb.cli.common import positive_int
 from webdb.errors import BadInput
 from webdb.tables.records import DAY
-
-
-def positive_int(s: str) -> int:
-    import argparse
-
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {s!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, not {s!r}")
-    return v
 
 
 def add_generate_args(p) -> None:

@@ -19,8 +19,7 @@ import shutil
 import tempfile
 import time
 
-from webdb.cli.common import add_json, emit
-from webdb.cli.crawlopts import positive_int
+from webdb.cli.common import add_json, emit, positive_int
 from webdb.errors import BadInput
 
 

@@ -8,8 +8,7 @@ count gets a rule ``-^PREFIX``.  FILE is a regex filter file (ending with ``+.``
 
 from __future__ import annotations
 
-from webdb.cli.common import add_db_location, add_json, emit, nonneg_int, open_db, out_file
-from webdb.cli.crawlopts import positive_int
+from webdb.cli.common import add_db_location, add_json, emit, nonneg_int, open_db, out_file, positive_int
 
 
 def add_parser(sub) -> None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_db_location, add_json, nonneg_int, open_db
-from webdb.cli.crawlopts import positive_int
+from webdb.cli.common import add_db_location, add_json, nonneg_int, open_db, positive_int
 
 COLS = ("domain", "prefix", "unfetched", "fetched", "fit")
 

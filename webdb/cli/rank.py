@@ -5,8 +5,7 @@ Each iteration is one committed batch rewriting every page's score and next_scor
 
 from __future__ import annotations
 
-from webdb.cli.common import add_json, add_lock_wait, emit, nonneg_int
-from webdb.cli.crawlopts import positive_int
+from webdb.cli.common import add_json, add_lock_wait, emit, nonneg_int, positive_int
 
 
 def add_parser(sub) -> None:
