@@ -91,7 +91,7 @@ def check_out(path: str) -> str:
     folder, and the path is not a directory."""
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise BadInput(f"--out {path}: is a directory; name the filter file to write")
+        raise BadInput(f"--out {path}: not a regular file: it is a directory; name the filter file to write")
     if not os.path.isdir(parent):
         what = "is not a directory" if os.path.exists(parent) else "does not exist"
         raise BadInput(f"--out {path}: the folder {parent} {what}")
