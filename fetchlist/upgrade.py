@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 
 from fetchlist.segment import (
     CONTENT,
@@ -73,7 +74,9 @@ def upgrade_segment(path: str | os.PathLike) -> dict:
             try:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise BadInput(f"{seg.file(FETCH, p)}: partition {p} is being fetched; upgrade after the fetch") from None
+                raise BadInput(
+                    f"{seg.file(FETCH, p)}: partition {p} is being fetched; upgrade after the fetch"
+                ) from None
             new_fetch = os.path.join(stage, FETCH, os.path.basename(seg.file(FETCH, p)))
             with WarcWriter(os.path.join(stage, CONTENT), p, opener=_open_append) as w, open(new_fetch, "xb") as out:
                 for r in seg.records(p, content=True):
@@ -87,8 +90,10 @@ def upgrade_segment(path: str | os.PathLike) -> dict:
         for d in (os.path.join(stage, FETCH), os.path.join(stage, CONTENT), stage):
             _fsync_dir(d)
         ident = {**seg.info, "version": SEGMENT_VERSION, "upgraded_from": seg.version}
+        _fault("upgrade.staged")
         _write_new(os.path.join(stage, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
         _fsync_dir(stage)
+        _fault("upgrade.committed")
         _roll_forward(path, stage)
     finally:
         for f in locks:
@@ -111,7 +116,9 @@ def _roll_forward(path: str, stage: str) -> None:
             for name in sorted(os.listdir(src)):
                 os.replace(os.path.join(src, name), os.path.join(path, kind, name))
             _fsync_dir(os.path.join(path, kind))
+        _fault(f"upgrade.moved.{kind}")
     os.replace(os.path.join(stage, SEGMENT_FILE), os.path.join(path, SEGMENT_FILE))
+    _fault("upgrade.switched")
     _fsync_dir(path)
     _clean(path, stage)
 
@@ -123,6 +130,13 @@ def _clean(path: str, stage: str) -> None:
             os.unlink(os.path.join(content, name))
     if os.path.lexists(stage):
         shutil.rmtree(stage)
+
+
+def _fault(name: str) -> None:
+    """Crash tests: ``WEBDB_FAULTS=name`` kills the process here (as webdb's fault points do;
+    fetchlist does not import webdb's internals)."""
+    if name in os.environ.get("WEBDB_FAULTS", "").split(","):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fsync_dir(path: str) -> None:
