@@ -178,3 +178,21 @@ def test_bad_crawl_setting_is_refused_before_anything_runs(tmp_path, setting, re
 @pytest.mark.parametrize("value", ["\u00b2=/tmp", "\u0661=/tmp", "x=/tmp", "0"])
 def test_section_dir_index_is_ascii_digits(db, value):
     assert_error(cli("read", db, "--stats", "--section-dir", value), f"--section-dir {value!r}: expected J=DIR")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("end", [2**39, 2**40 + 1], ids=["512 GiB", "past 1 TiB"])
+def test_crafted_content_index_never_grows_the_warc_file(tmp_path, end):
+    seg = _segment(tmp_path / "seg")
+    with seg.writer(0) as w:
+        w.write(FetchRecord("http://192.0.2.1/0", Status.FETCHED, 1_700_000_000, 200, content=b"hello", md5=b"\0" * 16))
+    index = seg.content_index(0)
+    entry = json.loads(open(index).readline())
+    entry["end"] = end
+    with open(index, "w") as f:
+        f.write(json.dumps(entry) + "\n")
+    sizes = {p: os.path.getsize(p) for p in (seg.file("content", 0), index, seg.file("fetch", 0))}
+    assert_error(
+        cli("fetch", seg.path), f"{index}:1", "does not lie after the previous one" if end < 2**40 else "0 <= offset"
+    )
+    assert {p: os.path.getsize(p) for p in sizes} == sizes
