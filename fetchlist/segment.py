@@ -2,17 +2,23 @@
 
 Layout and record formats: docs/segment.md.  In short::
 
-    SEGMENT                      identity (JSON): format name and version
-    fetchlist/part-NNNNN.jsonl   input of fetcher partition N, written once (temp + rename)
-    content/part-NNNNN.bin       fetched bytes: records of u32 length (LE) + bytes, appended
-    parse/part-NNNNN.jsonl       parse output, one JSON record per line, appended
-    fetch/part-NNNNN.jsonl       fetch output, one JSON record per line, appended
+    SEGMENT                          identity (JSON): format name and version (2)
+    fetchlist/part-NNNNN.jsonl       input of fetcher partition N, written once (temp + rename)
+    content/part-NNNNN.warc.gz       WARC/1.1 exchanges (request, response, metadata), appended
+    content/part-NNNNN.index.jsonl   URL -> response record offset (fetchlist.warc), appended
+    parse/part-NNNNN.jsonl           parse output, one JSON record per line, appended
+    fetch/part-NNNNN.jsonl           fetch output, one JSON record per line, appended
 
-For every fetched URL the writer appends, under one lock and flushing after each: the content,
-then the parse record, then the fetch record.  The fetch record is the commit point: a URL is
-fetched iff it has a fetch record.  A crash therefore leaves at most a torn last line in any
-file, one parse record at the end of the parse file whose fetch record was never written, and
-unreferenced bytes at the end of the content file.  Readers skip all three; ``SegmentWriter``
+Version 1 segments (legacy, still read and written by ``Segment.create(..., version=1)``) have
+``content/part-NNNNN.bin`` instead: records of u32 length (LE) + bytes; ``fetchlist.upgrade``
+converts them.
+
+For every fetched URL the writer appends, under one lock and flushing after each: the WARC
+exchange and its index line (the content's own commit point), then the parse record, then the
+fetch record.  The fetch record is the commit point: a URL is fetched iff it has a fetch
+record.  A crash therefore leaves at most a torn last line in any file, one parse record at
+the end of the parse file whose fetch record was never written, and a torn record or one
+uncommitted exchange at the end of the WARC file.  Readers skip all three; ``SegmentWriter``
 (opened again on the same partition, e.g. to resume a fetch) cuts them off first.
 
 Runtime cost: reading a part is one sequential pass over its file; ``outcomes`` merges the
@@ -75,7 +81,8 @@ class FetchRecord:
     ``http_status`` is 0 when no HTTP response was received (robots denial, timeout, connection
     error).  ``md5`` is the digest of ``content`` for FETCHED records, else None.  ``content``
     is None when read back without content (see ``Segment.content``); ``content_ref`` is then
-    ``(offset, length)`` in the part's content file.
+    ``(offset, length)`` of the URL's WARC response record in the part's content file (version
+    1: of its length-prefixed bytes in the ``.bin`` file).
     """
 
     url: str
