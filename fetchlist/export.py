@@ -38,9 +38,11 @@ _HEAD = 16  # after "url 0x00": fetch_time u64 BE, segment u32 BE, sequence u32 
 def content_location(seg: Segment, part: int, rec: FetchRecord) -> dict | None:
     """Where the fetched bytes of ``rec`` are: segment, file (relative to it), offset, length.
 
-    Today the file is ``content/part-NNNNN.bin`` and ``offset`` is that of the record's u32
-    length prefix (docs/segment.md); with WARC content it is the response record's offset in
-    ``content/part-NNNNN.warc.gz`` (fetchlist.warc).
+    In a version 2 segment the file is ``content/part-NNNNN.warc.gz`` and ``offset`` and
+    ``length`` are those of the URL's WARC response record (one gzip member:
+    ``fetchlist.warc.read_response(file, offset, url)`` reads it); in a legacy version 1
+    segment, ``content/part-NNNNN.bin`` and the offset of the record's u32 length prefix
+    (docs/segment.md).
     """
     if rec.content_ref is None:
         return None

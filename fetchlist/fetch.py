@@ -381,9 +381,10 @@ class Fetcher:
                 headers["If-Modified-Since"] = page.meta["last_modified"]
             if page.meta.get("etag"):
                 headers["If-None-Match"] = page.meta["etag"]
-        fetch_time = int(time.time())
+        start = time.time()
         t0 = time.monotonic()
-        rec = FetchRecord(url, Status.RETRY, fetch_time)
+        rec = FetchRecord(url, Status.RETRY, int(start))
+        rec.start = start
         budget = self._budget(t0)
         try:
             with self._session().get(
@@ -391,6 +392,11 @@ class Fetcher:
             ) as resp:
                 rec.http_status = code = resp.status_code
                 rec.status = status_of(code)
+                # As received and sent, for the WARC records (the segment keeps only keep_headers).
+                rec.raw_headers = list(resp.raw.headers.items())
+                rec.reason = resp.reason or ""
+                rec.protocol = "HTTP/1.0" if resp.raw.version == 10 else "HTTP/1.1"
+                rec.request_headers = list(resp.request.headers.items())
                 rec.headers = {k: resp.headers[k] for k in s["keep_headers"] if k in resp.headers}
                 if "location" in rec.headers:
                     rec.headers["location"] = location_text(rec.headers["location"])

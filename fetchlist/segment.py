@@ -2,17 +2,23 @@
 
 Layout and record formats: docs/segment.md.  In short::
 
-    SEGMENT                      identity (JSON): format name and version
-    fetchlist/part-NNNNN.jsonl   input of fetcher partition N, written once (temp + rename)
-    content/part-NNNNN.bin       fetched bytes: records of u32 length (LE) + bytes, appended
-    parse/part-NNNNN.jsonl       parse output, one JSON record per line, appended
-    fetch/part-NNNNN.jsonl       fetch output, one JSON record per line, appended
+    SEGMENT                          identity (JSON): format name and version (2)
+    fetchlist/part-NNNNN.jsonl       input of fetcher partition N, written once (temp + rename)
+    content/part-NNNNN.warc.gz       WARC/1.1 exchanges (request, response, metadata), appended
+    content/part-NNNNN.index.jsonl   URL -> response record offset (fetchlist.warc), appended
+    parse/part-NNNNN.jsonl           parse output, one JSON record per line, appended
+    fetch/part-NNNNN.jsonl           fetch output, one JSON record per line, appended
 
-For every fetched URL the writer appends, under one lock and flushing after each: the content,
-then the parse record, then the fetch record.  The fetch record is the commit point: a URL is
-fetched iff it has a fetch record.  A crash therefore leaves at most a torn last line in any
-file, one parse record at the end of the parse file whose fetch record was never written, and
-unreferenced bytes at the end of the content file.  Readers skip all three; ``SegmentWriter``
+Version 1 segments (legacy, still read and written by ``Segment.create(..., version=1)``) have
+``content/part-NNNNN.bin`` instead: records of u32 length (LE) + bytes; ``fetchlist.upgrade``
+converts them.
+
+For every fetched URL the writer appends, under one lock and flushing after each: the WARC
+exchange and its index line (the content's own commit point), then the parse record, then the
+fetch record.  The fetch record is the commit point: a URL is fetched iff it has a fetch
+record.  A crash therefore leaves at most a torn last line in any file, one parse record at
+the end of the parse file whose fetch record was never written, and a torn record or one
+uncommitted exchange at the end of the WARC file.  Readers skip all three; ``SegmentWriter``
 (opened again on the same partition, e.g. to resume a fetch) cuts them off first.
 
 Runtime cost: reading a part is one sequential pass over its file; ``outcomes`` merges the
@@ -24,6 +30,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import http
 import json
 import math
 import os
@@ -36,6 +43,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
 from fetchlist.parse import ParseResult
+from fetchlist.warc import Exchange, WarcWriter, index_name, open_nofollow, read_index, read_response_at
 from webdb import NEVER, FetchResult, Page, Status
 from webdb.errors import BadInput, CorruptionError
 
@@ -43,7 +51,9 @@ __all__ = ["Segment", "SegmentWriter", "FetchEntry", "FetchRecord", "FetchOutcom
 
 SEGMENT_FILE = "SEGMENT"
 SEGMENT_FORMAT = "webdb-segment"
-SEGMENT_VERSION = 1
+SEGMENT_VERSION = 2  # 2: content as WARC (content/part-NNNNN.warc.gz); 1: legacy .bin, still read
+VERSIONS = (1, 2)
+UPGRADE_DIR = "upgrade.tmp"  # staging folder of `webdb segment upgrade` (fetchlist.upgrade)
 FETCHLIST, FETCH, PARSE, CONTENT = "fetchlist", "fetch", "parse", "content"
 _LEN = struct.Struct("<I")
 _PART_RE = re.compile(r"part-([0-9]{5})\.jsonl")
@@ -71,7 +81,8 @@ class FetchRecord:
     ``http_status`` is 0 when no HTTP response was received (robots denial, timeout, connection
     error).  ``md5`` is the digest of ``content`` for FETCHED records, else None.  ``content``
     is None when read back without content (see ``Segment.content``); ``content_ref`` is then
-    ``(offset, length)`` in the part's content file.
+    ``(offset, length)`` of the URL's WARC response record in the part's content file (version
+    1: of its length-prefixed bytes in the ``.bin`` file).
     """
 
     url: str
@@ -88,6 +99,14 @@ class FetchRecord:
     elapsed: float = 0.0
     parse: ParseResult | None = None
     content_ref: tuple[int, int] | None = None
+    # The exchange as on the wire, for the WARC records only (not in the fetch record's JSON):
+    # response headers as received (in order, repeats kept), reason phrase, HTTP version,
+    # request headers as sent, and the request's start (seconds since the epoch, a float).
+    raw_headers: list[tuple[str, str]] | None = None
+    reason: str = ""
+    protocol: str = "HTTP/1.1"
+    request_headers: list[tuple[str, str]] = field(default_factory=list)
+    start: float | None = None
 
 
 @dataclass(slots=True)
@@ -346,16 +365,24 @@ class Segment:
         self.path = path
         self.info = info
 
+    @property
+    def version(self) -> int:
+        return self.info["version"]
+
     @classmethod
-    def create(cls, path: str | os.PathLike, **info: object) -> Segment:
-        """Create the segment directory ``path`` (absent or empty); ``info`` is kept in SEGMENT."""
+    def create(cls, path: str | os.PathLike, *, version: int = SEGMENT_VERSION, **info: object) -> Segment:
+        """Create the segment directory ``path`` (absent or empty); ``info`` is kept in SEGMENT.
+
+        ``version=1`` writes the legacy ``.bin`` content (kept to test reading and upgrading)."""
+        if version not in VERSIONS:
+            raise BadInput(f"segment format version {version!r}: this code writes versions {VERSIONS}")
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         if os.listdir(path):
             raise BadInput(f"{path}: cannot create a segment in a non-empty directory")
         for sub in (FETCHLIST, FETCH, PARSE, CONTENT):
             os.mkdir(os.path.join(path, sub))
-        ident = {"format": SEGMENT_FORMAT, "version": SEGMENT_VERSION, "created": int(time.time()), **info}
+        ident = {"format": SEGMENT_FORMAT, "version": version, "created": int(time.time()), **info}
         _write_new(os.path.join(path, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
         return cls(path, ident)
 
@@ -374,10 +401,12 @@ class Segment:
             raise CorruptionError(f"{ident_path}: not JSON ({e})") from None
         if not isinstance(ident, dict) or ident.get("format") != SEGMENT_FORMAT:
             raise BadInput(f"{path}: {SEGMENT_FILE} does not name the format {SEGMENT_FORMAT!r}")
-        if ident.get("version") != SEGMENT_VERSION:
+        if ident.get("version") not in VERSIONS or type(ident.get("version")) is not int:
             raise BadInput(
-                f"{path}: segment format version {ident.get('version')!r}, this code reads version {SEGMENT_VERSION}"
+                f"{path}: segment format version {ident.get('version')!r}, this code reads versions {VERSIONS}"
             )
+        if os.path.lexists(os.path.join(path, UPGRADE_DIR, SEGMENT_FILE)):
+            raise BadInput(f"{path}: an upgrade was interrupted after its commit; run `webdb segment upgrade {path}`")
         for sub in (FETCHLIST, FETCH, PARSE, CONTENT):
             d = os.path.join(path, sub)
             if not os.path.isdir(d):
@@ -385,8 +414,14 @@ class Segment:
         return cls(path, ident)
 
     def file(self, kind: str, part: int) -> str:
-        ext = ".bin" if kind == CONTENT else ".jsonl"
+        """The file of ``kind`` (FETCHLIST, FETCH, PARSE, CONTENT) of partition ``part``; content is
+        ``part-NNNNN.warc.gz`` (version 2) or the legacy ``part-NNNNN.bin`` (version 1)."""
+        ext = (".warc.gz" if self.version >= 2 else ".bin") if kind == CONTENT else ".jsonl"
         return os.path.join(self.path, kind, f"part-{part:05d}{ext}")
+
+    def content_index(self, part: int) -> str:
+        """The WARC content index of partition ``part`` (version 2)."""
+        return os.path.join(self.path, CONTENT, index_name(part))
 
     def parts(self) -> list[int]:
         """Partition numbers that have a fetchlist or any output."""
@@ -437,7 +472,7 @@ class Segment:
     def fetch_records(self, part: int | None = None, *, content: bool = False) -> Iterator[FetchRecord]:
         """Fetch records in the order they were written; with ``content`` their bytes loaded."""
         for p in self._parts(part):
-            with _ContentReader(self.file(CONTENT, p)) as cr:
+            with _ContentReader(self.file(CONTENT, p), self.version) as cr:
                 path = self.file(FETCH, p)
                 for lineno, _, d in read_lines(path):
                     r = record_from_json(d, f"{path}:{lineno}")
@@ -453,7 +488,7 @@ class Segment:
 
     def content(self, record: FetchRecord, part: int) -> bytes:
         """The stored content of ``record`` (b"" if it has none), length-checked."""
-        with _ContentReader(self.file(CONTENT, part)) as cr:
+        with _ContentReader(self.file(CONTENT, part), self.version) as cr:
             return cr.read(record)
 
     def records(self, part: int | None = None, *, content: bool = False) -> Iterator[FetchRecord]:
@@ -461,7 +496,7 @@ class Segment:
         for p in self._parts(part):
             parse_path, path = self.file(PARSE, p), self.file(FETCH, p)
             parses = _Peek(read_lines(parse_path))
-            with _ContentReader(self.file(CONTENT, p)) as cr:
+            with _ContentReader(self.file(CONTENT, p), self.version) as cr:
                 for lineno, _, d in read_lines(path):
                     r = record_from_json(d, f"{path}:{lineno}")
                     nxt = parses.peek()
@@ -492,12 +527,25 @@ class Segment:
 
     def check(self) -> dict[str, int]:
         """Verify every part: records parse, parse records pair with fetch records in order,
-        content references are in range with matching length prefix and md5, no URL twice.
+        content references are in range with matching length prefix (v1) or WARC response
+        record of the URL with a correct payload digest (v2) and md5, no URL twice; in v2 every
+        content index entry but the last belongs to a fetch record.
 
-        Return counts; raise CorruptionError naming the file and record on a violation.
+        Return counts (``responses``: WARC response records of fetch records); raise
+        CorruptionError naming the file and record on a violation.
         """
-        counts = {"entries": 0, "fetched": 0, "parsed": 0, "content_bytes": 0}
+        counts = {"entries": 0, "fetched": 0, "parsed": 0, "content_bytes": 0, "responses": 0}
         for p in self.parts():
+            if self.version >= 2:
+                refs = {r.content_ref[0] for r in self.fetch_records(p) if r.content_ref}
+                index = list(read_index(self.content_index(p)))
+                orphans = [e for e in index if e.offset not in refs]
+                if orphans[1:] or (orphans and orphans[0] is not index[-1]):
+                    raise CorruptionError(
+                        f"{self.content_index(p)}: {orphans[0].url!r} has a WARC response but no fetch record "
+                        "(only the last one may, after a crash)"
+                    )
+                counts["responses"] += len(refs)
             counts["entries"] += sum(1 for _ in self.fetchlist(p))
             seen: set[str] = set()
             parsed = 0
@@ -542,8 +590,10 @@ class _Peek:
 
 
 class _ContentReader:
-    def __init__(self, path: str) -> None:
-        self.path, self._f = path, None
+    """Reads the content of fetch records from a part's content file (opened no-follow, once)."""
+
+    def __init__(self, path: str, version: int = SEGMENT_VERSION) -> None:
+        self.path, self.version, self._f = path, version, None
 
     def __enter__(self) -> _ContentReader:
         return self
@@ -558,17 +608,47 @@ class _ContentReader:
         off, n = r.content_ref
         if self._f is None:
             try:
-                self._f = open(self.path, "rb")
+                self._f = open_nofollow(self.path)
             except FileNotFoundError:
                 raise CorruptionError(f"{self.path}: missing, but {r.url!r} refers to it") from None
-        if off + _LEN.size + n > os.fstat(self._f.fileno()).st_size:  # read nothing past the end
+        head = _LEN.size if self.version < 2 else 0
+        if off + head + n > os.fstat(self._f.fileno()).st_size:  # read nothing past the end
             raise CorruptionError(f"{self.path}: content of {r.url!r} at offset {off} is not {n} bytes")
+        if self.version >= 2:
+            # The response record of this URL, its payload digest checked.
+            resp = read_response_at(self._f, self.path, off, r.url)
+            if resp.length != n:
+                raise CorruptionError(f"{self.path}: the response of {r.url!r} at offset {off} is not {n} bytes")
+            return resp.body
         self._f.seek(off)
         head = self._f.read(_LEN.size)
         data = self._f.read(n)
         if len(head) != _LEN.size or _LEN.unpack(head)[0] != n or len(data) != n:
             raise CorruptionError(f"{self.path}: content of {r.url!r} at offset {off} is not {n} bytes")
         return data
+
+
+def exchange_of(r: FetchRecord) -> Exchange:
+    """The WARC exchange of a FETCHED record: the wire data the fetcher kept (``raw_headers`` …),
+    or, for a record without them (a v1 segment being upgraded), its kept headers."""
+    status = r.http_status or 200
+    try:
+        reason = r.reason or http.HTTPStatus(status).phrase
+    except ValueError:
+        reason = r.reason
+    return Exchange(
+        url=r.url,
+        fetch_time=r.start if r.start is not None else float(r.fetch_time),
+        status=status,
+        reason=reason,
+        headers=list(r.raw_headers) if r.raw_headers is not None else list(r.headers.items()),
+        body=r.content or b"",
+        request_headers=list(r.request_headers),
+        protocol=r.protocol,
+        truncated=r.truncated,
+        elapsed=r.elapsed,
+        outlinks=list(r.parse.outlinks) if r.parse is not None else [],
+    )
 
 
 class SegmentWriter:
@@ -590,10 +670,19 @@ class SegmentWriter:
         except BlockingIOError:
             self._fetch.close()
             raise BadInput(f"{fetch_path}: partition {part} is being written by another process") from None
+        self._content = self._warc = None
         try:
             self._parse = _open_append(segment.file(PARSE, part))
-            self._content = _open_append(segment.file(CONTENT, part))
         except BaseException:
+            self._fetch.close()
+            raise
+        try:
+            if segment.version >= 2:
+                self._warc = WarcWriter(os.path.join(segment.path, CONTENT), part, opener=_open_append)
+            else:
+                self._content = _open_append(segment.file(CONTENT, part))
+        except BaseException:
+            self._parse.close()
             self._fetch.close()
             raise
         self.done: set[str] = set()
@@ -601,27 +690,40 @@ class SegmentWriter:
         try:
             self._recover()
         except BaseException:
-            for f in (self._content, self._parse, self._fetch):
-                f.close()
+            self._close_files(sync=False)
             raise
 
     def _recover(self) -> None:
         end, last_md5 = 0, {}
         content_end = 0
         path = self.segment.file(FETCH, self.part)
-        content_size = os.fstat(self._content.fileno()).st_size
+        content_path = self.segment.file(CONTENT, self.part)
+        content = self._content if self._warc is None else self._warc._warc
+        content_size = os.fstat(content.fileno()).st_size
+        # v2: the WARC index is the content's commit point (WarcWriter has cut the file back to
+        # its last entry); each content reference must be an entry of the same URL.
+        entries = {e.offset: e for e in self._warc.entries} if self._warc is not None else {}
+        head = _LEN.size if self._warc is None else 0
         for lineno, pos, d in read_lines(path):
             r = record_from_json(d, f"{path}:{lineno}")
             end = pos
             self.done.add(r.url)
             last_md5[r.url] = d["md5"]
             if r.content_ref:
-                ref_end = r.content_ref[0] + _LEN.size + r.content_ref[1]
+                ref_end = r.content_ref[0] + head + r.content_ref[1]
                 if ref_end > content_size:  # never extend the content file to meet a reference
                     raise CorruptionError(
                         f"{path}:{lineno}: content reference {list(r.content_ref)} ends at byte {ref_end}, "
-                        f"beyond the end of {self.segment.file(CONTENT, self.part)} ({content_size} bytes)"
+                        f"beyond the end of {content_path} ({content_size} bytes)"
                     )
+                if self._warc is not None:
+                    e = entries.get(r.content_ref[0])
+                    if e is None or e.url != r.url or e.length != r.content_ref[1]:
+                        raise CorruptionError(
+                            f"{path}:{lineno}: content reference {list(r.content_ref)} is not the response of "
+                            f"{r.url!r} in {self._warc.index_path}"
+                        )
+                    ref_end = e.end
                 content_end = max(content_end, ref_end)
         self._fetch.truncate(end)
         pend, prev_end, last = 0, 0, None
@@ -630,14 +732,25 @@ class SegmentWriter:
         if last is not None and last_md5.get(last.get("url"), "") != last.get("md5"):
             pend = prev_end  # the parse record of a fetch that never committed
         self._parse.truncate(pend)
-        self._content.truncate(content_end)
+        if self._warc is not None:
+            self._warc.truncate(content_end or None)  # drop an exchange whose fetch record is missing
+        else:
+            self._content.truncate(content_end)
         for f in (self._fetch, self._parse, self._content):
-            f.seek(0, os.SEEK_END)
+            if f is not None:
+                f.seek(0, os.SEEK_END)
 
     def write(self, r: FetchRecord) -> None:
-        """Append ``r`` (its content and parse record too).  ``r.content_ref`` is set."""
+        """Append ``r`` (its content and parse record too).  ``r.content_ref`` is set.
+
+        Version 2: a FETCHED record (or any with content) gets its WARC exchange (request,
+        response, metadata) and ``content_ref`` = (offset, length) of the response record."""
         with self._lock:
-            if r.content:
+            if self._warc is not None:
+                if r.status == Status.FETCHED or r.content:
+                    loc = self._warc.write(exchange_of(r))
+                    r.content_ref = (loc.offset, loc.length)
+            elif r.content:
                 off = self._content.tell()
                 self._content.write(_LEN.pack(len(r.content)))
                 self._content.write(r.content)
@@ -651,13 +764,23 @@ class SegmentWriter:
             self.done.add(r.url)
             self.written += 1
 
-    def close(self) -> None:
-        with self._lock:
-            for f in (self._content, self._parse, self._fetch):
-                if not f.closed:
+    def _close_files(self, sync: bool) -> None:
+        if self._warc is not None:
+            if sync:
+                self._warc.close()
+            else:
+                for f in (self._warc._warc, self._warc._index):
+                    f.close()
+        for f in (self._content, self._parse, self._fetch):
+            if f is not None and not f.closed:
+                if sync:
                     f.flush()
                     os.fsync(f.fileno())
-                    f.close()
+                f.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_files(sync=True)
 
     def __enter__(self) -> SegmentWriter:
         return self

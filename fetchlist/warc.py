@@ -33,13 +33,15 @@ from __future__ import annotations
 
 import base64
 import datetime
+import errno
 import hashlib
 import io
 import json
 import os
+import stat
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -49,7 +51,7 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
-from webdb.errors import CorruptionError
+from webdb.errors import BadInput, CorruptionError
 
 __all__ = [
     "Exchange",
@@ -58,6 +60,7 @@ __all__ = [
     "WarcWriter",
     "content_index",
     "index_warc",
+    "open_nofollow",
     "read_index",
     "read_metadata",
     "read_response",
@@ -66,6 +69,7 @@ __all__ = [
 WARC_VERSION = "WARC/1.1"
 WARC_SUFFIX = ".warc.gz"
 INDEX_SUFFIX = ".index.jsonl"
+MAX_OFFSET = 1 << 40  # the largest offset a segment refers to (1 TiB)
 # Response headers that describe the bytes on the wire, not the stored (decoded) body.
 _RENAMED = ("content-encoding", "transfer-encoding", "content-length")
 
@@ -137,6 +141,7 @@ class WarcResponse:
     date: str
     payload_digest: str
     truncated: bool
+    length: int = 0  # of the record's gzip member
 
 
 def sha1_digest(data: bytes) -> str:
@@ -157,18 +162,54 @@ def _field(v: str) -> str:
 def read_index(path: str) -> Iterator[WarcLocation]:
     """The entries of a content index, complete lines only (a torn last line is skipped)."""
     try:
-        f = open(path, "rb")
+        f = open_nofollow(path)
     except FileNotFoundError:
         return
     with f:
-        for lineno, line in enumerate(f, 1):
-            if not line.endswith(b"\n"):
-                return
-            try:
-                d = json.loads(line)
-                yield WarcLocation(d["url"], d["file"], d["offset"], d["length"], d["end"], d.get("digest", ""))
-            except (ValueError, KeyError, TypeError) as e:
-                raise CorruptionError(f"{path}:{lineno}: not a content index entry ({e})") from None
+        yield from _index_lines(f, path)
+
+
+def _index_lines(f, path: str) -> Iterator[WarcLocation]:
+    for lineno, line in enumerate(f, 1):
+        if not line.endswith(b"\n"):
+            return
+        try:
+            d = json.loads(line)
+            loc = WarcLocation(d["url"], d["file"], d["offset"], d["length"], d["end"], d.get("digest", ""))
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptionError(f"{path}:{lineno}: not a content index entry ({e})") from None
+        nums = (loc.offset, loc.length, loc.end)
+        if not (
+            isinstance(loc.url, str)
+            and isinstance(loc.file, str)
+            and isinstance(loc.digest, str)
+            and all(type(x) is int for x in nums)
+            and 0 <= loc.offset < loc.offset + loc.length <= loc.end <= MAX_OFFSET
+        ):
+            raise CorruptionError(
+                f"{path}:{lineno}: content index entry needs 0 <= offset < offset + length <= end, not {line[:120]!r}"
+            )
+        yield loc
+
+
+def open_nofollow(path: str, mode: str = "rb"):
+    """Open ``path`` without following a symlink and only if it is a regular file: a planted
+    link or FIFO in a segment must never make us read or write elsewhere (or block).
+    ``mode`` is ``rb`` (read) or ``ab+`` (append, created if missing)."""
+    flags = os.O_RDONLY if mode == "rb" else os.O_RDWR | os.O_CREAT | os.O_APPEND
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o666)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, e.strerror, path) from None
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{path}: is a symlink; refusing to open it") from None
+        raise BadInput(f"{path}: cannot open: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{path}: not a regular file; refusing to open it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, mode)
 
 
 class WarcWriter:
@@ -178,21 +219,52 @@ class WarcWriter:
     in ``content_dir``, recovering what a crashed writer left (see the module docstring).
     """
 
-    def __init__(self, content_dir: str, part: int, software: str = "webdb fetchlist") -> None:
+    def __init__(
+        self,
+        content_dir: str,
+        part: int,
+        software: str = "webdb fetchlist",
+        opener: Callable[[str], object] | None = None,
+    ) -> None:
         self.name = warc_name(part)
         self.path = os.path.join(content_dir, self.name)
         self.index_path = os.path.join(content_dir, index_name(part))
         self._lock = threading.Lock()
-        self._warc = open(self.path, "ab+")
-        self._index = open(self.index_path, "ab+")
-        self._w = WARCWriter(self._warc, gzip=True, warc_version=WARC_VERSION)
-        self.entries = list(read_index(self.index_path))
-        self.truncate(self.entries[-1].end if self.entries else None)
+        opener = opener or (lambda p: open_nofollow(p, "ab+"))
+        self._warc = opener(self.path)
+        try:
+            self._index = opener(self.index_path)
+        except BaseException:
+            self._warc.close()
+            raise
+        try:
+            self._w = WARCWriter(self._warc, gzip=True, warc_version=WARC_VERSION)
+            self._index.seek(0)
+            self.entries = list(_index_lines(self._index, self.index_path))
+            self._check_entries()
+            self.truncate(self.entries[-1].end if self.entries else None)
+        except BaseException:
+            self._warc.close()
+            self._index.close()
+            raise
         if self._warc.tell() == 0:
             info = {"software": software, "format": "WARC File Format 1.1", "conformsTo": "ISO 28500:2017"}
             self._w.write_record(self._w.create_warcinfo_record(self.name, info))
             self._warc.flush()
         self._start = self._warc.tell()
+
+    def _check_entries(self) -> None:
+        """Index entries must follow each other inside the WARC file as it is: a crafted or
+        stale index is an error, never a reason to extend the file."""
+        size = os.fstat(self._warc.fileno()).st_size
+        prev = 0
+        for i, e in enumerate(self.entries, 1):
+            if e.file != self.name or e.offset < prev or e.end > size:
+                raise CorruptionError(
+                    f"{self.index_path}:{i}: entry {e.url!r} at [{e.offset}, {e.end}) does not lie after the "
+                    f"previous one inside {self.path} ({size} bytes)"
+                )
+            prev = e.end
 
     def truncate(self, end: int | None) -> None:
         """Cut the WARC file at ``end`` (an exchange's end; None: after the warcinfo record, or
@@ -316,20 +388,28 @@ def read_response(path: str, offset: int, url: str | None = None, verify: bool =
     With ``url``, the record must be that URL's; with ``verify``, its payload must match its
     ``WARC-Payload-Digest``.  Anything else is a CorruptionError naming file and offset.
     """
-    where = f"{path} at offset {offset}"
     try:
-        f = open(path, "rb")
+        f = open_nofollow(path)
     except FileNotFoundError:
         raise CorruptionError(f"{path}: missing WARC file") from None
     with f:
-        f.seek(offset)
-        try:
-            rec = next(iter(ArchiveIterator(f)), None)
-            if rec is None:
-                raise CorruptionError(f"{where}: no WARC record")
-            body = rec.raw_stream.read()
-        except (ArchiveLoadFailed, OSError, EOFError, ValueError) as e:
-            raise CorruptionError(f"{where}: unreadable WARC record ({e})") from None
+        return read_response_at(f, path, offset, url, verify)
+
+
+def read_response_at(f, path: str, offset: int, url: str | None = None, verify: bool = True) -> WarcResponse:
+    """``read_response`` on an open file ``f`` (of ``path``, named in errors)."""
+    where = f"{path} at offset {offset}"
+    f.seek(offset)
+    try:
+        it = ArchiveIterator(f)
+        rec = next(it, None)
+        if rec is None:
+            raise CorruptionError(f"{where}: no WARC record")
+        body = rec.raw_stream.read()
+        it.read_to_end(rec)
+        length = it.get_record_length()
+    except (ArchiveLoadFailed, OSError, EOFError, ValueError) as e:
+        raise CorruptionError(f"{where}: unreadable WARC record ({e})") from None
     h = rec.rec_headers
     target = h.get_header("WARC-Target-URI")
     if rec.rec_type != "response":
@@ -348,6 +428,7 @@ def read_response(path: str, offset: int, url: str | None = None, verify: bool =
         date=h.get_header("WARC-Date"),
         payload_digest=digest,
         truncated=h.get_header("WARC-Truncated") is not None,
+        length=length,
     )
 
 
@@ -356,7 +437,7 @@ def index_warc(path: str) -> Iterator[WarcLocation]:
     one entry per response record, its exchange ending before the next request or response."""
     name = os.path.basename(path)
     pending: WarcLocation | None = None
-    with open(path, "rb") as f:
+    with open_nofollow(path) as f:
         it = ArchiveIterator(f)
         for rec in it:
             digest = rec.rec_headers.get_header("WARC-Payload-Digest") or ""
@@ -375,7 +456,7 @@ def index_warc(path: str) -> Iterator[WarcLocation]:
 
 def read_metadata(path: str, offset: int) -> dict[str, list[str]]:
     """The warc-fields of the metadata record at ``offset``: name → values in order."""
-    with open(path, "rb") as f:
+    with open_nofollow(path) as f:
         f.seek(offset)
         rec = next(iter(ArchiveIterator(f)), None)
         if rec is None or rec.rec_type != "metadata":

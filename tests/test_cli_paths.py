@@ -78,6 +78,7 @@ CASES: list[tuple[str, str, tuple[str, ...], Callable[[str], list[str]]]] = [
     ("export", "--mount", INPUT_DIR, lambda p: ["export", "db", "--mount", p]),
     ("export", "--segments", INPUT_DIR, lambda p: ["export", "db", "--segments", p]),
     ("export", "--out", OUTPUT_FILE, lambda p: ["export", "db", "--out", p]),
+    ("segment", "upgrade SEGMENT", INPUT_DIR, lambda p: ["segment", "upgrade", p]),
 ]
 
 

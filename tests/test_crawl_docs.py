@@ -11,6 +11,7 @@ import re
 from fetchlist.parse import parse
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import DEFAULTS
+from fetchlist.warc import read_index, read_response
 from webdb.tables.records import Page, Status
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
@@ -21,10 +22,8 @@ def _blocks(text: str) -> dict[str, str]:
     return {m[1]: m[2] for m in re.finditer(r"^`([\w/.-]+)`[^\n]*\n```\w*\n(.*?)```", text, re.M | re.S)}
 
 
-def test_segment_worked_example(tmp_path):
-    text = open(os.path.join(DOCS, "segment.md"), encoding="utf-8").read()
-    blocks = _blocks(text[text.index("## Worked example") :])
-    seg = Segment.create(tmp_path / "seg-0001", round=1)
+def _worked_example(path, version: int) -> Segment:
+    seg = Segment.create(path, version=version, round=1)
     old = Page(
         "http://example.com/old",
         status=Status.FETCHED,
@@ -39,7 +38,6 @@ def test_segment_worked_example(tmp_path):
             FetchEntry("http://example.com/old", old, []),
         ],
     )
-    body = b'<html><head><title>Hi</title></head><body>Hello <a href="/a">A</a></body></html>'
     ctype = "text/html; charset=utf-8"
     with seg.writer(0) as w:
         w.write(
@@ -48,12 +46,12 @@ def test_segment_worked_example(tmp_path):
                 Status.FETCHED,
                 1700086400,
                 200,
-                {"content-type": ctype, "content-length": str(len(body))},
+                {"content-type": ctype, "content-length": str(len(BODY))},
                 "text/html",
-                hashlib.md5(body).digest(),
-                body,
+                hashlib.md5(BODY).digest(),
+                BODY,
                 elapsed=0.0123,
-                parse=parse("http://example.com/", body, ctype),
+                parse=parse("http://example.com/", BODY, ctype),
             )
         )
         w.write(
@@ -67,14 +65,46 @@ def test_segment_worked_example(tmp_path):
                 elapsed=0.0031,
             )
         )
+    return seg
+
+
+BODY = b'<html><head><title>Hi</title></head><body>Hello <a href="/a">A</a></body></html>'
+
+
+def _no_offsets(text: str) -> list[dict]:
+    """JSON lines with the WARC offsets (which vary with the gzip size of random record ids) blanked."""
+    out = []
+    for line in text.splitlines():
+        d = json.loads(line)
+        for k in ("content", "offset", "length", "end"):
+            if isinstance(d.get(k), (int, list)):
+                d[k] = "?"
+        out.append(d)
+    return out
+
+
+def test_segment_worked_example(tmp_path):
+    text = open(os.path.join(DOCS, "segment.md"), encoding="utf-8").read()
+    example = text[text.index("## Worked example") :]
+    blocks = _blocks(example)
+    seg = _worked_example(tmp_path / "seg-0001", 2)
     ident = json.loads(blocks["SEGMENT"])
     assert {k: v for k, v in seg.info.items() if k != "created"} == {k: v for k, v in ident.items() if k != "created"}
-    for name in ("fetchlist/part-00000.jsonl", "parse/part-00000.jsonl", "fetch/part-00000.jsonl"):
+    for name in ("fetchlist/part-00000.jsonl", "parse/part-00000.jsonl"):
         assert open(os.path.join(seg.path, name), encoding="utf-8").read() == blocks[name], name
-    dump = blocks[next(k for k in blocks if k.startswith("content/"))]
-    shown = bytes.fromhex("".join(line[10:49].replace(" ", "") for line in dump.splitlines() if line[:1] == "0"))
-    data = open(seg.file("content", 0), "rb").read()
+    for name in ("fetch/part-00000.jsonl", "content/part-00000.index.jsonl"):
+        got = open(os.path.join(seg.path, name), encoding="utf-8").read()
+        assert _no_offsets(got) == _no_offsets(blocks[name]), name
+    (loc,) = read_index(seg.content_index(0))
+    resp = read_response(seg.file("content", 0), loc.offset, "http://example.com/")
+    assert resp.body == BODY and resp.payload_digest in example
+    # The legacy version 1 content file, as its hex dump shows it.
+    v1 = _worked_example(tmp_path / "v1", 1)
+    dump = re.findall(r"^0000[0-9a-f]{4}: .*$", example, re.M)
+    shown = bytes.fromhex("".join(line[10:49].replace(" ", "") for line in dump))
+    data = open(v1.file("content", 0), "rb").read()
     assert len(data) == 84 and data.startswith(shown) and len(shown) == 48
+    assert json.loads(open(v1.file("fetch", 0)).readline())["content"] == [0, 80]
     out = list(seg.outcomes(0))
     assert (out[0].result.num_outlinks, out[0].outlinks) == (1, [("http://example.com/a", "A")])
     assert (out[1].result.status, out[1].redirect) == (Status.REDIRECT_PERM, "http://example.com/new")

@@ -20,6 +20,7 @@ import webdb
 from fetchlist.demo_site import DEMO_HOSTS, loopback_ok
 from fetchlist.export import SegmentJoin
 from fetchlist.segment import Segment
+from fetchlist.warc import read_response
 from webdb import BadInput, Page, Status, domain_id
 from webdb.export import export_pages, write_parquet
 
@@ -331,12 +332,9 @@ def test_demo_crawl_segment_join(demo, tmp_path):
         assert rec["title"] == fr.parse.title and rec["text"] == fr.parse.text
         assert rec["charset"] == fr.parse.encoding and rec["outlinks"] == len(fr.parse.outlinks)
         loc = rec["content"]
-        assert loc["segment"] == seg.path and loc["file"] == f"content/part-{part:05d}.bin"
-        with open(os.path.join(loc["segment"], loc["file"]), "rb") as f:
-            f.seek(loc["offset"])
-            size = int.from_bytes(f.read(4), "little")
-            body = f.read(size)
-        assert size == loc["length"] and hashlib.md5(body).hexdigest() == fr.md5.hex()
+        assert loc["segment"] == seg.path and loc["file"] == f"content/part-{part:05d}.warc.gz"
+        resp = read_response(os.path.join(loc["segment"], loc["file"]), loc["offset"], rec["url"])
+        assert resp.length == loc["length"] and hashlib.md5(resp.body).hexdigest() == fr.md5.hex()
     assert joined == len(recs)  # every fetched page of the demo has its parse in a segment
     assert not os.listdir(os.path.join(db, "tmp"))  # the sorted index is removed
     # The index sorts with spilled runs too: a tiny budget gives the same records.

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 import requests
 from httpsite import AVAILABLE, ETAG, GRAPH_PAGES, HUGE, LAST_MODIFIED, TestSite, intervals, overlaps
+from test_warc import assert_valid_warc
 from waiting import wait_until
 
 from fetchlist.fetch import Fetcher, status_of
@@ -425,6 +426,7 @@ def test_interrupt_and_crash_keep_fetched_records(site, tmp_path, sig):
     kept = list(seg.records(0, content=True))
     assert 4 <= len(kept) < len(urls)
     assert seg.check()["fetched"] == len(kept)
+    assert assert_valid_warc(seg) == len(kept)  # an exchange in flight is cut when the writer reopens
     for r in kept:
         assert r.status == Status.FETCHED and r.parse is not None and len(r.content) > 0
     served = {f"http://{r.host}:{site.port}{r.path}" for n in ("graph", "slowbot") for r in site.requests(n)}
@@ -437,6 +439,7 @@ def test_interrupt_and_crash_keep_fetched_records(site, tmp_path, sig):
     assert stats.skipped == len(kept) and stats.records == len(urls) - len(kept)
     assert seg.check()["fetched"] == len(urls)
     assert sorted(r.url for r in seg.fetch_records(0)) == sorted(urls)
+    assert assert_valid_warc(seg) == sum(r.status == Status.FETCHED for r in seg.fetch_records(0))
 
 
 def test_sink_failure_stops_the_run(site):

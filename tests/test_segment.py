@@ -7,9 +7,11 @@ import json
 import os
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 from fetchlist.parse import parse
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
+from fetchlist.warc import read_index, read_response
 from webdb.errors import BadInput, CorruptionError
 from webdb.schedule import FetchResult
 from webdb.tables.records import Page, Status
@@ -112,6 +114,7 @@ def test_output_round_trip_and_outcomes(tmp_path):
         "fetched": 7,
         "parsed": 3,
         "content_bytes": sum(len(r.content or b"") for r in want),
+        "responses": 3,
     }
 
 
@@ -120,11 +123,15 @@ def test_files_are_documented_json_lines(tmp_path):
     with seg.writer(0) as w:
         w.write(records()[0])
     ident = json.loads(open(os.path.join(seg.path, "SEGMENT")).read())
-    assert ident["format"] == "webdb-segment" and ident["version"] == 1
+    assert ident["format"] == "webdb-segment" and ident["version"] == 2
     line = json.loads(open(seg.file("fetch", 0), encoding="utf-8").readline())
-    assert line["status_name"] == "FETCHED" and line["content"] == [0, len(HTML)]
-    data = open(seg.file("content", 0), "rb").read()
-    assert int.from_bytes(data[:4], "little") == len(HTML) and data[4:] == HTML
+    (loc,) = read_index(seg.content_index(0))
+    assert line["status_name"] == "FETCHED" and line["content"] == [loc.offset, loc.length]
+    assert seg.file("content", 0).endswith("content/part-00000.warc.gz")
+    with open(seg.file("content", 0), "rb") as f:
+        recs = [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI")) for r in ArchiveIterator(f)]
+    assert recs == [("warcinfo", None)] + [(t, "http://a.org/1") for t in ("request", "response", "metadata")]
+    assert read_response(seg.file("content", 0), loc.offset, "http://a.org/1").body == HTML
     p = json.loads(open(seg.file("parse", 0), encoding="utf-8").readline())
     assert p["outlinks"] == [["http://a.org/a", "A"], ["http://a.org/b", "B"]] and p["md5"] == line["md5"]
 
@@ -191,15 +198,22 @@ def test_corruption_is_reported(tmp_path):
         list(seg.fetch_records(0))
 
 
-def test_content_damage_detected(tmp_path):
-    seg = Segment.create(tmp_path / "seg")
+@pytest.mark.parametrize("version", [1, 2])
+def test_content_damage_detected(tmp_path, version):
+    seg = Segment.create(tmp_path / "seg", version=version)
     with seg.writer(0) as w:
         w.write(records()[0])
     cpath = seg.file("content", 0)
     data = bytearray(open(cpath, "rb").read())
-    data[10] ^= 0xFF
+    if version == 1:
+        data[10] ^= 0xFF
+        damage = "does not match its md5"
+    else:  # a byte of the body inside the gzip member of the response record
+        (loc,) = read_index(seg.content_index(0))
+        data[loc.offset + loc.length - 20] ^= 0xFF
+        damage = "unreadable WARC record|WARC-Payload-Digest"
     open(cpath, "wb").write(bytes(data))
-    with pytest.raises(CorruptionError, match="does not match its md5"):
+    with pytest.raises(CorruptionError, match=damage):
         seg.check()
     open(cpath, "wb").write(bytes(data[:20]))
     with pytest.raises(CorruptionError, match="is not .* bytes"):

@@ -11,11 +11,12 @@ import pytest
 from hostile_util import assert_error, cli
 
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
+from webdb.errors import BadInput
 from webdb.tables.records import Status
 
 
-def _segment(path, n: int = 2) -> Segment:
-    seg = Segment.create(path)
+def _segment(path, n: int = 2, version: int = 2) -> Segment:
+    seg = Segment.create(path, version=version)
     seg.write_fetchlist(0, [FetchEntry(f"http://192.0.2.1/{i}") for i in range(n)])
     return seg
 
@@ -28,9 +29,12 @@ def victim(tmp_path):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("kind, ext", [("fetch", "jsonl"), ("parse", "jsonl"), ("content", "bin")])
+@pytest.mark.parametrize(
+    "kind, ext",
+    [("fetch", "jsonl"), ("parse", "jsonl"), ("content", "warc.gz"), ("content", "index.jsonl"), ("content", "bin")],
+)
 def test_symlinked_part_file_is_refused(tmp_path, victim, kind, ext):
-    seg = _segment(tmp_path / "seg")
+    seg = _segment(tmp_path / "seg", version=1 if ext == "bin" else 2)
     link = os.path.join(seg.path, kind, f"part-00000.{ext}")
     os.symlink(victim, link)
     out = cli("fetch", seg.path)
@@ -53,11 +57,25 @@ def test_symlinked_part_folder_is_refused(tmp_path, kind):
 
 
 @pytest.mark.timeout(60)
-def test_part_file_that_is_a_fifo_is_refused(tmp_path):
-    seg = _segment(tmp_path / "seg")
-    path = os.path.join(seg.path, "content", "part-00000.bin")
+@pytest.mark.parametrize("ext", ["warc.gz", "index.jsonl", "bin"])
+def test_part_file_that_is_a_fifo_is_refused(tmp_path, ext):
+    seg = _segment(tmp_path / "seg", version=1 if ext == "bin" else 2)
+    path = os.path.join(seg.path, "content", f"part-00000.{ext}")
     os.mkfifo(path)
     assert_error(cli("fetch", seg.path), path, "not a regular file")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("plant", ["symlink", "fifo"])
+def test_warc_content_is_read_only_from_a_regular_file(tmp_path, victim, plant):
+    seg = _segment(tmp_path / "seg")
+    with seg.writer(0) as w:
+        w.write(FetchRecord("http://192.0.2.1/0", Status.FETCHED, 1_700_000_000, 200, content=b"hello", md5=b"\0" * 16))
+    path = seg.file("content", 0)
+    os.replace(path, victim)
+    os.symlink(victim, path) if plant == "symlink" else os.mkfifo(path)
+    with pytest.raises(BadInput, match="symlink|not a regular file"):
+        list(seg.records(0, content=True))
 
 
 @pytest.mark.timeout(60)
@@ -160,3 +178,21 @@ def test_bad_crawl_setting_is_refused_before_anything_runs(tmp_path, setting, re
 @pytest.mark.parametrize("value", ["\u00b2=/tmp", "\u0661=/tmp", "x=/tmp", "0"])
 def test_section_dir_index_is_ascii_digits(db, value):
     assert_error(cli("read", db, "--stats", "--section-dir", value), f"--section-dir {value!r}: expected J=DIR")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("end", [2**39, 2**40 + 1], ids=["512 GiB", "past 1 TiB"])
+def test_crafted_content_index_never_grows_the_warc_file(tmp_path, end):
+    seg = _segment(tmp_path / "seg")
+    with seg.writer(0) as w:
+        w.write(FetchRecord("http://192.0.2.1/0", Status.FETCHED, 1_700_000_000, 200, content=b"hello", md5=b"\0" * 16))
+    index = seg.content_index(0)
+    entry = json.loads(open(index).readline())
+    entry["end"] = end
+    with open(index, "w") as f:
+        f.write(json.dumps(entry) + "\n")
+    sizes = {p: os.path.getsize(p) for p in (seg.file("content", 0), index, seg.file("fetch", 0))}
+    assert_error(
+        cli("fetch", seg.path), f"{index}:1", "does not lie after the previous one" if end < 2**40 else "0 <= offset"
+    )
+    assert {p: os.path.getsize(p) for p in sizes} == sizes

@@ -129,6 +129,38 @@ def test_malformed_record_stops_fetch_naming_file_and_line(tmp_path, kind):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (_set(offset="0"), "needs 0 <= offset < offset"),
+        (_set(length=-5), "needs 0 <= offset < offset"),
+        (_set(end=2**41), "needs 0 <= offset < offset"),
+        (_drop("url"), "not a content index entry"),
+        (_set(file="../../victim"), "does not lie after the previous one"),
+    ],
+    ids=["offset string", "negative length", "end past 1 TiB", "no url", "other file"],
+)
+def test_malformed_content_index_stops_fetch_naming_file_and_line(tmp_path, change, reason):
+    seg = _segment(tmp_path / "seg")
+    path = seg.content_index(0)
+    _rewrite(path, change)
+    size = os.path.getsize(seg.file("content", 0))
+    assert_error(cli("fetch", seg.path), f"{path}:1", reason)
+    assert os.path.getsize(seg.file("content", 0)) == size
+
+
+@pytest.mark.timeout(60)
+def test_warc_response_of_another_url_is_refused(tmp_path):
+    seg = _segment(tmp_path / "seg")
+    (r,) = seg.fetch_records(0)
+    _rewrite(seg.file("fetch", 0), _set(url="http://example.com/other"))
+    with pytest.raises(
+        CorruptionError, match="the response of 'http://example.com/', not of 'http://example.com/other'"
+    ):
+        list(seg.records(0, content=True))
+
+
+@pytest.mark.timeout(60)
 def test_segment_check_reports_the_record(tmp_path):
     seg = _segment(tmp_path / "seg")
     _rewrite(seg.file("fetch", 0), _set(fetch_time=2**62))
