@@ -1,0 +1,320 @@
+"""Bulk load: build the four tables of an empty db straight from sorted input (docs/api.md).
+
+``bulk_load(db, pages, links)`` commits exactly the generation that one writer batch of
+``add_page_with_score(p)`` for every page, then ``add_link(l)`` for every link, would commit
+(docs/semantics.md): the first call for a url wins, the last call for a link key wins, links
+from an md5 no page carries and links to a url with no page are dropped, every
+``target_has_outlink`` is the target page's ``num_outlinks > 0``, anchors are cut to
+``anchor_max``.  On an empty db no edit meets a stored record, so the cascade's five merges
+reduce to four external sorts and two merge joins; no edit file is written.
+
+Crash safety is the writer's: new table files are named after the new generation and count
+only once ``WebDB.commit`` flips CURRENT; a kill before that leaves the empty db, and the next
+writer (or ``recover``) removes what was left.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from webdb import _fault
+from webdb.errors import BadInput
+from webdb.manifest import build, check_counts
+from webdb.sections import Sections, section_path
+from webdb.settings import resolve
+from webdb.sortbuf import SortBuffer
+from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
+from webdb.tables.pagecodec import LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OUTLINKS, NUM_OUTLINKS
+from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
+from webdb.tables.table import TableReader, TableWriter
+
+__all__ = ["bulk_load"]
+
+_STATUSES = frozenset(int(s) for s in Status)
+_FLAG = (b"\x00", bytes((LINK_OUT,)))  # the flags byte of a link value, by target_has_outlink
+_SEQ = 8  # bytes of the call number that orders duplicates in the sorts
+
+
+class _Tables:
+    """One table's writers, one per section, opened on the first record of a section."""
+
+    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        self.writers: dict[int, TableWriter] = {}
+
+    def writer(self, j: int) -> TableWriter:
+        w = self.writers.get(j)
+        if w is None:
+            name = f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}"
+            path = os.path.join(section_path(self.root, j), name)
+            w = self.writers[j] = TableWriter(
+                path, TABLE_KINDS[self.table], self.s["block_size"], self.s["codec"], sync=self.s["sync"]
+            )
+        return w
+
+    def close(self) -> None:
+        for j, w in sorted(self.writers.items()):
+            info = w.close()
+            self.tables[j][self.table] = {
+                "file": os.path.basename(w.path),
+                "records": info["records"],
+                "bytes": info["bytes"],
+            }
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+def _empty(base: dict) -> bool:
+    return not any(t.get("records") for sec in base["tables"] for t in sec.values())
+
+
+def bulk_load(
+    db_or_path: Any,
+    pages: Iterable[Page],
+    links: Iterable[Link] = (),
+    *,
+    progress: bool = False,
+    **overrides: Any,
+) -> dict:
+    """Load ``pages`` and ``links`` into an empty db (no page, no link) and commit one new
+    generation; returns its manifest.  Equal to one writer batch of ``add_page_with_score``
+    for each page in order, then ``add_link`` for each link in order (module doc).  Settings
+    (``memory_mb``, ``block_size``, ...) may be overridden as for ``db.writer(...)``.
+
+    Raises BadInput for a db that holds any page (nothing is written) and for a bad page or
+    link (naming it; nothing is committed).  Cost: four external sorts (O(n log n)) within
+    ``memory_mb``; pages are read once and links once.
+    """
+    from webdb.db import WebDB, open_db
+
+    db = db_or_path if isinstance(db_or_path, WebDB) else open_db(os.fspath(db_or_path))
+    t0 = time.monotonic()
+    s = resolve(db.identity.get("settings"), **overrides)
+    lock = db.lock().acquire()
+    tmp = os.path.join(db.path, TMP_DIR, f"bulk{os.getpid()}")
+    try:
+        db.recover()
+        base = db.manifest()
+        if not _empty(base):
+            raise BadInput(
+                f"{db.path}: import needs an empty db; this one holds pages (generation {base['generation']})"
+            )
+        manifest = _load(db, base, s, tmp, pages, links)
+        _fault.point("bulk.before_commit")
+        db.commit(manifest)
+        db.recover()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            db.recover()  # the new generation's files, if any: the db stays as it was
+        finally:
+            lock.release()
+        raise
+    lock.release()
+    manifest["seconds"] = time.monotonic() - t0
+    return manifest
+
+
+def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link]) -> dict:
+    gen = base["generation"] + 1
+    secs = Sections.from_json(base["sections"])
+    mem = int(s["memory_mb"]) << 20
+    codec = s["codec"]
+    max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
+    os.makedirs(tmp, exist_ok=True)
+    # Two sorts are alive at a time (one being read, one being filled): 30% of the budget each.
+    part = int(mem * 0.3)
+    sb_pu = SortBuffer(tmp, "pu", part, 65536, codec)
+    sb_lm = SortBuffer(tmp, "lm", part, 65536, codec)
+    buffers = [sb_pu, sb_lm]
+    k = secs.k
+    tables: list[dict] = [{} for _ in range(k)]
+    status: list[dict] = [{} for _ in range(k)]
+    outs: list[_Tables] = []
+    try:
+        # ---- read: pages by (url, call), links by (from_id, url, call) ------------------------
+        sample: list[bytes] | None = None if secs.ready else []
+        rng = random.Random(0x5EED)  # the writer's reservoir: the same breakpoints for the same pages
+        nsample = int(s["breakpoint_sample"])
+        n_pages = 0
+        for page in pages:
+            if not isinstance(page, Page):
+                raise BadInput(f"expected a webdb.Page, got {type(page).__name__}")
+            url_b = validate_url(page.url, max_url)
+            validate_page(page)
+            if page.status not in _STATUSES:
+                raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
+            n_pages += 1
+            if sample is not None:
+                if len(sample) < nsample:
+                    sample.append(url_b)
+                else:
+                    i = rng.randrange(n_pages)
+                    if i < nsample:
+                        sample[i] = url_b
+            sb_pu.add(url_b + b"\x00" + n_pages.to_bytes(_SEQ, "big") + page.encode_value())
+        n_links = 0
+        for link in links:
+            if not isinstance(link, Link):
+                raise BadInput(f"expected a webdb.Link, got {type(link).__name__}")
+            url_b = validate_url(link.url, max_url)
+            validate_link(link)
+            n_links += 1
+            v = Link(link.from_id, link.url, link.anchor[:amax], link.domain_id, False).encode_value()
+            sb_lm.add(link.from_id + url_b + b"\x00" + n_links.to_bytes(_SEQ, "big") + v)
+        if sample:
+            secs = Sections(k, Sections.choose(sample, k))
+        for j in range(k):
+            os.makedirs(section_path(db.path, j), exist_ok=True)
+        _fault.point("bulk.after_read")
+
+        # ---- PagesByURL: the first call for a url wins ----------------------------------------
+        pbu = _Tables(db.path, gen, "pages_by_url", s, tables)
+        outs.append(pbu)
+        sb_pm = SortBuffer(tmp, "pm", part, 65536, codec)
+        buffers.append(sb_pm)
+        prev = b""
+        of_url, bps = secs.of_url, secs.breakpoints
+        j, w, nxt = 0, None, (bps[0] if bps else None)
+        for rec in sb_pu.sorted():
+            cut = rec.index(b"\x00")
+            url_b = rec[:cut]
+            if url_b == prev:
+                continue
+            prev = url_b
+            if w is None or (nxt is not None and url_b >= nxt):
+                j = of_url(url_b)
+                w = pbu.writer(j)
+                nxt = bps[j] if j < len(bps) else None
+            v = rec[cut + 1 + _SEQ :]
+            w.add(url_b, v)
+            st = str(v[16])
+            status[j][st] = status[j].get(st, 0) + 1
+            sb_pm.add(v[:16] + url_b + b"\x00" + v)
+        sb_pu.cleanup()
+        pbu.close()
+        _fault.point("bulk.after_pages_by_url")
+
+        # ---- PagesByMD5, joined with links by from_id: links from no page's md5 are dropped ---
+        pbm = _Tables(db.path, gen, "pages_by_md5", s, tables)
+        outs.append(pbm)
+        sb_lu = SortBuffer(tmp, "lu", part, 65536, codec)
+        buffers.append(sb_lu)
+        pm = iter(sb_pm.sorted())
+        of_md5 = secs.of_md5
+        head = next(pm, None)
+
+        def put_pm(rec: bytes) -> None:
+            cut = rec.index(b"\x00", 16)
+            pbm.writer(of_md5(rec)).add(rec[:cut], rec[cut + 1 :])
+
+        last: bytes | None = None
+        last_key = b""
+        for rec in sb_lm.sorted():
+            cut = rec.index(b"\x00", 16)
+            key = rec[:cut]
+            if key != last_key and last is not None:
+                # ``last`` is the last call for its key: keep it if a page carries its from_id.
+                f = last[:16]
+                while head is not None and head[:16] < f:
+                    put_pm(head)
+                    head = next(pm, None)
+                if head is not None and head[:16] == f:
+                    c = last.index(b"\x00", 16)
+                    sb_lu.add(last[16:c] + b"\x00" + f + last[c + 1 + _SEQ :])
+            last, last_key = rec, key
+        if last is not None:
+            f = last[:16]
+            while head is not None and head[:16] < f:
+                put_pm(head)
+                head = next(pm, None)
+            if head is not None and head[:16] == f:
+                c = last.index(b"\x00", 16)
+                sb_lu.add(last[16:c] + b"\x00" + f + last[c + 1 + _SEQ :])
+        while head is not None:
+            put_pm(head)
+            head = next(pm, None)
+        sb_pm.cleanup()
+        sb_lm.cleanup()
+        pbm.close()
+        _fault.point("bulk.after_pages_by_md5")
+
+        # ---- LinksByURL, joined with PagesByURL: dangling links dropped, flags set -------------
+        lbu = _Tables(db.path, gen, "links_by_url", s, tables)
+        outs.append(lbu)
+        sb_lm2 = SortBuffer(tmp, "lm2", part, 65536, codec)
+        buffers.append(sb_lm2)
+        pages_it = _table_items(db.path, tables, "pages_by_url")
+        purl, pval = next(pages_it, (None, b""))
+        j, w, nxt = 0, None, (bps[0] if bps else None)
+        for rec in sb_lu.sorted():
+            cut = rec.index(b"\x00")
+            url_b = rec[:cut]
+            while purl is not None and purl < url_b:
+                purl, pval = next(pages_it, (None, b""))
+            if purl != url_b:
+                continue  # no page at the target: dangling
+            key = rec[: cut + 17]
+            v = rec[cut + 17 :]
+            v = v[:LINK_FLAGS] + _FLAG[pval[NUM_OUTLINKS] != NO_OUTLINKS] + v[LINK_FIXED:]
+            if w is None or (nxt is not None and url_b >= nxt):
+                j = of_url(url_b)
+                w = lbu.writer(j)
+                nxt = bps[j] if j < len(bps) else None
+            w.add(key, v)
+            sb_lm2.add(rec[cut + 1 : cut + 17] + url_b + b"\x00" + v)
+        sb_lu.cleanup()
+        lbu.close()
+        _fault.point("bulk.after_links_by_url")
+
+        # ---- LinksByMD5 --------------------------------------------------------------------------
+        lbm = _Tables(db.path, gen, "links_by_md5", s, tables)
+        outs.append(lbm)
+        for rec in sb_lm2.sorted():
+            cut = rec.index(b"\x00", 16)
+            lbm.writer(of_md5(rec)).add(rec[:cut], rec[cut + 1 :])
+        sb_lm2.cleanup()
+        lbm.close()
+        _fault.point("bulk.after_links_by_md5")
+    except BaseException:
+        for o in outs:
+            o.abort()
+        for b in buffers:
+            b.cleanup()
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)
+    m = build(
+        generation=gen,
+        parent=base["generation"],
+        batch=f"{gen:08d}-import",
+        sections=secs,
+        tables=tables,
+        status=status,
+        edits={"pages": n_pages, "links": n_links},
+        stages=[],
+        bulk=True,
+    )
+    check_counts(m)
+    return m
+
+
+def _table_items(root: str, tables: list[dict], table: str):
+    """(key, value) of a just written table, sections in order (the global key order)."""
+    for j, sec in enumerate(tables):
+        e = sec.get(table)
+        if not e:
+            continue
+        t = TableReader(os.path.join(section_path(root, j), e["file"]), TABLE_KINDS[table])
+        try:
+            for b in range(t.nblocks):
+                keys, vals = t.block(b, fill_cache=False)
+                yield from zip(keys, vals)
+        finally:
+            t.close()
