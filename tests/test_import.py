@@ -193,3 +193,78 @@ def test_kill_leaves_the_empty_db(tmp_path, point):
     assert raw(db) == raw(ref)
     names = {f for _, _, fs in os.walk(db.path) for f in fs if f.endswith((".pbu", ".lbu", ".pbm", ".lbm"))}
     assert all(f.startswith("00000001-s0.") for f in names)
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    from webdb.cli.main import main
+
+    rc = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("fmt", ["tsv", "jsonl"])
+def test_cli_import_of_a_dump_rebuilds_the_db(tmp_path, capsys, fmt):
+    pages, links = random_calls(random.Random(5), 200)
+    pages.append(Page("http://odd.test/a\u2028b\\c", meta={"t": "tab\there"}))
+    links.append(Link(pages[-1].md5, pages[0].url, "new\nline\\x00 \x01"))
+    a = by_writer(tmp_path / "a", 2, pages, links, block_size=256)
+    for t in ("pages", "links"):
+        rc, out, _ = _cli(capsys, "read", a.path, "--dump", t, "--format", fmt)
+        assert rc == 0
+        (tmp_path / f"{t}.{fmt}").write_text(out, encoding="utf-8")
+    b = webdb.create(str(tmp_path / "b"), sections=3, block_size=256)
+    rc, out, err = _cli(
+        capsys,
+        "import",
+        b.path,
+        "--pages",
+        tmp_path / f"pages.{fmt}",
+        "--links",
+        tmp_path / f"links.{fmt}",
+        "--format",
+        fmt,
+        "--memory-mb",
+        "1",
+    )
+    assert rc == 0, err
+    assert "imported" in out
+    assert raw(b) == raw(a)
+    # Not empty any more: refused, exit 2.
+    rc, _, err = _cli(capsys, "import", b.path, "--pages", tmp_path / f"pages.{fmt}")
+    assert rc == 2 and "empty db" in err
+
+
+@pytest.mark.parametrize(
+    "text, where, what",
+    [
+        ("#url\tmd5\n", ":1:", "header"),
+        (
+            "HEADER\nhttp://a.test/\t" + "0" * 32 + "\tfetched\t0\t0\t0\t1\t0\t1.0\t1.0\t\n"
+            "nourl\t" + "0" * 32 + "\tfetched\t0\t0\t0\t1\t0\t1.0\t1.0\t\n",
+            ":3:",
+            "no scheme",
+        ),
+        ("HEADER\nhttp://a.test/\t" + "0" * 31 + "\tfetched\t0\t0\t0\t1\t0\t1.0\t1.0\t\n", ":2:", "md5"),
+        ("HEADER\nhttp://a.test/\t" + "0" * 32 + "\tdone\t0\t0\t0\t1\t0\t1.0\t1.0\t\n", ":2:", "status"),
+        ("HEADER\nhttp://a.test/\t" + "0" * 32 + "\tfetched\tx\t0\t0\t1\t0\t1.0\t1.0\t\n", ":2:", "invalid literal"),
+        ("HEADER\nhttp://a.test/\t" + "0" * 32 + "\tfetched\t0\t0\t0\t1\t0\t1.0\n", ":2:", "cells"),
+        ("HEADER\nhttp://a.test/\t" + "0" * 32 + "\tfetched\t0\t0\t0\t1\t0\t1.0\t1.0\t{x\n", ":2:", "Expecting"),
+    ],
+)
+def test_cli_bad_input_names_file_and_line(tmp_path, capsys, text, where, what):
+    from webdb.cli.read import PAGE_COLS
+
+    db = webdb.create(str(tmp_path / "db"))
+    f = tmp_path / "pages.tsv"
+    f.write_text(text.replace("HEADER", "#" + "\t".join(PAGE_COLS)), encoding="utf-8")
+    rc, out, err = _cli(capsys, "import", db.path, "--pages", f)
+    assert rc == 2
+    assert f"{f}{where}" in err and what in err and "Traceback" not in err
+    assert db.manifest()["generation"] == 0
+    rc, _, err = _cli(capsys, "import", db.path, "--pages", tmp_path / "missing.tsv")
+    assert rc == 2 and "missing.tsv" in err
+    (tmp_path / "bin.jsonl").write_bytes(b'{"url": "\xff"}\n')
+    rc, _, err = _cli(capsys, "import", db.path, "--pages", tmp_path / "bin.jsonl", "--format", "jsonl")
+    assert rc == 2 and "bin.jsonl:" in err

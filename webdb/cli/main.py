@@ -28,6 +28,7 @@ COMMANDS = {
     "prefixes": "prefixes",
     "filters": "filters",
     "unlock": "unlock",
+    "import": "import_",
 }
 
 
