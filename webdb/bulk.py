@@ -15,6 +15,7 @@ writer (or ``recover``) removes what was left.
 
 from __future__ import annotations
 
+import bisect
 import os
 import random
 import shutil
@@ -29,7 +30,7 @@ from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.sortbuf import SortBuffer
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
-from webdb.tables.pagecodec import LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OUTLINKS, NUM_OUTLINKS
+from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OUTLINKS, NUM_OUTLINKS
 from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
 from webdb.tables.table import TableReader, TableWriter
 
@@ -38,26 +39,50 @@ __all__ = ["bulk_load"]
 _STATUSES = frozenset(int(s) for s in Status)
 _FLAG = (b"\x00", bytes((LINK_OUT,)))  # the flags byte of a link value, by target_has_outlink
 _SEQ = 8  # bytes of the call number that orders duplicates in the sorts
+_CHUNK = 4096  # records handed to a TableWriter or SortBuffer at a time
+# Greater than every key: keys are at most 16 + 1 + MAX_URL_BYTES long and a URL (UTF-8) never
+# holds the byte 0xff.
+_TOP = b"\xff" * 9000
 
 
 class _Tables:
-    """One table's writers, one per section, opened on the first record of a section."""
+    """One table's writers, one per section (opened on the section's first record), fed in key
+    order by ``put``; ``bounds`` are the smallest keys of sections 1..k-1 (Sections.key_bounds)."""
 
-    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict], bounds: list[bytes]):
         self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        self.bounds = bounds
         self.writers: dict[int, TableWriter] = {}
+        self.j = -1
+        self.nxt = b""  # the first key opens its section
+        self.keys: list[bytes] = []
+        self.vals: list[bytes] = []
+        self.w: TableWriter | None = None
 
-    def writer(self, j: int) -> TableWriter:
-        w = self.writers.get(j)
-        if w is None:
-            name = f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}"
-            path = os.path.join(section_path(self.root, j), name)
-            w = self.writers[j] = TableWriter(
-                path, TABLE_KINDS[self.table], self.s["block_size"], self.s["codec"], sync=self.s["sync"]
-            )
-        return w
+    def put(self, key: bytes, val: bytes) -> None:
+        if key >= self.nxt:
+            self._switch(key)
+        self.keys.append(key)
+        self.vals.append(val)
+        if len(self.keys) >= _CHUNK:
+            self._flush()
+
+    def _switch(self, key: bytes) -> None:
+        self._flush()
+        j = self.j = bisect.bisect_right(self.bounds, key)
+        self.nxt = self.bounds[j] if j < len(self.bounds) else _TOP
+        path = os.path.join(section_path(self.root, j), f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}")
+        self.w = self.writers[j] = TableWriter(
+            path, TABLE_KINDS[self.table], self.s["block_size"], self.s["codec"], sync=self.s["sync"]
+        )
+
+    def _flush(self) -> None:
+        if self.keys:
+            self.w.add_many(self.keys, self.vals)
+            self.keys, self.vals = [], []
 
     def close(self) -> None:
+        self._flush()
         for j, w in sorted(self.writers.items()):
             info = w.close()
             self.tables[j][self.table] = {
@@ -144,6 +169,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         rng = random.Random(0x5EED)  # the writer's reservoir: the same breakpoints for the same pages
         nsample = int(s["breakpoint_sample"])
         n_pages = 0
+        pend: list[bytes] = []
         for page in pages:
             if not isinstance(page, Page):
                 raise BadInput(f"expected a webdb.Page, got {type(page).__name__}")
@@ -159,16 +185,27 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
                     i = rng.randrange(n_pages)
                     if i < nsample:
                         sample[i] = url_b
-            sb_pu.add(url_b + b"\x00" + n_pages.to_bytes(_SEQ, "big") + page.encode_value())
+            pend.append(url_b + b"\x00" + n_pages.to_bytes(_SEQ, "big") + page.encode_value())
+            if len(pend) >= _CHUNK:
+                sb_pu.extend(pend)
+                pend = []
+        sb_pu.extend(pend)
+        pend = []
         n_links = 0
+        pack = LINK.pack
         for link in links:
             if not isinstance(link, Link):
                 raise BadInput(f"expected a webdb.Link, got {type(link).__name__}")
             url_b = validate_url(link.url, max_url)
             validate_link(link)
             n_links += 1
-            v = Link(link.from_id, link.url, link.anchor[:amax], link.domain_id, False).encode_value()
-            sb_lm.add(link.from_id + url_b + b"\x00" + n_links.to_bytes(_SEQ, "big") + v)
+            v = pack(link.domain_id, 0) + link.anchor[:amax].encode("utf-8", "replace")
+            pend.append(link.from_id + url_b + b"\x00" + n_links.to_bytes(_SEQ, "big") + v)
+            if len(pend) >= _CHUNK:
+                sb_lm.extend(pend)
+                pend = []
+        sb_lm.extend(pend)
+        pend = []
         if sample:
             secs = Sections(k, Sections.choose(sample, k))
         for j in range(k):
@@ -176,44 +213,46 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         _fault.point("bulk.after_read")
 
         # ---- PagesByURL: the first call for a url wins ----------------------------------------
-        pbu = _Tables(db.path, gen, "pages_by_url", s, tables)
+        url_bounds, md5_bounds = secs.key_bounds(True), secs.key_bounds(False)
+        pbu = _Tables(db.path, gen, "pages_by_url", s, tables, url_bounds)
         outs.append(pbu)
         sb_pm = SortBuffer(tmp, "pm", part, 65536, codec)
         buffers.append(sb_pm)
         prev = b""
-        of_url, bps = secs.of_url, secs.breakpoints
-        j, w, nxt = 0, None, (bps[0] if bps else None)
+        put = pbu.put
         for rec in sb_pu.sorted():
             cut = rec.index(b"\x00")
             url_b = rec[:cut]
             if url_b == prev:
                 continue
             prev = url_b
-            if w is None or (nxt is not None and url_b >= nxt):
-                j = of_url(url_b)
-                w = pbu.writer(j)
-                nxt = bps[j] if j < len(bps) else None
             v = rec[cut + 1 + _SEQ :]
-            w.add(url_b, v)
+            put(url_b, v)
             st = str(v[16])
-            status[j][st] = status[j].get(st, 0) + 1
-            sb_pm.add(v[:16] + url_b + b"\x00" + v)
+            sj = status[pbu.j]
+            sj[st] = sj.get(st, 0) + 1
+            pend.append(v[:16] + url_b + b"\x00" + v)
+            if len(pend) >= _CHUNK:
+                sb_pm.extend(pend)
+                pend = []
+        sb_pm.extend(pend)
+        pend = []
         sb_pu.cleanup()
         pbu.close()
         _fault.point("bulk.after_pages_by_url")
 
         # ---- PagesByMD5, joined with links by from_id: links from no page's md5 are dropped ---
-        pbm = _Tables(db.path, gen, "pages_by_md5", s, tables)
+        pbm = _Tables(db.path, gen, "pages_by_md5", s, tables, md5_bounds)
         outs.append(pbm)
         sb_lu = SortBuffer(tmp, "lu", part, 65536, codec)
         buffers.append(sb_lu)
         pm = iter(sb_pm.sorted())
-        of_md5 = secs.of_md5
         head = next(pm, None)
+        pbm_put = pbm.put
 
         def put_pm(rec: bytes) -> None:
             cut = rec.index(b"\x00", 16)
-            pbm.writer(of_md5(rec)).add(rec[:cut], rec[cut + 1 :])
+            pbm_put(rec[:cut], rec[cut + 1 :])
 
         last: bytes | None = None
         last_key = b""
@@ -228,7 +267,10 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
                     head = next(pm, None)
                 if head is not None and head[:16] == f:
                     c = last.index(b"\x00", 16)
-                    sb_lu.add(last[16:c] + b"\x00" + f + last[c + 1 + _SEQ :])
+                    pend.append(last[16:c] + b"\x00" + f + last[c + 1 + _SEQ :])
+                    if len(pend) >= _CHUNK:
+                        sb_lu.extend(pend)
+                        pend = []
             last, last_key = rec, key
         if last is not None:
             f = last[:16]
@@ -237,7 +279,9 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
                 head = next(pm, None)
             if head is not None and head[:16] == f:
                 c = last.index(b"\x00", 16)
-                sb_lu.add(last[16:c] + b"\x00" + f + last[c + 1 + _SEQ :])
+                pend.append(last[16:c] + b"\x00" + f + last[c + 1 + _SEQ :])
+        sb_lu.extend(pend)
+        pend = []
         while head is not None:
             put_pm(head)
             head = next(pm, None)
@@ -247,13 +291,13 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         _fault.point("bulk.after_pages_by_md5")
 
         # ---- LinksByURL, joined with PagesByURL: dangling links dropped, flags set -------------
-        lbu = _Tables(db.path, gen, "links_by_url", s, tables)
+        lbu = _Tables(db.path, gen, "links_by_url", s, tables, url_bounds)
         outs.append(lbu)
         sb_lm2 = SortBuffer(tmp, "lm2", part, 65536, codec)
         buffers.append(sb_lm2)
         pages_it = _table_items(db.path, tables, "pages_by_url")
         purl, pval = next(pages_it, (None, b""))
-        j, w, nxt = 0, None, (bps[0] if bps else None)
+        put = lbu.put
         for rec in sb_lu.sorted():
             cut = rec.index(b"\x00")
             url_b = rec[:cut]
@@ -264,22 +308,24 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
             key = rec[: cut + 17]
             v = rec[cut + 17 :]
             v = v[:LINK_FLAGS] + _FLAG[pval[NUM_OUTLINKS] != NO_OUTLINKS] + v[LINK_FIXED:]
-            if w is None or (nxt is not None and url_b >= nxt):
-                j = of_url(url_b)
-                w = lbu.writer(j)
-                nxt = bps[j] if j < len(bps) else None
-            w.add(key, v)
-            sb_lm2.add(rec[cut + 1 : cut + 17] + url_b + b"\x00" + v)
+            put(key, v)
+            pend.append(rec[cut + 1 : cut + 17] + url_b + b"\x00" + v)
+            if len(pend) >= _CHUNK:
+                sb_lm2.extend(pend)
+                pend = []
+        sb_lm2.extend(pend)
+        pend = []
         sb_lu.cleanup()
         lbu.close()
         _fault.point("bulk.after_links_by_url")
 
         # ---- LinksByMD5 --------------------------------------------------------------------------
-        lbm = _Tables(db.path, gen, "links_by_md5", s, tables)
+        lbm = _Tables(db.path, gen, "links_by_md5", s, tables, md5_bounds)
         outs.append(lbm)
+        put = lbm.put
         for rec in sb_lm2.sorted():
             cut = rec.index(b"\x00", 16)
-            lbm.writer(of_md5(rec)).add(rec[:cut], rec[cut + 1 :])
+            put(rec[:cut], rec[cut + 1 :])
         sb_lm2.cleanup()
         lbm.close()
         _fault.point("bulk.after_links_by_md5")
