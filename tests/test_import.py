@@ -145,6 +145,14 @@ def test_bad_input_commits_nothing(tmp_path):
         webdb.bulk_load(db, [Page("http://a.test/"), Page("nourl")], [])
     with pytest.raises(webdb.BadInput, match="from_id"):
         webdb.bulk_load(db, [Page("http://a.test/")], [Link(b"short", "http://a.test/")])
+    good = Page("http://a.test/").md5
+    for bad, what in [
+        (Link(good, "http://a.test/", "x" * 200 + "\ud800"), "anchor"),
+        (Link(good, "http://a.test/", "x", 2**63), "domain_id"),
+        (Link(good, "http://a.test/", "x", 0, 1), "target_has_outlink"),
+    ]:
+        with pytest.raises(webdb.BadInput, match=what):
+            webdb.bulk_load(db, [Page("http://a.test/")], [bad])
     assert db.manifest()["generation"] == 0
     leftovers = [f for _, _, fs in os.walk(db.path) for f in fs if f.endswith((".pbu", ".lbu", ".pbm", ".lbm"))]
     assert leftovers == []

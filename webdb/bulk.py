@@ -39,6 +39,7 @@ __all__ = ["bulk_load"]
 _STATUSES = frozenset(int(s) for s in Status)
 _FLAG = (b"\x00", bytes((LINK_OUT,)))  # the flags byte of a link value, by target_has_outlink
 _SEQ = 8  # bytes of the call number that orders duplicates in the sorts
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 _CHUNK = 4096  # records handed to a TableWriter or SortBuffer at a time
 # Greater than every key: keys are at most 16 + 1 + MAX_URL_BYTES long and a URL (UTF-8) never
 # holds the byte 0xff.
@@ -197,9 +198,24 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
             if not isinstance(link, Link):
                 raise BadInput(f"expected a webdb.Link, got {type(link).__name__}")
             url_b = validate_url(link.url, max_url)
-            validate_link(link)
+            f, d, a = link.from_id, link.domain_id, link.anchor
+            # The common case checked inline; anything else gets validate_link's message.
+            if (
+                type(f) is not bytes
+                or len(f) != 16
+                or type(d) is not int
+                or not _I64_MIN <= d <= _I64_MAX
+                or type(a) is not str
+                or type(link.target_has_outlink) is not bool
+            ):
+                validate_link(link)
+            try:
+                ab = a.encode("utf-8") if len(a) <= amax else (a.encode("utf-8"), a[:amax].encode("utf-8"))[1]
+            except UnicodeEncodeError:
+                validate_link(link)  # a lone surrogate: BadInput naming the link
+                raise
             n_links += 1
-            v = pack(link.domain_id, 0) + link.anchor[:amax].encode("utf-8", "replace")
+            v = pack(d, 0) + ab
             pend.append(link.from_id + url_b + b"\x00" + n_links.to_bytes(_SEQ, "big") + v)
             if len(pend) >= _CHUNK:
                 sb_lm.extend(pend)
