@@ -155,8 +155,9 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
     codec = s["codec"]
     max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
     os.makedirs(tmp, exist_ok=True)
-    # Two sorts are alive at a time (one being read, one being filled): 30% of the budget each.
-    part = int(mem * 0.3)
+    # At most three sorts hold records at a time (the links' while the pages are sorted, then
+    # two being read and one being filled): a quarter of the budget each.
+    part = int(mem * 0.25)
     sb_pu = SortBuffer(tmp, "pu", part, 65536, codec)
     sb_lm = SortBuffer(tmp, "lm", part, 65536, codec)
     buffers = [sb_pu, sb_lm]
