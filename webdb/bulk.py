@@ -165,6 +165,14 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
     tables: list[dict] = [{} for _ in range(k)]
     status: list[dict] = [{} for _ in range(k)]
     outs: list[_Tables] = []
+    phases: dict[str, float] = {}
+    t_lap = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        t = time.monotonic()
+        phases[name] = round(t - t_lap[0], 3)
+        t_lap[0] = t
+
     try:
         # ---- read: pages by (url, call), links by (from_id, url, call) ------------------------
         sample: list[bytes] | None = None if secs.ready else []
@@ -228,6 +236,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         for j in range(k):
             os.makedirs(section_path(db.path, j), exist_ok=True)
         _fault.point("bulk.after_read")
+        lap("read")
 
         # ---- PagesByURL: the first call for a url wins ----------------------------------------
         url_bounds, md5_bounds = secs.key_bounds(True), secs.key_bounds(False)
@@ -257,6 +266,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         sb_pu.cleanup()
         pbu.close()
         _fault.point("bulk.after_pages_by_url")
+        lap("pages_by_url")
 
         # ---- PagesByMD5, joined with links by from_id: links from no page's md5 are dropped ---
         pbm = _Tables(db.path, gen, "pages_by_md5", s, tables, md5_bounds)
@@ -306,6 +316,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         sb_lm.cleanup()
         pbm.close()
         _fault.point("bulk.after_pages_by_md5")
+        lap("pages_by_md5")
 
         # ---- LinksByURL, joined with PagesByURL: dangling links dropped, flags set -------------
         lbu = _Tables(db.path, gen, "links_by_url", s, tables, url_bounds)
@@ -335,6 +346,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         sb_lu.cleanup()
         lbu.close()
         _fault.point("bulk.after_links_by_url")
+        lap("links_by_url")
 
         # ---- LinksByMD5 --------------------------------------------------------------------------
         lbm = _Tables(db.path, gen, "links_by_md5", s, tables, md5_bounds)
@@ -346,6 +358,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         sb_lm2.cleanup()
         lbm.close()
         _fault.point("bulk.after_links_by_md5")
+        lap("links_by_md5")
     except BaseException:
         for o in outs:
             o.abort()
@@ -362,7 +375,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         status=status,
         edits={"pages": n_pages, "links": n_links},
         stages=[],
-        bulk=True,
+        bulk={"seconds": phases},
     )
     check_counts(m)
     return m
