@@ -4,24 +4,27 @@
     PYTHONPATH=bench python3 ../shared/peers/driver.py --peer webdb --data DATA/n100000 --work /tmp/w \
         --opt sections=2,sync=1
 
-Load: one writer batch (add_page_with_score for every page, add_links for each source's links).
+Load: one writer batch (add_page_with_score for every page, add_links for each source's links);
+``load=bulk`` builds the same db, byte for byte, with ``webdb.bulk_load`` (external sorts
+straight into the tables of the empty db: less CPU, but one process, so not faster yet).
 Round: `webdb update DB round.tsv --input roundtsv:apply_round_tsv` (bench/roundtsv.py) as a library
 call: k local section writers (the embedded default of the update tool), section j applying
 the j-th contiguous share of round.tsv (apply_fetch per fetched page, add_outlinks for its
 outlinks), one atomic commit.  ``round=writer`` applies it instead as one batch of the
 in-process Writer (the writer phase then runs serially in this process).
 Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec,
-round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``).
+round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``), load (bulk | writer).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 from roundtsv import INPUT, apply_round_tsv
 
 import webdb
-from webdb import Page, Status
+from webdb import Link, Page, Status
 from webdb.writer.rack import Rack, update
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
@@ -34,35 +37,50 @@ def _opts(opt: str) -> dict:
         k, _, v = kv.partition("=")
         if k in ("sections", "sync", "memory_mb", "workers", "block_size"):
             out[k] = int(v)
-        elif k in ("codec", "round"):
+        elif k in ("codec", "round", "load"):
             out[k] = v
         elif k == "engine" and v in ("update", "writer"):  # run_peers.sh's "webdb:writer"
             out["round"] = v
     return out
 
 
+def read_pages(pages_tsv: str) -> Iterator[Page]:
+    url_md5 = webdb.url_md5
+    with open(pages_tsv, encoding="utf-8") as f:
+        for line in f:
+            url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
+            score = float(sc)
+            yield Page(
+                url,
+                bytes.fromhex(md5) if md5 else url_md5(url),
+                STATUS_IN[st],
+                0,
+                int(ft),
+                int(rt),
+                int(iv),
+                int(no),
+                score,
+                score,
+            )
+
+
+def read_links(links_tsv: str) -> Iterator[Link]:
+    with open(links_tsv, encoding="utf-8") as f:
+        for line in f:
+            src, url, anchor = line[:-1].split("\t")
+            yield Link(bytes.fromhex(src), url, anchor)
+
+
+def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
+    """The initial db by ``webdb.bulk_load``: equal to the writer batch of ``load_tsv``."""
+    webdb.bulk_load(db, read_pages(pages_tsv), read_links(links_tsv))
+
+
 def load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     """The initial db in one writer batch: add_page_with_score per page, add_links per source."""
-    url_md5 = webdb.url_md5
     with db.writer() as w:
-        with open(pages_tsv, encoding="utf-8") as f:
-            for line in f:
-                url, md5, st, ft, rt, iv, sc, no = line[:-1].split("\t")
-                score = float(sc)
-                w.add_page_with_score(
-                    Page(
-                        url,
-                        bytes.fromhex(md5) if md5 else url_md5(url),
-                        STATUS_IN[st],
-                        0,
-                        int(ft),
-                        int(rt),
-                        int(iv),
-                        int(no),
-                        score,
-                        score,
-                    )
-                )
+        for p in read_pages(pages_tsv):
+            w.add_page_with_score(p)
         with open(links_tsv, encoding="utf-8") as f:
             # links.tsv lists each source's links together: one add_links call per source.
             cur, batch = None, []
@@ -84,10 +102,18 @@ class Peer:
         o = _opts(opt)
         k = o.pop("sections", 2)
         self.round = o.pop("round", "update")
+        self.load_by = o.pop("load", "writer")  # bulk_load is not faster yet (docs/performance.md)
+        if self.load_by not in ("bulk", "writer"):
+            raise ValueError(f"load={self.load_by!r}: expected bulk or writer")
         if self.round not in ("update", "writer"):
             raise ValueError(f"round={self.round!r}: expected update or writer")
         o["sync"] = bool(o.get("sync", 1))
-        self.name = f"webdb-k{k}" + ("" if o["sync"] else "-nosync") + ("" if self.round == "update" else "-writer")
+        self.name = (
+            f"webdb-k{k}"
+            + ("" if o["sync"] else "-nosync")
+            + ("" if self.round == "update" else "-writer")
+            + ("-bulk" if self.load_by == "bulk" else "")
+        )
         self.path = os.path.join(work, "db")
         self.k = k
         # The workload never gives up on a page: failures only count retries.
@@ -96,7 +122,7 @@ class Peer:
         self.r = None
 
     def load(self, pages_tsv: str, links_tsv: str) -> None:
-        load_tsv(self.db, pages_tsv, links_tsv)
+        (bulk_load_tsv if self.load_by == "bulk" else load_tsv)(self.db, pages_tsv, links_tsv)
 
     def apply_round(self, round_tsv: str) -> None:
         if self.round == "writer":

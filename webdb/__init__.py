@@ -23,6 +23,7 @@ internal; the allowed imports between the parts are import-linter contracts in p
 (docs/design.md, *Parts and arrows*).
 """
 
+from webdb.bulk import bulk_load
 from webdb.db import WebDB, create
 from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
 from webdb.errors import (
@@ -83,6 +84,7 @@ __all__ = [
     "WebDB",
     "WebDBError",
     "Writer",
+    "bulk_load",
     "check_share",
     "create",
     "domain_id",

@@ -29,6 +29,7 @@ COMMANDS = {
     "filters": "filters",
     "unlock": "unlock",
     "segment": "segment",
+    "import": "import_",
 }
 
 
