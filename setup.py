@@ -33,6 +33,8 @@ setup(
             # `webdb export --format parquet` and the indexer of docs/indexing.md (tests run both).
             "pyarrow>=14",
             "tantivy>=0.25",
+            # bench/plot_rounds.py (the steady-state plot of docs/performance.md; tests run it).
+            "matplotlib>=3.7",
         ],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
