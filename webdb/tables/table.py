@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import struct
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import accumulate
@@ -208,11 +209,22 @@ class TableWriter:
 
 
 class BlockCache:
-    """LRU cache of decompressed blocks (``RawBlock``), bounded by their size in bytes."""
+    """LRU cache of decompressed, verified blocks (``RawBlock``), bounded by their size in bytes.
+
+    One cache serves the tables of one reader.  Keys are ints: a table's ``new_id()`` plus the
+    block number, so a hit is one dict lookup (no tuple is built) and tables never share keys.
+    Runtime complexity: O(1) per get and put (an OrderedDict kept in use order).
+    """
 
     def __init__(self, max_bytes: int = 128 << 20):
         self.max_bytes, self.bytes = max_bytes, 0
         self._d: OrderedDict = OrderedDict()
+        self._ids = 0
+
+    def new_id(self) -> int:
+        """The key base of one more table: its blocks are ``new_id() + i`` (fewer than 2**40)."""
+        self._ids += 1
+        return self._ids << 40
 
     def get(self, key):
         v = self._d.get(key)
@@ -240,6 +252,9 @@ class TableReader:
     def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None):
         self.path = path
         self.cache = cache
+        # The cache's dict and this table's key base, held here for the lookup fast path.
+        self._cd = cache._d if cache is not None else None
+        self._cid = cache.new_id() if cache is not None else 0
         try:
             # O_NONBLOCK: a FIFO in a table's place must not hang the open (refused below)
             self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -350,19 +365,24 @@ class TableReader:
         """Block i decompressed and verified; cached (LRU, by its size) if ``fill_cache`` —
         scans pass False, as LevelDB iterators do, so one long scan does not evict hot blocks."""
         self._live()
-        c = self.cache
-        if c is not None:
-            hit = c.get((self.path, i))
+        d = self._cd
+        if d is not None:
+            hit = d.get(self._cid + i)
             if hit is not None:
+                d.move_to_end(self._cid + i)
                 return hit[0]
+        return self._read(i, fill_cache)
+
+    def _read(self, i: int, fill_cache: bool = True) -> RawBlock:
+        """Block i read from the file: checksum, decompression and record count verified."""
         data = self.raw_block(i)
         if len(data) != self.lengths[i]:
             raise CorruptionError(f"{self.where(i)}: truncated")
         rb = unpack_block(data, self.where(i))
         if rb.n != self.counts[i]:
             raise CorruptionError(f"{self.where(i)}: holds {rb.n} records, index says {self.counts[i]}")
-        if c is not None and fill_cache:
-            c.put((self.path, i), rb, len(rb.raw) + 100)
+        if fill_cache and self.cache is not None:
+            self.cache.put(self._cid + i, rb, len(rb.raw) + 100)
         return rb
 
     def block(self, i: int, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
@@ -370,15 +390,20 @@ class TableReader:
         return self.raw(i, fill_cache).split()
 
     def get(self, key: bytes) -> bytes | None:
-        """Value of ``key`` or None: a binary search over the index, then over the raw block."""
-        i = bisect.bisect_right(self.first_keys, key) - 1
-        if i < 0:
+        """Value of ``key`` or None: a binary search over the in-memory index, then one over the
+        block (cached).  A key after the last key of the block it falls in is absent without
+        reading a block.  The hot path of every point lookup: kept to a few attribute reads."""
+        i = bisect_right(self.first_keys, key) - 1
+        if i < 0 or key > self.last_keys[i]:
             return None
-        rb = self.raw(i)
-        j = rb.find(key)
-        if j < rb.n and rb.key(j) == key:
-            return rb.value(j)
-        return None
+        if self._fd < 0:
+            self._live()
+        d = self._cd
+        hit = d.get(self._cid + i) if d is not None else None
+        if hit is None:
+            return self._read(i).get(key)
+        d.move_to_end(self._cid + i)
+        return hit[0].get(key)
 
     def items(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs with start <= key < stop, in order, one block in memory at a time.
@@ -400,6 +425,29 @@ class TableReader:
                 yield k, rb.value(j)
                 j += 1
             return
+
+    def ranges(self, start: bytes, stop: bytes) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """Records with start <= key < stop as (keys, values) lists, one block at a time: each
+        block is searched for both ends and only the records in range are split out (a short
+        range costs two binary searches, not a block split).  Only the first block is cached:
+        a long range does not evict hot blocks (as ``items``)."""
+        fk, lk = self.first_keys, self.last_keys
+        b = bisect_right(fk, start) - 1
+        if b < 0:
+            b = 0
+        elif lk[b] < start:
+            b += 1  # start falls between blocks b and b + 1: block b is not read
+        first = True
+        while b < len(fk) and fk[b] < stop:
+            rb = self.raw(b, first)
+            lo = rb.find(start) if first else 0
+            hi = rb.n if lk[b] < stop else rb.find(stop)
+            if lo < hi:
+                yield rb.split(lo, hi)
+            if hi < rb.n:
+                return
+            b += 1
+            first = False
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""
