@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -251,3 +252,54 @@ def test_corrupt_page_block_is_named_by_get_page(tmp_path):
         with pytest.raises(CorruptionError, match=rf"{os.path.basename(path)}: block {b} "):
             r.get_page(url)
         assert r.get_page(urls[0]) is not None
+
+
+# ---- the index: read in bulk, checked entry by entry only to name a bad one -----------------
+
+
+@PROPS
+@given(
+    keys=st.lists(key_st, unique=True, min_size=1, max_size=80).map(sorted),
+    edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 24), st.integers(0, 255)), max_size=3),
+)
+def test_bulk_index_check_agrees_with_the_entry_by_entry_check(tmp_path_factory, keys, edits):
+    """Crafted index entries (a byte changed, an entry cut short): the bulk read accepts
+    exactly what the entry-by-entry check accepts, with the same offsets, lengths and counts."""
+    t = _table(tmp_path_factory.mktemp("t") / "t", keys, 64, None)
+    ikeys = list(t.first_keys)
+    ivals = [struct.pack("<QII", o, n, c) + last for o, n, c, last in zip(t.offsets, t.lengths, t.counts, t.last_keys)]
+    for which, pos, byte in edits:
+        i = which % len(ivals)
+        v = ivals[i]
+        ivals[i] = v[:pos] + bytes([byte]) + v[pos + 1 :] if pos < len(v) else v[: pos % max(1, len(v))]
+    bulk = t._index_bulk(ikeys, ivals, t.data_end)
+    got = (list(t.offsets), list(t.lengths), list(t.counts), list(t.last_keys))
+    try:
+        t._index_each(ikeys, ivals, t.data_end)
+        each_ok = True
+    except CorruptionError:
+        each_ok = False
+    assert bulk == each_ok
+    if bulk:
+        assert got == (t.offsets, t.lengths, t.counts, t.last_keys)
+    t.close()
+
+
+def test_damaged_index_of_a_lazy_table_is_named_on_first_use(tmp_path):
+    urls = [f"http://h/{i:04d}" for i in range(200)]
+    db = _db(tmp_path / "db", 1, urls, [(urls[0], urls[1])])
+    with db.reader() as r:
+        lbu = r.tables["links_by_url"][0].path
+    with open(lbu, "r+b") as f:  # the footer's magic: the file is no table
+        f.seek(-8, os.SEEK_END)
+        f.write(b"NOTATABL")
+    with db.reader() as r:  # opens: the links table's index is read on first use
+        assert r.get_page(urls[0]) is not None
+        for _ in range(2):
+            with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: not a webdb table"):
+                list(r.inlinks(urls[1]))
+    r = db.reader()
+    t = r.tables["links_by_url"][0]
+    r.close()
+    with pytest.raises(ClosedError):
+        t.get(b"http://h/0001")

@@ -112,7 +112,8 @@ class Reader:
                 for t in TABLE_KINDS:
                     e = entry.get(t) if (sections is None or j in sections) and (only is None or t in only) else None
                     path = os.path.join(self.db.section_dir(j), e["file"]) if e else None
-                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache) if path else None)
+                    # Lazy: a table's index is read on its first use (a lookup needs one table).
+                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache, lazy=True) if path else None)
         except BaseException:
             for lst in tabs.values():
                 for r in lst:
