@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 import webdb
 from webdb import Link, Page, url_md5
 from webdb.errors import BadInput, ClosedError, CorruptionError
-from webdb.tables.format import KIND_PAGES_BY_URL
+from webdb.tables.block import encode_block
+from webdb.tables.format import CODEC_LZ4, FOOTER_SIZE, KIND_PAGES_BY_URL
 from webdb.tables.table import BlockCache, TableReader, TableWriter
 
 PROPS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -301,8 +302,37 @@ def test_damaged_index_of_a_lazy_table_is_named_on_first_use(tmp_path):
         for _ in range(2):
             with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: not a webdb table"):
                 list(r.inlinks(urls[1]))
+        with pytest.raises(CorruptionError, match=os.path.basename(lbu)):
+            r.tables["links_by_url"][0].nblocks  # noqa: B018 - the property is what is tested
     r = db.reader()
     t = r.tables["links_by_url"][0]
     r.close()
     with pytest.raises(ClosedError):
         t.get(b"http://h/0001")
+
+
+def test_index_damaged_after_the_footer_is_never_half_loaded(tmp_path):
+    """An index whose entries fail their check (crafted, checksum intact): the lazy load fails
+    on every use, never leaving the first keys behind for a later call to read."""
+    keys = [b"k%05d" % i for i in range(300)]
+    path = tmp_path / "t"
+    t = _table(path, keys, 64, None)
+    data = path.read_bytes()
+    io, index_len = t.data_end, struct.unpack_from("<QI", data, len(data) - FOOTER_SIZE)[1]
+    # The same index with its second entry one byte off, sealed with a valid checksum.
+    ivals = [
+        struct.pack("<QII", o + (i == 1), n, c) + last
+        for i, (o, n, c, last) in enumerate(zip(t.offsets, t.lengths, t.counts, t.last_keys))
+    ]
+    index = encode_block(list(t.first_keys), ivals, CODEC_LZ4)
+    meta = data[io + index_len : len(data) - FOOTER_SIZE]
+    footer = bytearray(data[-FOOTER_SIZE:])
+    struct.pack_into("<QIQI", footer, 0, io, len(index), io + len(index), len(meta))
+    (tmp_path / "t2").write_bytes(data[:io] + index + meta + bytes(footer))
+    t.close()
+    bad = TableReader(str(tmp_path / "t2"), KIND_PAGES_BY_URL, BlockCache(1 << 20), lazy=True)
+    for _ in range(2):
+        with pytest.raises(CorruptionError, match=r"t2: index entry 1 "):
+            bad.get(keys[5])
+        assert "first_keys" not in vars(bad)
+    bad.close()

@@ -293,7 +293,11 @@ class TableReader:
             try:
                 self._load(kind)
             except BaseException:
-                self._kind_wanted = kind  # damaged: every later use raises it again
+                # Damaged: drop what the load set before it failed, so every later use loads
+                # (and raises) again rather than reading a half-loaded index.
+                for n in _LOADED:
+                    self.__dict__.pop(n, None)
+                self._kind_wanted = kind
                 raise
             return getattr(self, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
