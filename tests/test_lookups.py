@@ -293,21 +293,31 @@ def test_damaged_index_of_a_lazy_table_is_named_on_first_use(tmp_path):
     urls = [f"http://h/{i:04d}" for i in range(200)]
     db = _db(tmp_path / "db", 1, urls, [(urls[0], urls[1])])
     with db.reader() as r:
-        lbu = r.tables["links_by_url"][0].path
-    with open(lbu, "r+b") as f:  # the footer's magic: the file is no table
-        f.seek(-8, os.SEEK_END)
-        f.write(b"NOTATABL")
-    with db.reader() as r:  # opens: the links table's index is read on first use
+        t = r.tables["links_by_url"][0]
+        lbu, index_at = t.path, t.data_end
+    good = open(lbu, "rb").read()
+    with open(lbu, "r+b") as f:  # a byte of the index block: its checksum fails
+        f.seek(index_at + 1)
+        f.write(bytes([good[index_at + 1] ^ 0x10]))
+    with db.reader() as r:  # opens (the footer is sound): the index is read on first use
         assert r.get_page(urls[0]) is not None
         for _ in range(2):
-            with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: not a webdb table"):
+            with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: index block at offset {index_at}"):
                 list(r.inlinks(urls[1]))
         with pytest.raises(CorruptionError, match=os.path.basename(lbu)):
             r.tables["links_by_url"][0].nblocks  # noqa: B018 - the property is what is tested
+    with open(lbu, "r+b") as f:  # the footer's magic: refused by db.reader() itself
+        f.write(good)
+        f.seek(-8, os.SEEK_END)
+        f.write(b"NOTATABL")
+    with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: not a webdb table"):
+        db.reader()
+    with open(lbu, "wb") as f:
+        f.write(good)
     r = db.reader()
     t = r.tables["links_by_url"][0]
     r.close()
-    with pytest.raises(ClosedError):
+    with pytest.raises(ClosedError):  # closed before its index was read: not read after
         t.get(b"http://h/0001")
 
 
