@@ -137,11 +137,14 @@ class Peer:
             self.r = self.db.reader()
         return self.r
 
+    # The read test calls these 100k / 10k times: one call layer each, the reader opened once.
     def get_page(self, url: str):
-        return self._reader().get_page(url)
+        r = self.r
+        return (r if r is not None else self._reader()).get_page(url)
 
     def inlinks(self, url: str):
-        return list(self._reader().inlinks(url))
+        r = self.r
+        return list((r if r is not None else self._reader()).inlinks(url))
 
     def dump(self, table: str):
         r = self._reader()

@@ -254,11 +254,12 @@ class WebDB:
 
         return Writer(self, progress=progress, **overrides)
 
-    def reader(self):
-        """A snapshot of the last committed generation; see ``webdb.Reader``."""
+    def reader(self, cache_mb: int | None = None):
+        """A snapshot of the last committed generation; see ``webdb.Reader``.  ``cache_mb``
+        overrides the db's setting for this reader's block cache."""
         from webdb.reader import Reader
 
-        return Reader(self)
+        return Reader(self, cache_mb)
 
     def rebalance(self, sections: int) -> dict:
         """Re-split into ``sections`` sections as one atomic generation; see webdb.rebalance."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 import functools
 import os
 import struct
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.sections import Sections
+from webdb.settings import resolve
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
@@ -45,12 +47,28 @@ def _decodes(table: str):
     return wrap
 
 
-class Reader:
-    """Snapshot of the committed generation.  Close it (or use ``with``) to release files."""
+def _url_key(url: object) -> bytes:
+    """The key bytes of ``url``.  Only what is not a str that encodes as UTF-8 is validated
+    here (raising BadInput); the caller validates a URL it does not find."""
+    if type(url) is str:
+        try:
+            return url.encode()
+        except UnicodeEncodeError:
+            pass
+    return validate_url(url, 1 << 30)
 
-    def __init__(self, db):
+
+class Reader:
+    """Snapshot of the committed generation.  Close it (or use ``with``) to release files.
+
+    ``cache_mb`` (default: the db's setting) bounds the block cache of this reader's lookups.
+    """
+
+    def __init__(self, db, cache_mb: int | None = None):
         self.db = db
-        cache = BlockCache(int(db.settings["cache_mb"]) << 20)
+        if cache_mb is not None:
+            cache_mb = resolve(None, cache_mb=cache_mb)["cache_mb"]  # BadInput naming the setting
+        cache = BlockCache(int(db.settings["cache_mb"] if cache_mb is None else cache_mb) << 20)
         for attempt in range(5):
             m = db.manifest()
             try:
@@ -68,6 +86,7 @@ class Reader:
         self.manifest = m
         self.generation = m["generation"]
         self.sections = Sections.from_json(m["sections"])
+        self._url_bounds = self.sections.breakpoints
 
     @classmethod
     def of_sections(
@@ -79,9 +98,11 @@ class Reader:
         self = cls.__new__(cls)
         self.db = db
         self._open(manifest, BlockCache(cache_mb << 20), set(sections), set(tables))
+        self.closed = False
         self.manifest = manifest
         self.generation = manifest["generation"]
         self.sections = Sections.from_json(manifest["sections"])
+        self._url_bounds = self.sections.breakpoints
         return self
 
     def _open(self, m: dict, cache: BlockCache, sections: set[int] | None = None, only: set[str] | None = None) -> None:
@@ -91,7 +112,8 @@ class Reader:
                 for t in TABLE_KINDS:
                     e = entry.get(t) if (sections is None or j in sections) and (only is None or t in only) else None
                     path = os.path.join(self.db.section_dir(j), e["file"]) if e else None
-                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache) if path else None)
+                    # Lazy: a table's index is read on its first use (a lookup needs one table).
+                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache, lazy=True) if path else None)
         except BaseException:
             for lst in tabs.values():
                 for r in lst:
@@ -99,6 +121,8 @@ class Reader:
                         r.close()
             raise
         self.tables = tabs
+        self._pages_by_url = tabs["pages_by_url"]
+        self._links_by_url = tabs["links_by_url"]
 
     def close(self) -> None:
         self.closed = True
@@ -140,13 +164,29 @@ class Reader:
     # ---- lookups ---------------------------------------------------------------------------
 
     def get_page(self, url: str) -> Page | None:
-        """The page of ``url`` or None.  Cost: one block read in one section (cached)."""
-        self._live()
-        url_b = validate_url(url, 1 << 30)
-        t = self.tables["pages_by_url"][self.sections.of_url(url_b)]
+        """The page of ``url`` or None.  Cost: two binary searches in memory (section, block
+        index), one in the block (cached; a miss reads, checks and decompresses it), one record
+        decoded.  Kept flat: per-call Python overhead, not the search, is most of a cached lookup.
+
+        A URL is validated only when it is not found: a stored key passed ``validate_url`` when
+        it was written, so a hit is a valid URL and a bad one still raises BadInput naming it.
+        """
+        if self.closed:
+            self._live()
+        if type(url) is str:
+            try:
+                url_b = url.encode()
+            except UnicodeEncodeError:
+                url_b = validate_url(url, 1 << 30)
+        else:
+            url_b = validate_url(url, 1 << 30)
+        t = self._pages_by_url[bisect_right(self._url_bounds, url_b)]
         v = t.get(url_b) if t is not None else None
+        if v is None:
+            validate_url(url, 1 << 30)
+            return None
         try:
-            return Page.decode(url, v) if v is not None else None
+            return Page.decode(url, v)
         except _UNDECODABLE as e:
             raise CorruptionError(f"{t.path}: page {url!r:.200}: undecodable value ({e})") from None
 
@@ -160,17 +200,29 @@ class Reader:
         for k, v in t.prefix(md5):
             yield Page.decode(k[16:].decode("utf-8"), v)
 
-    @_decodes("links_by_url")
     def inlinks(self, url: str) -> Iterator[Link]:
-        """Links to ``url``, by from_id, streamed (a URL with a million inlinks is fine)."""
+        """Links to ``url``, by from_id, streamed a block at a time (a URL with a million inlinks
+        is fine).  Cost: the block index search, one block read (cached) per block the links
+        span, and only the records in range split out and decoded.  A URL is validated only
+        when it has no inlinks (as in ``get_page``)."""
         self._live()
-        url_b = validate_url(url, 1 << 30)
-        t = self.tables["links_by_url"][self.sections.of_url(url_b)]
-        if t is None:
-            return
-        p = url_b + b"\x00"
-        for k, v in t.prefix(p):
-            yield Link.decode(k[len(p) :], url, v)
+        url_b = _url_key(url)
+        t = self._links_by_url[bisect_right(self._url_bounds, url_b)]
+        found = False
+        if t is not None:
+            p = url_b + b"\x00"
+            n = len(p)
+            decode = Link.decode
+            try:
+                for keys, vals in t.ranges(p, url_b + b"\x01"):
+                    found = True
+                    yield from [decode(k[n:], url, v) for k, v in zip(keys, vals)]
+            except _UNDECODABLE as e:
+                raise CorruptionError(
+                    f"{self.db.path}: links_by_url: undecodable record ({type(e).__name__}: {e})"
+                ) from None
+        if not found:
+            validate_url(url, 1 << 30)
 
     @_decodes("links_by_md5")
     def outlinks(self, md5: bytes) -> Iterator[Link]:

@@ -39,8 +39,9 @@ DEFAULTS: dict[str, object] = {
     # fsync table files, manifests and CURRENT before a commit is visible (durable against power
     # loss).  Off only for scratch databases: a kill -9 is survived either way.
     "sync": True,
-    # Decoded-block cache of a reader, MiB.
-    "cache_mb": 128,
+    # Decoded-block cache of a reader, MiB (point lookups fill it; inlinks does not).  256 holds
+    # every PagesByURL block of a 1M-page db, so random get_page calls stop re-reading blocks.
+    "cache_mb": 256,
     # URL sample size used to choose section breakpoints on the first load (or a rebalance).
     "breakpoint_sample": 20000,
 }

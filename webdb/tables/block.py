@@ -110,6 +110,21 @@ class RawBlock:
                 hi = mid
         return lo
 
+    def get(self, key: bytes) -> bytes | None:
+        """Value of ``key`` or None: ``find`` inlined (a point lookup's inner loop), and only the
+        value found is sliced out."""
+        raw, kends, rends = self.raw, self.kends, self.rends
+        lo, hi = 0, self.n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if raw[rends[mid - 1] if mid else 0 : kends[mid]] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.n and raw[rends[lo - 1] if lo else 0 : kends[lo]] == key:
+            return raw[kends[lo] : rends[lo]]
+        return None
+
     def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
         """Records lo..hi-1 as (keys, values) lists."""
         raw = self.raw

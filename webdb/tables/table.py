@@ -12,10 +12,13 @@ import json
 import os
 import stat
 import struct
+import sys
+from array import array
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import accumulate
-from operator import lt
+from operator import ge, gt, lt
 
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
 from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
@@ -40,6 +43,9 @@ __all__ = ["TableWriter", "TableReader", "BlockCache", "Probe", "CODECS"]
 _FOOTER = struct.Struct("<QIQIQB3xI8s")
 _INDEX_VALUE = struct.Struct("<QII")  # block offset, on-disk length (with trailer), record count
 assert _FOOTER.size == FOOTER_SIZE
+_BIG = sys.byteorder == "big"
+# What a lazy TableReader loads on first use (see TableReader.__getattr__).
+_LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
 
 
 class TableWriter:
@@ -208,11 +214,22 @@ class TableWriter:
 
 
 class BlockCache:
-    """LRU cache of decompressed blocks (``RawBlock``), bounded by their size in bytes."""
+    """LRU cache of decompressed, verified blocks (``RawBlock``), bounded by their size in bytes.
+
+    One cache serves the tables of one reader.  Keys are ints: a table's ``new_id()`` plus the
+    block number, so a hit is one dict lookup (no tuple is built) and tables never share keys.
+    Runtime complexity: O(1) per get and put (an OrderedDict kept in use order).
+    """
 
     def __init__(self, max_bytes: int = 128 << 20):
         self.max_bytes, self.bytes = max_bytes, 0
         self._d: OrderedDict = OrderedDict()
+        self._ids = 0
+
+    def new_id(self) -> int:
+        """The key base of one more table: its blocks are ``new_id() + i`` (fewer than 2**40)."""
+        self._ids += 1
+        return self._ids << 40
 
     def get(self, key):
         v = self._d.get(key)
@@ -237,9 +254,17 @@ class TableReader:
     search inside it.
     """
 
-    def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None):
+    def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None, lazy: bool = False):
+        """Open ``path``: refused at once if missing, not a regular file, truncated, not a table
+        or of another kind (the footer), or (unless ``lazy``) with a damaged index or meta
+        block.  ``lazy`` defers reading the index and meta block (and their checks) to the
+        first use of either: a reader opens every table of a generation (8 at k = 2, ~0.1 s of
+        index at 1M pages) and a lookup needs one or two."""
         self.path = path
         self.cache = cache
+        # The cache's dict and this table's key base, held here for the lookup fast path.
+        self._cd = cache._d if cache is not None else None
+        self._cid = cache.new_id() if cache is not None else 0
         try:
             # O_NONBLOCK: a FIFO in a table's place must not hang the open (refused below)
             self._fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -250,12 +275,40 @@ class TableReader:
         try:
             if not stat.S_ISREG(os.fstat(self._fd).st_mode):
                 raise CorruptionError(f"{path}: not a regular file")
-            self._load(kind)
+            self._load_footer(kind)
+            if lazy:
+                self._index_wanted = True
+            else:
+                self._load_index()
         except BaseException:
             os.close(self._fd)
             raise
 
+    def __getattr__(self, name: str):
+        # Only reached while a lazy table's index is not loaded (loaded attributes are found
+        # first, so this costs nothing after): load it, then answer.
+        if name in _LOADED and "_index_wanted" in self.__dict__:
+            self._live()
+            del self._index_wanted
+            try:
+                self._load_index()
+            except BaseException:
+                # Damaged: drop what the load set before it failed, so every later use loads
+                # (and raises) again rather than reading a half-loaded index.
+                for n in _LOADED:
+                    self.__dict__.pop(n, None)
+                self._index_wanted = True
+                raise
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def _load(self, kind: int | None) -> None:
+        self._load_footer(kind)
+        self._load_index()
+
+    def _load_footer(self, kind: int | None) -> None:
+        """The footer, checked against the file size, the magic, version and ``kind``: what
+        names a truncated, foreign or wrong-kind file on open, even a lazy one."""
         size = os.fstat(self._fd).st_size
         self.file_bytes = size
         if size < FOOTER_SIZE:
@@ -280,11 +333,60 @@ class TableReader:
         if io + il != mo or mo + ml + FOOTER_SIZE != size:
             raise CorruptionError(f"{bad}: offsets do not match the file size")
         self.kind, self.count, self.data_end = k, count, io
+        self._blocks_at = (il, mo, ml)
+
+    def _load_index(self) -> None:
+        """The index and meta block (checksummed), every index entry checked."""
+        io, (il, mo, ml), count = self.data_end, self._blocks_at, self.count
         if il:
             ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}")
         else:
             ikeys, ivals = [], []
         self.first_keys = ikeys
+        if not self._index_bulk(ikeys, ivals, io):
+            self._index_each(ikeys, ivals, io)
+        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
+        try:
+            self.meta = json.loads(mv[0])
+        except (ValueError, IndexError):
+            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not JSON") from None
+        if not isinstance(self.meta, dict):
+            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not a JSON object")
+        if sum(self.counts) != count:
+            raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
+
+    def _index_bulk(self, ikeys: list[bytes], ivals: list[bytes], io: int) -> bool:
+        """Read the index entries into arrays and check them all with C-level operations (an
+        index of 20k blocks in a few milliseconds); False if any check fails (``_index_each``
+        then names the first bad entry)."""
+        size = _INDEX_VALUE.size
+        if ivals and min(map(len, ivals)) < size:
+            return False
+        # Entry = offset u64, length u32, count u32 (LE): as u64 pairs, then the second of each
+        # pair as two u32.
+        fixed = array("Q", b"".join([v[:size] for v in ivals]))
+        if _BIG:
+            fixed.byteswap()
+        offsets = fixed[0::2]
+        lc = array("I", fixed[1::2].tobytes())
+        lengths, counts = lc[0::2], lc[1::2]
+        last_keys = [v[size:] for v in ivals]
+        ends = array("Q", accumulate(lengths, initial=0))
+        # Blocks back to back from offset 0 to the index, each at least a trailer long, keys
+        # in order within and across blocks: what _index_each checks one entry at a time.
+        if (
+            ends[-1] != io
+            or ends[:-1] != offsets
+            or (lengths and min(lengths) < BLOCK_TRAILER_SIZE)
+            or not all(map(ge, last_keys, ikeys))
+            or not all(map(gt, ikeys[1:], last_keys))
+        ):
+            return False
+        self.offsets, self.lengths, self.counts, self.last_keys = offsets, lengths, counts, last_keys
+        return True
+
+    def _index_each(self, ikeys: list[bytes], ivals: list[bytes], io: int) -> None:
+        """Check the index entry by entry and raise CorruptionError naming the first bad one."""
         self.offsets = [0] * len(ivals)
         self.lengths = [0] * len(ivals)
         self.counts = [0] * len(ivals)
@@ -304,15 +406,6 @@ class TableReader:
             pos = off + length
         if pos != io:
             raise CorruptionError(f"{self.path}: index covers {pos} bytes, the data blocks end at {io}")
-        mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
-        try:
-            self.meta = json.loads(mv[0])
-        except (ValueError, IndexError):
-            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not JSON") from None
-        if not isinstance(self.meta, dict):
-            raise CorruptionError(f"{self.path}: meta block at offset {mo} is not a JSON object")
-        if sum(self.counts) != count:
-            raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -350,19 +443,24 @@ class TableReader:
         """Block i decompressed and verified; cached (LRU, by its size) if ``fill_cache`` —
         scans pass False, as LevelDB iterators do, so one long scan does not evict hot blocks."""
         self._live()
-        c = self.cache
-        if c is not None:
-            hit = c.get((self.path, i))
+        d = self._cd
+        if d is not None:
+            hit = d.get(self._cid + i)
             if hit is not None:
+                d.move_to_end(self._cid + i)
                 return hit[0]
+        return self._read(i, fill_cache)
+
+    def _read(self, i: int, fill_cache: bool = True) -> RawBlock:
+        """Block i read from the file: checksum, decompression and record count verified."""
         data = self.raw_block(i)
         if len(data) != self.lengths[i]:
             raise CorruptionError(f"{self.where(i)}: truncated")
         rb = unpack_block(data, self.where(i))
         if rb.n != self.counts[i]:
             raise CorruptionError(f"{self.where(i)}: holds {rb.n} records, index says {self.counts[i]}")
-        if c is not None and fill_cache:
-            c.put((self.path, i), rb, len(rb.raw) + 100)
+        if fill_cache and self.cache is not None:
+            self.cache.put(self._cid + i, rb, len(rb.raw) + 100)
         return rb
 
     def block(self, i: int, fill_cache: bool = True) -> tuple[list[bytes], list[bytes]]:
@@ -370,15 +468,20 @@ class TableReader:
         return self.raw(i, fill_cache).split()
 
     def get(self, key: bytes) -> bytes | None:
-        """Value of ``key`` or None: a binary search over the index, then over the raw block."""
-        i = bisect.bisect_right(self.first_keys, key) - 1
-        if i < 0:
+        """Value of ``key`` or None: a binary search over the in-memory index, then one over the
+        block (cached).  A key after the last key of the block it falls in is absent without
+        reading a block.  The hot path of every point lookup: kept to a few attribute reads."""
+        i = bisect_right(self.first_keys, key) - 1
+        if i < 0 or key > self.last_keys[i]:
             return None
-        rb = self.raw(i)
-        j = rb.find(key)
-        if j < rb.n and rb.key(j) == key:
-            return rb.value(j)
-        return None
+        if self._fd < 0:
+            self._live()
+        d = self._cd
+        hit = d.get(self._cid + i) if d is not None else None
+        if hit is None:
+            return self._read(i).get(key)
+        d.move_to_end(self._cid + i)
+        return hit[0].get(key)
 
     def items(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs with start <= key < stop, in order, one block in memory at a time.
@@ -400,6 +503,31 @@ class TableReader:
                 yield k, rb.value(j)
                 j += 1
             return
+
+    def ranges(self, start: bytes, stop: bytes) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """Records with start <= key < stop as (keys, values) lists, one block at a time: each
+        block is searched for both ends and only the records in range are split out (a short
+        range costs two binary searches, not a block split).  Blocks in the cache serve it, but
+        a range read does not fill the cache, as LevelDB's iterators with ``fill_cache`` off:
+        a scan must not evict the blocks point lookups reuse, and a block read once is freed
+        at once (its memory reused by the next read rather than new pages faulted in)."""
+        fk, lk = self.first_keys, self.last_keys
+        b = bisect_right(fk, start) - 1
+        if b < 0:
+            b = 0
+        elif lk[b] < start:
+            b += 1  # start falls between blocks b and b + 1: block b is not read
+        first = True
+        while b < len(fk) and fk[b] < stop:
+            rb = self.raw(b, False)
+            lo = rb.find(start) if first else 0
+            hi = rb.n if lk[b] < stop else rb.find(stop)
+            if lo < hi:
+                yield rb.split(lo, hi)
+            if hi < rb.n:
+                return
+            b += 1
+            first = False
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""The peer harness's read test on an existing db, without reloading it.
+
+    PYTHONPATH=.:bench python bench/bench_lookups.py --db /tmp/w-lk/db --data /work/bdata/n1000000 \
+        [--repeat 3] [--only getpage|inlinks] [--profile] [--cache-mb 128]
+
+Runs ``lookups.txt`` through ``get_page`` and ``inlinks.txt`` through ``inlinks`` exactly as
+``../shared/peers/driver.py`` does (the calls of bench/peer_webdb.py, a fresh reader each
+repeat, so the first pass starts with a cold block cache as in the harness) and prints the
+rates (per wall second, and per CPU second of this process: steadier on a shared machine),
+the found/inlink counts (compare them before and after a change), the peak RSS and the
+load average.  ``--profile`` runs one pass under cProfile and prints the top functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import resource
+import time
+
+from peer_webdb import Peer
+
+import webdb
+
+
+class OpenPeer(Peer):
+    """The bench peer over an existing db (no create, no load)."""
+
+    def __init__(self, path: str, cache_mb: int | None):
+        self.db = webdb.open(path)
+        if cache_mb is not None:
+            self.db.settings["cache_mb"] = cache_mb
+        self.r = None
+
+
+def read_list(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+def one_pass(peer: Peer, urls: list[str], links: list[str], only: str | None) -> dict:
+    out: dict = {}
+    if only in (None, "getpage"):
+        t, c = time.perf_counter(), time.process_time()
+        found = sum(peer.get_page(u) is not None for u in urls)
+        s, cs = time.perf_counter() - t, time.process_time() - c
+        out.update(getpage_per_s=round(len(urls) / s), getpage_per_cpu_s=round(len(urls) / cs), found=found)
+    if only in (None, "inlinks"):
+        t, c = time.perf_counter(), time.process_time()
+        nin = sum(len(peer.inlinks(u)) for u in links)
+        s, cs = time.perf_counter() - t, time.process_time() - c
+        out.update(inlinks_per_s=round(len(links) / s), inlinks_per_cpu_s=round(len(links) / cs), inlinks=nin)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", required=True, help="an existing db (driver.py --keep leaves WORK/db)")
+    ap.add_argument("--data", required=True, help="the webgraph.py folder with lookups.txt, inlinks.txt")
+    ap.add_argument("--repeat", type=int, default=3, help="passes, each with a fresh reader")
+    ap.add_argument("--only", choices=("getpage", "inlinks"))
+    ap.add_argument("--cache-mb", type=int, help="override the db's cache_mb setting")
+    ap.add_argument("--profile", action="store_true", help="one pass under cProfile")
+    a = ap.parse_args()
+    urls = read_list(os.path.join(a.data, "lookups.txt"))
+    links = read_list(os.path.join(a.data, "inlinks.txt"))
+    for i in range(1 if a.profile else a.repeat):
+        peer = OpenPeer(a.db, a.cache_mb)
+        if a.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+        rec = one_pass(peer, urls, links, a.only)
+        if a.profile:
+            prof.disable()
+            pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        peer.close()
+        rec.update(
+            repeat=i,
+            peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            load=os.getloadavg()[0],
+        )
+        print(json.dumps(rec), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""Point lookups (``Reader.get_page``, ``Reader.inlinks``, ``TableReader.get`` / ``ranges``)
+against a full scan: tiny blocks so every key is near a block edge, keys between blocks and
+sections, empty tables, a cache too small to hold anything, a new generation after a commit,
+corruption found when a block is loaded, and bad URLs still refused by name."""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import webdb
+from webdb import Link, Page, url_md5
+from webdb.errors import BadInput, ClosedError, CorruptionError
+from webdb.tables.block import encode_block
+from webdb.tables.format import CODEC_LZ4, FOOTER_SIZE, KIND_PAGES_BY_URL
+from webdb.tables.table import BlockCache, TableReader, TableWriter
+
+PROPS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+
+# Keys with shared prefixes, prefixes of each other, NUL and 0xff bytes: the edges of bytes order.
+key_st = st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 5 * 63 for x in b))
+
+
+def _table(path, keys: list[bytes], block_size: int, cache: BlockCache | None) -> TableReader:
+    w = TableWriter(str(path), KIND_PAGES_BY_URL, block_size, "lz4", sync=False)
+    for k in keys:
+        w.add(k, b"v" + k[::-1])
+    w.close()
+    return TableReader(str(path), KIND_PAGES_BY_URL, cache)
+
+
+def _probes(keys: list[bytes], extra: list[bytes]) -> list[bytes]:
+    """Every key, every key with a byte added or dropped (neighbours in bytes order), extras."""
+    out = set(extra) | {b"", b"\xff" * 8}
+    for k in keys:
+        out |= {k, k + b"\x00", k + b"\xff", k[:-1]}
+    return sorted(out)
+
+
+@PROPS
+@given(
+    keys=st.lists(key_st, unique=True, max_size=120).map(sorted),
+    extra=st.lists(key_st, max_size=20),
+    block_size=st.sampled_from([64, 100, 300]),
+    cache_bytes=st.sampled_from([None, 0, 200, 1 << 20]),
+    data=st.data(),
+)
+def test_get_and_ranges_equal_a_full_scan(tmp_path_factory, keys, extra, block_size, cache_bytes, data):
+    path = tmp_path_factory.mktemp("t") / "t"
+    cache = None if cache_bytes is None else BlockCache(cache_bytes)
+    t = _table(path, keys, block_size, cache)
+    try:
+        everything = dict(t.items())
+        assert list(everything) == keys
+        probes = _probes(keys, extra)
+        # Twice: the second pass is served from the cache where it holds the blocks.
+        for _ in range(2):
+            for k in probes:
+                assert t.get(k) == everything.get(k), k
+        for _ in range(10):
+            a, b = sorted(data.draw(st.sampled_from(probes)) for _ in range(2))
+            got = [(k, v) for ks, vs in t.ranges(a, b) for k, v in zip(ks, vs)]
+            assert got == [(k, v) for k, v in everything.items() if a <= k < b]
+    finally:
+        t.close()
+
+
+def test_first_and_last_key_of_every_block(tmp_path):
+    keys = [b"k%05d" % i for i in range(0, 4000, 2)]
+    t = _table(tmp_path / "t", keys, 64, BlockCache(1 << 20))
+    assert t.nblocks > 100
+    for b in range(t.nblocks):
+        first, last = t.first_keys[b], t.last_keys[b]
+        assert t.get(first) == b"v" + first[::-1] and t.get(last) == b"v" + last[::-1]
+        # Just after the last key of a block, before the next block's first: absent.
+        assert t.get(last + b"\x00") is None and t.get(first[:-1]) is None
+    assert t.get(b"k00001") is None and t.get(b"a") is None and t.get(b"z") is None
+    t.close()
+
+
+def test_a_key_between_blocks_reads_no_block(tmp_path):
+    keys = [b"k%05d" % i for i in range(0, 400, 2)]
+    cache = BlockCache(1 << 20)
+    t = _table(tmp_path / "t", keys, 64, cache)
+    assert t.get(t.last_keys[3] + b"\x00") is None and cache.bytes == 0
+    assert t.get(t.last_keys[3]) is not None and cache.bytes > 0
+    held = cache.bytes
+    assert t.get(t.first_keys[3]) is not None and cache.bytes == held  # served from the cache
+    t.close()
+
+
+def test_empty_table_lookups(tmp_path):
+    t = _table(tmp_path / "e", [], 64, BlockCache(1 << 20))
+    assert t.get(b"") is None and t.get(b"a") is None and list(t.ranges(b"", b"\xff")) == []
+    t.close()
+
+
+def test_closed_table_refuses_cached_lookups(tmp_path):
+    t = _table(tmp_path / "t", [b"a", b"b"], 64, BlockCache(1 << 20))
+    assert t.get(b"a") is not None
+    t.close()
+    with pytest.raises(ClosedError):
+        t.get(b"a")
+
+
+def test_cache_ids_keep_tables_apart(tmp_path):
+    """Two tables in one cache, same block numbers: never served each other's blocks."""
+    cache = BlockCache(1 << 20)
+    a = _table(tmp_path / "a", [b"x"], 64, cache)
+    w = TableWriter(str(tmp_path / "b"), KIND_PAGES_BY_URL, 64, "lz4", sync=False)
+    w.add(b"x", b"other")
+    w.close()
+    b = TableReader(str(tmp_path / "b"), KIND_PAGES_BY_URL, cache)
+    assert a.get(b"x") == b"vx" and b.get(b"x") == b"other" and a.get(b"x") == b"vx"
+    a.close(), b.close()
+
+
+def test_corrupt_block_is_found_when_loaded_and_named(tmp_path):
+    keys = [b"k%05d" % i for i in range(500)]
+    t = _table(tmp_path / "t", keys, 64, BlockCache(1 << 20))
+    b = t.nblocks // 2
+    off = t.offsets[b] + 2
+    with open(tmp_path / "t", "r+b") as f:
+        f.seek(off)
+        byte = f.read(1)
+        f.seek(off)
+        f.write(bytes([byte[0] ^ 0x40]))
+    with pytest.raises(CorruptionError, match=rf"{tmp_path / 't'}: block {b} at offset {t.offsets[b]}"):
+        t.get(t.first_keys[b])
+    with pytest.raises(CorruptionError, match=rf"block {b} "):
+        list(t.ranges(t.first_keys[b], t.last_keys[b]))
+    assert t.get(t.first_keys[b - 1]) is not None  # the other blocks still read
+    t.close()
+
+
+# ---- the Reader over a db of k sections ------------------------------------------------------
+
+
+def _db(path, k: int, pages: list[str], links: list[tuple[str, str]], **kw) -> webdb.WebDB:
+    db = webdb.create(str(path), sections=k, sync=False, block_size=64, **kw)
+    with db.writer() as w:
+        for u in pages:
+            w.add_page(Page(u, fetch_time=len(u)))
+        for src, dst in links:
+            w.add_link(Link(url_md5(src), dst, f"{src} to {dst}"))
+    return db
+
+
+def _urls(rng: random.Random, n: int) -> list[str]:
+    hosts = ["a", "b", "bb", "c", "é", "z"]
+    return sorted({f"http://{rng.choice(hosts)}/{rng.randint(0, 60)}" + "/x" * rng.randint(0, 2) for _ in range(n)})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", range(6))
+def test_reader_lookups_equal_a_full_scan(tmp_path, seed):
+    rng = random.Random(seed)
+    k = rng.choice([1, 2, 3, 5])
+    urls = _urls(rng, rng.randint(0, 150))
+    pages = rng.sample(urls, len(urls) // 2)
+    links = [(rng.choice(urls), rng.choice(urls)) for _ in range(rng.randint(0, 400))] if urls else []
+    db = _db(tmp_path / "db", k, pages, links, cache_mb=rng.choice([0, 1]))
+    with db.reader() as r:
+        by_url = {p.url: p for p in r.pages()}
+        inl: dict[str, list[Link]] = {}
+        for lk in r.links():
+            inl.setdefault(lk.url, []).append(lk)
+        probes = (
+            set(urls)
+            | {u + "/" for u in urls}
+            | set(r.sections.breakpoints and [b.decode() for b in r.sections.breakpoints])
+        )
+        probes |= {"http://0/", "http://zz/", "http://a"}
+        for _ in range(2):
+            for u in sorted(probes):
+                assert r.get_page(u) == by_url.get(u), u
+                assert list(r.inlinks(u)) == inl.get(u, []), u
+
+
+def test_new_generation_is_never_served_from_an_old_cache(tmp_path):
+    urls = [f"http://h/{i:04d}" for i in range(300)]
+    db = _db(tmp_path / "db", 2, urls, [(urls[0], urls[5])])
+    old = db.reader()
+    assert old.get_page(urls[7]).fetch_time == len(urls[7])  # cached in the old reader
+    assert len(list(old.inlinks(urls[5]))) == 1
+    with db.writer() as w:
+        w.add_page_with_score(Page(urls[7], fetch_time=99, score=2.0))
+        w.add_link(Link(url_md5(urls[1]), urls[5], "new"))
+        w.add_page(Page("http://h/new"))
+    new = db.reader()
+    assert new.generation > old.generation
+    assert new.get_page(urls[7]).fetch_time == 99 and len(list(new.inlinks(urls[5]))) == 2
+    assert new.get_page("http://h/new") is not None
+    # The old reader keeps its snapshot (its files stay open), cached or not.
+    assert old.get_page(urls[7]).fetch_time == len(urls[7]) and len(list(old.inlinks(urls[5]))) == 1
+    assert old.get_page("http://h/new") is None
+    old.close(), new.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "no scheme", "http://a b/", "http://a/\x00", "http://\ud800/", b"http://a/", None, 7],
+)
+def test_bad_urls_are_refused_by_name(tmp_path, bad):
+    db = _db(tmp_path / "db", 2, ["http://a/"], [("http://a/", "http://a/")])
+    with db.reader() as r:
+        with pytest.raises(BadInput, match="url"):
+            r.get_page(bad)
+        with pytest.raises(BadInput, match="url"):
+            list(r.inlinks(bad))
+        assert r.get_page("http://a/") is not None and r.get_page("http://absent/") is None
+        assert len(list(r.inlinks("http://a/"))) == 1 and list(r.inlinks("http://absent/")) == []
+
+
+def test_closed_reader_refuses_lookups(tmp_path):
+    db = _db(tmp_path / "db", 1, ["http://a/"], [])
+    r = db.reader()
+    assert r.get_page("http://a/") is not None
+    r.close()
+    with pytest.raises(ClosedError):
+        r.get_page("http://a/")
+    with pytest.raises(ClosedError):
+        list(r.inlinks("http://a/"))
+
+
+def test_reader_cache_mb_option(tmp_path):
+    db = _db(tmp_path / "db", 1, ["http://a/"], [])
+    with db.reader(cache_mb=0) as r:
+        assert r.get_page("http://a/") is not None
+    with pytest.raises(BadInput, match="cache_mb"):
+        db.reader(cache_mb=-1)
+
+
+def test_corrupt_page_block_is_named_by_get_page(tmp_path):
+    urls = [f"http://h/{i:04d}" for i in range(200)]
+    db = _db(tmp_path / "db", 1, urls, [])
+    with db.reader() as r:
+        t = r.tables["pages_by_url"][0]
+        b = t.nblocks // 2
+        url = t.first_keys[b].decode()
+        path, off = t.path, t.offsets[b] + 1
+    with open(path, "r+b") as f:
+        f.seek(off)
+        byte = f.read(1)
+        f.seek(off)
+        f.write(bytes([byte[0] ^ 0x01]))
+    with db.reader() as r:
+        with pytest.raises(CorruptionError, match=rf"{os.path.basename(path)}: block {b} "):
+            r.get_page(url)
+        assert r.get_page(urls[0]) is not None
+
+
+# ---- the index: read in bulk, checked entry by entry only to name a bad one -----------------
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    keys=st.lists(key_st, unique=True, min_size=1, max_size=80).map(sorted),
+    edits=st.lists(
+        st.tuples(st.booleans(), st.integers(0, 10**6), st.integers(0, 24), st.integers(0, 255)), max_size=3
+    ),
+)
+def test_bulk_index_check_agrees_with_the_entry_by_entry_check(tmp_path_factory, keys, edits):
+    """Crafted index entries (a byte changed, a key or entry cut short): the bulk read accepts
+    exactly what the entry-by-entry check accepts, with the same offsets, lengths and counts."""
+    t = _table(tmp_path_factory.mktemp("t") / "t", keys, 64, None)
+    ikeys = list(t.first_keys)
+    ivals = [struct.pack("<QII", o, n, c) + last for o, n, c, last in zip(t.offsets, t.lengths, t.counts, t.last_keys)]
+    for in_key, which, pos, byte in edits:
+        lst = ikeys if in_key else ivals
+        i = which % len(lst)
+        v = lst[i]
+        lst[i] = v[:pos] + bytes([byte]) + v[pos + 1 :] if pos < len(v) else v[: pos % max(1, len(v))]
+    bulk = t._index_bulk(ikeys, ivals, t.data_end)
+    got = (list(t.offsets), list(t.lengths), list(t.counts), list(t.last_keys))
+    try:
+        t._index_each(ikeys, ivals, t.data_end)
+        each_ok = True
+    except CorruptionError:
+        each_ok = False
+    assert bulk == each_ok
+    if bulk:
+        assert got == (t.offsets, t.lengths, t.counts, t.last_keys)
+    t.close()
+
+
+def test_damaged_index_of_a_lazy_table_is_named_on_first_use(tmp_path):
+    urls = [f"http://h/{i:04d}" for i in range(200)]
+    db = _db(tmp_path / "db", 1, urls, [(urls[0], urls[1])])
+    with db.reader() as r:
+        t = r.tables["links_by_url"][0]
+        lbu, index_at = t.path, t.data_end
+    good = open(lbu, "rb").read()
+    with open(lbu, "r+b") as f:  # a byte of the index block: its checksum fails
+        f.seek(index_at + 1)
+        f.write(bytes([good[index_at + 1] ^ 0x10]))
+    with db.reader() as r:  # opens (the footer is sound): the index is read on first use
+        assert r.get_page(urls[0]) is not None
+        for _ in range(2):
+            with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: index block at offset {index_at}"):
+                list(r.inlinks(urls[1]))
+        with pytest.raises(CorruptionError, match=os.path.basename(lbu)):
+            r.tables["links_by_url"][0].nblocks  # noqa: B018 - the property is what is tested
+    with open(lbu, "r+b") as f:  # the footer's magic: refused by db.reader() itself
+        f.write(good)
+        f.seek(-8, os.SEEK_END)
+        f.write(b"NOTATABL")
+    with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: not a webdb table"):
+        db.reader()
+    with open(lbu, "wb") as f:
+        f.write(good)
+    r = db.reader()
+    t = r.tables["links_by_url"][0]
+    r.close()
+    with pytest.raises(ClosedError):  # closed before its index was read: not read after
+        t.get(b"http://h/0001")
+
+
+def test_index_damaged_after_the_footer_is_never_half_loaded(tmp_path):
+    """An index whose entries fail their check (crafted, checksum intact): the lazy load fails
+    on every use, never leaving the first keys behind for a later call to read."""
+    keys = [b"k%05d" % i for i in range(300)]
+    path = tmp_path / "t"
+    t = _table(path, keys, 64, None)
+    data = path.read_bytes()
+    io, index_len = t.data_end, struct.unpack_from("<QI", data, len(data) - FOOTER_SIZE)[1]
+    # The same index with its second entry one byte off, sealed with a valid checksum.
+    ivals = [
+        struct.pack("<QII", o + (i == 1), n, c) + last
+        for i, (o, n, c, last) in enumerate(zip(t.offsets, t.lengths, t.counts, t.last_keys))
+    ]
+    index = encode_block(list(t.first_keys), ivals, CODEC_LZ4)
+    meta = data[io + index_len : len(data) - FOOTER_SIZE]
+    footer = bytearray(data[-FOOTER_SIZE:])
+    struct.pack_into("<QIQI", footer, 0, io, len(index), io + len(index), len(meta))
+    (tmp_path / "t2").write_bytes(data[:io] + index + meta + bytes(footer))
+    t.close()
+    bad = TableReader(str(tmp_path / "t2"), KIND_PAGES_BY_URL, BlockCache(1 << 20), lazy=True)
+    for _ in range(2):
+        with pytest.raises(CorruptionError, match=r"t2: index entry 1 "):
+            bad.get(keys[5])
+        assert "first_keys" not in vars(bad)
+    bad.close()
