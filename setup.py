@@ -33,7 +33,11 @@ setup(
             # `webdb export --format parquet` and the indexer of docs/indexing.md (tests run both).
             "pyarrow>=14",
             "tantivy>=0.25",
+            # The Dask transport of `webdb update --dask` (tests/test_dask.py runs a LocalCluster).
+            "distributed>=2024.1",
         ],
+        # `webdb update --dask tcp://SCHEDULER:8786`: run updates on an existing Dask cluster.
+        "dask": ["distributed>=2024.1"],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
     },
