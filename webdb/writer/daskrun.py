@@ -153,6 +153,7 @@ class _DaskRun:
         """Wait for every future of ``futures`` (key -> future); ``on_done(key, result)`` for
         each as it finishes; the first task error fails the run, naming what it was."""
         from distributed import wait
+        from distributed.client import CancelledError, FuturesCancelledError
 
         pending = {f: key for key, f in futures.items()}
         while pending:
@@ -162,6 +163,11 @@ class _DaskRun:
                     done, _ = wait(list(pending), timeout=0.5, return_when="FIRST_COMPLETED")
             except (FutureTimeout, TimeoutError):
                 continue
+            except (FuturesCancelledError, CancelledError) as e:
+                why = str(e).strip().splitlines()
+                raise _Failed(
+                    f"lost the Dask scheduler {self.scheduler} ({why[0] if why else type(e).__name__})"
+                ) from None
             for f in done:
                 key = pending.pop(f)
                 self.last_progress = time.monotonic()
@@ -184,10 +190,12 @@ class _DaskRun:
     def abort(self, futures: list) -> None:
         """Cancel what still runs; drop the leads' leases (removing the batch's files unless a
         manifest may be committed); never wait long for a scheduler that is gone."""
+        if self.client.status != "running":
+            return  # the scheduler is gone: the leases expire after the heartbeat timeout
         try:
             if futures:
                 self.client.cancel(futures, force=True)
-            if self.batch and self.client.status == "running":
+            if self.batch:
                 have = self.workers_of()
                 for label, j in self.leads.items():
                     if have.get(j):
@@ -286,10 +294,11 @@ def _run(
         for label, p in rack.places.items()
     }
     run.batch = f"open-{nonce}"
-    steps: dict[int, int] = {j: 0 for j in range(rack.k)}
+    steps: dict[int, int] = {j: -1 for j in range(rack.k)}  # section -> the last step it finished
 
     def stage_of(j: int) -> str:
-        return f"stage {steps[j]}" if steps[j] else "step 0 (input and routing)"
+        at = steps[j] + 1
+        return "step 0 (input and routing)" if at == 0 else f"stage {at}" if at <= 5 else "commit"
 
     def per_location(name: str, fn, *args, **by_label) -> dict:
         fs = {}
@@ -396,7 +405,7 @@ def _run(
         label = rack.section_at[j]
         h = run.hosts[label]
         steps[j] = max(steps[j], step)
-        h.steps[j] = steps[j]
+        h.steps[j] = min(steps[j] + 1, 5)  # where it is now
         if r.get("merged"):
             m = r["merged"]
             h.records += m["records"]

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from webdb import _fault
 from webdb.db import WebDB, WriterLock, write_atomic
-from webdb.errors import BadInput, CorruptionError, DistributedError, WebDBError
+from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, WebDBError
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TMP_DIR
 from webdb.writer.distributed import sync_location
@@ -131,7 +131,10 @@ def _lease(place: dict, batch: str, gen0: int | None = None) -> _Lease:
             lease.renewed = time.monotonic()
             return lease
         if lease is not None:
-            raise DistributedError(f"{path}: worker {_worker()} still holds the lock for batch {lease.batch}")
+            raise LockedError(
+                f"{path} is being written by another update (batch {lease.batch}) on worker {_worker()}; its lease "
+                f"ends {lease.timeout - (time.monotonic() - lease.renewed):.0f}s after its coordinator's last word"
+            )
         db = WebDB(path)
         lock = db.lock().acquire()
         lease = _Lease(batch, db, lock, float(place["heartbeat_timeout"]), time.monotonic())
