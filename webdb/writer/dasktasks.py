@@ -288,7 +288,7 @@ def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
             "seconds": 0.0,
             "cpu_seconds": 0.0,
         }
-        out = _collect(spec, state, 0, job0["outbox"], t0)
+        out = _collect(spec, state, 0, job0["outbox"])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _account(state, t0, c0)
@@ -322,7 +322,7 @@ def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]
             state["stages"].append({"stage": stage, **merged})
         if stage < 5:
             _fault.point(f"dist.s{j}.step{stage}.before_ship")
-            out = _collect(spec, state, stage, job0["outbox"], t0)
+            out = _collect(spec, state, stage, job0["outbox"])
         else:
             _fault.point(f"dist.s{j}.stage5.done")
             out = {}
@@ -349,8 +349,10 @@ def _account(state: dict, t0: float, c0: float) -> None:
     state["cpu_seconds"] += time.process_time() - c0
 
 
-def _collect(spec: dict, state: dict, step: int, outbox: str, t0: float) -> dict[int, list[dict]]:
-    """The files a step left in the outbox, per target, with their size and SHA-256."""
+def _collect(spec: dict, state: dict, step: int, outbox: str) -> dict[int, list[dict]]:
+    """The files a step left in the outbox, per target, with their size and SHA-256 (the
+    step's "shipping": reading them into the task's result)."""
+    t0 = time.monotonic()
     out: dict[int, list[dict]] = {}
     files = nbytes = remote = 0
     for t in range(spec["k"]):
