@@ -150,12 +150,15 @@ class _DaskRun:
                     self.client.run(T.renew, self.rack.path(label), self.batch, workers=addrs, on_error="return")
 
     def wait(self, futures: dict, on_done: Callable[[object, object], None], stage_of: Callable[[int], str]) -> None:
-        """Wait for every future of ``futures`` (key -> future); ``on_done(key, result)`` for
-        each as it finishes; the first task error fails the run, naming what it was."""
+        """Wait for every future of ``futures`` (key -> future; taken over: the dict is emptied,
+        and a future is released once its result is read, so that a task whose result nobody
+        needs any more is never run again); ``on_done(key, result)`` for each as it finishes;
+        the first task error fails the run, naming what it was."""
         from distributed import wait
         from distributed.client import CancelledError, FuturesCancelledError
 
         pending = {f: key for key, f in futures.items()}
+        futures.clear()  # only ``pending`` holds them: a finished one is released at once
         while pending:
             self.tick(stage_of)
             try:
@@ -178,30 +181,29 @@ class _DaskRun:
                 if f.status == "cancelled":
                     raise _Failed(f"{f.key} was cancelled: lost the Dask scheduler {self.scheduler}?")
                 on_done(key, f.result())
+                del f  # released: a result the client holds would be recomputed after a worker dies
 
     def label_of(self, key) -> str | None:
-        kind, x = key
+        kind, x = key[0], key[1]
         return x if kind == "loc" else self.rack.section_at[x]
 
     def event(self, label: str, **ev) -> None:
         if self.progress is not None:
             self.progress({"host": label, **ev})
 
-    def abort(self, futures: list) -> None:
-        """Cancel what still runs; drop the leads' leases (removing the batch's files unless a
-        manifest may be committed); never wait long for a scheduler that is gone."""
-        if self.client.status != "running":
+    def abort(self) -> None:
+        """Drop the leads' leases (removing the batch's files unless a manifest may be
+        committed).  What has not started is dropped by the scheduler when the client closes;
+        a task still running finishes, and what it writes the next update's sync removes."""
+        if self.client.status != "running" or not self.batch:
             return  # the scheduler is gone: the leases expire after the heartbeat timeout
         try:
-            if futures:
-                self.client.cancel(futures, force=True)
-            if self.batch:
-                have = self.workers_of()
-                for label, j in self.leads.items():
-                    if have.get(j):
-                        self.client.run(
-                            T.abort_location, self.rack.path(label), self.batch, workers=have[j], on_error="return"
-                        )
+            have = self.workers_of()
+            for label, j in self.leads.items():
+                if have.get(j):
+                    self.client.run(
+                        T.abort_location, self.rack.path(label), self.batch, workers=have[j], on_error="return"
+                    )
         except (OSError, FutureTimeout, TimeoutError, WebDBError) as e:
             # The leases expire on their own after the heartbeat timeout.
             self.error = f"{self.error} (abort: {type(e).__name__}: {e})"
@@ -245,15 +247,14 @@ def update_dask(
     client = connect(scheduler, connect_timeout)
     run = _DaskRun(rack, scheduler, client, heartbeat_timeout, stage_timeout, worker_timeout, progress)
     res = UpdateResult(rack.db, GroupResult(f"update {rack.db}"))
-    futures: list = []
     try:
         run.check_workers()
-        _run(run, res, futures, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout)
+        _run(run, res, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout)
     except _Failed as e:
         run.error = str(e)
         if e.label is not None and e.label in run.hosts:
             run.hosts[e.label].error = str(e)
-        run.abort(futures)
+        run.abort()
         res.hosts = host_results(f"update {rack.db}", run.hosts, run.error, run.t0)
         res.error, res.kind = run.error, e.kind
         res.seconds = time.monotonic() - run.t0
@@ -262,10 +263,9 @@ def update_dask(
             return res
         raise UpdateFailed(f"update of {rack.db} stopped, nothing committed: {run.error}", res) from None
     except BaseException:
-        run.abort(futures)
+        run.abort()
         raise
     finally:
-        futures.clear()
         client.close(timeout=5)
     res.hosts = host_results(f"update {rack.db}", run.hosts, None, run.t0)
     res.seconds = time.monotonic() - run.t0
@@ -275,7 +275,6 @@ def update_dask(
 def _run(
     run: _DaskRun,
     res: UpdateResult,
-    futures: list,
     inputs: dict,
     input_fn: str,
     options: dict,
@@ -312,7 +311,6 @@ def _run(
                 resources=_resource(j),
                 retries=0,
             )
-            futures.append(f)
             fs[("loc", label)] = f
         out = {}
         run.wait(fs, lambda key, r: out.__setitem__(key[1], r), stage_of)
@@ -358,9 +356,7 @@ def _run(
         spec["lease"] = batch
 
     def sub(fn, j: int, name: str, *args):
-        f = client.submit(fn, *args, key=f"webdb-{name}-{edits_batch}", resources=_resource(j), retries=0)
-        futures.append(f)
-        return f
+        return client.submit(fn, *args, key=f"webdb-{name}-{edits_batch}", resources=_resource(j), retries=0)
 
     bps = None
     if not Sections.from_json(base["sections"]).ready:
@@ -435,8 +431,9 @@ def _run(
             prepared[j] = {"section": j, **r["prepared"]}
             run.event(label, ev="prepared", section=j)
 
-    run.wait({key: summaries[key] for key in sorted(summaries, key=lambda x: (x[2], x[1]))}, on_summary, stage_of)
-    futures.clear()  # the graph's results are no longer needed: the workers free them
+    ordered = {key: summaries[key] for key in sorted(summaries, key=lambda x: (x[2], x[1]))}
+    summaries.clear()  # wait() holds the only references: each is released once read
+    run.wait(ordered, on_summary, stage_of)
 
     manifest = batch_record(rack, base, gen, edits_batch, prepared)
     res.manifest = manifest
@@ -451,21 +448,19 @@ def _run(
     _fault.point("dist.coordinator.before_commit")
     masters = [label for label, p in rack.places.items() if p.master]
     for label in masters:
-        _commit_one(run, places[label], batch, gen0, manifest, futures, stage_of, nonce)
+        _commit_one(run, places[label], batch, gen0, manifest, stage_of, nonce)
         res.committed = True
     _fault.point("dist.coordinator.after_master_commit")
     for label in [x for x in places if x not in masters]:
         try:
-            _commit_one(run, places[label], batch, gen0, manifest, futures, stage_of, nonce)
+            _commit_one(run, places[label], batch, gen0, manifest, stage_of, nonce)
         except _Failed as e:
             # Committed already: the next update's sync brings this location forward.
             run.hosts[label].error = str(e)
             res.warnings.append(f"{label} did not confirm the commit ({e}); the next update brings it forward")
 
 
-def _commit_one(
-    run: _DaskRun, place: dict, batch: str, gen0: int, manifest: dict, futures: list, stage_of, nonce: str
-) -> None:
+def _commit_one(run: _DaskRun, place: dict, batch: str, gen0: int, manifest: dict, stage_of, nonce: str) -> None:
     label = place["label"]
     h = run.hosts[label]
     h.state = "commit"
@@ -479,7 +474,6 @@ def _commit_one(
         resources=_resource(run.leads[label]),
         retries=0,
     )
-    futures.append(f)
     run.wait({("loc", label): f}, lambda key, r: None, stage_of)
     h.state = "committed"
     h.t1 = time.monotonic()

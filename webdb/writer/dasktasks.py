@@ -35,7 +35,8 @@ from webdb import _fault
 from webdb.db import WebDB, WriterLock, write_atomic
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, WebDBError
 from webdb.sections import Sections, section_path
-from webdb.tables.format import DB_IDENTITY, TMP_DIR
+from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
+from webdb.writer import edits as E
 from webdb.writer.distributed import sync_location
 from webdb.writer.engine import apply_stage_result, section_job, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
@@ -178,6 +179,8 @@ def open_location(place: dict, batch: str) -> dict:
 def sync_location_task(place: dict, batch: str, gen: int, manifest: dict) -> int:
     """Bring the location to the rack's generation ``gen`` and recover it (the agent's sync)."""
     lease = _lease(place, batch)
+    if lease.state != "open":
+        return 0  # synced already for this batch: a second recover would remove its files
     removed = sync_location(lease.db, place["path"], place["sections"], gen, manifest)
     lease.state = "synced"
     return len(removed)
@@ -312,6 +315,7 @@ def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]
     merged = None
     try:
         if inputs:
+            _forget_output(spec, stage)
             tables: list[dict] = [{} for _ in range(k)]
             status: list[dict] = [{} for _ in range(k)]
             tables[j], status[j] = state["tables"], state["status"]
@@ -331,6 +335,18 @@ def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]
     _account(state, t0, c0)
     summary = {"section": j, "step": stage, "merged": merged, "shipped": state["shipped"][-1] if stage < 5 else None}
     return {"state": state, "out": out, "summary": summary}
+
+
+def _forget_output(spec: dict, stage: int) -> None:
+    """A rerun of this stage (its worker died after it wrote its table; or Dask recomputes a
+    lost result) writes the same table file again: remove the earlier run's.  Table files are
+    created exclusively, and only this task writes this name, one task of a section at a time
+    (the section's resource); the bytes it writes are the same."""
+    name = f"{spec['gen']:08d}-s{stage}.{TABLE_SUFFIX[E.STAGE_TABLE[stage]]}"
+    try:
+        os.unlink(os.path.join(section_path(spec["path"], spec["section"]), name))
+    except FileNotFoundError:
+        pass
 
 
 def pick_out(res: dict, target: int) -> list[dict]:
