@@ -364,3 +364,78 @@ def test_cli_unreachable_scheduler_exits_2_naming_it(tmp_path: Path) -> None:
         timeout=120,
     )
     assert p.returncode == 2 and "tcp://127.0.0.1:9" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.ssh
+@pytest.mark.timeout(600)
+def test_dask_workers_started_over_ssh_on_the_rack_hosts(ssh_hosts, procs, tmp_path: Path) -> None:
+    """`dask worker` processes started over ssh on two loopback hosts, each declaring the
+    section whose root it has; hosts.ini names the scheduler, so `webdb update --hosts` runs
+    on Dask.  The result is the Writer's given section 0's calls, then section 1's."""
+    hosts = ssh_hosts[:2]
+    _, addr = procs.scheduler("sched")
+    ini = tmp_path / "hosts.ini"
+    ini.write_text(
+        f"[ndfs]\ndb = crawl\ndask_scheduler = {addr}\n"
+        + "".join(h.ini() for h in hosts)
+        + f"[sections]\ncount = 2\nhosts = {hosts[0].name}, {hosts[1].name}\n"
+    )
+    create_rack(Rack.from_file(ini), **SETTINGS)
+    calls = recorded(batch_a)
+    for h in hosts:
+        (h.root / "crawl" / "calls.jsonl").write_text("".join(c + "\n" for c in calls))
+    conns = []
+    try:
+        for j, h in enumerate(hosts):
+            conn = h.fabric_connection()
+            chan = conn.client.get_transport().open_session()
+            worker = [sys.executable, "-m", "distributed.cli.dask_worker", addr, "--nthreads", "1", "--name", h.name,
+                      "--resources", f"section-{j}=1", "--no-dashboard", "--memory-limit", "0"]  # fmt: skip
+            chan.exec_command(f"cd / && exec {' '.join(worker)}")
+            conns.append((conn, chan))
+        wait_workers(addr, 2)
+        p = subprocess.run(
+            [sys.executable, "-m", "webdb.cli.main", "update", "crawl", "calls.jsonl", "--hosts", str(ini),
+             "--input", REPLAY, "-q"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert "generation 1 committed" in p.stdout and hosts[0].name in p.stdout, p.stdout
+    finally:
+        for conn, chan in conns:
+            chan.close()
+            conn.close()
+        for h in hosts:
+            h.stop()  # with sshd go the sessions' processes: the workers
+    local = webdb.create(str(tmp_path / "w" / "crawl"), sections=2, **SETTINGS)
+    apply_local(local, calls + calls)
+    roots = [h.root for h in hosts]
+    assert digests(local) == digests(gather(roots))
+    no_leftovers(roots)
+
+
+@pytest.mark.timeout(600)
+def test_generate_over_dask_selects_and_marks_what_generate_does(cluster, tmp_path: Path) -> None:
+    """generate_rack's per-location requests run as tasks on the lead workers: the same
+    fetchlists and marks as generate on the whole db."""
+    from test_generate_rack import NOW, _fetchlists, _fill, _pages_and_links, _pages_of, _renamed
+
+    from fetchlist.generate import generate, generate_rack
+
+    pages, links = _pages_and_links(400)
+    twin = webdb.create(str(tmp_path / "twin"), sections=3, **SETTINGS)
+    rack_db = webdb.create(str(tmp_path / "crawl"), sections=3, **SETTINGS)
+    for d in (twin, rack_db):
+        _fill(d, pages, links)
+    want = generate(twin, tmp_path / "want0", now=NOW, top_n=60, mark_expiry=0)
+    got = generate_rack(
+        Rack.local(rack_db.path), tmp_path / "got0", now=NOW, top_n=60, mark_expiry=0, dask=cluster.scheduler_address
+    )
+    assert want.selected > 0 and got.selected == want.selected
+    assert _fetchlists(tmp_path / "got0") == _fetchlists(tmp_path / "want0")
+    assert (got.scanned, got.eligible, got.skipped) == (want.scanned, want.eligible, want.skipped)
+    assert got.rack.committed
+    assert _pages_of(rack_db) == _renamed(_pages_of(twin))
+    with rack_db.reader() as r:
+        r.check()
+    no_leftovers([tmp_path])

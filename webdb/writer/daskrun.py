@@ -209,6 +209,34 @@ class _DaskRun:
             self.error = f"{self.error} (abort: {type(e).__name__}: {e})"
 
 
+class DaskSession:
+    """``coordinator.Session`` on Dask: between sync and batch, with every location locked,
+    ``ask`` runs the update's ``steps`` function on each chosen location's lead worker."""
+
+    def __init__(self, run: _DaskRun, generation: int, manifest: dict, places: dict, per_location, steps) -> None:
+        self.rack = run.rack
+        self.generation, self.manifest = generation, manifest
+        self._run, self._places, self._per_location, self._steps = run, places, per_location, steps
+        self._n = 0
+
+    def ask(self, request_for: Callable) -> dict[str, list[dict]]:
+        """Send ``request_for(place)`` to every location (None: not that one); their reply parts."""
+        if not self._steps:
+            raise BadInput("a step request, but this update names no steps function")
+        self._n += 1
+        reqs = {label: request_for(self.rack.places[label]) for label in self._places}
+        chosen = {label: r for label, r in reqs.items() if r is not None}
+        return self._per_location(
+            f"step{self._n}",
+            T.step_location,
+            self._run.batch,
+            self.generation,
+            self.manifest,
+            self._steps,
+            requests=chosen,
+        )
+
+
 def connect(scheduler: str, connect_timeout: float = CONNECT_TIMEOUT):
     """A Dask client of ``scheduler``; DaskUnavailable naming it if it cannot be reached."""
     try:
@@ -236,6 +264,8 @@ def update_dask(
     worker_timeout: float = WORKER_TIMEOUT,
     connect_timeout: float = CONNECT_TIMEOUT,
     progress: Callable[[dict], None] | None = None,
+    steps: str | None = None,
+    before_batch: Callable[[DaskSession], tuple[dict[int, dict], str] | None] | None = None,
 ) -> UpdateResult:
     """``webdb.writer.rack.update`` on a Dask cluster: the same batch, manifest and commit;
     each section's steps run as tasks on the worker declaring ``section-J``.
@@ -243,13 +273,15 @@ def update_dask(
     Raises DaskUnavailable (before anything is written) if the scheduler cannot be reached or a
     section has no worker; UpdateFailed (naming section, stage or location) if the run fails —
     then nothing is committed and the next update recovers every location.
-    ``worker_timeout``: how long a section may be without its worker (a nanny restarting it)."""
+    ``worker_timeout``: how long a section may be without its worker (a nanny restarting it).
+    ``steps`` / ``before_batch``: a task that reads the db first (generate), as for ``update``;
+    its requests run as tasks on each location's lead worker."""
     client = connect(scheduler, connect_timeout)
     run = _DaskRun(rack, scheduler, client, heartbeat_timeout, stage_timeout, worker_timeout, progress)
     res = UpdateResult(rack.db, GroupResult(f"update {rack.db}"))
     try:
         run.check_workers()
-        _run(run, res, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout)
+        _run(run, res, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout, steps, before_batch)
     except _Failed as e:
         run.error = str(e)
         if e.label is not None and e.label in run.hosts:
@@ -280,6 +312,8 @@ def _run(
     options: dict,
     overrides: dict,
     stage_timeout: float,
+    steps: str | None = None,
+    before_batch: Callable | None = None,
 ) -> None:
     rack, client = run.rack, run.client
     nonce = os.urandom(4).hex()
@@ -293,20 +327,26 @@ def _run(
         for label, p in rack.places.items()
     }
     run.batch = f"open-{nonce}"
-    steps: dict[int, int] = {j: -1 for j in range(rack.k)}  # section -> the last step it finished
+    finished: dict[int, int] = {j: -1 for j in range(rack.k)}  # section -> the last step it finished
 
     def stage_of(j: int) -> str:
-        at = steps[j] + 1
+        at = finished[j] + 1
         return "step 0 (input and routing)" if at == 0 else f"stage {at}" if at <= 5 else "commit"
 
-    def per_location(name: str, fn, *args, **by_label) -> dict:
+    def per_location(name: str, fn, *args, requests: dict | None = None) -> dict:
+        """``fn(place, *args)`` on every location's lead (with ``requests``: those it names,
+        the request as the last argument)."""
         fs = {}
         for label, place in places.items():
+            if requests is not None and label not in requests:
+                continue
             j = run.leads[label]
+            extra = (requests[label],) if requests is not None else ()
             f = client.submit(
                 fn,
                 place,
                 *args,
+                *extra,
                 key=f"webdb-{name}-{label.strip('/').replace('/', '_')}-{nonce}",
                 resources=_resource(j),
                 retries=0,
@@ -337,6 +377,12 @@ def _run(
         run.hosts[label].state = "synced"
         run.event(label, ev="synced")
 
+    if before_batch is not None:
+        got = before_batch(DaskSession(run, gen0, base, places, per_location, steps))
+        if got is None:  # nothing to do: unlock, remove what the task left, commit nothing
+            run.abort()
+            return
+        inputs, input_fn = got
     settings = resolve(first["identity"].get("settings"), **overrides)
     gen = gen0 + 1
     batch = run.batch  # the leases' batch id; the edit files' batch names the generation
@@ -400,8 +446,8 @@ def _run(
         _, j, step = key
         label = rack.section_at[j]
         h = run.hosts[label]
-        steps[j] = max(steps[j], step)
-        h.steps[j] = min(steps[j] + 1, 5)  # where it is now
+        finished[j] = max(finished[j], step)
+        h.steps[j] = min(finished[j] + 1, 5)  # where it is now
         if r.get("merged"):
             m = r["merged"]
             h.records += m["records"]

@@ -37,9 +37,10 @@ from webdb.errors import BadInput, CorruptionError, DistributedError, LockedErro
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
 from webdb.writer import edits as E
-from webdb.writer.distributed import sync_location
+from webdb.writer.distributed import StepContext, sync_location
 from webdb.writer.engine import apply_stage_result, section_job, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
+from webdb.writer.inputs import resolve
 from webdb.writer.section import apply_input, outbox_names
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "renew",
     "sample_section",
     "stage_section",
+    "step_location",
     "step0_section",
     "sync_location_task",
 ]
@@ -72,6 +74,7 @@ class _Lease:
     timeout: float
     renewed: float
     state: str = "open"  # open, synced, ready, committing
+    ctx: StepContext | None = None  # a task's requests (generate) share it across requests
 
 
 # db path -> the lease this process holds: the lock must outlive a task (it spans the batch).
@@ -184,6 +187,18 @@ def sync_location_task(place: dict, batch: str, gen: int, manifest: dict) -> int
     removed = sync_location(lease.db, place["path"], place["sections"], gen, manifest)
     lease.state = "synced"
     return len(removed)
+
+
+def step_location(place: dict, batch: str, gen0: int, manifest: dict, steps: str, request: dict) -> list[dict]:
+    """A task's request between sync and batch (docs/distributed.md, *Tasks*): ``steps``
+    (``module:function``) run as ``fn(ctx, request)`` on the location's synced, locked copy;
+    returns its reply parts.  ``ctx.state`` lives with the lease, from one request to the next."""
+    lease = _lease(place, batch, gen0)
+    if lease.ctx is None:
+        scratch = os.path.join(place["path"], TMP_DIR, "task")
+        os.makedirs(scratch, exist_ok=True)
+        lease.ctx = StepContext(lease.db, place["path"], list(place["sections"]), manifest, scratch)
+    return list(resolve(steps)(lease.ctx, request))
 
 
 def prepare_location(place: dict, batch: str, gen0: int, manifest: dict) -> None:
