@@ -10,7 +10,9 @@ generate (no segment written), or a rack generate that failed (nothing marked).
 With --hosts (DB is then the db name), every location scans only its own sections and the
 coordinator — this process, where the segment is written — merges their selections; top-N
 and the caps hold for the whole rack, and the marks commit on every section at once
-(docs/crawl.md, *Generate in a rack*).  A per-host summary follows the usual line.
+(docs/crawl.md, *Generate in a rack*).  A per-host summary follows the usual line.  With
+--dask tcp://HOST:PORT (or hosts.ini's dask_scheduler) the same runs on a Dask cluster: each
+location's requests are tasks on the worker of its lowest section (docs/distributed.md §10).
 """
 
 from __future__ import annotations
