@@ -60,6 +60,17 @@ def _resource(j: int) -> dict[str, float]:
     return {f"section-{j}": 1}
 
 
+def _leads(rack: Rack) -> dict[str, int]:
+    """Location -> its lowest section, whose worker holds the location's lock (its lead)."""
+    for label, p in rack.places.items():
+        if not p.sections:
+            raise DaskUnavailable(
+                f"{rack.config.source}: location {label} holds no section: with Dask every location needs a "
+                f"section whose worker keeps its copy (drop it from [group:master])"
+            )
+    return {label: min(p.sections) for label, p in rack.places.items()}
+
+
 class _DaskRun:
     def __init__(
         self,
@@ -77,14 +88,7 @@ class _DaskRun:
         self.hosts = {label: _Host(p) for label, p in rack.places.items()}
         self.t0 = time.monotonic()
         self.batch = ""
-        self.leads: dict[str, int] = {}  # location -> its lowest section (whose worker holds the lock)
-        for label, p in rack.places.items():
-            if not p.sections:
-                raise DaskUnavailable(
-                    f"{rack.config.source}: location {label} holds no section: with Dask every location needs a "
-                    f"section whose worker keeps its copy (drop it from [group:master])"
-                )
-            self.leads[label] = min(p.sections)
+        self.leads = _leads(rack)
         self.missing_since: dict[int, float] = {}
         self.last_renew = 0.0
         self.last_progress = time.monotonic()
@@ -276,6 +280,7 @@ def update_dask(
     ``worker_timeout``: how long a section may be without its worker (a nanny restarting it).
     ``steps`` / ``before_batch``: a task that reads the db first (generate), as for ``update``;
     its requests run as tasks on each location's lead worker."""
+    _leads(rack)  # a location no worker could serve fails before connecting
     client = connect(scheduler, connect_timeout)
     run = _DaskRun(rack, scheduler, client, heartbeat_timeout, stage_timeout, worker_timeout, progress)
     res = UpdateResult(rack.db, GroupResult(f"update {rack.db}"))
