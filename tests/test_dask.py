@@ -439,3 +439,16 @@ def test_generate_over_dask_selects_and_marks_what_generate_does(cluster, tmp_pa
     with rack_db.reader() as r:
         r.check()
     no_leftovers([tmp_path])
+
+
+def test_hosts_ini_dask_scheduler_is_checked_with_file_and_line(tmp_path: Path) -> None:
+    from webdb.ndfs import load_config
+    from webdb.ndfs.errors import ConfigError
+
+    ini = tmp_path / "hosts.ini"
+    ini.write_text("[ndfs]\ndb = crawl\ndask_scheduler = tcp://10.0.0.5:8786\n[sections]\ncount = 1\n0 = /srv\n")
+    assert load_config(ini).dask_scheduler == "tcp://10.0.0.5:8786"
+    assert Rack.from_file(ini).config.to_json()["dask_scheduler"] == "tcp://10.0.0.5:8786"
+    ini.write_text("[ndfs]\ndb = crawl\ndask_scheduler = 10.0.0.5\n")
+    with pytest.raises(ConfigError, match=r"hosts.ini:3: \[ndfs\] dask_scheduler: bad Dask scheduler address"):
+        load_config(ini)
