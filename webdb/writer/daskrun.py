@@ -177,14 +177,21 @@ class _DaskRun:
                 ) from None
             for f in done:
                 key = pending.pop(f)
-                self.last_progress = time.monotonic()
                 if f.status == "error":
-                    e = f.exception()
+                    e = f.exception(timeout=5)
                     kind = "BadInput" if isinstance(e, BadInput) else type(e).__name__
                     raise _Failed(f"{f.key}: {type(e).__name__}: {e}", kind, self.label_of(key))
                 if f.status == "cancelled":
                     raise _Failed(f"{f.key} was cancelled: lost the Dask scheduler {self.scheduler}?")
-                on_done(key, f.result())
+                try:
+                    # Bounded: the result may sit on a worker that just died (then Dask must
+                    # compute it again, which ``tick`` watches), so never block here.
+                    r = f.result(timeout=1)
+                except (FutureTimeout, TimeoutError):
+                    pending[f] = key
+                    continue
+                self.last_progress = time.monotonic()
+                on_done(key, r)
                 del f  # released: a result the client holds would be recomputed after a worker dies
 
     def label_of(self, key) -> str | None:
