@@ -146,7 +146,7 @@ class _DaskRun:
                 )
         if now - self.last_progress > self.stage_timeout:
             raise _Failed(f"no task finished for {self.stage_timeout:g}s (stage timeout)", "StageTimeout")
-        if self.batch and now - self.last_renew >= 1.0:
+        if self.batch and now - self.last_renew >= max(1.0, self.hb_timeout / 5):
             self.last_renew = now
             for label, j in self.leads.items():
                 addrs = have.get(j) or []

@@ -13,7 +13,7 @@ its lowest section (its *lead*).  A task:
   against their SHA-256 when the receiving stage writes them into its share group.
 
 The lead keeps the location's writer lock between tasks, in this process (``_LEASES``), for
-as long as the coordinator renews it (``renew``, every second): a lease not renewed for the
+as long as the coordinator renews it (``renew``, 5 times per heartbeat timeout): a lease not renewed for the
 heartbeat timeout is dropped — the batch's files removed unless the manifest was written —
 as an SSH agent does when its coordinator falls silent.
 """
@@ -224,7 +224,7 @@ def commit_location(place: dict, batch: str, gen0: int, manifest: dict) -> int:
 
 
 def renew(path: str, batch: str) -> bool:
-    """The coordinator is alive (``Client.run``, every second): keep the lease."""
+    """The coordinator is alive (``Client.run``, 5 times per heartbeat timeout): keep the lease."""
     with _GUARD:
         lease = _LEASES.get(path)
         if lease is None or lease.batch != batch:
