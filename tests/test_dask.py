@@ -452,3 +452,22 @@ def test_hosts_ini_dask_scheduler_is_checked_with_file_and_line(tmp_path: Path) 
     ini.write_text("[ndfs]\ndb = crawl\ndask_scheduler = 10.0.0.5\n")
     with pytest.raises(ConfigError, match=r"hosts.ini:3: \[ndfs\] dask_scheduler: bad Dask scheduler address"):
         load_config(ini)
+
+
+@pytest.mark.timeout(600)
+def test_edit_file_damaged_in_transit_is_refused(tmp_path: Path) -> None:
+    """A byte of section 0's step-1 edits flips between its task and the receiving stage: the
+    SHA-256 its producer listed does not match, the update fails naming file and producer."""
+    k = 2
+    rack, roots = rack_of(tmp_path, k)
+    c = start_cluster(k, {"WEBDB_FAULTS": "dist.s0.step1.corrupt"})
+    try:
+        calls = recorded(batch_a)
+        with pytest.raises(UpdateFailed) as e:
+            update_dask(rack, c.scheduler_address, split(calls, [tmp_path] * k, "a"), input_fn=REPLAY)
+    finally:
+        c.close()
+    msg = str(e.value)
+    assert "CorruptionError" in msg and "from section 0 differs from what its producer sent" in msg, msg
+    assert e.value.kind == "CorruptionError"
+    assert [committed(r) for r in roots] == [0, 0]

@@ -391,7 +391,10 @@ def _collect(spec: dict, state: dict, step: int, outbox: str) -> dict[int, list[
         for name in outbox_names(outbox, t):
             with open(os.path.join(outbox, f"section-{t:04d}", name), "rb") as f:
                 data = f.read()
-            lst.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "data": data})
+            item = {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "data": data}
+            if t != spec["section"] and _fault.armed(f"dist.s{spec['section']}.step{step}.corrupt"):
+                item["data"] = bytes([data[0] ^ 0x40]) + data[1:]  # as if it flipped in transit
+            lst.append(item)
             files += 1
             nbytes += len(data)
             if spec["section_at"][t] != spec["host"]:
