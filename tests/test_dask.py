@@ -118,6 +118,12 @@ def test_no_worker_for_a_section_is_refused_before_anything_runs(cluster, tmp_pa
     rack, roots = rack_of(tmp_path, 4)  # the cluster's workers declare section-0..2 only
     with pytest.raises(DaskUnavailable, match=r"declares resource section-3"):
         update_dask(rack, cluster.scheduler_address, {}, input_fn=REPLAY)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "update", "crawl", "--hosts", str(tmp_path / "hosts.ini"),
+         "--dask", cluster.scheduler_address, "--input", REPLAY],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 2 and "section-3" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert [committed(r) for r in roots] == [0] * 4
 
 
