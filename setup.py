@@ -35,7 +35,11 @@ setup(
             "tantivy>=0.25",
             # bench/plot_rounds.py (the steady-state plot of docs/performance.md; tests run it).
             "matplotlib>=3.7",
+            # The Dask transport of `webdb update --dask` (tests/test_dask.py runs a LocalCluster).
+            "distributed>=2024.1",
         ],
+        # `webdb update --dask tcp://SCHEDULER:8786`: run updates on an existing Dask cluster.
+        "dask": ["distributed>=2024.1"],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
     },

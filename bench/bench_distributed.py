@@ -3,7 +3,7 @@
 (/work/shared/peers/webgraph.py) applied by k section writers, locally and over ssh.
 
     python bench/bench_distributed.py --data bench/data/n1000000 --work /tmp/bench-dist \\
-        --local 1,2,4 --ssh 2,4 --single 1,2
+        --local 1,2,4 --ssh 2,4 --single 1,2 --dask 2
 
 For every k it loads the base db once (pages.tsv + links.tsv, one Writer batch, cached in
 --work), then per run copies it and times the round (round.tsv cut into k contiguous parts,
@@ -12,7 +12,10 @@ part j applied by section j's writer, ``roundtsv:apply_round_tsv``):
 - ``single k``: the single-process Writer (``db.writer()``; its stages run k worker processes);
 - ``local k``: ``webdb update`` with k local section processes (the embedded default);
 - ``ssh k``: k sshd hosts on 127.0.0.2… (tests/sshd.py), one section per host, edits moved
-  over ssh (scp for files >= 8 MiB, SFTP below).
+  over ssh (scp for files >= 8 MiB, SFTP below);
+- ``dask k``: ``webdb update --dask`` on a ``distributed.LocalCluster`` of k worker processes
+  on this machine (worker j declares ``section-j``), the db laid out as for ``local k``; edits
+  move as task results.
 
 Reported: wall seconds of the update, the edit bytes shipped per step (and the part that
 crossed hosts), the shipping share (per step the slowest section's shipping time, summed, over
@@ -136,6 +139,31 @@ def run_local(work: Path, data: Path, k: int, sync: bool) -> dict:
     return {"mode": "local", "k": k, **shipped(res), "counts": counts(webdb.open(str(path)))}
 
 
+def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
+    import logging
+
+    from distributed import Client, LocalCluster, Nanny
+
+    from webdb.writer.daskrun import update_dask
+
+    path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
+    inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
+    cluster = LocalCluster(
+        n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+    )
+    try:
+        for j in range(k):
+            opts = {"nthreads": 1, "resources": {f"section-{j}": 1}, "env": AGENT_ENV, "memory_limit": 0}
+            cluster.worker_spec[f"section-{j}"] = {"cls": Nanny, "options": opts}
+        cluster.scale(k)
+        with Client(cluster, set_as_default=False) as c:
+            c.wait_for_workers(k, timeout=300)
+        res = update_dask(Rack.local(str(path)), cluster.scheduler_address, inputs, input_fn=ROUND)
+    finally:
+        cluster.close()
+    return {"mode": "dask", "k": k, **shipped(res), "counts": counts(webdb.open(str(path)))}
+
+
 def run_ssh(work: Path, data: Path, k: int, sync: bool, cluster) -> dict:
     """One section per host: section j's directory on host j, identity/CURRENT/gen on all."""
     base = base_db(work, data, k, sync)
@@ -202,6 +230,7 @@ def main() -> int:
     ap.add_argument("--single", default="1,2", help="k values of the single-process Writer baseline")
     ap.add_argument("--local", default="1,2,4", help="k values of local section processes")
     ap.add_argument("--ssh", default="2,4", help="k values over ssh (k sshd hosts)")
+    ap.add_argument("--dask", default="", help="k values on a local Dask cluster of k workers (e.g. 2)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--nosync", action="store_true", help="sync=False (default: fsync like the peers)")
     a = ap.parse_args()
@@ -219,6 +248,9 @@ def main() -> int:
             print(json.dumps(results[-1]), file=sys.stderr)
         for k in ks(a.local):
             results.append(run_local(work, data, k, sync))
+            print(json.dumps(results[-1]), file=sys.stderr)
+        for k in ks(a.dask):
+            results.append(run_dask(work, data, k, sync))
             print(json.dumps(results[-1]), file=sys.stderr)
         if ks(a.ssh):
             from sshd import start_cluster

@@ -637,6 +637,7 @@ def generate_rack(
     heartbeat_timeout: float | None = None,
     stage_timeout: float | None = None,
     env: dict[str, str] | None = None,
+    dask: str | None = None,
 ) -> GenerateResult:
     """``generate`` over a rack (``webdb.rack.Rack``): the same selection, segment and
     marks as ``generate`` on the whole db, with each location scanning only its own sections.
@@ -652,12 +653,13 @@ def generate_rack(
 
     ``events`` gets the rack's progress events (as ``update``'s ``progress``); ``result.rack``
     is the update's per-host result.  Raises UpdateFailed as ``update`` does; a writer lock
-    held elsewhere is waited for up to ``lock_wait`` seconds.
+    held elsewhere is waited for up to ``lock_wait`` seconds.  ``dask``: a Dask scheduler
+    address: the same requests and batch run as tasks on its workers (``update_dask``).
     """
     import base64
     import shutil
 
-    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
+    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update, update_dask
 
     segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
     existed = os.path.isdir(segment_dir)
@@ -751,16 +753,17 @@ def generate_rack(
 
     def attempt():
         try:
-            return update(
-                rack,
-                steps=RACK_STEPS,
-                before_batch=before_batch,
-                settings=writer_settings,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT if heartbeat_timeout is None else heartbeat_timeout,
-                stage_timeout=STAGE_TIMEOUT if stage_timeout is None else stage_timeout,
-                progress=events,
-                env=env,
-            )
+            common = {
+                "steps": RACK_STEPS,
+                "before_batch": before_batch,
+                "settings": writer_settings,
+                "heartbeat_timeout": HEARTBEAT_TIMEOUT if heartbeat_timeout is None else heartbeat_timeout,
+                "stage_timeout": STAGE_TIMEOUT if stage_timeout is None else stage_timeout,
+                "progress": events,
+            }
+            if dask:
+                return update_dask(rack, dask, **common)
+            return update(rack, env=env, **common)
         except UpdateFailed as e:
             if got.get("written") and not e.result.committed:
                 shutil.rmtree(segment_dir, ignore_errors=True)  # its marks never committed: no segment

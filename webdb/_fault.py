@@ -1,4 +1,6 @@
 """Fault points for crash tests: ``WEBDB_FAULTS=name[,name…]`` kills the process there.
+``name@PATH`` kills only the first process that gets there (the one that creates ``PATH``):
+a process restarted by a supervisor (a Dask nanny) then passes the point.
 
 A fault point costs one dict lookup when no fault is set.  Names are listed in
 docs/design.md (*Crash safety*); tests set the variable in a child process and reopen the db.
@@ -9,11 +11,18 @@ from __future__ import annotations
 import os
 import signal
 
-_FAULTS = frozenset(x for x in os.environ.get("WEBDB_FAULTS", "").split(",") if x)
+_ENTRIES = [x.partition("@") for x in os.environ.get("WEBDB_FAULTS", "").split(",") if x]
+_FAULTS = frozenset(name for name, _, _ in _ENTRIES)
+_ONCE = {name: path for name, at, path in _ENTRIES if at}
 
 
 def point(name: str) -> None:
     if name in _FAULTS:
+        if name in _ONCE:
+            try:
+                os.close(os.open(_ONCE[name], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                return  # fired once already
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -1,11 +1,29 @@
 """The distributed update as other packages use it (the crawl's ``generate_rack``, tools): a
-``Rack`` of hosts from hosts.ini, ``update`` with its result and its error, and the default
-liveness bounds.  docs/distributed.md.
+``Rack`` of hosts from hosts.ini, ``update`` with its result and its error (``update_dask``:
+the same on a Dask cluster), and the default liveness bounds.  docs/distributed.md.
 
 A public module of webdb: the implementation lives in ``webdb.writer`` (rack.py, distributed.py)
 and may move inside it; this module's names stay.
 """
 
-from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, UpdateResult, update
+from webdb.writer.rack import (
+    HEARTBEAT_TIMEOUT,
+    STAGE_TIMEOUT,
+    DaskUnavailable,
+    Rack,
+    UpdateFailed,
+    UpdateResult,
+    update,
+    update_dask,
+)
 
-__all__ = ["HEARTBEAT_TIMEOUT", "STAGE_TIMEOUT", "Rack", "UpdateFailed", "UpdateResult", "update"]
+__all__ = [
+    "HEARTBEAT_TIMEOUT",
+    "STAGE_TIMEOUT",
+    "DaskUnavailable",
+    "Rack",
+    "UpdateFailed",
+    "UpdateResult",
+    "update",
+    "update_dask",
+]

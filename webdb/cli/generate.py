@@ -10,7 +10,9 @@ generate (no segment written), or a rack generate that failed (nothing marked).
 With --hosts (DB is then the db name), every location scans only its own sections and the
 coordinator — this process, where the segment is written — merges their selections; top-N
 and the caps hold for the whole rack, and the marks commit on every section at once
-(docs/crawl.md, *Generate in a rack*).  A per-host summary follows the usual line.
+(docs/crawl.md, *Generate in a rack*).  A per-host summary follows the usual line.  With
+--dask tcp://HOST:PORT (or hosts.ini's dask_scheduler) the same runs on a Dask cluster: each
+location's requests are tasks on the worker of its lowest section (docs/distributed.md §10).
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ def add_parser(sub) -> None:
         metavar="S",
         help=f"with --hosts: a host silent this long stops the generate (default {HEARTBEAT_TIMEOUT:g})",
     )
+    p.add_argument(
+        "--dask",
+        metavar="tcp://HOST:PORT",
+        help="run on this Dask scheduler (default: hosts.ini's dask_scheduler, if any; docs/distributed.md)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     add_json(p)
     p.set_defaults(run=run)
@@ -52,22 +59,32 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from fetchlist.crawl import new_segment_dir
     from fetchlist.generate import generate, generate_rack
+    from webdb.errors import BadInput
+    from webdb.ndfs.config import check_scheduler_address
     from webdb.writer.rack import Rack, UpdateFailed
 
-    target = Rack.from_file(args.hosts, args.db) if args.hosts else webdb.open(args.db)
+    if args.dask:
+        try:
+            check_scheduler_address(args.dask)
+        except ValueError as e:
+            raise BadInput(f"--dask: {e}") from None
+    rack = args.hosts or args.dask
+    target = (
+        (Rack.from_file(args.hosts, args.db) if args.hosts else Rack.local(args.db)) if rack else webdb.open(args.db)
+    )
+    scheduler = args.dask or (target.config.dask_scheduler if args.hosts else None)
     kw = generate_kwargs(args)
     if os.path.exists(args.segments) and not os.path.isdir(args.segments):
-        from webdb.errors import BadInput
-
         raise BadInput(f"{args.segments}: not a directory")
     os.makedirs(args.segments, exist_ok=True)
     seg = os.path.join(args.segments, args.segment) if args.segment else new_segment_dir(args.segments)
     say = None if (args.quiet or args.json) else (lambda m: print(m, file=sys.stderr, flush=True))
-    if not args.hosts:
+    if not rack:
         res = generate(target, seg, progress=say, **kw)
     else:
         try:
-            res = generate_rack(target, seg, progress=say, heartbeat_timeout=args.heartbeat_timeout, **kw)
+            hb = args.heartbeat_timeout
+            res = generate_rack(target, seg, progress=say, heartbeat_timeout=hb, dask=scheduler, **kw)
         except UpdateFailed as e:
             emit(args, {"segment": None, "error": str(e), "kind": e.kind}, e.result.summary())
             print(f"webdb generate: error: {e}", file=sys.stderr)

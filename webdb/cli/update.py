@@ -2,12 +2,15 @@
 
     webdb update DB SEGMENT...                      k local section processes (the embedded default)
     webdb update --hosts hosts.ini DB [HOST:]PATH...  one section writer per host, over ssh
+    webdb update --dask tcp://HOST:8786 DB PATH...    each section's steps as tasks on a Dask cluster
 
 Each section writer applies its share of the input on its own host (``--input``, default the
 crawl loop's segments reader), then the writers exchange edits stage by stage through ndfs
 and the coordinator commits all sections at once (docs/distributed.md).  With --hosts, a
 bare PATH is read on every host (relative to ``<root>/<db>`` there), ``HOST:PATH`` on one
-host; a location's sections split its inputs into ordered shares (docs/distributed.md).  Progress goes to
+host; a location's sections split its inputs into ordered shares (docs/distributed.md).  With
+--dask (or ``dask_scheduler`` in hosts.ini) the same protocol runs on an existing Dask cluster:
+section J's tasks go to the worker started with ``--resources section-J=1``.  Progress goes to
 stderr — one line per stage (a bar per stage on a terminal), or with -v a line per section
 and step — and a per-host summary to stdout.
 """
@@ -23,6 +26,8 @@ import time
 from webdb.cli.common import add_json, add_lock_wait, emit, parse_settings
 from webdb.errors import BadInput
 from webdb.lockwait import wait_for_lock
+from webdb.ndfs.config import check_scheduler_address
+from webdb.writer.daskrun import CONNECT_TIMEOUT, WORKER_TIMEOUT, update_dask
 from webdb.writer.inputs import DEFAULT_INPUT, input_spec, resolve
 from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, parse_inputs, update
 
@@ -39,6 +44,25 @@ def add_parser(sub) -> None:
     p.add_argument("db", help="database directory; with --hosts, the db name")
     p.add_argument("inputs", nargs="*", metavar="INPUT", help="segment directories or other input files")
     p.add_argument("--hosts", metavar="HOSTS_INI", help="run one section writer per host of this hosts.ini")
+    p.add_argument(
+        "--dask",
+        metavar="tcp://HOST:PORT",
+        help="run on this Dask scheduler (default: hosts.ini's dask_scheduler, if any; docs/distributed.md)",
+    )
+    p.add_argument(
+        "--worker-timeout",
+        type=float,
+        default=WORKER_TIMEOUT,
+        metavar="S",
+        help=f"with Dask: longest a section may be without its worker (default {WORKER_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT,
+        metavar="S",
+        help=f"with Dask: longest wait to reach the scheduler (default {CONNECT_TIMEOUT:g})",
+    )
     p.add_argument(
         "--input",
         default=DEFAULT_INPUT,
@@ -189,20 +213,34 @@ def run(args) -> int:
     else:
         rack = Rack.local(args.db)
         inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs], shares)
+    scheduler = args.dask or rack.config.dask_scheduler
+    if args.dask:
+        try:
+            check_scheduler_address(args.dask)
+        except ValueError as e:
+            raise BadInput(f"--dask: {e}") from None
     progress = None if (args.quiet or args.json) else Progress(rack.k, verbose=args.verbose)
     options, settings = _options(args.option), parse_settings(args.set)
+    common = {
+        "input_fn": spec,
+        "options": options,
+        "settings": settings,
+        "heartbeat_timeout": args.heartbeat_timeout,
+        "stage_timeout": args.stage_timeout,
+        "progress": progress,
+    }
 
     def attempt():
-        return update(
-            rack,
-            inputs,
-            input_fn=spec,
-            options=options,
-            settings=settings,
-            heartbeat_timeout=args.heartbeat_timeout,
-            stage_timeout=args.stage_timeout,
-            progress=progress,
-        )
+        if scheduler:
+            return update_dask(
+                rack,
+                scheduler,
+                inputs,
+                worker_timeout=args.worker_timeout,
+                connect_timeout=args.connect_timeout,
+                **common,
+            )
+        return update(rack, inputs, **common)
 
     try:
         res = wait_for_lock(attempt, args.lock_wait, "update", _locked)

@@ -4,7 +4,8 @@ Every machine of a group reads the same file (see ``hosts.ini`` at the repositor
 docs/ndfs.md for every key).  Sections:
 
 ``[ndfs]``          defaults for every host (user, port, key_file, known_hosts, jump, python,
-                    transport, connect_timeout, timeout) and the default ``db`` name.
+                    transport, connect_timeout, timeout), the default ``db`` name, and
+                    ``dask_scheduler`` (``tcp://HOST:PORT``: run updates on that Dask cluster).
 ``[host:NAME]``     one machine: ``address`` and ``root`` are required.
 ``[group:NAME]``    ``locations``: comma-separated host names and/or absolute local paths.
 ``[sections]``      the distributed WebDB's ``section-0000`` ... groups, compactly:
@@ -51,7 +52,7 @@ HOST_KEYS = frozenset(
 INHERITED_KEYS = frozenset(
     {"port", "user", "key_file", "known_hosts", "jump", "python", "transport", "connect_timeout", "timeout"}
 )
-NDFS_KEYS = INHERITED_KEYS | {"db"}
+NDFS_KEYS = INHERITED_KEYS | {"db", "dask_scheduler"}
 
 _HOST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 # An address is a DNS name, an IPv4 address or a bare IPv6 address; port and user have keys.
@@ -59,6 +60,17 @@ _ADDRESS = re.compile(r"^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?|[0-9A-F
 _USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _LINE_KEY = re.compile(r"^([^=:\s\[][^=:]*?)\s*[=:]")
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# A Dask scheduler address: PROTOCOL://HOST:PORT (an IPv6 host in brackets).
+_SCHEDULER = re.compile(r"^(tcp|tls)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+
+def check_scheduler_address(text: str) -> str:
+    """A Dask scheduler address ``tcp://HOST:PORT`` (or ``tls://``); ValueError saying what is
+    wrong."""
+    m = _SCHEDULER.match(text.strip())
+    if not m or not 1 <= int(m.group(3)) <= 65535:
+        raise ValueError(f"bad Dask scheduler address {text!r} (expected tcp://HOST:PORT)")
+    return text.strip()
 
 
 def section_group(i: int) -> str:
@@ -149,6 +161,7 @@ class NdfsConfig:
     groups: dict[str, tuple[Location, ...]]
     sections: int = 0
     db: str | None = None
+    dask_scheduler: str | None = None
 
     def locations(self, group: str) -> tuple[Location, ...]:
         """Every location holding ``group``; BadInput if the group is not configured."""
@@ -186,7 +199,14 @@ class NdfsConfig:
             for n, h in self.hosts.items()
         }
         groups = {g: [loc(x) for x in locs] for g, locs in self.groups.items()}
-        return {"source": self.source, "hosts": hosts, "groups": groups, "sections": self.sections, "db": self.db}
+        return {
+            "source": self.source,
+            "hosts": hosts,
+            "groups": groups,
+            "sections": self.sections,
+            "db": self.db,
+            "dask_scheduler": self.dask_scheduler,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> NdfsConfig:
@@ -217,7 +237,15 @@ class NdfsConfig:
                 validate_db_name(db)
             except BadInput as e:
                 raise ConfigError(f"{source}: {e}") from None
-        return cls(source=source, hosts=hosts, groups=groups, sections=int(d.get("sections", 0)), db=db)
+        sched = d.get("dask_scheduler")
+        if sched is not None:
+            try:
+                sched = check_scheduler_address(sched)
+            except ValueError as e:
+                raise ConfigError(f"{source}: {e}") from None
+        return cls(
+            source=source, hosts=hosts, groups=groups, sections=int(d.get("sections", 0)), db=db, dask_scheduler=sched
+        )
 
 
 class _Reader:
@@ -392,6 +420,7 @@ def parse_config(text: str, source: str = "<hosts.ini>", base_dir: str | os.Path
 
     defaults: dict[str, str] = {}
     db: str | None = None
+    sched: str | None = None
     if cp.has_section("ndfs"):
         for key in cp["ndfs"]:
             if key not in NDFS_KEYS:
@@ -403,6 +432,11 @@ def parse_config(text: str, source: str = "<hosts.ini>", base_dir: str | os.Path
                 validate_db_name(db)
             except BadInput as e:
                 raise r.error("ndfs", "db", str(e)) from None
+        if "dask_scheduler" in cp["ndfs"]:
+            try:
+                sched = check_scheduler_address(cp["ndfs"]["dask_scheduler"])
+            except ValueError as e:
+                raise r.error("ndfs", "dask_scheduler", str(e)) from None
         # Check the defaults themselves once, so a bad default is reported where it is written.
         r.host("defaults", "ndfs", {"address": "x", "root": "/", **defaults}, {})
 
@@ -437,7 +471,7 @@ def parse_config(text: str, source: str = "<hosts.ini>", base_dir: str | os.Path
     if cp.has_section("sections"):
         count, section_groups = r.sections(dict(cp.items("sections")), hosts)
         groups.update(section_groups)
-    return NdfsConfig(source=source, hosts=hosts, groups=groups, sections=count, db=db)
+    return NdfsConfig(source=source, hosts=hosts, groups=groups, sections=count, db=db, dask_scheduler=sched)
 
 
 def _component(r: _Reader, sec: str, key: str | None, value: str, what: str) -> None:

@@ -6,7 +6,8 @@ Owns: turning writer calls into a committed generation — edit records (``edits
 ``Writer`` and its ``EditLog`` (``writer``), one stage of one section (``cascade``), the stage
 loop and the batch's manifest (``engine``), local worker processes (``executor``), the
 distributed writer (``section`` / ``distributed`` / ``coordinator`` / ``hosts`` / ``results`` /
-``rack``) and what feeds a section writer (``inputs``).
+``rack``), its Dask transport (``daskrun`` / ``dasktasks``; ``distributed`` imported only
+there, lazily) and what feeds a section writer (``inputs``).
 
 May import: webdb's core (``db``, ``manifest``, ``sections``, ``settings``, ``schedule``,
 ``sortbuf``, ``lockwait``, ``tables``, ``ndfs``, ``errors``, ``_fault``).  Never ``fetchlist``

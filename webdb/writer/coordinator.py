@@ -18,17 +18,26 @@ from typing import Any
 
 from webdb import _fault
 from webdb.db import identity
-from webdb.errors import BadInput, DistributedError, WebDBError
-from webdb.ndfs import GroupResult, HostResult
+from webdb.errors import BadInput, WebDBError
+from webdb.ndfs import GroupResult
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.writer.distributed import HEARTBEAT, PROTOCOL
 from webdb.writer.engine import batch_manifest, choose_sections
 from webdb.writer.hosts import Placement, Rack, _LocalLink, _SSHLink
 from webdb.writer.inputs import DEFAULT_INPUT
-from webdb.writer.results import UpdateFailed, UpdateResult, _Host
+from webdb.writer.results import UpdateFailed, UpdateResult, _Host, host_results
 
-__all__ = ["HEARTBEAT_TIMEOUT", "STAGE_TIMEOUT", "Session", "create_rack", "parse_inputs", "update"]
+__all__ = [
+    "HEARTBEAT_TIMEOUT",
+    "STAGE_TIMEOUT",
+    "Session",
+    "batch_record",
+    "create_rack",
+    "parse_inputs",
+    "section_specs",
+    "update",
+]
 
 # Defaults of the liveness bounds (seconds); both are options of update().
 HEARTBEAT_TIMEOUT = 30.0
@@ -232,23 +241,7 @@ class _Run:
             t.join(timeout=15)
 
     def results(self, what: str) -> GroupResult:
-        out = GroupResult(what)
-        for label, h in self.hosts.items():
-            end = h.t1 or time.monotonic()
-            v = {
-                "sections": h.place.sections,
-                "records": h.records,
-                "remote_bytes": h.remote_bytes,
-                "master": h.place.master,
-                "at": h.where(),
-                **h.hello,
-            }
-            err = DistributedError(h.error) if h.error else None
-            if err is None and self.error is not None and h.state != "committed":
-                v["aborted"] = True  # it did not fail: another host did, and this one was stopped
-                err = DistributedError(f"aborted at {h.where()}: {self.error}")
-            out[label] = HostResult(label, err is None, v, err, h.bytes, end - (h.t0 or self.t0))
-        return out
+        return host_results(what, self.hosts, self.error, self.t0)
 
 
 class Session:
@@ -409,35 +402,7 @@ def _batch(
     batch = f"{gen:08d}-{os.urandom(4).hex()}"
     res.generation, res.batch = gen, batch
     for label, h in run.hosts.items():
-        p = h.place
-        n = max(1, len(p.sections))
-        local = dict(settings, memory_mb=max(64, int(settings["memory_mb"]) // n))
-        specs = [
-            {
-                "section": j,
-                "k": rack.k,
-                "host": label,
-                "db": rack.db,
-                "path": rack.path(label),
-                "root": p.root,
-                "local_host": p.location.host.name if p.location.host else None,
-                **({"ini": rack.ini} if rack.ini is not None else {"config": rack.config.to_json()}),
-                "ini_source": rack.config.source,
-                "base_dir": rack.base_dir,
-                "batch": batch,
-                "gen": gen,
-                "sections": base["sections"],
-                "settings": local,
-                "base": {"tables": base["tables"], "status": base["status"]},
-                "input": {
-                    "fn": input_fn,
-                    "paths": list((inputs.get(j) or {}).get("paths") or []),
-                    "options": {**options, **((inputs.get(j) or {}).get("options") or {})},
-                },
-                "stage_timeout": stage_timeout,
-            }
-            for j in p.sections
-        ]
+        specs = section_specs(rack, label, base, batch, gen, settings, inputs, input_fn, options, stage_timeout)
         h.state = "running"
         h.link.send({"cmd": "run", "sections": specs})
 
@@ -462,7 +427,7 @@ def _batch(
 
     run.pump(lambda: len(prepared) == rack.k, on_run)
 
-    manifest = _manifest(rack, base, gen, batch, prepared)
+    manifest = batch_record(rack, base, gen, batch, prepared)
     res.manifest = manifest
     res.shipped = manifest["distributed"]["shipped"]
     for h in run.hosts.values():
@@ -507,7 +472,53 @@ def _batch(
                 committed.add(lab)
 
 
-def _manifest(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[int, dict]) -> dict:
+def section_specs(
+    rack: Rack,
+    label: str,
+    base: dict,
+    batch: str,
+    gen: int,
+    settings: dict,
+    inputs: dict,
+    input_fn: str,
+    options: dict,
+    stage_timeout: float,
+) -> list[dict]:
+    """The specs of the section writers at location ``label`` (every transport): what section
+    j applies and where, the base tables, and the settings with ``memory_mb`` divided among
+    the location's sections."""
+    p = rack.places[label]
+    n = max(1, len(p.sections))
+    local = dict(settings, memory_mb=max(64, int(settings["memory_mb"]) // n))
+    return [
+        {
+            "section": j,
+            "k": rack.k,
+            "host": label,
+            "db": rack.db,
+            "path": rack.path(label),
+            "root": p.root,
+            "local_host": p.location.host.name if p.location.host else None,
+            **({"ini": rack.ini} if rack.ini is not None else {"config": rack.config.to_json()}),
+            "ini_source": rack.config.source,
+            "base_dir": rack.base_dir,
+            "batch": batch,
+            "gen": gen,
+            "sections": base["sections"],
+            "settings": local,
+            "base": {"tables": base["tables"], "status": base["status"]},
+            "input": {
+                "fn": input_fn,
+                "paths": list((inputs.get(j) or {}).get("paths") or []),
+                "options": {**options, **((inputs.get(j) or {}).get("options") or {})},
+            },
+            "stage_timeout": stage_timeout,
+        }
+        for j in p.sections
+    ]
+
+
+def batch_record(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[int, dict]) -> dict:
     """The batch's manifest from every section's prepared record (the local writer builds
     the same one, without ``distributed``)."""
     k = rack.k

@@ -36,7 +36,7 @@ from webdb.tables.format import DB_IDENTITY, TMP_DIR
 from webdb.writer.inputs import resolve
 from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main
 
-__all__ = ["DEPLOY_DIR", "HEARTBEAT", "PROTOCOL", "Agent", "StepContext", "deploy_dir", "main"]
+__all__ = ["DEPLOY_DIR", "HEARTBEAT", "PROTOCOL", "Agent", "StepContext", "deploy_dir", "main", "sync_location"]
 
 # 2: the "step" request between sync and run (update(steps=...): generate in a rack), and
 # the failure's exception class in "failed" events.  3: pings are numbered and answered at
@@ -288,23 +288,7 @@ class Agent:
         self.last_heard = max(self.last_heard, self.last_read)
 
     def sync(self, gen: int, manifest: dict) -> list[str]:
-        """Bring this copy to the rack's committed generation ``gen`` (roll forward if a commit
-        never reached us), then recover: remove whatever an interrupted batch left."""
-        cur = self.db.committed()
-        if cur > gen:
-            raise WebDBError(f"{self.path}: CURRENT is generation {cur}, newer than the rack's {gen}")
-        if cur < gen:
-            self.db.commit(manifest)
-        removed = self.db.recover()
-        for j in self.spec["sections"]:
-            d = section_path(self.path, j)
-            os.makedirs(d, exist_ok=True)
-            for t, e in manifest["tables"][j].items():
-                if not os.path.exists(os.path.join(d, e["file"])):
-                    raise WebDBError(
-                        f"{d}: {t} file {e['file']} of generation {gen} is missing (section {j} must live here)"
-                    )
-        return removed
+        return sync_location(self.db, self.path, self.spec["sections"], gen, manifest)
 
     def start_sections(self, specs: list[dict]) -> None:
         # fork: the agent is small and forking costs ~10 ms, spawning ~1 s on a busy 2-core host
@@ -336,6 +320,28 @@ class StepContext:
     def __init__(self, db: WebDB, path: str, sections: list[int], manifest: dict, scratch: str) -> None:
         self.db, self.path, self.sections, self.manifest, self.scratch = db, path, sections, manifest, scratch
         self.state: dict[str, Any] = {}
+
+
+def sync_location(db: WebDB, path: str, sections: list[int], gen: int, manifest: dict) -> list[str]:
+    """Bring a location's copy to the rack's committed generation ``gen`` (roll forward if a
+    commit never reached it), then recover: remove whatever an interrupted batch left.  Checks
+    that the tables of ``sections`` (those living here) named by ``manifest`` are present.
+    Every transport's agent runs it, with the location's writer lock held."""
+    cur = db.committed()
+    if cur > gen:
+        raise WebDBError(f"{path}: CURRENT is generation {cur}, newer than the rack's {gen}")
+    if cur < gen:
+        db.commit(manifest)
+    removed = db.recover()
+    for j in sections:
+        d = section_path(path, j)
+        os.makedirs(d, exist_ok=True)
+        for t, e in manifest["tables"][j].items():
+            if not os.path.exists(os.path.join(d, e["file"])):
+                raise WebDBError(
+                    f"{d}: {t} file {e['file']} of generation {gen} is missing (section {j} must live here)"
+                )
+    return removed
 
 
 def create_local(spec: dict) -> dict:

@@ -37,6 +37,7 @@ __all__ = [
     "batch_manifest",
     "choose_sections",
     "run_stages",
+    "section_job",
     "stage_job",
 ]
 
@@ -93,22 +94,26 @@ def run_stages(
     """The stage loop: stages 1..5 of ``sections``, each merging the edit files ``exchange``
     delivers into ``tables[j]`` (updated in place, as ``status[j]``); a stage's jobs run
     through ``execute``.  Returns one row per stage run (``{"stage", "section", ...}``)."""
-    root = job0["db"]
     rows: list[dict] = []
     for stage in STAGES:
         jobs = []
         for j in sections:
             inputs = exchange.inputs(stage, j)
-            if not inputs:
-                continue
-            paths = {t: os.path.join(section_path(root, j), e["file"]) for t, e in tables[j].items()}
-            jobs.append(dict(job0, stage=stage, section=j, inputs=inputs, tables=paths))
+            if inputs:
+                jobs.append(section_job(job0, stage, j, tables[j], inputs))
         for r in execute(jobs):
             apply_stage_result(tables, status, r)
             rows.append({"stage": stage, **stage_summary(r)})
             exchange.merged(r)
         exchange.published(stage)
     return rows
+
+
+def section_job(job0: dict, stage: int, j: int, tables: dict, inputs: list[str]) -> dict:
+    """The job of ``stage`` on section ``j``: merge ``inputs`` (local edit file paths) into the
+    section's current ``tables`` (``{table: manifest entry}``).  Every transport builds it here."""
+    paths = {t: os.path.join(section_path(job0["db"], j), e["file"]) for t, e in tables.items()}
+    return dict(job0, stage=stage, section=j, inputs=inputs, tables=paths)
 
 
 def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:

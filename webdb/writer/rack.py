@@ -4,6 +4,7 @@ started locally or over ssh (fabric), liveness, the two-phase commit, per-host r
     rack = Rack.from_file("hosts.ini", "crawl")          # or Rack.local("/data/crawl")
     res = update(rack, {0: {"paths": [...]}, 1: {...}})  # raises UpdateFailed, .result per host
     print(res.summary())
+    res = update_dask(rack, "tcp://scheduler:8786", {...})  # the same batch on a Dask cluster
 
 One agent runs at every location that holds a section or a master copy: over ssh for a
 ``[host:*]``, as a local process for a path.  Every location keeps ``<root>/<db>/webdb.json``,
@@ -19,12 +20,14 @@ webdb.writer.distributed (the agent), webdb.writer.section (a section writer).
 from __future__ import annotations
 
 from webdb.writer.coordinator import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Session, create_rack, parse_inputs, update
+from webdb.writer.daskrun import DaskUnavailable, update_dask
 from webdb.writer.hosts import Placement, Rack
 from webdb.writer.results import UpdateFailed, UpdateResult
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
     "STAGE_TIMEOUT",
+    "DaskUnavailable",
     "Placement",
     "Rack",
     "Session",
@@ -33,4 +36,5 @@ __all__ = [
     "create_rack",
     "parse_inputs",
     "update",
+    "update_dask",
 ]

@@ -5,13 +5,14 @@ while it runs (``_Host``: where a host is, for the labels of ``UpdateResult.summ
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from webdb.errors import DistributedError
-from webdb.ndfs import GroupResult
+from webdb.ndfs import GroupResult, HostResult
 from webdb.writer.hosts import Placement, _Link
 
-__all__ = ["UpdateFailed", "UpdateResult"]
+__all__ = ["UpdateFailed", "UpdateResult", "host_results"]
 
 
 class UpdateFailed(DistributedError):
@@ -110,3 +111,24 @@ class _Host:
             lo = min(self.steps.values())
             return f"stage {lo}" if lo else "step 0 (input and routing)"
         return self.state
+
+
+def host_results(what: str, hosts: dict[str, _Host], error: str | None, t0: float) -> GroupResult:
+    """Every location's outcome of a run (any transport): ok, or why it failed or was stopped."""
+    out = GroupResult(what)
+    for label, h in hosts.items():
+        end = h.t1 or time.monotonic()
+        v = {
+            "sections": h.place.sections,
+            "records": h.records,
+            "remote_bytes": h.remote_bytes,
+            "master": h.place.master,
+            "at": h.where(),
+            **h.hello,
+        }
+        err = DistributedError(h.error) if h.error else None
+        if err is None and error is not None and h.state != "committed":
+            v["aborted"] = True  # it did not fail: another host did, and this one was stopped
+            err = DistributedError(f"aborted at {h.where()}: {error}")
+        out[label] = HostResult(label, err is None, v, err, h.bytes, end - (h.t0 or t0))
+    return out

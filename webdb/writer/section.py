@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,8 +48,10 @@ __all__ = [
     "deploy_dir",
     "SectionWriter",
     "StageTimeout",
+    "apply_input",
     "done_name",
     "edit_name",
+    "outbox_names",
     "section_main",
 ]
 
@@ -112,6 +115,49 @@ def _config(spec: dict):
     return parse_config(spec["ini"], source=source, base_dir=base)
 
 
+def outbox_names(outbox: str, target: int) -> list[str]:
+    """Group-relative names of the edit files a step left in ``outbox`` for section ``target``."""
+    d = os.path.join(outbox, section_dirname(target))
+    return sorted(os.path.relpath(os.path.join(p, f), d) for p, _, fs in os.walk(d) for f in fs)
+
+
+def apply_input(
+    spec: dict, job0: dict, secs: Sections, tmp: str, breakpoints: Callable[[EditLog], Sections]
+) -> tuple[Sections, dict, Any, dict]:
+    """Step 0 of section ``spec["section"]``: apply its input to an ``EditLog`` and route the
+    calls into ``job0["outbox"]``, one edit file (or sorted run) per target section.  A db
+    without breakpoints yet asks ``breakpoints(log)`` for them (the URL sample goes up); if
+    the answer is still not ready, nothing is routed.  Returns (sections, the API edit
+    counts, the input function's info, step 0 timings)."""
+    j = spec["section"]
+    t0, c0 = time.monotonic(), time.process_time()
+    log = EditLog(spec["settings"], secs, os.path.join(tmp, "api"), producer=j)
+    if secs.ready:
+        log.route_as_you_go(job0)  # a spilled run goes straight into the outbox as edit files
+    try:
+        inp = spec["input"]
+        for p in inp.get("paths") or []:
+            if not os.path.exists(p):  # bad input (exit code 2), not a failed run
+                raise BadInput(f"{spec['host']}: input {p}: no such file or directory")
+        info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
+        api = log.edits
+        t_input = time.monotonic() - t0
+        if not secs.ready:
+            secs = breakpoints(log)
+            job0["sections"] = secs.to_json()
+        _fault.point(f"dist.s{j}.step0.before_ship")
+        if secs.ready:
+            log.route(job0)
+    finally:
+        log.discard()
+    step0 = {
+        "input_seconds": t_input,
+        "route_seconds": time.monotonic() - t0 - t_input,
+        "cpu_seconds": time.process_time() - c0,
+    }
+    return secs, api, info, step0
+
+
 # ---- the section writer --------------------------------------------------------------------------
 
 
@@ -160,30 +206,7 @@ class SectionWriter:
         job0 = stage_job(self.path, self.batch, self.gen, secs, self.settings, self.tmp, 1)
         job0["outbox"] = self.outbox
         self.event(state="input")
-        log = EditLog(self.settings, secs, os.path.join(self.tmp, "api"), producer=self.j)
-        if secs.ready:
-            log.route_as_you_go(job0)  # a spilled run goes straight into the outbox as edit files
-        try:
-            inp = self.spec["input"]
-            for p in inp.get("paths") or []:
-                if not os.path.exists(p):  # bad input (exit code 2), not a failed run
-                    raise BadInput(f"{self.host}: input {p}: no such file or directory")
-            info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
-            api = log.edits
-            t_input = time.monotonic() - t0
-            if not secs.ready:
-                secs = self.breakpoints(log)
-                job0["sections"] = secs.to_json()
-            _fault.point(f"dist.s{self.j}.step0.before_ship")
-            if secs.ready:
-                log.route(job0)
-        finally:
-            log.discard()
-        step0 = {
-            "input_seconds": t_input,
-            "route_seconds": time.monotonic() - t0 - t_input,
-            "cpu_seconds": time.process_time() - c0,
-        }
+        secs, api, info, step0 = apply_input(self.spec, job0, secs, self.tmp, self.breakpoints)
         self.ship(0)
         stages = run_stages(job0, [self.j], self.tables, self.status, self, LocalExecutor(1, self.tmp))
         self.fs.close()
@@ -242,7 +265,7 @@ class SectionWriter:
 
         def send(t: int) -> dict:
             d = os.path.join(self.outbox, section_dirname(t))
-            names = sorted(os.path.relpath(os.path.join(p, f), d) for p, _, fs in os.walk(d) for f in fs)
+            names = outbox_names(self.outbox, t)
             group = self.fs.section(t)
             corrupt = _fault.armed(f"dist.s{self.j}.step{step}.corrupt") and t != self.j
             listed, nbytes = [], 0
