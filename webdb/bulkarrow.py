@@ -1,0 +1,539 @@
+"""The bulk load from columns: ``bulk_load``'s tables built a block at a time (docs/api.md).
+
+``bulk_load_arrow(db, pages, links)`` commits exactly the generation ``bulk_load`` commits for
+the same pages and links (the first page for a url wins, the last link for a (from_id, url)
+key wins, links from an md5 no page carries and links to a url with no page are dropped,
+``target_has_outlink`` is recomputed, anchors are cut to ``anchor_max``), but never makes a
+Python object per record: pages and links arrive as Arrow columns, every join is a hash
+lookup (``index_in``) that turns a link's url and from_id into the rank of its page in url
+order and of its md5 in md5 order, both link tables are sorts of those integer ranks (numpy),
+and blocks are cut and encoded from the records' concatenated bytes (``pyarrow.compute``
+joins them), the same bytes ``TableWriter`` writes record by record.  The two link tables
+are written by two threads (compression and checksums release the GIL).
+
+Input it cannot vouch for with vectorized checks (a url with a space, a NaN score, ...)
+raises ``NotColumnar`` before anything is written; the caller then loads the same input
+with ``bulk_load``, which accepts it or names the bad record.
+
+Memory: the pages (about 3 times their encoded size) and, per link, two int32 ranks, its
+anchor and domain_id, plus two int64 sort arrays: about 60 bytes a link beside the anchors.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from webdb import _fault
+from webdb.bulk import locked_load, section_writer
+from webdb.manifest import build, check_counts
+from webdb.sections import Sections, section_path
+from webdb.tables.block import CODECS, seal_block
+from webdb.tables.pagecodec import LINK_OUT, PAGE
+
+__all__ = ["NotColumnar", "bulk_load_arrow", "PAGE_COLUMNS", "LINK_COLUMNS"]
+
+# The columns bulk_load_arrow reads (``meta`` and ``domain_id`` may be absent: {} and 0).
+PAGE_COLUMNS = (
+    "url",
+    "md5",
+    "status",
+    "fetch_time",
+    "next_fetch",
+    "retries",
+    "fetch_interval",
+    "num_outlinks",
+    "score",
+    "next_score",
+    "meta",
+)
+LINK_COLUMNS = ("from_id", "url", "anchor", "domain_id")
+
+# The page value's fixed part as a packed numpy record: the same bytes as PAGE.pack.
+_PAGE_DT = np.dtype(
+    [
+        ("md5", "V16"),
+        ("status", "u1"),
+        ("fetch_time", "<i8"),
+        ("next_fetch", "<i8"),
+        ("retries", "<u2"),
+        ("fetch_interval", "<u4"),
+        ("num_outlinks", "<u4"),
+        ("score", "<f8"),
+        ("next_score", "<f8"),
+    ]
+)
+assert _PAGE_DT.itemsize == PAGE.size
+_INT_RANGES = {
+    "status": (0, 3),  # the Status values (bulk_load refuses others)
+    "fetch_time": (-(2**63), 2**63 - 1),
+    "next_fetch": (-(2**63), 2**63 - 1),
+    "retries": (0, 0xFFFF),
+    "fetch_interval": (0, 0xFFFFFFFF),
+    "num_outlinks": (0, 0xFFFFFFFF),
+}
+_BATCH = 1 << 18  # records built and encoded at a time: bounds the memory of the write phase
+_SEP = pa.scalar(b"", pa.large_binary())  # binary_join_element_wise: no separator
+_BAD_CHAR = r"[\x00-\x20\x7f]"  # validate_url's control and space characters
+
+
+class NotColumnar(ValueError):
+    """Input that the columnar checks do not vouch for; nothing was written.  Load the same
+    input with ``bulk_load``: it accepts it or raises BadInput naming the record."""
+
+
+def bulk_load_arrow(
+    db_or_path: Any,
+    pages: pa.Table,
+    links: Iterable[pa.Table | pa.RecordBatch] = (),
+    *,
+    progress: Callable[[str], None] | None = None,
+    **overrides: Any,
+) -> dict:
+    """Load an empty db from Arrow columns and commit one generation; returns its manifest.
+
+    ``pages`` has PAGE_COLUMNS (url: string, md5: fixed_size_binary(16), integers, scores:
+    float64, meta: the JSON bytes ``Page.encode_value`` appends, or absent); ``links`` yields
+    tables with LINK_COLUMNS (from_id: fixed_size_binary(16), url and anchor: string,
+    domain_id: int64 or absent), in call order.  Equal to ``bulk_load`` of the same pages and
+    links (module doc).  Raises NotColumnar before writing anything for input its vectorized
+    checks do not vouch for, BadInput for a db holding pages.  ``progress`` gets one line per
+    phase.  Cost: O((P + L) log L) in C; memory about 60 bytes a link plus its anchor.
+    """
+    say = progress or (lambda _msg: None)
+    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, pages, links, say))
+
+
+# ---- checks ---------------------------------------------------------------------------------
+
+
+def _check_urls(urls: pa.Array, max_url: int, what: str) -> None:
+    """validate_url, conservatively: every url passes it if this returns."""
+    if urls.null_count:
+        raise NotColumnar(f"{what}: a url is missing")
+    if len(urls) == 0:
+        return
+    if pc.max(pc.binary_length(urls)).as_py() > max_url:
+        raise NotColumnar(f"{what}: a url is longer than {max_url} bytes")
+    # "://" within the first 32 characters and not at the start: a byte index <= 29 is a
+    # character index <= 29; anything else goes to validate_url.
+    at = pc.find_substring(urls, "://")
+    lo_hi = pc.min_max(at).as_py()
+    if lo_hi["min"] < 1 or lo_hi["max"] > 29:
+        raise NotColumnar(f"{what}: a url without a scheme in its first characters")
+    if pc.any(pc.match_substring_regex(urls, _BAD_CHAR)).as_py():
+        raise NotColumnar(f"{what}: a url holds a control or space character")
+
+
+def _column(t: pa.Table, name: str, typ: pa.DataType, what: str) -> pa.Array:
+    if name not in t.column_names:
+        raise NotColumnar(f"{what}: no column {name!r}")
+    c = t.column(name)
+    c = c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c
+    if c.null_count:
+        raise NotColumnar(f"{what}: column {name!r} has missing values")
+    if c.type != typ:
+        try:
+            c = c.cast(typ)  # safe casts only: out of range raises
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise NotColumnar(f"{what}: column {name!r}: {e}") from None
+    return c
+
+
+def _np(a: pa.Array) -> np.ndarray:
+    return a.to_numpy(zero_copy_only=False)
+
+
+def _fixed_u8(a: pa.Array, width: int) -> np.ndarray:
+    """A fixed_size_binary array's bytes as an (n, width) uint8 array (no copy)."""
+    buf = np.frombuffer(a.buffers()[1], np.uint8)
+    return buf[a.offset * width : (a.offset + len(a)) * width].reshape(len(a), width)
+
+
+def _binary(u8: np.ndarray) -> pa.Array:
+    """Rows of an (n, w) uint8 array as a binary array (one copy)."""
+    n, w = u8.shape
+    offs = np.arange(0, (n + 1) * w, w, dtype=np.int64)
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(np.ascontiguousarray(u8))]
+    )
+
+
+# ---- blocks ---------------------------------------------------------------------------------
+
+
+class _Out:
+    """One table's files, one per non-empty section: sorted records are split at the section
+    bounds, cut into blocks by TableWriter's rule and handed to it encoded."""
+
+    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        self.bs = int(s["block_size"])
+        self.codec = CODECS[s["codec"]]
+        self.writers: dict[int, Any] = {}
+
+    def write(self, j: int, rec: pa.Array, klen: np.ndarray, tail: tuple | None) -> tuple | None:
+        """Append records (a binary array and key lengths) to section j; ``tail`` is the
+        records not yet in a block from the last call, returned anew (None ends the section:
+        pass ``final`` by calling ``end``)."""
+        w = self.writers.get(j)
+        if w is None:
+            w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
+        if tail is not None:
+            rec = pa.concat_arrays([tail[0], rec.cast(tail[0].type)])
+            klen = np.concatenate([tail[1], klen])
+        return _encode(w, rec, klen, self.bs, self.codec, final=False)
+
+    def end(self, j: int, tail: tuple | None) -> None:
+        if tail is not None:
+            _encode(self.writers[j], tail[0], tail[1], self.bs, self.codec, final=True)
+
+    def close(self) -> None:
+        for j, w in sorted(self.writers.items()):
+            info = w.close()
+            self.tables[j][self.table] = {
+                "file": os.path.basename(w.path),
+                "records": info["records"],
+                "bytes": info["bytes"],
+            }
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool) -> tuple | None:
+    """Cut ``rec`` into blocks where the running size (record + 8 bytes of offsets) first
+    reaches ``bs`` (TableWriter.add's rule), encode them as encode_block does and append
+    them; returns the records after the last cut (None if none) unless ``final``."""
+    n = len(rec)
+    if n == 0:
+        return None
+    big = rec.type == pa.large_binary()
+    offs = np.frombuffer(rec.buffers()[1], np.int64 if big else np.int32)[rec.offset : rec.offset + n + 1].astype(
+        np.int64
+    )
+    data = memoryview(rec.buffers()[2])
+    cum = np.cumsum(np.diff(offs) + 8)
+    kend = offs[:-1] + klen
+    s, before = 0, 0
+    while s < n:
+        e = int(np.searchsorted(cum, before + bs, "left"))
+        if e >= n:
+            if not final:
+                break
+            e = n - 1
+        a, b = int(offs[s]), int(offs[e + 1])
+        tbl = np.concatenate([kend[s : e + 1] - a, offs[s + 1 : e + 2] - a, [e + 1 - s]]).astype("<u4")
+        block = seal_block(b"".join((data[a:b], tbl.tobytes())), codec)
+        w.add_raw_block(block, bytes(data[a : int(kend[s])]), bytes(data[int(offs[e]) : int(kend[e])]), e + 1 - s)
+        before = int(cum[e])
+        s = e + 1
+    if s >= n:
+        return None
+    return rec.slice(s), klen[s:]
+
+
+def _write_sorted(out: _Out, n: int, cuts: list[int], make: Callable[[int, int], tuple[pa.Array, np.ndarray]]) -> None:
+    """Records 0..n-1 (built ``make(lo, hi)`` a batch at a time), section j holding
+    cuts[j]..cuts[j+1]-1."""
+    bounds = [0, *cuts, n]
+    for j in range(len(bounds) - 1):
+        lo, hi = bounds[j], bounds[j + 1]
+        tail = None
+        for a in range(lo, hi, _BATCH):
+            rec, klen = make(a, min(hi, a + _BATCH))
+            tail = out.write(j, rec, klen, tail)
+        if lo < hi:
+            out.end(j, tail)
+
+
+# ---- the load -------------------------------------------------------------------------------
+
+
+def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callable[[str], None]) -> dict:
+    gen = base["generation"] + 1
+    secs = Sections.from_json(base["sections"])
+    k = secs.k
+    max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
+    phases: dict[str, float] = {}
+    t_lap = [time.monotonic()]
+
+    def lap(name: str, msg: str) -> None:
+        t = time.monotonic()
+        phases[name] = round(t - t_lap[0], 3)
+        t_lap[0] = t
+        say(f"{msg} ({phases[name]} s)")
+
+    # ---- pages: checks, the first page of each url, values ------------------------------------
+    what = "pages"
+    urls = _column(pages, "url", pa.string(), what)
+    n_pages = len(urls)
+    _check_urls(urls, max_url, what)
+    md5 = _column(pages, "md5", pa.binary(16), what)
+    ints = {}
+    for c, (lo, hi) in _INT_RANGES.items():
+        a = _column(pages, c, pa.int64(), what)
+        if n_pages:
+            mm = pc.min_max(a).as_py()
+            if mm["min"] < lo or mm["max"] > hi:
+                raise NotColumnar(f"{what}: {c} out of {lo}..{hi}")
+        ints[c] = _np(a)
+    scores = {}
+    for c in ("score", "next_score"):
+        a = _column(pages, c, pa.float64(), what)
+        if n_pages and pc.any(pc.is_nan(a)).as_py():
+            raise NotColumnar(f"{what}: {c} is NaN")
+        scores[c] = _np(a)
+    meta = _column(pages, "meta", pa.binary(), what) if "meta" in pages.column_names else None
+    if meta is not None and (not n_pages or pc.max(pc.binary_length(meta)).as_py() == 0):
+        meta = None
+    if not secs.ready:
+        secs = Sections(k, Sections.choose(_reservoir(urls, int(s["breakpoint_sample"])), k))
+    ubin = urls.cast(pa.binary())
+    order = pc.sort_indices(ubin)  # stable: the first call for a url sorts first
+    su = ubin.take(order)
+    if n_pages > 1:
+        first = np.concatenate([[True], ~_np(pc.equal(su.slice(1), su.slice(0, n_pages - 1)))])
+        keep = _np(order)[first]
+    else:
+        keep = _np(order)
+    url_sorted = ubin.take(pa.array(keep))  # the stored pages' urls, in key order
+    P = len(keep)
+    fixed = np.zeros(P, _PAGE_DT)
+    raw = fixed.view(np.uint8).reshape(P, PAGE.size)
+    md5_u8 = _fixed_u8(md5, 16)[keep]
+    raw[:, :16] = md5_u8
+    for c in _INT_RANGES:
+        fixed[c] = ints[c][keep]
+    for c in scores:
+        fixed[c] = scores[c][keep]
+    values = _binary(raw)
+    if meta is not None:
+        values = pc.binary_join_element_wise(values, meta.take(pa.array(keep)).cast(pa.large_binary()), _SEP)
+    has_out = (fixed["num_outlinks"] > 0).astype(np.uint8) * LINK_OUT
+    status_b = fixed["status"]
+    lap("read_pages", f"{n_pages} page rows, {P} pages")
+
+    url_bounds = secs.key_bounds(True)
+    url_cuts = [_bisect(url_sorted, b) for b in url_bounds]  # first page rank of sections 1..k-1
+    # md5 order: a stable sort by md5 of the url-ordered pages is (md5, url) order.
+    hi = md5_u8[:, :8].copy().view(">u8").ravel().astype(np.uint64)
+    lo = md5_u8[:, 8:].copy().view(">u8").ravel().astype(np.uint64)
+    morder = np.lexsort((lo, hi))
+    hs, ls = hi[morder], lo[morder]
+    new = np.ones(P, bool)
+    if P > 1:
+        new[1:] = (hs[1:] != hs[:-1]) | (ls[1:] != ls[:-1])
+    md5_set_u8 = md5_u8[morder][new]  # the md5s pages carry, sorted, once each
+    M = len(md5_set_u8)
+    md5_set = pa.Array.from_buffers(pa.binary(16), M, [None, pa.py_buffer(np.ascontiguousarray(md5_set_u8))])
+    md5_hi_set = hs[new]
+    md5_cuts_set = [
+        int(np.searchsorted(md5_hi_set, np.uint64(int.from_bytes(b, "big")), "left")) for b in _md5_b8(secs)
+    ]
+    md5_cuts_pages = [int(np.searchsorted(hs, np.uint64(int.from_bytes(b, "big")), "left")) for b in _md5_b8(secs)]
+
+    # ---- links: checks, ranks of their pages and md5s; the others are dropped -----------------
+    us, ms, anchors, doms = [], [], [], []
+    n_links = 0
+    any_dom = False
+    for t in links:
+        if isinstance(t, pa.RecordBatch):
+            t = pa.Table.from_batches([t])
+        what = f"links {n_links + 1}..{n_links + t.num_rows}"
+        lurl = _column(t, "url", pa.string(), what)
+        _check_urls(lurl, max_url, what)
+        fid = _column(t, "from_id", pa.binary(16), what)
+        anc = _column(t, "anchor", pa.string(), what)
+        dom = _column(t, "domain_id", pa.int64(), what) if "domain_id" in t.column_names else None
+        n_links += t.num_rows
+        u = pc.index_in(lurl.cast(pa.binary()), value_set=url_sorted)
+        m = pc.index_in(fid, value_set=md5_set)
+        ok = pc.and_(pc.is_valid(u), pc.is_valid(m))
+        if not pc.all(ok).as_py():
+            u, m, anc = u.filter(ok), m.filter(ok), anc.filter(ok)
+            dom = None if dom is None else dom.filter(ok)
+        us.append(_np(u).astype(np.int32))
+        ms.append(_np(m).astype(np.int32))
+        anchors.append(pc.utf8_slice_codeunits(anc, 0, amax).cast(pa.large_binary()))
+        d = np.zeros(len(u), np.int64) if dom is None else _np(dom)
+        any_dom = any_dom or bool(d.any())
+        doms.append(d)
+    lu = np.concatenate(us) if us else np.zeros(0, np.int32)
+    lm = np.concatenate(ms) if ms else np.zeros(0, np.int32)
+    del us, ms
+    anchor = pa.concat_arrays(anchors) if anchors else pa.array([], pa.large_binary())
+    del anchors
+    dom_all = np.concatenate(doms) if any_dom else None
+    del doms
+    for j in range(k):
+        os.makedirs(section_path(db.path, j), exist_ok=True)
+    _fault.point("bulk.after_read")
+    lap("read_links", f"{n_links} link rows")
+
+    tables: list[dict] = [{} for _ in range(k)]
+    status: list[dict] = [{} for _ in range(k)]
+    outs = {
+        t: _Out(db.path, gen, t, s, tables) for t in ("pages_by_url", "pages_by_md5", "links_by_url", "links_by_md5")
+    }
+    try:
+        # ---- the link keys, last call wins: sort (md5 rank, url rank) stably, keep the last --
+        key = lm.astype(np.int64) * max(P, 1) + lu
+        o = np.argsort(key, kind="stable")
+        ks = key[o]
+        del key
+        last = np.ones(len(o), bool)
+        if len(o) > 1:
+            last[:-1] = ks[1:] != ks[:-1]
+        om = o[last]  # links in links_by_md5 order
+        del o, ks, last
+        lap("sort_links", f"{len(om)} links kept")
+
+        def pages_tables() -> None:
+            ubytes = url_sorted.cast(pa.large_binary())
+            ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
+
+            def pbu(a: int, b: int):
+                rec = pc.binary_join_element_wise(ubytes.slice(a, b - a), values.slice(a, b - a), _SEP)
+                return rec, ulen[a:b]
+
+            _write_sorted(outs["pages_by_url"], P, url_cuts, pbu)
+            bounds = [0, *url_cuts, P]
+            for j in range(k):
+                c = np.bincount(status_b[bounds[j] : bounds[j + 1]], minlength=4)
+                if bounds[j + 1] > bounds[j]:
+                    status[j] = {str(i): int(x) for i, x in enumerate(c) if x}
+            _fault.point("bulk.after_pages_by_url")
+
+            def pbm(a: int, b: int):
+                idx = pa.array(morder[a:b])
+                rec = pc.binary_join_element_wise(_binary(md5_u8[morder[a:b]]), ubytes.take(idx), values.take(idx), _SEP)
+                return rec, 16 + ulen[morder[a:b]]
+
+            _write_sorted(outs["pages_by_md5"], P, md5_cuts_pages, pbm)
+            _fault.point("bulk.after_pages_by_md5")
+
+        def link_value(sel: np.ndarray, ur: np.ndarray, lead: np.ndarray | None) -> np.ndarray:
+            """(n, len(lead)+9) bytes: lead, domain_id (i64 LE), flags."""
+            w0 = 0 if lead is None else lead.shape[1]
+            v = np.zeros((len(sel), w0 + 9), np.uint8)
+            if lead is not None:
+                v[:, :w0] = lead
+            if dom_all is not None:
+                v[:, w0 : w0 + 8] = dom_all[sel].astype("<i8").view(np.uint8).reshape(len(sel), 8)
+            v[:, w0 + 8] = has_out[ur]
+            return v
+
+        ubytes_l = url_sorted.cast(pa.large_binary())
+        ulen_l = _np(pc.binary_length(ubytes_l)).astype(np.int64)
+
+        def links_by_md5() -> None:
+            mr, ur = lm[om], lu[om]
+            cuts = [int(np.searchsorted(mr, c, "left")) for c in md5_cuts_set]
+
+            def make(a: int, b: int):
+                sel = om[a:b]
+                u_ = ur[a:b]
+                rec = pc.binary_join_element_wise(
+                    _binary(md5_set_u8[mr[a:b]]),
+                    ubytes_l.take(pa.array(u_)),
+                    _binary(link_value(sel, u_, None)),
+                    anchor.take(pa.array(sel)),
+                    _SEP,
+                )
+                return rec, 16 + ulen_l[u_]
+
+            _write_sorted(outs["links_by_md5"], len(om), cuts, make)
+
+        def links_by_url() -> None:
+            key_u = lu[om].astype(np.int64) * max(M, 1) + lm[om]
+            ou = om[np.argsort(key_u)]  # keys are unique now
+            del key_u
+            mr, ur = lm[ou], lu[ou]
+            cuts = [int(np.searchsorted(ur, c, "left")) for c in url_cuts]
+            nul = np.zeros((1, 1), np.uint8)
+
+            def make(a: int, b: int):
+                sel = ou[a:b]
+                u_ = ur[a:b]
+                lead = np.concatenate([np.broadcast_to(nul, (b - a, 1)), md5_set_u8[mr[a:b]]], axis=1)
+                rec = pc.binary_join_element_wise(
+                    ubytes_l.take(pa.array(u_)),
+                    _binary(link_value(sel, u_, lead)),
+                    anchor.take(pa.array(sel)),
+                    _SEP,
+                )
+                return rec, ulen_l[u_] + 17
+
+            _write_sorted(outs["links_by_url"], len(ou), cuts, make)
+
+        with ThreadPoolExecutor(2) as ex:
+            f_url = ex.submit(_in_order, [links_by_url])
+            f_md5 = ex.submit(_in_order, [pages_tables, links_by_md5])
+            f_md5.result()
+            f_url.result()
+        _fault.point("bulk.after_links_by_url")
+        for out in outs.values():
+            out.close()
+        _fault.point("bulk.after_links_by_md5")
+        lap("write", "tables written")
+    except BaseException:
+        for out in outs.values():
+            out.abort()
+        raise
+    m = build(
+        generation=gen,
+        parent=base["generation"],
+        batch=f"{gen:08d}-import",
+        sections=secs,
+        tables=tables,
+        status=status,
+        edits={"pages": n_pages, "links": n_links},
+        stages=[],
+        bulk={"seconds": phases, "columnar": True},
+    )
+    check_counts(m)
+    return m
+
+
+def _in_order(fns: list[Callable[[], None]]) -> None:
+    for f in fns:
+        f()
+
+
+def _md5_b8(secs: Sections) -> list[bytes]:
+    return [secs.md5_bounds(j) for j in range(1, secs.k)]
+
+
+def _bisect(sorted_bin: pa.Array, key: bytes) -> int:
+    """Number of elements of a sorted binary array below ``key``."""
+    lo, hi = 0, len(sorted_bin)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if sorted_bin[mid].as_py() < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _reservoir(urls: pa.Array, nsample: int) -> list[bytes]:
+    """The writer's breakpoint sample: the same reservoir (seed, draws) over the page calls."""
+    n = len(urls)
+    idx = list(range(min(n, nsample)))
+    rng = random.Random(0x5EED)
+    rr = rng.randrange
+    for p in range(nsample, n):
+        i = rr(p + 1)
+        if i < nsample:
+            idx[i] = p
+    return [b.encode("utf-8") for b in urls.take(pa.array(idx, pa.int64())).to_pylist()] if idx else []
