@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +40,7 @@ from webdb.sections import Sections, section_path
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
 
-__all__ = ["NotColumnar", "bulk_load_arrow", "PAGE_COLUMNS", "LINK_COLUMNS"]
+__all__ = ["NotColumnar", "bulk_load_arrow", "PAGE_COLUMNS", "LINK_COLUMNS", "md5_array", "tsv", "unhex16"]
 
 # The columns bulk_load_arrow reads (``meta`` and ``domain_id`` may be absent: {} and 0).
 PAGE_COLUMNS = (
@@ -80,9 +81,12 @@ _INT_RANGES = {
     "fetch_interval": (0, 0xFFFFFFFF),
     "num_outlinks": (0, 0xFFFFFFFF),
 }
+_LOOKUP_ROWS = 1_000_000  # link urls looked up at a time: each lookup builds a hash table of the pages
+_READ_BYTES = 32 << 20  # bytes of a streamed TSV parsed at a time (in parallel blocks of 4 MiB)
 _BATCH = 1 << 18  # records built and encoded at a time: bounds the memory of the write phase
 _SEP = pa.scalar(b"", pa.large_binary())  # binary_join_element_wise: no separator
-_BAD_CHAR = r"[\x00-\x20\x7f]"  # validate_url's control and space characters
+_BAD_BYTE = np.zeros(256, bool)  # validate_url's control and space characters: these and 0x00-0x20
+_BAD_BYTE[0x7F] = True
 
 
 class NotColumnar(ValueError):
@@ -109,7 +113,7 @@ def bulk_load_arrow(
     phase.  Cost: O((P + L) log L) in C; memory about 60 bytes a link plus its anchor.
     """
     say = progress or (lambda _msg: None)
-    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, pages, links, say))
+    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links, say))
 
 
 # ---- checks ---------------------------------------------------------------------------------
@@ -129,7 +133,9 @@ def _check_urls(urls: pa.Array, max_url: int, what: str) -> None:
     lo_hi = pc.min_max(at).as_py()
     if lo_hi["min"] < 1 or lo_hi["max"] > 29:
         raise NotColumnar(f"{what}: a url without a scheme in its first characters")
-    if pc.any(pc.match_substring_regex(urls, _BAD_CHAR)).as_py():
+    offs = np.frombuffer(urls.buffers()[1], np.int32)
+    data = np.frombuffer(urls.buffers()[2], np.uint8)[offs[urls.offset] : offs[urls.offset + len(urls)]]
+    if len(data) and (data.min() <= 0x20 or _BAD_BYTE[data].any()):
         raise NotColumnar(f"{what}: a url holds a control or space character")
 
 
@@ -165,6 +171,83 @@ def _binary(u8: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(
         pa.large_binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(np.ascontiguousarray(u8))]
     )
+
+
+# ---- reading TSV -----------------------------------------------------------------------------
+
+_HEX = np.full(256, 255, np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX[_c] = _HEX[b"0123456789ABCDEF"[_i]] = _i
+
+
+def unhex16(col: pa.Array) -> np.ndarray:
+    """Cells of 32 hex digits (a string array) as an (n, 16) uint8 array; NotColumnar for
+    any other cell (``bytes.fromhex`` then decides)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    n = len(col)
+    if not n:
+        return np.zeros((0, 16), np.uint8)
+    if col.null_count or pc.min_max(pc.binary_length(col)).as_py() != {"min": 32, "max": 32}:
+        raise NotColumnar("an md5 that is not 32 hex digits")
+    start = int(np.frombuffer(col.buffers()[1], np.int32)[col.offset])
+    h = _HEX[np.frombuffer(col.buffers()[2], np.uint8)[start : start + 32 * n]].reshape(n, 32)
+    if (h == 255).any():
+        raise NotColumnar("an md5 that is not 32 hex digits")
+    return (h[:, 0::2] << 4) | h[:, 1::2]
+
+
+def md5_array(u8: np.ndarray) -> pa.Array:
+    """An (n, 16) uint8 array as the fixed_size_binary(16) column ``md5`` / ``from_id``."""
+    return pa.Array.from_buffers(pa.binary(16), len(u8), [None, pa.py_buffer(np.ascontiguousarray(u8))])
+
+
+def tsv(path: str, cols: list[str], types: dict, *, skip: int = 0, stream: bool = False):
+    """A TSV file without quoting or escapes, as a table (or, with ``stream``, an iterator of
+    tables of about 32 MiB of the file each, so memory stays bounded).  Every line must have
+    every column (no blank line is skipped); anything the parser refuses raises NotColumnar."""
+    from pyarrow import csv
+
+    def opts(block: int) -> dict:
+        return dict(
+            read_options=csv.ReadOptions(column_names=cols, block_size=block),
+            parse_options=csv.ParseOptions(
+                delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=False
+            ),
+            convert_options=csv.ConvertOptions(
+                column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
+            ),
+        )
+
+    def parse(data, block: int = 4 << 20) -> pa.Table:
+        try:
+            return csv.read_csv(pa.BufferReader(data), **opts(block))
+        except pa.ArrowInvalid as e:
+            raise NotColumnar(f"{path}: {e}") from None
+
+    def chunks():
+        with open(path, "rb") as f:
+            for _ in range(skip):
+                f.readline()
+            rest = b""
+            while buf := f.read(_READ_BYTES):
+                cut = buf.rfind(b"\n") + 1
+                if not cut:
+                    rest += buf
+                    continue
+                # The line cut by the last read, then whole lines only.
+                head = rest + buf[:cut] if rest else memoryview(buf)[:cut]
+                rest = buf[cut:]
+                yield parse(head)
+            if rest:
+                yield parse(rest)
+
+    if stream:
+        return chunks()
+    with open(path, "rb") as f:
+        for _ in range(skip):
+            f.readline()
+        data = f.read()
+    return parse(data, 16 << 20) if data else pa.table({c: pa.array([], t) for c, t in types.items()})
 
 
 # ---- blocks ---------------------------------------------------------------------------------
@@ -259,7 +342,7 @@ def _write_sorted(out: _Out, n: int, cuts: list[int], make: Callable[[int, int],
 # ---- the load -------------------------------------------------------------------------------
 
 
-def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callable[[str], None]) -> dict:
+def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, say: Callable[[str], None]) -> dict:
     gen = base["generation"] + 1
     secs = Sections.from_json(base["sections"])
     k = secs.k
@@ -320,7 +403,9 @@ def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callab
     if meta is not None:
         values = pc.binary_join_element_wise(values, meta.take(pa.array(keep)).cast(pa.large_binary()), _SEP)
     has_out = (fixed["num_outlinks"] > 0).astype(np.uint8) * LINK_OUT
-    status_b = fixed["status"]
+    status_b = fixed["status"].copy()
+    del su, order, ints, scores, fixed, raw, urls, ubin, meta, md5
+    pa.default_memory_pool().release_unused()
     lap("read_pages", f"{n_pages} page rows, {P} pages")
 
     url_bounds = secs.key_bounds(True)
@@ -343,40 +428,107 @@ def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callab
     md5_cuts_pages = [int(np.searchsorted(hs, np.uint64(int.from_bytes(b, "big")), "left")) for b in _md5_b8(secs)]
 
     # ---- links: checks, ranks of their pages and md5s; the others are dropped -----------------
-    us, ms, anchors, doms = [], [], [], []
+    # md5 -> rank: a binary search of the top 64 bits (the lower ones confirm); if two page md5s
+    # share their top 64 bits, a hash lookup instead.
+    md5_lo_set = ls[new]
+    by_hi = M < 2 or bool(np.all(md5_hi_set[1:] != md5_hi_set[:-1]))
+
+    def md5_ranks(fid: pa.Array) -> np.ndarray:
+        if not by_hi:
+            return _np(pc.fill_null(pc.index_in(fid, value_set=md5_set), -1)).astype(np.int32)
+        u8 = _fixed_u8(fid, 16)
+        h = u8[:, :8].copy().view(">u8").ravel().astype(np.uint64)
+        lw = u8[:, 8:].copy().view(">u8").ravel().astype(np.uint64)
+        pos = np.minimum(np.searchsorted(md5_hi_set, h), max(M - 1, 0))
+        if not M:
+            return np.full(len(h), -1, np.int32)
+        return np.where((md5_hi_set[pos] == h) & (md5_lo_set[pos] == lw), pos, -1).astype(np.int32)
+
+    os.makedirs(tmp, exist_ok=True)
+    anchor_path = os.path.join(tmp, "anchors")
+    af = open(anchor_path, "wb")
+    us, ms, alens, doms = [], [], [], []
     n_links = 0
     any_dom = False
-    for t in links:
-        if isinstance(t, pa.RecordBatch):
-            t = pa.Table.from_batches([t])
-        what = f"links {n_links + 1}..{n_links + t.num_rows}"
-        lurl = _column(t, "url", pa.string(), what)
-        _check_urls(lurl, max_url, what)
-        fid = _column(t, "from_id", pa.binary(16), what)
-        anc = _column(t, "anchor", pa.string(), what)
-        dom = _column(t, "domain_id", pa.int64(), what) if "domain_id" in t.column_names else None
-        n_links += t.num_rows
-        u = pc.index_in(lurl.cast(pa.binary()), value_set=url_sorted)
-        m = pc.index_in(fid, value_set=md5_set)
-        ok = pc.and_(pc.is_valid(u), pc.is_valid(m))
-        if not pc.all(ok).as_py():
-            u, m, anc = u.filter(ok), m.filter(ok), anc.filter(ok)
-            dom = None if dom is None else dom.filter(ok)
-        us.append(_np(u).astype(np.int32))
-        ms.append(_np(m).astype(np.int32))
-        anchors.append(pc.utf8_slice_codeunits(anc, 0, amax).cast(pa.large_binary()))
-        d = np.zeros(len(u), np.int64) if dom is None else _np(dom)
-        any_dom = any_dom or bool(d.any())
-        doms.append(d)
+    group: list[tuple] = []  # chunks whose urls are looked up in one call (a lookup builds a hash table)
+
+    def run_group(group: list[tuple]) -> None:
+        nonlocal any_dom
+        # One call over the chunks: the hash table of the pages' urls is built once.
+        found = pc.index_in(pa.chunked_array([g[0] for g in group], pa.binary()), value_set=url_sorted)
+        u_all = _np(pc.fill_null(found, -1)).astype(np.int32)
+        at = 0
+        for _lurl, m, anc, dom in group:
+            u = u_all[at : at + len(m)]
+            at += len(m)
+            ok = (u >= 0) & (m >= 0)
+            if not ok.all():
+                okp = pa.array(ok)
+                u, m, anc = u[ok], m[ok], anc.filter(okp)
+                dom = None if dom is None else dom.filter(okp)
+            us.append(u)
+            ms.append(m)
+            anc = pc.utf8_slice_codeunits(anc, 0, amax)
+            offs = np.frombuffer(anc.buffers()[1], np.int32)[anc.offset : anc.offset + len(anc) + 1]
+            af.write(memoryview(anc.buffers()[2])[int(offs[0]) : int(offs[-1])])
+            alens.append(np.diff(offs))
+            d = np.zeros(len(u), np.int64) if dom is None else _np(dom)
+            any_dom = any_dom or bool(d.any())
+            doms.append(None if dom is None else d)
+
+    rows = 0
+    pool = ThreadPoolExecutor(1)  # lookups of one group while the next is parsed
+    pending = None
+
+    def lookup_group() -> None:
+        nonlocal pending, group
+        if pending is not None:
+            pending.result()
+        batch, group = group, []
+        pending = pool.submit(run_group, batch)
+        pa.default_memory_pool().release_unused()
+
+    try:
+        for t in links:
+            if isinstance(t, pa.RecordBatch):
+                t = pa.Table.from_batches([t])
+            what = f"links {n_links + 1}..{n_links + t.num_rows}"
+            lurl = _column(t, "url", pa.string(), what)
+            _check_urls(lurl, max_url, what)
+            fid = _column(t, "from_id", pa.binary(16), what)
+            anc = _column(t, "anchor", pa.string(), what)
+            dom = _column(t, "domain_id", pa.int64(), what) if "domain_id" in t.column_names else None
+            n_links += t.num_rows
+            group.append((lurl.cast(pa.binary()), md5_ranks(fid), anc, dom))
+            rows += t.num_rows
+            if rows >= _LOOKUP_ROWS:
+                lookup_group()
+                rows = 0
+        if group:
+            lookup_group()
+        if pending is not None:
+            pending.result()
+    finally:
+        pool.shutdown()  # after a failure too: no thread writes into tmp once this returns
+        af.close()
     lu = np.concatenate(us) if us else np.zeros(0, np.int32)
     lm = np.concatenate(ms) if ms else np.zeros(0, np.int32)
-    del us, ms
-    anchor = pa.concat_arrays(anchors) if anchors else pa.array([], pa.large_binary())
-    del anchors
-    dom_all = np.concatenate(doms) if any_dom else None
-    del doms
+    dom_all = None
+    if any_dom:
+        dom_all = np.concatenate([np.zeros(len(u), np.int64) if d is None else d for u, d in zip(us, doms)])
+    us.clear()
+    ms.clear()
+    doms.clear()
+    aoffs = np.zeros(len(lu) + 1, np.int64)
+    if alens:
+        np.cumsum(np.concatenate(alens), out=aoffs[1:])
+    alens.clear()
+    adata = np.memmap(anchor_path, np.uint8, "r") if aoffs[-1] else np.zeros(0, np.uint8)
+    # The anchors stay in the file (the page cache), out of the process's own memory.
+    anchor = pa.Array.from_buffers(pa.large_binary(), len(lu), [None, pa.py_buffer(aoffs), pa.py_buffer(adata)])
     for j in range(k):
         os.makedirs(section_path(db.path, j), exist_ok=True)
+    pa.default_memory_pool().release_unused()  # the parser's buffers, before the sorts
     _fault.point("bulk.after_read")
     lap("read_links", f"{n_links} link rows")
 
@@ -394,13 +546,14 @@ def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callab
         last = np.ones(len(o), bool)
         if len(o) > 1:
             last[:-1] = ks[1:] != ks[:-1]
-        om = o[last]  # links in links_by_md5 order
+        om = o[last].astype(np.int32 if len(o) < 2**31 else np.int64)  # links in links_by_md5 order
         del o, ks, last
         lap("sort_links", f"{len(om)} links kept")
 
+        ubytes = url_sorted.cast(pa.large_binary())
+        ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
+
         def pages_tables() -> None:
-            ubytes = url_sorted.cast(pa.large_binary())
-            ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
 
             def pbu(a: int, b: int):
                 rec = pc.binary_join_element_wise(ubytes.slice(a, b - a), values.slice(a, b - a), _SEP)
@@ -416,7 +569,9 @@ def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callab
 
             def pbm(a: int, b: int):
                 idx = pa.array(morder[a:b])
-                rec = pc.binary_join_element_wise(_binary(md5_u8[morder[a:b]]), ubytes.take(idx), values.take(idx), _SEP)
+                rec = pc.binary_join_element_wise(
+                    _binary(md5_u8[morder[a:b]]), ubytes.take(idx), values.take(idx), _SEP
+                )
                 return rec, 16 + ulen[morder[a:b]]
 
             _write_sorted(outs["pages_by_md5"], P, md5_cuts_pages, pbm)
@@ -433,46 +588,40 @@ def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callab
             v[:, w0 + 8] = has_out[ur]
             return v
 
-        ubytes_l = url_sorted.cast(pa.large_binary())
-        ulen_l = _np(pc.binary_length(ubytes_l)).astype(np.int64)
-
         def links_by_md5() -> None:
-            mr, ur = lm[om], lu[om]
-            cuts = [int(np.searchsorted(mr, c, "left")) for c in md5_cuts_set]
+            cuts = [_first_at_least(lm, om, c) for c in md5_cuts_set]
 
             def make(a: int, b: int):
                 sel = om[a:b]
-                u_ = ur[a:b]
+                u_ = lu[sel]
                 rec = pc.binary_join_element_wise(
-                    _binary(md5_set_u8[mr[a:b]]),
-                    ubytes_l.take(pa.array(u_)),
+                    _binary(md5_set_u8[lm[sel]]),
+                    ubytes.take(pa.array(u_)),
                     _binary(link_value(sel, u_, None)),
                     anchor.take(pa.array(sel)),
                     _SEP,
                 )
-                return rec, 16 + ulen_l[u_]
+                return rec, 16 + ulen[u_]
 
             _write_sorted(outs["links_by_md5"], len(om), cuts, make)
 
         def links_by_url() -> None:
-            key_u = lu[om].astype(np.int64) * max(M, 1) + lm[om]
-            ou = om[np.argsort(key_u)]  # keys are unique now
-            del key_u
-            mr, ur = lm[ou], lu[ou]
-            cuts = [int(np.searchsorted(ur, c, "left")) for c in url_cuts]
+            # (md5, url) order sorted stably by url is (url, md5) order.
+            ou = om[np.argsort(lu[om], kind="stable")]
+            cuts = [_first_at_least(lu, ou, c) for c in url_cuts]
             nul = np.zeros((1, 1), np.uint8)
 
             def make(a: int, b: int):
                 sel = ou[a:b]
-                u_ = ur[a:b]
-                lead = np.concatenate([np.broadcast_to(nul, (b - a, 1)), md5_set_u8[mr[a:b]]], axis=1)
+                u_ = lu[sel]
+                lead = np.concatenate([np.broadcast_to(nul, (b - a, 1)), md5_set_u8[lm[sel]]], axis=1)
                 rec = pc.binary_join_element_wise(
-                    ubytes_l.take(pa.array(u_)),
+                    ubytes.take(pa.array(u_)),
                     _binary(link_value(sel, u_, lead)),
                     anchor.take(pa.array(sel)),
                     _SEP,
                 )
-                return rec, ulen_l[u_] + 17
+                return rec, ulen[u_] + 17
 
             _write_sorted(outs["links_by_url"], len(ou), cuts, make)
 
@@ -502,6 +651,7 @@ def _load(db, base: dict, s: dict, pages: pa.Table, links: Iterable, say: Callab
         bulk={"seconds": phases, "columnar": True},
     )
     check_counts(m)
+    shutil.rmtree(tmp, ignore_errors=True)
     return m
 
 
@@ -512,6 +662,18 @@ def _in_order(fns: list[Callable[[], None]]) -> None:
 
 def _md5_b8(secs: Sections) -> list[bytes]:
     return [secs.md5_bounds(j) for j in range(1, secs.k)]
+
+
+def _first_at_least(ranks: np.ndarray, order: np.ndarray, x: int) -> int:
+    """First position p with ranks[order[p]] >= x (``ranks[order]`` is sorted)."""
+    lo, hi = 0, len(order)
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if ranks[order[mid]] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _bisect(sorted_bin: pa.Array, key: bytes) -> int:
