@@ -32,10 +32,13 @@ setup(
             "ruff==0.17.6",
             # `webdb export --format parquet` and the indexer of docs/indexing.md (tests run both).
             "pyarrow>=14",
+            "numpy>=1.24",
             "tantivy>=0.25",
         ],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
+        # The columnar bulk load (webdb.bulkarrow; `webdb import` without it loads record by record).
+        "bulk": ["pyarrow>=14", "numpy>=1.24"],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],

@@ -31,11 +31,10 @@ try:  # the columnar bulk load (the extra webdb[bulk])
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyarrow import csv as pa_csv
 
-    from webdb.bulkarrow import NotColumnar, bulk_load_arrow
+    from webdb.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
 except ImportError:
-    pa_csv = None
+    pa = None
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
@@ -81,51 +80,13 @@ def read_links(links_tsv: str) -> Iterator[Link]:
             yield Link(bytes.fromhex(src), url, anchor)
 
 
-_HEX = np.full(256, 255, np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX[_c] = _HEX[b"0123456789ABCDEF"[_i]] = _i
-
-
-def _unhex(col: pa.Array) -> np.ndarray:
-    """32-hex-digit cells as an (n, 16) uint8 array (NotColumnar for anything else)."""
-    n = len(col)
-    if n and pc.min_max(pc.binary_length(col)).as_py() != {"min": 32, "max": 32}:
-        raise NotColumnar("an md5 that is not 32 hex digits")
-    offs = np.frombuffer(col.buffers()[1], np.int32)
-    start = int(offs[col.offset])
-    h = _HEX[np.frombuffer(col.buffers()[2], np.uint8)[start : start + 32 * n]].reshape(n, 32)
-    if (h == 255).any():
-        raise NotColumnar("an md5 that is not 32 hex digits")
-    return (h[:, 0::2] << 4) | h[:, 1::2]
-
-
-def _fixed16(u8: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(pa.binary(16), len(u8), [None, pa.py_buffer(np.ascontiguousarray(u8))])
-
-
-_TSV = pa_csv.ParseOptions(delimiter="\t", quote_char=False, escape_char=False) if pa_csv else None
-
-
-def _csv_opts(cols: list[str], types: dict) -> dict:
-    return dict(
-        read_options=pa_csv.ReadOptions(column_names=cols, block_size=16 << 20),
-        parse_options=_TSV,
-        convert_options=pa_csv.ConvertOptions(
-            column_types=types, strings_can_be_null=False, quoted_strings_can_be_null=False
-        ),
-    )
-
-
 def arrow_pages(pages_tsv: str) -> pa.Table:
     """pages.tsv as bulkarrow.PAGE_COLUMNS (the same pages as ``read_pages``)."""
     cols = ["url", "md5", "status", "next_fetch", "retries", "fetch_interval", "score", "num_outlinks"]
     types = dict(
         zip(cols, [pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.float64(), pa.int64()])
     )
-    try:
-        t = pa_csv.read_csv(pages_tsv, **_csv_opts(cols, types))
-    except pa.ArrowInvalid as e:
-        raise NotColumnar(str(e)) from None
+    t = tsv(pages_tsv, cols, types)
     if t.num_rows and pc.max(t["status"]).as_py() > 2:
         raise NotColumnar("a status other than 0, 1, 2")
     url = t["url"].combine_chunks()
@@ -133,7 +94,7 @@ def arrow_pages(pages_tsv: str) -> pa.Table:
     blank = pc.equal(pc.binary_length(hexes), 0)
     md5 = np.zeros((t.num_rows, 16), np.uint8)
     nb = np.asarray(pc.invert(blank).to_numpy(zero_copy_only=False))
-    md5[nb] = _unhex(hexes.filter(pc.invert(blank)))
+    md5[nb] = unhex16(hexes.filter(pc.invert(blank)))
     url_md5 = webdb.url_md5
     fill = [url_md5(u) for u in url.filter(blank).to_pylist()]
     if fill:
@@ -142,7 +103,7 @@ def arrow_pages(pages_tsv: str) -> pa.Table:
     return pa.table(
         {
             "url": url,
-            "md5": _fixed16(md5),
+            "md5": md5_array(md5),
             "status": t["status"],
             "fetch_time": pa.array(np.zeros(t.num_rows, np.int64)),
             "next_fetch": t["next_fetch"],
@@ -158,18 +119,15 @@ def arrow_pages(pages_tsv: str) -> pa.Table:
 def arrow_links(links_tsv: str) -> Iterator[pa.Table]:
     """links.tsv as bulkarrow.LINK_COLUMNS, in chunks (the same links as ``read_links``)."""
     cols = ["from_id", "url", "anchor"]
-    try:
-        for b in pa_csv.open_csv(links_tsv, **_csv_opts(cols, dict.fromkeys(cols, pa.string()))):
-            yield pa.table({"from_id": _fixed16(_unhex(b["from_id"])), "url": b["url"], "anchor": b["anchor"]})
-    except pa.ArrowInvalid as e:
-        raise NotColumnar(str(e)) from None
+    for b in tsv(links_tsv, cols, dict.fromkeys(cols, pa.string()), stream=True):
+        yield pa.table({"from_id": md5_array(unhex16(b["from_id"])), "url": b["url"], "anchor": b["anchor"]})
 
 
 def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     """The initial db by a bulk load: equal to the writer batch of ``load_tsv``.  From Arrow
     columns (webdb.bulkarrow) when pyarrow is installed and the files pass its checks, else
     record by record (``webdb.bulk_load``)."""
-    if pa_csv is not None:
+    if pa is not None:
         try:
             bulk_load_arrow(db, arrow_pages(pages_tsv), arrow_links(links_tsv))
             return

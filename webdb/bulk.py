@@ -109,7 +109,7 @@ def bulk_load(
     pages: Iterable[Page],
     links: Iterable[Link] = (),
     *,
-    progress: bool = False,
+    progress: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> dict:
     """Load ``pages`` and ``links`` into an empty db (no page, no link) and commit one new
@@ -121,7 +121,8 @@ def bulk_load(
     link (naming it; nothing is committed).  Cost: four external sorts (O(n log n)) within
     ``memory_mb``; pages are read once and links once.
     """
-    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links))
+    say = progress or (lambda _msg: None)
+    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links, say))
 
 
 def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, dict, dict, str], dict]) -> dict:
@@ -158,7 +159,9 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, dict, dic
     return manifest
 
 
-def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link]) -> dict:
+def _load(
+    db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link], say: Callable[[str], None]
+) -> dict:
     gen = base["generation"] + 1
     secs = Sections.from_json(base["sections"])
     mem = int(s["memory_mb"]) << 20
@@ -182,6 +185,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         t = time.monotonic()
         phases[name] = round(t - t_lap[0], 3)
         t_lap[0] = t
+        say(f"{name} ({phases[name]} s)")
 
     try:
         # ---- read: pages by (url, call), links by (from_id, url, call) ------------------------

@@ -39,6 +39,7 @@ from webdb.manifest import build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
+from webdb.tables.records import Status
 
 __all__ = ["NotColumnar", "bulk_load_arrow", "PAGE_COLUMNS", "LINK_COLUMNS", "md5_array", "tsv", "unhex16"]
 
@@ -73,8 +74,9 @@ _PAGE_DT = np.dtype(
     ]
 )
 assert _PAGE_DT.itemsize == PAGE.size
+_STATUSES = np.array(sorted(int(x) for x in Status))
 _INT_RANGES = {
-    "status": (0, 3),  # the Status values (bulk_load refuses others)
+    "status": (0, 255),  # and a Status value (checked below)
     "fetch_time": (-(2**63), 2**63 - 1),
     "next_fetch": (-(2**63), 2**63 - 1),
     "retries": (0, 0xFFFF),
@@ -203,8 +205,9 @@ def md5_array(u8: np.ndarray) -> pa.Array:
 
 def tsv(path: str, cols: list[str], types: dict, *, skip: int = 0, stream: bool = False):
     """A TSV file without quoting or escapes, as a table (or, with ``stream``, an iterator of
-    tables of about 32 MiB of the file each, so memory stays bounded).  Every line must have
-    every column (no blank line is skipped); anything the parser refuses raises NotColumnar."""
+    tables of about 32 MiB of the file each, so memory stays bounded).  A line with too few or
+    too many cells raises NotColumnar; a blank line is a row of empty cells (not skipped: the
+    url and md5 checks refuse it), as for a reader that splits each line."""
     from pyarrow import csv
 
     def opts(block: int) -> dict:
@@ -354,7 +357,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
         t = time.monotonic()
         phases[name] = round(t - t_lap[0], 3)
         t_lap[0] = t
-        say(f"{msg} ({phases[name]} s)")
+        say(f"{name}: {msg} ({phases[name]} s)")
 
     # ---- pages: checks, the first page of each url, values ------------------------------------
     what = "pages"
@@ -370,6 +373,8 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
             if mm["min"] < lo or mm["max"] > hi:
                 raise NotColumnar(f"{what}: {c} out of {lo}..{hi}")
         ints[c] = _np(a)
+    if n_pages and not np.isin(ints["status"], _STATUSES).all():
+        raise NotColumnar(f"{what}: a status that is not a Status")
     scores = {}
     for c in ("score", "next_score"):
         a = _column(pages, c, pa.float64(), what)
@@ -561,7 +566,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
 
             _write_sorted(outs["pages_by_url"], P, url_cuts, pbu)
             bounds = [0, *url_cuts, P]
-            for j in range(k):
+            for j in range(len(bounds) - 1):  # no url breakpoints yet (no page): section 0 only
                 c = np.bincount(status_b[bounds[j] : bounds[j + 1]], minlength=4)
                 if bounds[j + 1] > bounds[j]:
                     status[j] = {str(i): int(x) for i, x in enumerate(c) if x}
