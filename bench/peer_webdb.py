@@ -129,7 +129,7 @@ def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     record by record (``webdb.bulk_load``)."""
     if pa is not None:
         try:
-            bulk_load_arrow(db, arrow_pages(pages_tsv), arrow_links(links_tsv))
+            bulk_load_arrow(db, (arrow_pages(p) for p in [pages_tsv]), arrow_links(links_tsv))
             return
         except NotColumnar:
             pass  # the record path accepts the files or names the bad line

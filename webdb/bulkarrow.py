@@ -21,6 +21,7 @@ anchor and domain_id, plus two int64 sort arrays: about 60 bytes a link beside t
 
 from __future__ import annotations
 
+import mmap
 import os
 import random
 import shutil
@@ -85,10 +86,8 @@ _INT_RANGES = {
 }
 _LOOKUP_ROWS = 1_000_000  # link urls looked up at a time: each lookup builds a hash table of the pages
 _READ_BYTES = 32 << 20  # bytes of a streamed TSV parsed at a time (in parallel blocks of 4 MiB)
-_BATCH = 1 << 18  # records built and encoded at a time: bounds the memory of the write phase
+_BATCH = 1 << 17  # records built and encoded at a time: bounds the memory of the write phase
 _SEP = pa.scalar(b"", pa.large_binary())  # binary_join_element_wise: no separator
-_BAD_BYTE = np.zeros(256, bool)  # validate_url's control and space characters: these and 0x00-0x20
-_BAD_BYTE[0x7F] = True
 
 
 class NotColumnar(ValueError):
@@ -98,7 +97,7 @@ class NotColumnar(ValueError):
 
 def bulk_load_arrow(
     db_or_path: Any,
-    pages: pa.Table,
+    pages: pa.Table | Iterable[pa.Table],
     links: Iterable[pa.Table | pa.RecordBatch] = (),
     *,
     progress: Callable[[str], None] | None = None,
@@ -107,7 +106,8 @@ def bulk_load_arrow(
     """Load an empty db from Arrow columns and commit one generation; returns its manifest.
 
     ``pages`` has PAGE_COLUMNS (url: string, md5: fixed_size_binary(16), integers, scores:
-    float64, meta: the JSON bytes ``Page.encode_value`` appends, or absent); ``links`` yields
+    float64, meta: the JSON bytes ``Page.encode_value`` appends, or absent), or yields tables
+    of them (the load then holds them only while it encodes the pages); ``links`` yields
     tables with LINK_COLUMNS (from_id: fixed_size_binary(16), url and anchor: string,
     domain_id: int64 or absent), in call order.  Equal to ``bulk_load`` of the same pages and
     links (module doc).  Raises NotColumnar before writing anything for input its vectorized
@@ -115,7 +115,16 @@ def bulk_load_arrow(
     phase.  Cost: O((P + L) log L) in C; memory about 60 bytes a link plus its anchor.
     """
     say = progress or (lambda _msg: None)
-    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links, say))
+    given = [pages] if isinstance(pages, pa.Table) else pages
+
+    def load(db, base: dict, s: dict, tmp: str) -> dict:
+        nonlocal given
+        tables, given = list(given), None
+        held = [pa.concat_tables(tables) if len(tables) != 1 else tables[0]]
+        tables.clear()
+        return _load(db, base, s, tmp, held, links, say)
+
+    return locked_load(db_or_path, overrides, load)
 
 
 # ---- checks ---------------------------------------------------------------------------------
@@ -137,7 +146,7 @@ def _check_urls(urls: pa.Array, max_url: int, what: str) -> None:
         raise NotColumnar(f"{what}: a url without a scheme in its first characters")
     offs = np.frombuffer(urls.buffers()[1], np.int32)
     data = np.frombuffer(urls.buffers()[2], np.uint8)[offs[urls.offset] : offs[urls.offset + len(urls)]]
-    if len(data) and (data.min() <= 0x20 or _BAD_BYTE[data].any()):
+    if len(data) and (data.min() <= 0x20 or (data == 0x7F).any()):
         raise NotColumnar(f"{what}: a url holds a control or space character")
 
 
@@ -177,10 +186,6 @@ def _binary(u8: np.ndarray) -> pa.Array:
 
 # ---- reading TSV -----------------------------------------------------------------------------
 
-_HEX = np.full(256, 255, np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX[_c] = _HEX[b"0123456789ABCDEF"[_i]] = _i
-
 
 def unhex16(col: pa.Array) -> np.ndarray:
     """Cells of 32 hex digits (a string array) as an (n, 16) uint8 array; NotColumnar for
@@ -192,10 +197,15 @@ def unhex16(col: pa.Array) -> np.ndarray:
     if col.null_count or pc.min_max(pc.binary_length(col)).as_py() != {"min": 32, "max": 32}:
         raise NotColumnar("an md5 that is not 32 hex digits")
     start = int(np.frombuffer(col.buffers()[1], np.int32)[col.offset])
-    h = _HEX[np.frombuffer(col.buffers()[2], np.uint8)[start : start + 32 * n]].reshape(n, 32)
-    if (h == 255).any():
+    try:
+        # One call for the column: its cells are contiguous, 32 characters each.  fromhex skips
+        # spaces between digit pairs: a space shows as a short result.
+        raw = bytes.fromhex(memoryview(col.buffers()[2])[start : start + 32 * n].tobytes().decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
+        raise NotColumnar("an md5 that is not 32 hex digits") from None
+    if len(raw) != 16 * n:
         raise NotColumnar("an md5 that is not 32 hex digits")
-    return (h[:, 0::2] << 4) | h[:, 1::2]
+    return np.frombuffer(raw, np.uint8).reshape(n, 16)
 
 
 def md5_array(u8: np.ndarray) -> pa.Array:
@@ -227,30 +237,35 @@ def tsv(path: str, cols: list[str], types: dict, *, skip: int = 0, stream: bool 
         except pa.ArrowInvalid as e:
             raise NotColumnar(f"{path}: {e}") from None
 
-    def chunks():
+    def lines() -> tuple[memoryview, int]:
+        """The file mapped (page cache, not this process's memory) and where line ``skip``
+        starts."""
         with open(path, "rb") as f:
-            for _ in range(skip):
-                f.readline()
-            rest = b""
-            while buf := f.read(_READ_BYTES):
-                cut = buf.rfind(b"\n") + 1
-                if not cut:
-                    rest += buf
-                    continue
-                # The line cut by the last read, then whole lines only.
-                head = rest + buf[:cut] if rest else memoryview(buf)[:cut]
-                rest = buf[cut:]
-                yield parse(head)
-            if rest:
-                yield parse(rest)
+            size = os.fstat(f.fileno()).st_size
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        at = 0
+        for _ in range(skip):
+            at = mm.find(b"\n", at) + 1 or size
+        return memoryview(mm), at
+
+    def chunks():
+        data, at = lines()
+        size = len(data)
+        while at < size:
+            end = min(at + _READ_BYTES, size)
+            # Whole lines only: up to the last newline of the window (a longer line, whole).
+            cut = size if end == size else data.obj.rfind(b"\n", at, end) + 1
+            if cut <= at:
+                cut = data.obj.find(b"\n", end) + 1 or size
+            yield parse(data[at:cut])
+            at = cut
 
     if stream:
         return chunks()
-    with open(path, "rb") as f:
-        for _ in range(skip):
-            f.readline()
-        data = f.read()
-    return parse(data, 16 << 20) if data else pa.table({c: pa.array([], t) for c, t in types.items()})
+    data, at = lines()
+    if at >= len(data):
+        return pa.table({c: pa.array([], t) for c, t in types.items()})
+    return parse(data[at:], 16 << 20)
 
 
 # ---- blocks ---------------------------------------------------------------------------------
@@ -345,7 +360,8 @@ def _write_sorted(out: _Out, n: int, cuts: list[int], make: Callable[[int, int],
 # ---- the load -------------------------------------------------------------------------------
 
 
-def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, say: Callable[[str], None]) -> dict:
+def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: Callable[[str], None]) -> dict:
+    """``held`` holds the pages table: emptied once the page columns are encoded."""
     gen = base["generation"] + 1
     secs = Sections.from_json(base["sections"])
     k = secs.k
@@ -361,6 +377,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
 
     # ---- pages: checks, the first page of each url, values ------------------------------------
     what = "pages"
+    pages = held.pop()
     urls = _column(pages, "url", pa.string(), what)
     n_pages = len(urls)
     _check_urls(urls, max_url, what)
@@ -409,7 +426,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
         values = pc.binary_join_element_wise(values, meta.take(pa.array(keep)).cast(pa.large_binary()), _SEP)
     has_out = (fixed["num_outlinks"] > 0).astype(np.uint8) * LINK_OUT
     status_b = fixed["status"].copy()
-    del su, order, ints, scores, fixed, raw, urls, ubin, meta, md5
+    del su, order, ints, scores, fixed, raw, urls, ubin, meta, md5, pages
     pa.default_memory_pool().release_unused()
     lap("read_pages", f"{n_pages} page rows, {P} pages")
 
@@ -473,7 +490,8 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
                 dom = None if dom is None else dom.filter(okp)
             us.append(u)
             ms.append(m)
-            anc = pc.utf8_slice_codeunits(anc, 0, amax)
+            if len(anc) and pc.max(pc.binary_length(anc)).as_py() > amax:  # bytes >= characters
+                anc = pc.utf8_slice_codeunits(anc, 0, amax)
             offs = np.frombuffer(anc.buffers()[1], np.int32)[anc.offset : anc.offset + len(anc) + 1]
             af.write(memoryview(anc.buffers()[2])[int(offs[0]) : int(offs[-1])])
             alens.append(np.diff(offs))
@@ -491,7 +509,6 @@ def _load(db, base: dict, s: dict, tmp: str, pages: pa.Table, links: Iterable, s
             pending.result()
         batch, group = group, []
         pending = pool.submit(run_group, batch)
-        pa.default_memory_pool().release_unused()
 
     try:
         for t in links:

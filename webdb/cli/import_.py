@@ -256,7 +256,8 @@ def run(args) -> int:
 
             try:
                 links = arrow_links(args.links) if args.links else iter(())
-                return bulk_load_arrow(db, arrow_pages(args.pages), links, progress=say, **over)
+                pages = (arrow_pages(p) for p in [args.pages])  # a generator: the load drops the table
+                return bulk_load_arrow(db, pages, links, progress=say, **over)
             except NotColumnar as e:
                 say(f"{e}: loading record by record")
         pages = records(args.pages, args.format, PAGE_COLS, to_page)
