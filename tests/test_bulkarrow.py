@@ -135,6 +135,27 @@ def test_md5s_sharing_their_top_bits(tmp_path):
     assert len(raw(b)["links_by_md5"]) == 6
 
 
+@pytest.mark.parametrize("weak", ["lengths", "constant"])
+def test_url_hash_collisions(tmp_path, monkeypatch, weak):
+    """A hash that collides: with ``lengths`` pages' urls are told apart by it but links to
+    absent urls of the same length hit a page (the byte comparison must refuse them); with
+    ``constant`` the pages collide and pyarrow's lookups take over."""
+    import numpy as np
+
+    def lengths(urls):
+        return np.asarray(pa.compute.binary_length(urls).to_numpy(zero_copy_only=False), np.uint64)
+
+    def constant(urls):
+        return np.zeros(len(urls), np.uint64)
+
+    monkeypatch.setattr(bulkarrow, "_url_hashes", lengths if weak == "lengths" else constant)
+    pages = [Page("http://a.test/" + "x" * i, num_outlinks=i % 2) for i in range(20)]
+    links = [Link(p.md5, "http://a.test/" + c * i, c) for i, p in enumerate(pages) for c in "xy"]
+    a, b = both(tmp_path, 2, pages, links, block_size=64)
+    assert_same(a, b)
+    assert len(raw(b)["links_by_url"]) == 20  # a y-link survives only at i = 0, where it replaces the x-link
+
+
 @pytest.mark.parametrize(
     "page, what",
     [

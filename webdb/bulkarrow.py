@@ -268,6 +268,81 @@ def tsv(path: str, cols: list[str], types: dict, *, skip: int = 0, stream: bool 
     return parse(data[at:], 16 << 20)
 
 
+# ---- url lookups ----------------------------------------------------------------------------
+
+_MUL = np.uint64(0x9E3779B97F4A7C15)
+_TAIL = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [2**64 - 1], np.uint64)  # low bytes kept
+
+
+def _url_hashes(urls: pa.Array) -> np.ndarray:
+    """A 64-bit hash of each value's bytes, 8 bytes at a time (multiply-xor, then a final mix)."""
+    n = len(urls)
+    big = urls.type in (pa.large_binary(), pa.large_string())
+    offs = np.frombuffer(urls.buffers()[1], np.int64 if big else np.int32)[urls.offset : urls.offset + n + 1]
+    offs = offs.astype(np.int64)
+    lens = np.diff(offs)
+    h = lens.astype(np.uint64) * _MUL
+    if not n:
+        return h
+    pad = np.zeros(int(offs[-1] - offs[0]) + 8, np.uint8)
+    if urls.buffers()[2] is not None:
+        pad[:-8] = np.frombuffer(urls.buffers()[2], np.uint8)[offs[0] : offs[-1]]
+    # The 8 bytes at any offset, as one little-endian word (a view with a 1-byte stride).
+    word = np.ndarray(shape=(len(pad) - 7,), dtype="<u8", buffer=pad, strides=(1,))
+    starts = offs[:-1] - offs[0]
+    live = np.flatnonzero(lens > 0)
+    k = 0
+    while len(live):
+        w = word[starts[live] + k] & _TAIL[np.minimum(lens[live] - k, 8)]
+        h[live] = (h[live] ^ w) * _MUL
+        k += 8
+        live = live[lens[live] > k]
+    h ^= h >> np.uint64(31)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(29)
+    return h
+
+
+class _UrlIndex:
+    """url -> rank in the pages' sorted urls: their hashes sorted and bucketed by the top bits
+    (about one page a bucket), every hit confirmed by comparing the bytes.  Built once (a
+    pyarrow ``index_in`` builds its table at every call).  ``unique`` is False when two pages'
+    hashes are equal: then it cannot be used."""
+
+    def __init__(self, url_sorted: pa.Array):
+        self.urls = url_sorted
+        h = _url_hashes(url_sorted)
+        self.order = np.argsort(h)
+        self.sh = h[self.order]
+        self.unique = len(h) < 2 or not bool((self.sh[1:] == self.sh[:-1]).any())
+        bits = max(1, len(h).bit_length())
+        self.shift = np.uint64(64 - bits)
+        self.starts = np.searchsorted(self.sh >> self.shift, np.arange(2**bits + 1, dtype=np.uint64))
+        self.most = int(np.diff(self.starts).max()) if len(h) else 0
+
+    def find(self, urls: pa.Array) -> np.ndarray:
+        """The rank of each url's page, -1 for a url no page has (int32)."""
+        n = len(urls)
+        out = np.full(n, -1, np.int32)
+        if not n or not len(self.sh):
+            return out
+        hq = _url_hashes(urls)
+        lo = self.starts[(hq >> self.shift).astype(np.int64)]
+        span = self.starts[(hq >> self.shift).astype(np.int64) + 1] - lo
+        pos = np.full(n, -1, np.int64)
+        for j in range(self.most):
+            rows = np.flatnonzero(span > j)
+            if not len(rows):
+                break
+            hit = rows[self.sh[lo[rows] + j] == hq[rows]]
+            pos[hit] = lo[hit] + j
+        rows = np.flatnonzero(pos >= 0)
+        cand = self.order[pos[rows]]
+        same = _np(pc.equal(self.urls.take(pa.array(cand)), urls.take(pa.array(rows))))
+        out[rows[same]] = cand[same]
+        return out
+
+
 # ---- blocks ---------------------------------------------------------------------------------
 
 
@@ -476,9 +551,12 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
 
     def run_group(group: list[tuple]) -> None:
         nonlocal any_dom
-        # One call over the chunks: the hash table of the pages' urls is built once.
-        found = pc.index_in(pa.chunked_array([g[0] for g in group], pa.binary()), value_set=url_sorted)
-        u_all = _np(pc.fill_null(found, -1)).astype(np.int32)
+        if url_index is not None:
+            u_all = np.concatenate([url_index.find(g[0]) for g in group])
+        else:
+            # One call over the chunks: the hash table of the pages' urls is built once.
+            found = pc.index_in(pa.chunked_array([g[0] for g in group], pa.binary()), value_set=url_sorted)
+            u_all = _np(pc.fill_null(found, -1)).astype(np.int32)
         at = 0
         for _lurl, m, anc, dom in group:
             u = u_all[at : at + len(m)]
@@ -499,6 +577,9 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
             any_dom = any_dom or bool(d.any())
             doms.append(None if dom is None else d)
 
+    url_index = _UrlIndex(url_sorted)
+    if not url_index.unique:
+        url_index = None  # two pages' urls share a hash: pyarrow's lookups instead
     rows = 0
     pool = ThreadPoolExecutor(1)  # lookups of one group while the next is parsed
     pending = None
@@ -523,7 +604,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
             n_links += t.num_rows
             group.append((lurl.cast(pa.binary()), md5_ranks(fid), anc, dom))
             rows += t.num_rows
-            if rows >= _LOOKUP_ROWS:
+            if rows >= (_LOOKUP_ROWS if url_index is None else 1):
                 lookup_group()
                 rows = 0
         if group:
