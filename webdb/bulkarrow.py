@@ -15,8 +15,9 @@ Input it cannot vouch for with vectorized checks (a url with a space, a NaN scor
 raises ``NotColumnar`` before anything is written; the caller then loads the same input
 with ``bulk_load``, which accepts it or names the bad record.
 
-Memory: the pages (about 3 times their encoded size) and, per link, two int32 ranks, its
-anchor and domain_id, plus two int64 sort arrays: about 60 bytes a link beside the anchors.
+Memory: the pages (about 3 times their encoded size) and about 40 bytes a link (two int32
+ranks, the anchor's offset, the sort's arrays); the anchors wait in a file under the db's
+``tmp/`` (the page cache, not this process).  Design and reasons: docs/design.md §4.2.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def bulk_load_arrow(
     domain_id: int64 or absent), in call order.  Equal to ``bulk_load`` of the same pages and
     links (module doc).  Raises NotColumnar before writing anything for input its vectorized
     checks do not vouch for, BadInput for a db holding pages.  ``progress`` gets one line per
-    phase.  Cost: O((P + L) log L) in C; memory about 60 bytes a link plus its anchor.
+    phase.  Cost: O((P + L) log L) in C; memory about 40 bytes a link (module doc).
     """
     say = progress or (lambda _msg: None)
     given = [pages] if isinstance(pages, pa.Table) else pages
