@@ -401,6 +401,8 @@ def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool
     data = memoryview(rec.buffers()[2])
     cum = np.cumsum(np.diff(offs) + 8)
     kend = offs[:-1] + klen
+    # The cuts first (one search a block), then every block's offset table at once.
+    ends: list[int] = []
     s, before = 0, 0
     while s < n:
         e = int(np.searchsorted(cum, before + bs, "left"))
@@ -408,15 +410,27 @@ def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool
             if not final:
                 break
             e = n - 1
-        a, b = int(offs[s]), int(offs[e + 1])
-        tbl = np.concatenate([kend[s : e + 1] - a, offs[s + 1 : e + 2] - a, [e + 1 - s]]).astype("<u4")
-        block = seal_block(b"".join((data[a:b], tbl.tobytes())), codec)
-        w.add_raw_block(block, bytes(data[a : int(kend[s])]), bytes(data[int(offs[e]) : int(kend[e])]), e + 1 - s)
+        ends.append(e + 1)
         before = int(cum[e])
         s = e + 1
-    if s >= n:
+    if ends:
+        bounds = np.array([0, *ends])
+        first = np.repeat(offs[bounds[:-1]], np.diff(bounds))  # each record's block start
+        m = bounds[-1]
+        rel_k = (kend[:m] - first).astype("<u4")
+        rel_r = (offs[1 : m + 1] - first).astype("<u4")
+        for i in range(len(ends)):
+            s, e = int(bounds[i]), int(bounds[i + 1])  # records s..e-1
+            a, b = int(offs[s]), int(offs[e])
+            raw = b"".join((data[a:b], rel_k[s:e].tobytes(), rel_r[s:e].tobytes(), (e - s).to_bytes(4, "little")))
+            last = int(offs[e - 1])
+            w.add_raw_block(
+                seal_block(raw, codec), bytes(data[a : int(kend[s])]), bytes(data[last : int(kend[e - 1])]), e - s
+            )
+    done = ends[-1] if ends else 0
+    if done >= n:
         return None
-    return rec.slice(s), klen[s:]
+    return rec.slice(done), klen[done:]
 
 
 def _write_sorted(out: _Out, n: int, cuts: list[int], make: Callable[[int, int], tuple[pa.Array, np.ndarray]]) -> None:
