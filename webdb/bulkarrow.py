@@ -635,6 +635,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
     finally:
         pool.shutdown()  # after a failure too: no thread writes into tmp once this returns
         af.close()
+    url_index = None  # its tables are not needed any more
     lu = np.concatenate(us) if us else np.zeros(0, np.int32)
     lm = np.concatenate(ms) if ms else np.zeros(0, np.int32)
     dom_all = None
