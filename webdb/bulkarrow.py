@@ -87,7 +87,7 @@ _INT_RANGES = {
 }
 _LOOKUP_ROWS = 1_000_000  # link urls looked up at a time: each lookup builds a hash table of the pages
 _READ_BYTES = 32 << 20  # bytes of a streamed TSV parsed at a time (in parallel blocks of 4 MiB)
-_BATCH = 1 << 17  # records built and encoded at a time: bounds the memory of the write phase
+_BATCH = 1 << 16  # records built and encoded at a time: bounds the memory of the write phase
 _SEP = pa.scalar(b"", pa.large_binary())  # binary_join_element_wise: no separator
 
 
@@ -666,13 +666,15 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
         # ---- the link keys, last call wins: sort (md5 rank, url rank) stably, keep the last --
         key = lm.astype(np.int64) * max(P, 1) + lu
         o = np.argsort(key, kind="stable")
-        ks = key[o]
-        del key
         last = np.ones(len(o), bool)
-        if len(o) > 1:
-            last[:-1] = ks[1:] != ks[:-1]
+        step = 1 << 22  # the sorted keys a slice at a time: no third array of L int64
+        for a in range(0, len(o) - 1, step):
+            b = min(len(o) - 1, a + step)
+            ks = key[o[a : b + 1]]
+            last[a:b] = ks[1:] != ks[:-1]
+        del key
         om = o[last].astype(np.int32 if len(o) < 2**31 else np.int64)  # links in links_by_md5 order
-        del o, ks, last
+        del o, last
         lap("sort_links", f"{len(om)} links kept")
 
         ubytes = url_sorted.cast(pa.large_binary())
