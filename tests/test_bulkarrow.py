@@ -109,6 +109,13 @@ def test_columns_equal_bulk_load(tmp_path, small_steps, k, seed):
     assert raw(b)["links_by_url"] and raw(b)["pages_by_md5"]
 
 
+def test_batches_smaller_than_a_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(bulkarrow, "_BATCH", 1)  # every batch grows until it fills a block
+    pages, links = random_calls(random.Random(3), 150)
+    a, b = both(tmp_path, 2, pages, links, block_size=512)
+    assert_same(a, b)
+
+
 @pytest.mark.timeout(900)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(

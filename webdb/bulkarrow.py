@@ -357,21 +357,13 @@ class _Out:
         self.codec = CODECS[s["codec"]]
         self.writers: dict[int, Any] = {}
 
-    def write(self, j: int, rec: pa.Array, klen: np.ndarray, tail: tuple | None) -> tuple | None:
-        """Append records (a binary array and key lengths) to section j; ``tail`` is the
-        records not yet in a block from the last call, returned anew (None ends the section:
-        pass ``final`` by calling ``end``)."""
+    def write(self, j: int, rec: pa.Array, klen: np.ndarray, final: bool) -> int:
+        """Append whole blocks of records (a binary array and key lengths) to section j;
+        returns how many records they hold (all of them if ``final``)."""
         w = self.writers.get(j)
         if w is None:
             w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
-        if tail is not None:
-            rec = pa.concat_arrays([tail[0], rec.cast(tail[0].type)])
-            klen = np.concatenate([tail[1], klen])
-        return _encode(w, rec, klen, self.bs, self.codec, final=False)
-
-    def end(self, j: int, tail: tuple | None) -> None:
-        if tail is not None:
-            _encode(self.writers[j], tail[0], tail[1], self.bs, self.codec, final=True)
+        return _encode(w, rec, klen, self.bs, self.codec, final)
 
     def close(self) -> None:
         for j, w in sorted(self.writers.items()):
@@ -387,13 +379,13 @@ class _Out:
             w.abort()
 
 
-def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool) -> tuple | None:
+def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool) -> int:
     """Cut ``rec`` into blocks where the running size (record + 8 bytes of offsets) first
     reaches ``bs`` (TableWriter.add's rule), encode them as encode_block does and append
-    them; returns the records after the last cut (None if none) unless ``final``."""
+    them; returns how many records the blocks hold (the rest wait for more unless ``final``)."""
     n = len(rec)
     if n == 0:
-        return None
+        return 0
     big = rec.type == pa.large_binary()
     offs = np.frombuffer(rec.buffers()[1], np.int64 if big else np.int32)[rec.offset : rec.offset + n + 1].astype(
         np.int64
@@ -427,24 +419,22 @@ def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool
             w.add_raw_block(
                 seal_block(raw, codec), bytes(data[a : int(kend[s])]), bytes(data[last : int(kend[e - 1])]), e - s
             )
-    done = ends[-1] if ends else 0
-    if done >= n:
-        return None
-    return rec.slice(done), klen[done:]
+    return ends[-1] if ends else 0
 
 
 def _write_sorted(out: _Out, n: int, cuts: list[int], make: Callable[[int, int], tuple[pa.Array, np.ndarray]]) -> None:
     """Records 0..n-1 (built ``make(lo, hi)`` a batch at a time), section j holding
-    cuts[j]..cuts[j+1]-1."""
+    cuts[j]..cuts[j+1]-1.  A batch's records after its last whole block are built again at
+    the start of the next batch (at most a block's worth)."""
     bounds = [0, *cuts, n]
     for j in range(len(bounds) - 1):
-        lo, hi = bounds[j], bounds[j + 1]
-        tail = None
-        for a in range(lo, hi, _BATCH):
-            rec, klen = make(a, min(hi, a + _BATCH))
-            tail = out.write(j, rec, klen, tail)
-        if lo < hi:
-            out.end(j, tail)
+        a, hi = bounds[j], bounds[j + 1]
+        size = _BATCH
+        while a < hi:
+            b = min(hi, a + size)
+            done = out.write(j, *make(a, b), final=b == hi)
+            size = _BATCH if done else 2 * size  # a batch smaller than a block: take more
+            a += done
 
 
 # ---- the load -------------------------------------------------------------------------------
