@@ -339,7 +339,8 @@ class _UrlIndex:
             pos[hit] = lo[hit] + j
         rows = np.flatnonzero(pos >= 0)
         cand = self.order[pos[rows]]
-        same = _np(pc.equal(self.urls.take(pa.array(cand)), urls.take(pa.array(rows))))
+        mine = urls if len(rows) == n else urls.take(pa.array(rows))  # usually every url hits
+        same = _np(pc.equal(self.urls.take(pa.array(cand)), mine))
         out[rows[same]] = cand[same]
         return out
 
