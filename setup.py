@@ -32,6 +32,7 @@ setup(
             "ruff==0.17.6",
             # `webdb export --format parquet` and the indexer of docs/indexing.md (tests run both).
             "pyarrow>=14",
+            "numpy>=1.24",
             "tantivy>=0.25",
             # bench/plot_rounds.py (the steady-state plot of docs/performance.md; tests run it).
             "matplotlib>=3.7",
@@ -42,6 +43,8 @@ setup(
         "dask": ["distributed>=2024.1"],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
+        # The columnar bulk load (webdb.bulkarrow; `webdb import` without it loads record by record).
+        "bulk": ["pyarrow>=14", "numpy>=1.24"],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],

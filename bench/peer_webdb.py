@@ -4,16 +4,18 @@
     PYTHONPATH=bench python3 ../shared/peers/driver.py --peer webdb --data DATA/n100000 --work /tmp/w \
         --opt sections=2,sync=1
 
-Load: one writer batch (add_page_with_score for every page, add_links for each source's links);
-``load=bulk`` builds the same db, byte for byte, with ``webdb.bulk_load`` (external sorts
-straight into the tables of the empty db: less CPU, but one process, so not faster yet).
+Load (the default, ``load=bulk``): ``bulk_load_tsv``, the bulk load from Arrow columns
+(``webdb.bulkarrow``: pyarrow reads the TSVs, numpy sorts integer ranks, blocks are encoded a
+block at a time; record by record through ``webdb.bulk_load`` without pyarrow or for input its
+checks refuse), the same db byte for byte as ``load=writer``: one writer batch
+(add_page_with_score for every page, add_links for each source's links).
 Round: `webdb update DB round.tsv --input roundtsv:apply_round_tsv` (bench/roundtsv.py) as a library
 call: k local section writers (the embedded default of the update tool), section j applying
 the j-th contiguous share of round.tsv (apply_fetch per fetched page, add_outlinks for its
 outlinks), one atomic commit.  ``round=writer`` applies it instead as one batch of the
 in-process Writer (the writer phase then runs serially in this process).
 Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec,
-round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``), load (bulk | writer).
+round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``), load (bulk | writer; default bulk).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from roundtsv import INPUT, apply_round_tsv
 import webdb
 from webdb import Link, Page, Status
 from webdb.writer.rack import Rack, update
+
+try:  # the columnar bulk load (the extra webdb[bulk])
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from webdb.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
+except ImportError:
+    pa = None
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
@@ -71,8 +82,59 @@ def read_links(links_tsv: str) -> Iterator[Link]:
             yield Link(bytes.fromhex(src), url, anchor)
 
 
+def arrow_pages(pages_tsv: str) -> pa.Table:
+    """pages.tsv as bulkarrow.PAGE_COLUMNS (the same pages as ``read_pages``)."""
+    cols = ["url", "md5", "status", "next_fetch", "retries", "fetch_interval", "score", "num_outlinks"]
+    types = dict(
+        zip(cols, [pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.float64(), pa.int64()])
+    )
+    t = tsv(pages_tsv, cols, types)
+    if t.num_rows and pc.max(t["status"]).as_py() > 2:
+        raise NotColumnar("a status other than 0, 1, 2")
+    url = t["url"].combine_chunks()
+    hexes = t["md5"].combine_chunks()
+    blank = pc.equal(pc.binary_length(hexes), 0)
+    md5 = np.zeros((t.num_rows, 16), np.uint8)
+    nb = np.asarray(pc.invert(blank).to_numpy(zero_copy_only=False))
+    md5[nb] = unhex16(hexes.filter(pc.invert(blank)))
+    url_md5 = webdb.url_md5
+    fill = [url_md5(u) for u in url.filter(blank).to_pylist()]
+    if fill:
+        md5[~nb] = np.frombuffer(b"".join(fill), np.uint8).reshape(len(fill), 16)
+    score = t["score"]
+    return pa.table(
+        {
+            "url": url,
+            "md5": md5_array(md5),
+            "status": t["status"],
+            "fetch_time": pa.array(np.zeros(t.num_rows, np.int64)),
+            "next_fetch": t["next_fetch"],
+            "retries": t["retries"],
+            "fetch_interval": t["fetch_interval"],
+            "num_outlinks": t["num_outlinks"],
+            "score": score,
+            "next_score": score,
+        }
+    )
+
+
+def arrow_links(links_tsv: str) -> Iterator[pa.Table]:
+    """links.tsv as bulkarrow.LINK_COLUMNS, in chunks (the same links as ``read_links``)."""
+    cols = ["from_id", "url", "anchor"]
+    for b in tsv(links_tsv, cols, dict.fromkeys(cols, pa.string()), stream=True):
+        yield pa.table({"from_id": md5_array(unhex16(b["from_id"])), "url": b["url"], "anchor": b["anchor"]})
+
+
 def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
-    """The initial db by ``webdb.bulk_load``: equal to the writer batch of ``load_tsv``."""
+    """The initial db by a bulk load: equal to the writer batch of ``load_tsv``.  From Arrow
+    columns (webdb.bulkarrow) when pyarrow is installed and the files pass its checks, else
+    record by record (``webdb.bulk_load``)."""
+    if pa is not None:
+        try:
+            bulk_load_arrow(db, (arrow_pages(p) for p in [pages_tsv]), arrow_links(links_tsv))
+            return
+        except NotColumnar:
+            pass  # the record path accepts the files or names the bad line
     webdb.bulk_load(db, read_pages(pages_tsv), read_links(links_tsv))
 
 
@@ -102,7 +164,7 @@ class Peer:
         o = _opts(opt)
         k = o.pop("sections", 2)
         self.round = o.pop("round", "update")
-        self.load_by = o.pop("load", "writer")  # bulk_load is not faster yet (docs/performance.md)
+        self.load_by = o.pop("load", "bulk")  # 4-8x faster than the writer batch (docs/performance.md)
         if self.load_by not in ("bulk", "writer"):
             raise ValueError(f"load={self.load_by!r}: expected bulk or writer")
         if self.round not in ("update", "writer"):
@@ -112,7 +174,7 @@ class Peer:
             f"webdb-k{k}"
             + ("" if o["sync"] else "-nosync")
             + ("" if self.round == "update" else "-writer")
-            + ("-bulk" if self.load_by == "bulk" else "")
+            + ("-wload" if self.load_by == "writer" else "")
         )
         self.path = os.path.join(work, "db")
         self.k = k

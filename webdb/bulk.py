@@ -20,7 +20,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from webdb import _fault
@@ -34,7 +34,7 @@ from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OU
 from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["bulk_load"]
+__all__ = ["bulk_load", "locked_load", "section_writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
 _FLAG = (b"\x00", bytes((LINK_OUT,)))  # the flags byte of a link value, by target_has_outlink
@@ -72,10 +72,7 @@ class _Tables:
         self._flush()
         j = self.j = bisect.bisect_right(self.bounds, key)
         self.nxt = self.bounds[j] if j < len(self.bounds) else _TOP
-        path = os.path.join(section_path(self.root, j), f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}")
-        self.w = self.writers[j] = TableWriter(
-            path, TABLE_KINDS[self.table], self.s["block_size"], self.s["codec"], sync=self.s["sync"]
-        )
+        self.w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
 
     def _flush(self) -> None:
         if self.keys:
@@ -97,6 +94,12 @@ class _Tables:
             w.abort()
 
 
+def section_writer(root: str, gen: int, table: str, s: dict, j: int) -> TableWriter:
+    """The writer of ``table``'s file of section j in generation ``gen`` (stage 0 of the batch)."""
+    path = os.path.join(section_path(root, j), f"{gen:08d}-s0.{TABLE_SUFFIX[table]}")
+    return TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+
+
 def _empty(base: dict) -> bool:
     return not any(t.get("records") for sec in base["tables"] for t in sec.values())
 
@@ -106,7 +109,7 @@ def bulk_load(
     pages: Iterable[Page],
     links: Iterable[Link] = (),
     *,
-    progress: bool = False,
+    progress: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> dict:
     """Load ``pages`` and ``links`` into an empty db (no page, no link) and commit one new
@@ -118,6 +121,14 @@ def bulk_load(
     link (naming it; nothing is committed).  Cost: four external sorts (O(n log n)) within
     ``memory_mb``; pages are read once and links once.
     """
+    say = progress or (lambda _msg: None)
+    return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links, say))
+
+
+def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, dict, dict, str], dict]) -> dict:
+    """Run ``load(db, base manifest, settings, tmp dir)`` under the db's lock on an empty db
+    and commit the manifest it returns (shared by bulk_load and bulkarrow.bulk_load_arrow).
+    Anything raised leaves the db as it was: the new generation's files are removed."""
     from webdb.db import WebDB, open_db
 
     db = db_or_path if isinstance(db_or_path, WebDB) else open_db(os.fspath(db_or_path))
@@ -132,7 +143,7 @@ def bulk_load(
             raise BadInput(
                 f"{db.path}: import needs an empty db; this one holds pages (generation {base['generation']})"
             )
-        manifest = _load(db, base, s, tmp, pages, links)
+        manifest = load(db, base, s, tmp)
         _fault.point("bulk.before_commit")
         db.commit(manifest)
         db.recover()
@@ -148,7 +159,9 @@ def bulk_load(
     return manifest
 
 
-def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link]) -> dict:
+def _load(
+    db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link], say: Callable[[str], None]
+) -> dict:
     gen = base["generation"] + 1
     secs = Sections.from_json(base["sections"])
     mem = int(s["memory_mb"]) << 20
@@ -172,6 +185,7 @@ def _load(db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Itera
         t = time.monotonic()
         phases[name] = round(t - t_lap[0], 3)
         t_lap[0] = t
+        say(f"{name} ({phases[name]} s)")
 
     try:
         # ---- read: pages by (url, call), links by (from_id, url, call) ------------------------

@@ -8,11 +8,18 @@ line (``--format jsonl``).  The db must hold no page.  The result equals one wri
 order: the first line for a url wins, the last for a link (from_id, url) wins, links from an
 md5 no page carries or to a url with no page are dropped, ``target_has_outlink`` is recomputed.
 A bad line stops the import with ``FILE:LINE`` and exit status 2; nothing is committed.
+
+With pyarrow and numpy installed (``pip install webdb[bulk]``), TSV dumps are loaded from
+columns, a block at a time (``webdb.bulkarrow``; the same db, several times faster); a file
+that its checks do not vouch for (an escaped cell, a line the columnar parser refuses, ...) is
+loaded record by record instead, which names any bad line.  Progress goes to stderr (one line
+a phase) unless ``--quiet`` or ``--json``.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Iterator
 
 import webdb
@@ -36,6 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--links", metavar="FILE", help="links, as `webdb read --dump links` writes")
     p.add_argument("--format", choices=("tsv", "jsonl"), default="tsv", help="file format (default tsv)")
     p.add_argument("--memory-mb", type=int, help="sort budget (default: the db's memory_mb setting)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)
@@ -131,6 +139,103 @@ def records(path: str, fmt: str, cols: tuple[str, ...], make: Callable[[dict], o
         raise BadInput(f"{path}:{n}: {e}") from None
 
 
+def arrow_pages(path: str):
+    """A ``--dump pages`` TSV as bulkarrow.PAGE_COLUMNS; NotColumnar for what the columns
+    cannot take as is (then ``records`` reads the file and names any bad line)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from webdb.bulkarrow import NotColumnar, md5_array, tsv, unhex16
+
+    types = {c: pa.int64() for c in PAGE_COLS}
+    types.update(url=pa.string(), md5=pa.string(), status=pa.string(), meta=pa.string())
+    types.update(score=pa.float64(), next_score=pa.float64())
+    _header(path, PAGE_COLS)
+    t = tsv(path, list(PAGE_COLS), types, skip=1)
+    _no_escapes(t, ("url", "meta"))
+    st = pc.index_in(t["status"], value_set=pa.array(list(_STATUS)))
+    if st.null_count:
+        raise NotColumnar(f"{path}: a status other than {', '.join(_STATUS)}")
+    st = pa.array([int(x) for x in _STATUS.values()], pa.int64()).take(st)
+    meta = t["meta"].combine_chunks()
+    enc = np.full(len(meta), b"", object)
+    if len(meta) and pc.max(pc.binary_length(meta)).as_py():
+        for i in np.flatnonzero(_np(pc.binary_length(meta))):
+            enc[i] = _meta_bytes(meta[i].as_py())
+    cols = {c: t[c] for c in PAGE_COLS if c not in ("md5", "status", "meta")}
+    cols.update(md5=md5_array(unhex16(t["md5"])), status=st, meta=pa.array(enc, pa.binary()))
+    return pa.table(cols)
+
+
+def arrow_links(path: str) -> Iterator:
+    """A ``--dump links`` TSV as bulkarrow.LINK_COLUMNS, in chunks (see ``arrow_pages``)."""
+    import pyarrow as pa
+
+    from webdb.bulkarrow import md5_array, tsv, unhex16
+
+    types = dict.fromkeys(LINK_COLS, pa.string())
+    types["domain_id"] = pa.int64()
+    _header(path, LINK_COLS)
+    for t in tsv(path, list(LINK_COLS), types, skip=1, stream=True):
+        _no_escapes(t, ("url", "anchor"))
+        yield pa.table(
+            {
+                "from_id": md5_array(unhex16(t["from_id"])),
+                "url": t["url"],
+                "anchor": t["anchor"],
+                "domain_id": t["domain_id"],
+            }
+        )
+
+
+def _np(a):
+    return a.to_numpy(zero_copy_only=False)
+
+
+def _header(path: str, cols: tuple[str, ...]) -> None:
+    from webdb.bulkarrow import NotColumnar
+
+    with open(path, "rb") as f:
+        if f.readline().rstrip(b"\n") != ("#" + "\t".join(cols)).encode():
+            raise NotColumnar(f"{path}: not the header of a dump")
+
+
+def _no_escapes(t, cols: tuple[str, ...]) -> None:
+    """Escaped cells (a backslash: tsv_escape) are for ``records``, which unescapes them."""
+    import pyarrow.compute as pc
+
+    from webdb.bulkarrow import NotColumnar
+
+    for c in cols:
+        if t.num_rows and pc.any(pc.match_substring(t[c], "\\")).as_py():
+            raise NotColumnar(f"an escaped {c}")
+
+
+def _meta_bytes(cell: str) -> bytes:
+    """A meta cell as Page.encode_value writes it; NotColumnar for anything else."""
+    from webdb.bulkarrow import NotColumnar
+
+    try:
+        meta = json.loads(cell)
+    except ValueError:
+        raise NotColumnar("a meta cell that is not JSON") from None
+    if not isinstance(meta, dict) or not all(type(k) is str and type(v) is str for k, v in meta.items()):
+        raise NotColumnar("a meta cell that is not a map of text to text")
+    try:
+        return json.dumps(meta, separators=(",", ":"), sort_keys=True).encode("utf-8") if meta else b""
+    except UnicodeEncodeError:
+        raise NotColumnar("a lone surrogate in a meta cell") from None
+
+
+def _columnar() -> bool:
+    try:
+        import webdb.bulkarrow  # noqa: F401 - pyarrow and numpy are installed
+    except ImportError:
+        return False
+    return True
+
+
 def run(args) -> int:
     from webdb.lockwait import wait_for_lock
 
@@ -139,11 +244,25 @@ def run(args) -> int:
         if p is not None:
             open(p, "rb").close()  # a missing file fails before the lock is taken
     over = {} if args.memory_mb is None else {"memory_mb": args.memory_mb}
+    quiet = args.quiet or args.json
+
+    def say(msg: str) -> None:
+        if not quiet:
+            print(f"webdb import: {msg}", file=sys.stderr, flush=True)
 
     def load() -> dict:
+        if args.format == "tsv" and _columnar():
+            from webdb.bulkarrow import NotColumnar, bulk_load_arrow
+
+            try:
+                links = arrow_links(args.links) if args.links else iter(())
+                pages = (arrow_pages(p) for p in [args.pages])  # a generator: the load drops the table
+                return bulk_load_arrow(db, pages, links, progress=say, **over)
+            except NotColumnar as e:
+                say(f"{e}: loading record by record")
         pages = records(args.pages, args.format, PAGE_COLS, to_page)
         links = records(args.links, args.format, LINK_COLS, to_link) if args.links else iter(())
-        return webdb.bulk_load(db, pages, links, **over)
+        return webdb.bulk_load(db, pages, links, progress=say, **over)
 
     m = wait_for_lock(load, args.lock_wait, "import")
     pages = sum(t.get("pages_by_url", {}).get("records", 0) for t in m["tables"])

@@ -1,0 +1,301 @@
+"""The columnar bulk load (webdb.bulkarrow): the same table files, byte for byte, as
+``webdb.bulk_load`` (itself compared with the writer in test_import.py) for the same calls;
+input its checks do not vouch for is refused before anything is written; a kill at any point
+leaves the empty db; ``webdb import`` takes the columnar path for plain TSV dumps."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_import import TABLES, _cli, _link, _page, by_writer, random_calls, raw
+
+import webdb
+from webdb import Link, Page
+
+pa = pytest.importorskip("pyarrow")
+pytest.importorskip("numpy")
+from webdb import bulkarrow  # noqa: E402
+from webdb.bulkarrow import NotColumnar, bulk_load_arrow  # noqa: E402
+
+SUFFIXES = (".pbu", ".lbu", ".pbm", ".lbm")
+
+
+def page_table(pages: list[Page]) -> pa.Table:
+    return pa.table(
+        {
+            "url": pa.array([p.url for p in pages], pa.string()),
+            "md5": pa.array([p.md5 for p in pages], pa.binary(16)),
+            "status": pa.array([int(p.status) for p in pages], pa.int64()),
+            "fetch_time": pa.array([p.fetch_time for p in pages], pa.int64()),
+            "next_fetch": pa.array([p.next_fetch for p in pages], pa.int64()),
+            "retries": pa.array([p.retries for p in pages], pa.int64()),
+            "fetch_interval": pa.array([p.fetch_interval for p in pages], pa.int64()),
+            "num_outlinks": pa.array([p.num_outlinks for p in pages], pa.int64()),
+            "score": pa.array([float(p.score) for p in pages], pa.float64()),
+            "next_score": pa.array([float(p.next_score) for p in pages], pa.float64()),
+            "meta": pa.array(
+                [json.dumps(p.meta, separators=(",", ":"), sort_keys=True).encode() if p.meta else b"" for p in pages],
+                pa.binary(),
+            ),
+        }
+    )
+
+
+def link_tables(links: list[Link], n: int = 97):
+    """The links in tables of n rows (a stream, as a reader of a big file yields them)."""
+    for i in range(0, len(links), n):
+        ch = links[i : i + n]
+        yield pa.table(
+            {
+                "from_id": pa.array([lk.from_id for lk in ch], pa.binary(16)),
+                "url": pa.array([lk.url for lk in ch], pa.string()),
+                "anchor": pa.array([lk.anchor for lk in ch], pa.string()),
+                "domain_id": pa.array([lk.domain_id for lk in ch], pa.int64()),
+            }
+        )
+
+
+def files(db) -> dict[str, bytes]:
+    out = {}
+    for d, _, fs in os.walk(db.path):
+        for f in fs:
+            if f.endswith(SUFFIXES):
+                with open(os.path.join(d, f), "rb") as fh:
+                    out[os.path.relpath(os.path.join(d, f), db.path)] = fh.read()
+    return out
+
+
+def both(base, k: int, pages, links, **s) -> tuple[webdb.WebDB, webdb.WebDB]:
+    a = webdb.create(str(base / "rec"), sections=k, **s)
+    webdb.bulk_load(a, iter(pages), iter(links))
+    b = webdb.create(str(base / "col"), sections=k, **s)
+    m = bulk_load_arrow(b, page_table(pages), link_tables(links))
+    assert m["bulk"]["columnar"]
+    return a, b
+
+
+def assert_same(a, b) -> None:
+    assert raw(a) == raw(b)
+    fa, fb = files(a), files(b)
+    assert fa.keys() == fb.keys() and fa == fb  # every table file byte for byte
+    ma, mb = a.manifest(), b.manifest()
+    for key in ("sections", "tables", "status", "edits"):
+        assert ma[key] == mb[key], key
+    with b.reader() as r:
+        r.check()
+
+
+@pytest.fixture
+def small_steps(monkeypatch):
+    """Lookups of a few hundred links, batches of a few blocks: every carry-over path runs."""
+    monkeypatch.setattr(bulkarrow, "_LOOKUP_ROWS", 150)
+    monkeypatch.setattr(bulkarrow, "_BATCH", 37)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_columns_equal_bulk_load(tmp_path, small_steps, k, seed):
+    pages, links = random_calls(random.Random(seed * 10 + k), 400)
+    a, b = both(tmp_path, k, pages, links, block_size=256)
+    assert_same(a, b)
+    assert raw(b)["links_by_url"] and raw(b)["pages_by_md5"]
+
+
+def test_batches_smaller_than_a_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(bulkarrow, "_BATCH", 1)  # every batch grows until it fills a block
+    pages, links = random_calls(random.Random(3), 150)
+    a, b = both(tmp_path, 2, pages, links, block_size=512)
+    assert_same(a, b)
+
+
+@pytest.mark.timeout(900)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    pages=st.lists(_page, max_size=30),
+    links=st.lists(_link, max_size=60),
+    k=st.integers(1, 3),
+)
+def test_columns_equal_bulk_load_props(tmp_path_factory, pages, links, k):
+    a, b = both(tmp_path_factory.mktemp("p"), k, pages, links, block_size=64, anchor_max=2)
+    assert_same(a, b)
+
+
+def test_md5s_sharing_their_top_bits(tmp_path):
+    """Two page md5s with the same first 8 bytes: the md5 ranks come from a hash lookup."""
+    m1, m2 = b"\x01" * 8 + b"\x00" * 8, b"\x01" * 8 + b"\xff" * 8
+    pages = [
+        Page("http://a.test/1", md5=m1, status=webdb.Status.FETCHED, num_outlinks=1),
+        Page("http://a.test/2", md5=m2, status=webdb.Status.FETCHED),
+        Page("http://a.test/3"),
+    ]
+    links = [Link(m, f"http://a.test/{i}", f"{i}") for m in (m1, m2, b"\x01" * 16) for i in (1, 2, 3, 4)]
+    a, b = both(tmp_path, 2, pages, links, block_size=64)
+    assert_same(a, b)
+    assert len(raw(b)["links_by_md5"]) == 6
+
+
+@pytest.mark.parametrize("weak", ["lengths", "constant"])
+def test_url_hash_collisions(tmp_path, monkeypatch, weak):
+    """A hash that collides: with ``lengths`` pages' urls are told apart by it but links to
+    absent urls of the same length hit a page (the byte comparison must refuse them); with
+    ``constant`` the pages collide and pyarrow's lookups take over."""
+    import numpy as np
+
+    def lengths(urls):
+        return np.asarray(pa.compute.binary_length(urls).to_numpy(zero_copy_only=False), np.uint64)
+
+    def constant(urls):
+        return np.zeros(len(urls), np.uint64)
+
+    monkeypatch.setattr(bulkarrow, "_url_hashes", lengths if weak == "lengths" else constant)
+    pages = [Page("http://a.test/" + "x" * i, num_outlinks=i % 2) for i in range(20)]
+    links = [Link(p.md5, "http://a.test/" + c * i, c) for i, p in enumerate(pages) for c in "xy"]
+    a, b = both(tmp_path, 2, pages, links, block_size=64)
+    assert_same(a, b)
+    assert len(raw(b)["links_by_url"]) == 20  # a y-link survives only at i = 0, where it replaces the x-link
+
+
+@pytest.mark.parametrize(
+    "page, what",
+    [
+        (Page("http://a.test/x y"), "control or space"),
+        (Page("nourl"), "scheme"),
+        (Page("http://a.test/", score=float("nan")), "NaN"),
+        (Page("http://a.test/", status=9), "status"),
+    ],
+)
+def test_refuses_what_it_cannot_vouch_for(tmp_path, page, what):
+    db = webdb.create(str(tmp_path / "db"), sections=2)
+    with pytest.raises(NotColumnar, match=what):
+        bulk_load_arrow(db, page_table([Page("http://ok.test/"), page]), [])
+    assert db.manifest()["generation"] == 0 and files(db) == {}
+    tmp = os.path.join(db.path, "tmp")
+    assert not os.path.isdir(tmp) or not os.listdir(tmp)
+    # The record path names the bad page.
+    with pytest.raises(webdb.BadInput):
+        webdb.bulk_load(db, [Page("http://ok.test/"), page], [])
+
+
+def test_refuses_a_bad_link_and_a_db_with_pages(tmp_path):
+    db = webdb.create(str(tmp_path / "db"))
+    p = Page("http://a.test/")
+    with pytest.raises(NotColumnar, match="links 1..1"):
+        bulk_load_arrow(db, page_table([p]), link_tables([Link(p.md5, "http://a.test/\x7f")]))
+    assert db.manifest()["generation"] == 0 and files(db) == {}
+    bulk_load_arrow(db, page_table([p]), [])
+    with pytest.raises(webdb.BadInput, match="empty db"):
+        bulk_load_arrow(db, page_table([Page("http://b.test/")]), [])
+    assert db.manifest()["generation"] == 1
+
+
+KILL_POINTS = [
+    "bulk.after_read",
+    "bulk.after_pages_by_url",
+    "bulk.after_pages_by_md5",
+    "bulk.after_links_by_url",
+    "bulk.after_links_by_md5",
+    "bulk.before_commit",
+    "commit.before_current",
+]
+
+CHILD = """
+import random, sys
+sys.path.insert(0, {tests!r})
+from test_bulkarrow import link_tables, page_table
+from test_import import random_calls
+from webdb.bulkarrow import bulk_load_arrow
+pages, links = random_calls(random.Random(7), 200)
+bulk_load_arrow(sys.argv[1], page_table(pages), link_tables(links), block_size=256)
+"""
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill_leaves_the_empty_db(tmp_path, point):
+    db = webdb.create(str(tmp_path / "db"), sections=2)
+    code = CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, WEBDB_FAULTS=point)
+    p = subprocess.run([sys.executable, "-c", code, db.path], env=env, capture_output=True, text=True)
+    assert p.returncode == -9, p.stderr
+    db = webdb.open(db.path)
+    assert db.manifest()["generation"] == 0
+    assert all(not v for v in raw(db).values())
+    # The next load cleans up what the killed one left and completes.
+    pages, links = random_calls(random.Random(7), 200)
+    bulk_load_arrow(db, page_table(pages), link_tables(links), block_size=256)
+    ref = by_writer(tmp_path / "ref", 2, pages, links, block_size=256)
+    assert raw(db) == raw(ref)
+    names = {f for _, _, fs in os.walk(db.path) for f in fs if f.endswith(SUFFIXES)}
+    assert all(f.startswith("00000001-s0.") for f in names)
+    tmp = os.path.join(db.path, "tmp")
+    assert not os.path.isdir(tmp) or not os.listdir(tmp)
+
+
+def _plain_calls() -> tuple[list[Page], list[Link]]:
+    """Calls whose dump has no escaped cell (the columnar path takes it)."""
+    pages, links = random_calls(random.Random(11), 300)
+    pages.append(Page("http://b.test/é", meta={"k": "v é"}))
+    links.append(Link(pages[-1].md5, pages[0].url, "é" * 3, -7))
+    return pages, links
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("plain", [True, False])
+def test_cli_import_columnar(tmp_path, capsys, monkeypatch, plain):
+    monkeypatch.setattr(bulkarrow, "_READ_BYTES", 1000)  # lines cut across reads
+    monkeypatch.setattr(bulkarrow, "_LOOKUP_ROWS", 100)
+    pages, links = _plain_calls()
+    if not plain:
+        links.append(Link(pages[0].md5, pages[1].url, "tab\there"))
+    a = by_writer(tmp_path / "a", 2, pages, links, block_size=256)
+    for t in ("pages", "links"):
+        rc, out, _ = _cli(capsys, "read", a.path, "--dump", t)
+        assert rc == 0
+        (tmp_path / f"{t}.tsv").write_text(out, encoding="utf-8")
+    b = webdb.create(str(tmp_path / "b"), sections=3, block_size=256)
+    rc, out, err = _cli(capsys, "import", b.path, "--pages", tmp_path / "pages.tsv", "--links", tmp_path / "links.tsv")
+    assert rc == 0, err
+    assert raw(b) == raw(a)
+    assert b.manifest()["bulk"].get("columnar", False) == plain
+    assert "webdb import: read_links" in err if plain else "record by record" in err
+    assert "Traceback" not in err
+
+
+def test_cli_quiet(tmp_path, capsys):
+    p = Page("http://a.test/")
+    a = by_writer(tmp_path / "a", 1, [p], [Link(p.md5, p.url, "self")])
+    for t in ("pages", "links"):
+        rc, out, _ = _cli(capsys, "read", a.path, "--dump", t)
+        (tmp_path / f"{t}.tsv").write_text(out, encoding="utf-8")
+    b = webdb.create(str(tmp_path / "b"))
+    rc, out, err = _cli(
+        capsys, "import", b.path, "--pages", tmp_path / "pages.tsv", "--links", tmp_path / "links.tsv", "-q"
+    )
+    assert rc == 0 and err == "" and "imported" in out
+    assert {t: len(v) for t, v in raw(b).items()} == dict.fromkeys(TABLES, 1)
+
+
+def test_unhex16_and_tsv_refuse_what_they_cannot_parse(tmp_path):
+    col = pa.array(["00" * 16, "zz" * 16])
+    with pytest.raises(NotColumnar):
+        bulkarrow.unhex16(col)
+    assert bulkarrow.unhex16(pa.array(["0aF1" * 8])).tobytes() == bytes.fromhex("0aF1" * 8)
+    f = tmp_path / "x.tsv"
+    cols, types = ["x", "y"], {"x": pa.string(), "y": pa.string()}
+    f.write_text("a\tb\nc\n")  # a line without its second column
+    with pytest.raises(NotColumnar):
+        list(bulkarrow.tsv(str(f), cols, types, stream=True))
+    # A blank line is a row of empty cells (not skipped): the url and md5 checks refuse it.
+    f.write_text("a\tb\n\nc\td\n")
+    rows = [r for t in bulkarrow.tsv(str(f), cols, types, stream=True) for r in t.to_pylist()]
+    assert rows[1] == {"x": "", "y": ""} and len(rows) == 3
+    with pytest.raises(NotColumnar):
+        bulkarrow.unhex16(pa.array(["00" * 16, ""]))
