@@ -46,14 +46,41 @@ _CHUNK = 4096  # records handed to a TableWriter or SortBuffer at a time
 _TOP = b"\xff" * 9000
 
 
-class _Tables:
-    """One table's writers, one per section (opened on the section's first record), fed in key
-    order by ``put``; ``bounds`` are the smallest keys of sections 1..k-1 (Sections.key_bounds)."""
+class SectionFiles:
+    """One table's files of a bulk load, one per non-empty section (opened on first use);
+    ``close`` records them in the manifest's per-section ``tables``."""
+
+    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        self.writers: dict[int, TableWriter] = {}
+
+    def writer(self, j: int) -> TableWriter:
+        w = self.writers.get(j)
+        if w is None:
+            w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
+        return w
+
+    def close(self) -> None:
+        for j, w in sorted(self.writers.items()):
+            info = w.close()
+            self.tables[j][self.table] = {
+                "file": os.path.basename(w.path),
+                "records": info["records"],
+                "bytes": info["bytes"],
+            }
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+class _Tables(SectionFiles):
+    """Fed in key order by ``put``; ``bounds`` are the smallest keys of sections 1..k-1
+    (Sections.key_bounds)."""
 
     def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict], bounds: list[bytes]):
-        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        super().__init__(root, gen, table, s, tables)
         self.bounds = bounds
-        self.writers: dict[int, TableWriter] = {}
         self.j = -1
         self.nxt = b""  # the first key opens its section
         self.keys: list[bytes] = []
@@ -72,7 +99,7 @@ class _Tables:
         self._flush()
         j = self.j = bisect.bisect_right(self.bounds, key)
         self.nxt = self.bounds[j] if j < len(self.bounds) else _TOP
-        self.w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
+        self.w = self.writer(j)
 
     def _flush(self) -> None:
         if self.keys:
@@ -81,17 +108,7 @@ class _Tables:
 
     def close(self) -> None:
         self._flush()
-        for j, w in sorted(self.writers.items()):
-            info = w.close()
-            self.tables[j][self.table] = {
-                "file": os.path.basename(w.path),
-                "records": info["records"],
-                "bytes": info["bytes"],
-            }
-
-    def abort(self) -> None:
-        for w in self.writers.values():
-            w.abort()
+        super().close()
 
 
 def section_writer(root: str, gen: int, table: str, s: dict, j: int) -> TableWriter:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from webdb import _fault
-from webdb.bulk import locked_load, section_writer
+from webdb.bulk import SectionFiles, locked_load
 from webdb.manifest import build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.block import CODECS, seal_block
@@ -348,36 +348,19 @@ class _UrlIndex:
 # ---- blocks ---------------------------------------------------------------------------------
 
 
-class _Out:
-    """One table's files, one per non-empty section: sorted records are split at the section
-    bounds, cut into blocks by TableWriter's rule and handed to it encoded."""
+class _Out(SectionFiles):
+    """One table's files: sorted records are split at the section bounds, cut into blocks by
+    TableWriter's rule and handed to it encoded."""
 
     def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
-        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        super().__init__(root, gen, table, s, tables)
         self.bs = int(s["block_size"])
         self.codec = CODECS[s["codec"]]
-        self.writers: dict[int, Any] = {}
 
     def write(self, j: int, rec: pa.Array, klen: np.ndarray, final: bool) -> int:
         """Append whole blocks of records (a binary array and key lengths) to section j;
         returns how many records they hold (all of them if ``final``)."""
-        w = self.writers.get(j)
-        if w is None:
-            w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
-        return _encode(w, rec, klen, self.bs, self.codec, final)
-
-    def close(self) -> None:
-        for j, w in sorted(self.writers.items()):
-            info = w.close()
-            self.tables[j][self.table] = {
-                "file": os.path.basename(w.path),
-                "records": info["records"],
-                "bytes": info["bytes"],
-            }
-
-    def abort(self) -> None:
-        for w in self.writers.values():
-            w.abort()
+        return _encode(self.writer(j), rec, klen, self.bs, self.codec, final)
 
 
 def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool) -> int:
