@@ -34,7 +34,7 @@ from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OU
 from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["bulk_load", "locked_load", "section_writer"]
+__all__ = ["SectionFiles", "bulk_load", "locked_load", "section_writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
 _FLAG = (b"\x00", bytes((LINK_OUT,)))  # the flags byte of a link value, by target_has_outlink
