@@ -140,7 +140,8 @@ class _DaskRun:
                 label = self.rack.section_at[j]
                 raise _Failed(
                     f"section {j}: no worker declares resource section-{j} on {self.scheduler} for "
-                    f"{self.worker_timeout:g}s (its worker was lost at {stage_of(j)} and did not come back)",
+                    f"{self.worker_timeout:g}s (its worker was lost at or after {stage_of(j)}, the step after "
+                    "the last one it reported, and did not come back)",
                     "WorkerLost",
                     label,
                 )
