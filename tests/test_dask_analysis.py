@@ -67,6 +67,8 @@ def test_prefixes_on_dask_same_as_local(cluster, k: int, tmp_path: Path) -> None
             want = list(prefix_stats(r, depth, min_count))
         assert prefix_stats_rack(rack, depth, min_count, dask=cluster.scheduler_address) == want
     assert any(s.prefix == "http://h0.example/" and s.known > 40 for s in want)  # spans sections when k > 1
+    with local.reader() as r:
+        assert prefix_stats_rack(rack, 2) == list(prefix_stats(r, 2))  # the agents' transport too
     assert [committed(r) for r in roots] == [2] * k  # read only: nothing committed
     if k == 2:
         p = cli("prefixes", "crawl", "--hosts", str(tmp_path / "d" / "hosts.ini"), "--dask",
@@ -90,6 +92,7 @@ def test_dedup_on_dask_same_as_local(cluster, k: int, tmp_path: Path) -> None:
     )
     assert got == counts and counts["duplicate"] > 30
     assert seen_rack == seen_local
+    assert dedup_rack(rack, True) == counts  # the agents' transport too
     assert [committed(r) for r in roots] == [1] * k  # a dry run commits nothing
     assert dedup_rack(rack, dask=cluster.scheduler_address) == dedup(local) == counts
     db = gather(roots)
