@@ -1,4 +1,4 @@
-"""``prefixes`` and ``dedup`` with --dask (webdb.analysis.onrack, docs/analysis.md *On a rack
+"""``prefixes``, ``dedup`` and ``rank`` with --dask (webdb.analysis.onrack, docs/analysis.md *On a rack
 or a Dask cluster*): each section read by a task on its own worker, combined on the
 coordinator, gives what the one-process command gives on the same data."""
 
@@ -18,8 +18,9 @@ from test_engine import recorded
 import webdb
 from webdb import Page, Status
 from webdb.analysis.dedup import dedup
-from webdb.analysis.onrack import dedup_rack, prefix_stats_rack
+from webdb.analysis.onrack import dedup_rack, prefix_stats_rack, rank_rack
 from webdb.analysis.prefixes import prefix_stats
+from webdb.analysis.rank import rank
 from webdb.writer.daskrun import update_dask
 from webdb.writer.rack import UpdateFailed
 
@@ -106,11 +107,36 @@ def test_dedup_on_dask_same_as_local(cluster, k: int, tmp_path: Path) -> None:
     assert p.returncode == 0 and "marked 0 duplicate(s)" in p.stdout, p.stderr
 
 
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("k", [1, 3])
+def test_rank_on_dask_same_as_local(cluster, k: int, tmp_path: Path) -> None:
+    local, rack, roots = both(tmp_path, k, cluster, [("a", batch_a), ("b", batch_b)])
+    want = rank(local, 2, 0.85)
+    got = rank_rack(rack, 2, 0.85, dask=cluster.scheduler_address)
+    assert [(x["pages"], x["links"]) for x in got] == [(x["pages"], x["links"]) for x in want]
+    assert [x["delta"] for x in got] == pytest.approx([x["delta"] for x in want], rel=1e-12)
+    assert [committed(r) for r in roots] == [4] * k  # one batch per iteration
+    db = gather(roots)
+    assert snapshot(db) == snapshot(local)  # the same scores, bit for bit
+    with db.reader() as r:
+        r.check()
+        assert len({p.score for p in r.pages()}) > 10
+    if k == 3:
+        assert [x["pages"] for x in rank_rack(rack, 1, 0.85)] == [x["pages"] for x in rank(local, 1, 0.85)]
+        assert snapshot(gather(roots)) == snapshot(local)  # the agents' transport too
+        p = cli("rank", "crawl", "--hosts", str(tmp_path / "d" / "hosts.ini"), "--dask",
+                cluster.scheduler_address, "--iterations", "1", "--json")  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        assert [x["pages"] for x in json.loads(p.stdout)] == [want[0]["pages"]]
+        rank(local, 1, 0.85)
+        assert snapshot(gather(roots)) == snapshot(local)
+
+
 @pytest.mark.timeout(300)
 def test_refused_and_unreachable(cluster, tmp_path: Path) -> None:
     rack, roots = rack_of(tmp_path / "four", 4)  # the cluster's workers declare section-0..2 only
     ini4 = str(tmp_path / "four" / "hosts.ini")
-    for cmd in ("prefixes", "dedup"):
+    for cmd in ("prefixes", "dedup", "rank"):
         p = cli(cmd, "crawl", "--hosts", ini4, "--dask", cluster.scheduler_address)
         assert p.returncode == 2 and "section-3" in p.stderr and "Traceback" not in p.stderr, p.stderr
         p = cli(cmd, "crawl", "--hosts", ini4, "--dask", "tcp://127.0.0.1:9")
@@ -118,7 +144,8 @@ def test_refused_and_unreachable(cluster, tmp_path: Path) -> None:
     _, rack2, roots2 = both(tmp_path / "two", 2, cluster, [("a", with_dups)])
     (roots2[1] / "crawl" / "section-0001").rename(roots2[1] / "crawl" / "moved")  # a worker without its section
     for run in (lambda: prefix_stats_rack(rack2, dask=cluster.scheduler_address),
-                lambda: dedup_rack(rack2, dask=cluster.scheduler_address)):  # fmt: skip
+                lambda: dedup_rack(rack2, dask=cluster.scheduler_address),
+                lambda: rank_rack(rack2, 1, dask=cluster.scheduler_address)):  # fmt: skip
         with pytest.raises(UpdateFailed) as e:
             run()
         assert "section 1" in str(e.value) and "section-0001" in str(e.value) and e.value.kind == "BadInput"

@@ -22,12 +22,15 @@ from collections.abc import Callable, Iterator
 
 from webdb.analysis.dedup import SCOPES, Change, apply_change, find_duplicates
 from webdb.analysis.prefixes import PrefixStat, prefix_stats
+from webdb.analysis.rank import new_scores, reader_contributions, shares
 from webdb.errors import BadInput
 from webdb.reader import Reader
+from webdb.sections import Sections
+from webdb.sortbuf import merge_files
 from webdb.tables.records import Page, Status
 from webdb.writer.inputs import CallRecorder
 
-__all__ = ["RACK_STEPS", "dedup_rack", "prefix_stats_rack", "rack_step"]
+__all__ = ["RACK_STEPS", "dedup_rack", "prefix_stats_rack", "rack_step", "rank_iteration_rack", "rank_rack"]
 
 RACK_STEPS = "webdb.analysis.onrack:rack_step"
 _CHUNK = 5000  # records per reply part
@@ -61,6 +64,31 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
             yield {"section": j, "calls": path, "changes": []}
             for i in range(0, len(rows), _CHUNK):
                 yield {"section": j, "changes": rows[i : i + _CHUNK]}
+        elif op == "rank-shares":
+            budget = (int(ctx.db.settings["memory_mb"]) << 20) // 4
+            tables = ("pages_by_md5", "links_by_md5")
+            with Reader.of_sections(ctx.db, ctx.manifest, [j], tables) as r:
+                runs = reader_contributions(r, j, ctx.scratch, budget)
+            rows = [[u.decode("utf-8"), xs] for u, xs in shares(merge_files(runs))] if runs else []
+            for path in runs:
+                os.unlink(path)
+            for i in range(0, max(len(rows), 1), _CHUNK):
+                yield {"section": j, "shares": rows[i : i + _CHUNK]}
+        elif op == "rank-scores":
+            sums = ((u.encode("utf-8"), x) for u, x in req["sums"].get(str(j), ()))
+            rec = CallRecorder()
+            pages, delta = 0, 0.0
+            with Reader.of_sections(ctx.db, ctx.manifest, [j], ("pages_by_url",)) as r:
+                for page, new in new_scores(r.items("pages_by_url"), sums, req["damping"]):
+                    delta += abs(new - page.score)
+                    page.score = page.next_score = new
+                    rec.add_page_with_score(page)
+                    pages += 1
+            path = os.path.join(ctx.scratch, f"rank-{j:04d}.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                rec.write(f)
+            links = ctx.manifest["tables"][j].get("links_by_url", {}).get("records", 0)
+            yield {"section": j, "calls": path, "pages": pages, "delta": delta, "links": links}
         else:
             raise BadInput(f"analysis on a rack: unknown step {op!r}")
 
@@ -142,3 +170,73 @@ def dedup_rack(
 
     _run(rack, dask, before_batch, heartbeat_timeout)
     return counts
+
+
+def rank_iteration_rack(
+    rack, damping: float = 0.85, *, dask: str | None = None, heartbeat_timeout: float | None = None
+) -> dict:
+    """``rank_iteration`` over a rack (``dask``: on a Dask cluster), one committed batch.
+
+    Each section's contributions come from its md5 tables where it lives; the coordinator
+    merges the (url, shares) lists of all sections by url — each url's shares in md5 order, so
+    their sum is the local one, bit for bit — and sends each url section its sums; there the
+    merge against PagesByURL writes every page's score as writer calls, committed as one batch.
+    Cost on the coordinator: one share per link (in memory) per iteration."""
+    out = {"pages": 0, "links": 0, "delta": 0.0}
+
+    def before_batch(session):
+        per: dict[int, list] = {}
+        for parts in session.ask(lambda p: {"op": "rank-shares"} if p.sections else None).values():
+            for part in parts:
+                per.setdefault(part["section"], []).extend(part["shares"])
+        secs = Sections.from_json(session.manifest["sections"])
+        sums: dict[str, list] = {}
+        merged = heapq.merge(*(per[j] for j in sorted(per)), key=lambda row: row[0].encode("utf-8"))
+        for url, grp in itertools.groupby(merged, key=lambda row: row[0]):
+            # Sections in md5 order, each url's shares in md5 order: the local command's list.
+            total = sum([x for row in grp for x in row[1]])
+            sums.setdefault(str(secs.of_url(url.encode("utf-8"))), []).append([url, total])
+        req = {"op": "rank-scores", "damping": damping, "sums": sums}
+        inputs: dict[int, dict] = {}
+        out.update(pages=0, links=0, delta=0.0)
+        for parts in session.ask(
+            lambda p: {**req, "sums": {str(j): sums.get(str(j), []) for j in p.sections}} if p.sections else None
+        ).values():
+            for part in parts:
+                inputs[part["section"]] = {"paths": [part["calls"]]}
+                out["pages"] += part["pages"]
+                out["links"] += part["links"]
+                out["delta"] += part["delta"]  # summed per section: may differ from the local in the last bits
+        return inputs, "calls"
+
+    _run(rack, dask, before_batch, heartbeat_timeout)
+    return out
+
+
+def rank_rack(
+    rack,
+    iterations: int,
+    damping: float = 0.85,
+    *,
+    dask: str | None = None,
+    heartbeat_timeout: float | None = None,
+    lock_wait: float = 0.0,
+) -> list[dict]:
+    """``rank`` over a rack: ``iterations`` committed batches; a result dict per iteration."""
+    from webdb.lockwait import wait_for_lock
+    from webdb.rack import UpdateFailed
+
+    if not 0.0 <= damping <= 1.0:
+        raise BadInput(f"damping must be in [0, 1], got {damping}")
+    if not isinstance(iterations, int) or iterations < 0:
+        raise BadInput(f"iterations must be a whole number >= 0, not {iterations!r}")
+    return [
+        wait_for_lock(
+            lambda: rank_iteration_rack(rack, damping, dask=dask, heartbeat_timeout=heartbeat_timeout),
+            lock_wait,
+            "rank",
+            locked=lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError",
+            give_up=lambda e: UpdateFailed(f"rank waited {lock_wait:g}s for the writer lock: {e}", e.result),
+        )
+        for _ in range(iterations)
+    ]
