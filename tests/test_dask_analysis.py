@@ -80,6 +80,11 @@ def test_prefixes_on_dask_same_as_local(cluster, k: int, tmp_path: Path) -> None
                 {"domain": s.domain, "prefix": s.prefix, "unfetched": s.unfetched, "fetched": s.fetched, "fit": s.fit}
                 for s in prefix_stats(r, 2, 1)
             ]
+        # --dask without --hosts: every section in the db directory given (Rack.local)
+        q = cli(
+            "prefixes", str(tmp_path / "w" / "crawl"), "--dask", cluster.scheduler_address, "--depth", "2", "--json"
+        )
+        assert q.returncode == 0 and q.stdout == p.stdout, q.stderr
 
 
 @pytest.mark.timeout(600)
