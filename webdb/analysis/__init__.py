@@ -8,5 +8,6 @@ or a Dask cluster (onrack.py, through ``webdb.rack``'s update with a steps funct
 
 May import: webdb's public API and readers (``webdb.reader``, ``webdb.tables`` records and
 ``pagecodec``), ``webdb.urls``, the writer's sort buffer (``webdb.writer.sortbuf``) and
-``webdb.errors``.  Never ``fetchlist`` (contract ``analysis-without-crawl``).
+``webdb.errors``; onrack.py also ``webdb.rack``, ``webdb.sections`` and the writer's
+``CallRecorder``.  Never ``fetchlist`` (contract ``analysis-without-crawl``).
 """
