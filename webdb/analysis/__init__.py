@@ -3,9 +3,11 @@
 See docs/analysis.md.  Each reads a committed snapshot in streaming passes with bounded memory.
 
 Owns: link analysis (rank.py), dedup by content (dedup.py), URL-prefix statistics
-(prefixes.py) and filter generation from them (filtergen.py).
+(prefixes.py), filter generation from them (filtergen.py), and rank/dedup/prefixes over a rack
+or a Dask cluster (onrack.py, through ``webdb.rack``'s update with a steps function).
 
 May import: webdb's public API and readers (``webdb.reader``, ``webdb.tables`` records and
 ``pagecodec``), ``webdb.urls``, the writer's sort buffer (``webdb.writer.sortbuf``) and
-``webdb.errors``.  Never ``fetchlist`` (contract ``analysis-without-crawl``).
+``webdb.errors``; onrack.py also ``webdb.rack``, ``webdb.sections`` and the writer's
+``CallRecorder``.  Never ``fetchlist`` (contract ``analysis-without-crawl``).
 """

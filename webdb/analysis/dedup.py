@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from webdb.errors import BadInput
 from webdb.tables.records import Page, Status, url_md5
 
-__all__ = ["SCOPES", "Change", "dedup", "find_duplicates"]
+__all__ = ["SCOPES", "Change", "apply_change", "dedup", "find_duplicates"]
 
 SCOPES = ("global", "domain", "host")
 DUP_STATUS = "dup_status"  # meta key: the status a page had before it was marked DUPLICATE
@@ -103,11 +103,17 @@ def dedup(
             if on_change is not None:
                 on_change(c)
             if w is not None:
-                if c.status == Status.DUPLICATE:
-                    if c.page.status != Status.FETCHED:
-                        c.page.meta[DUP_STATUS] = str(int(c.page.status))
-                else:
-                    c.page.meta.pop(DUP_STATUS, None)
-                c.page.status = c.status
-                w.add_page(c.page)  # add_page keeps the stored scores
+                apply_change(c, w)
     return counts
+
+
+def apply_change(c: Change, w) -> None:
+    """Write ``c`` through ``w`` (a writer, or a CallRecorder on a rack): the page's new
+    status, remembering (or giving back) the status it had before DUPLICATE."""
+    if c.status == Status.DUPLICATE:
+        if c.page.status != Status.FETCHED:
+            c.page.meta[DUP_STATUS] = str(int(c.page.status))
+    else:
+        c.page.meta.pop(DUP_STATUS, None)
+    c.page.status = c.status
+    w.add_page(c.page)  # add_page keeps the stored scores

@@ -38,7 +38,7 @@ from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_score, page_status
 from webdb.tables.records import Page, Status
 
-__all__ = ["rank", "rank_iteration", "section_contributions"]
+__all__ = ["new_scores", "rank", "rank_iteration", "reader_contributions", "section_contributions", "shares"]
 
 _SHARE = struct.Struct("<d")  # a score share in a contribution record
 
@@ -53,36 +53,48 @@ def section_contributions(db, j: int, tmpdir: str, max_bytes: int) -> list[str]:
 
     Cost: one sequential read of the section's two md5 tables; one record per link.
     """
-    buf = SortBuffer(tmpdir, f"rank-s{j}", max_bytes)
     with db.reader() as r:
-        pbm, lbm = r.tables["pages_by_md5"][j], r.tables["links_by_md5"][j]
-        if pbm is None or lbm is None:
-            return []
-        pages = _md5_groups(pbm.items())
-        cur = next(pages, None)
-        for md5, links in _md5_groups(lbm.items()):
-            while cur is not None and cur[0] < md5:
-                cur = next(pages, None)
-            if cur is None:
-                break
-            if cur[0] != md5:
-                continue  # links of a content no page carries any more: no score to give
-            givers = [v for _, v in cur[1] if page_status(v) != Status.UNFETCHED]
-            if not givers:
-                continue  # only unfetched pages carry this md5: their outlinks are not known
-            total = sum(page_score(v) for v in givers)
-            targets = [k[16:] for k, _ in links]  # one page's outlinks: bounded by the update's cap
-            share = _SHARE.pack(total / len(targets))
-            for t in targets:
-                buf.add(t + b"\x00" + md5 + share)  # (url, md5) is unique: run keys must be
+        return reader_contributions(r, j, tmpdir, max_bytes)
+
+
+def reader_contributions(r, j: int, tmpdir: str, max_bytes: int) -> list[str]:
+    """``section_contributions`` from a reader ``r`` that holds section j's md5 tables (a
+    rack location's ``Reader.of_sections``)."""
+    buf = SortBuffer(tmpdir, f"rank-s{j}", max_bytes)
+    pbm, lbm = r.tables["pages_by_md5"][j], r.tables["links_by_md5"][j]
+    if pbm is None or lbm is None:
+        return []
+    pages = _md5_groups(pbm.items())
+    cur = next(pages, None)
+    for md5, links in _md5_groups(lbm.items()):
+        while cur is not None and cur[0] < md5:
+            cur = next(pages, None)
+        if cur is None:
+            break
+        if cur[0] != md5:
+            continue  # links of a content no page carries any more: no score to give
+        givers = [v for _, v in cur[1] if page_status(v) != Status.UNFETCHED]
+        if not givers:
+            continue  # only unfetched pages carry this md5: their outlinks are not known
+        total = sum(page_score(v) for v in givers)
+        targets = [k[16:] for k, _ in links]  # one page's outlinks: bounded by the update's cap
+        share = _SHARE.pack(total / len(targets))
+        for t in targets:
+            buf.add(t + b"\x00" + md5 + share)  # (url, md5) is unique: run keys must be
     buf.spill()
     return buf.runs
 
 
+def shares(records: Iterator[bytes]) -> Iterator[tuple[bytes, list[float]]]:
+    """(url, its shares in md5 order) from sorted ``url 0x00 md5 share`` records."""
+    for url, grp in itertools.groupby(records, key=lambda rec: rec[: rec.index(b"\x00")]):
+        yield url, [_SHARE.unpack_from(rec, len(url) + 17)[0] for rec in grp]
+
+
 def _sums(records: Iterator[bytes]) -> Iterator[tuple[bytes, float]]:
     """(url, sum of shares) from ``url 0x00 md5 share`` records sorted by url."""
-    for url, grp in itertools.groupby(records, key=lambda rec: rec[: rec.index(b"\x00")]):
-        yield url, sum(_SHARE.unpack_from(rec, len(url) + 17)[0] for rec in grp)
+    for url, xs in shares(records):
+        yield url, sum(xs)  # one sum over the url's shares in md5 order (a rack sums the same list)
 
 
 def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int | None = None) -> dict:
@@ -102,17 +114,9 @@ def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int |
                 runs = [section_contributions(db, j, tmp, per) for j in range(k)]
             paths = [p for rs in runs for p in rs]
             sums = _sums(merge_files(paths)) if paths else iter(())
-            nxt = next(sums, None)
             pages = 0
             delta = 0.0
-            for key, v in r.items("pages_by_url"):
-                while nxt is not None and nxt[0] < key:
-                    nxt = next(sums, None)  # a share for a url with no page (cannot stay: dangling)
-                s = 0.0
-                if nxt is not None and nxt[0] == key:
-                    s = nxt[1]
-                page = Page.decode(key.decode("utf-8"), v)
-                new = (1.0 - damping) + damping * s
+            for page, new in new_scores(r.items("pages_by_url"), sums, damping):
                 delta += abs(new - page.score)
                 page.score = page.next_score = new
                 w.add_page_with_score(page)
@@ -121,6 +125,21 @@ def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int |
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return {"pages": pages, "links": links, "delta": delta}
+
+
+def new_scores(
+    items: Iterator[tuple[bytes, bytes]], sums: Iterator[tuple[bytes, float]], damping: float
+) -> Iterator[tuple[Page, float]]:
+    """Each page of PagesByURL ``items`` with its new score, from ``sums`` (url, sum of its
+    shares) sorted by url: a merge-join."""
+    nxt = next(sums, None)
+    for key, v in items:
+        while nxt is not None and nxt[0] < key:
+            nxt = next(sums, None)  # a share for a url with no page (cannot stay: dangling)
+        s = 0.0
+        if nxt is not None and nxt[0] == key:
+            s = nxt[1]
+        yield Page.decode(key.decode("utf-8"), v), (1.0 - damping) + damping * s
 
 
 def rank(

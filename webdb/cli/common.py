@@ -133,3 +133,39 @@ def _whole_at_least(lo: int):
 
 nonneg_int = _whole_at_least(0)
 positive_int = _whole_at_least(1)
+
+
+def add_rack_args(p, what: str) -> None:
+    """``--hosts``, ``--dask``, ``--heartbeat-timeout``: run ``what`` over a rack's locations
+    (DB is then the db name) or on a Dask cluster (docs/distributed.md)."""
+    from webdb.writer.rack import HEARTBEAT_TIMEOUT
+
+    p.add_argument("--hosts", metavar="HOSTS_INI", help=f"{what} over the rack of this hosts.ini (DB: the db name)")
+    p.add_argument(
+        "--dask",
+        metavar="tcp://HOST:PORT",
+        help="run on this Dask scheduler (default: hosts.ini's dask_scheduler, if any; docs/distributed.md)",
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=HEARTBEAT_TIMEOUT,
+        metavar="S",
+        help=f"with --hosts/--dask: a location silent this long stops the run (default {HEARTBEAT_TIMEOUT:g})",
+    )
+
+
+def rack_target(args):
+    """(rack, scheduler) of --hosts/--dask, or (None, None) for a local db."""
+    if not (args.hosts or args.dask):
+        return None, None
+    from webdb.ndfs.config import check_scheduler_address
+    from webdb.writer.rack import Rack
+
+    if args.dask:
+        try:
+            check_scheduler_address(args.dask)
+        except ValueError as e:
+            raise BadInput(f"--dask: {e}") from None
+    rack = Rack.from_file(args.hosts, args.db) if args.hosts else Rack.local(args.db)
+    return rack, args.dask or (rack.config.dask_scheduler if args.hosts else None)

@@ -4,6 +4,11 @@ Of the fetched pages carrying one content md5 the one with the highest score (th
 shortest url, then the smallest) is kept; the others become status DUPLICATE, in one batch.
 ``--scope domain`` (``host``) keeps one page per content in each registered domain (host).
 ``--dry-run`` lists the changes (url, new status, kept url) and writes nothing.
+
+With --hosts (DB is then the db name) each location finds its own sections' duplicates (the
+pages of one md5 are in one section) and the changes commit as one batch of the rack; with
+--dask tcp://HOST:PORT (or hosts.ini's dask_scheduler) the same runs as tasks on a Dask
+cluster (docs/analysis.md, *On a rack or a Dask cluster*).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_json, add_lock_wait, emit
+from webdb.cli.common import add_json, add_lock_wait, add_rack_args, emit, rack_target
 
 
 def add_parser(sub) -> None:
@@ -30,6 +35,7 @@ def add_parser(sub) -> None:
         help="keep one page per content among all pages (global, the default), per registered domain or per host",
     )
     add_lock_wait(p)
+    add_rack_args(p, "dedup")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -48,12 +54,30 @@ def run(args) -> int:
 
     from webdb.lockwait import wait_for_lock
 
-    db = webdb.open(args.db)
-    counts = wait_for_lock(
-        lambda: dedup(db, dry_run=args.dry_run, on_change=show if args.dry_run else None, scope=args.scope),
-        args.lock_wait,
-        "dedup",
-    )
+    rack, scheduler = rack_target(args)
+    on_change = show if args.dry_run else None
+    if rack is not None:
+        from webdb.analysis.onrack import dedup_rack
+        from webdb.writer.rack import UpdateFailed
+
+        try:
+            counts = wait_for_lock(
+                lambda: dedup_rack(
+                    rack, args.dry_run, on_change, args.scope, dask=scheduler, heartbeat_timeout=args.heartbeat_timeout
+                ),
+                args.lock_wait,
+                "dedup",
+                locked=lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError",
+                give_up=lambda e: UpdateFailed(f"dedup waited {args.lock_wait:g}s for the writer lock: {e}", e.result),
+            )
+        except UpdateFailed as e:
+            print(f"webdb dedup: error: {e}", file=sys.stderr)
+            return 2 if e.kind in ("BadInput", "LockedError") else 1
+    else:
+        db = webdb.open(args.db)
+        counts = wait_for_lock(
+            lambda: dedup(db, dry_run=args.dry_run, on_change=on_change, scope=args.scope), args.lock_wait, "dedup"
+        )
     if args.dry_run and args.json:
         return 0  # the JSON lines above are the output
     emit(

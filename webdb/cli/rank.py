@@ -1,11 +1,15 @@
 """``webdb rank DB [--iterations 10] [--damping 0.85] [--workers W]``: link analysis (PageRank).
 
 Each iteration is one committed batch rewriting every page's score and next_score.
+
+With --hosts (DB is then the db name) each section's contributions are computed where it lives
+and every iteration commits on the whole rack; with --dask tcp://HOST:PORT (or hosts.ini's
+dask_scheduler) the same runs as tasks on a Dask cluster (docs/analysis.md §5).
 """
 
 from __future__ import annotations
 
-from webdb.cli.common import add_json, add_lock_wait, emit, nonneg_int, positive_int
+from webdb.cli.common import add_json, add_lock_wait, add_rack_args, emit, nonneg_int, positive_int, rack_target
 
 
 def add_parser(sub) -> None:
@@ -23,6 +27,7 @@ def add_parser(sub) -> None:
         help="processes computing section contributions (default 1)",
     )
     add_lock_wait(p)
+    add_rack_args(p, "rank")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -31,7 +36,27 @@ def run(args) -> int:
     import webdb
     from webdb.analysis.rank import rank
 
-    res = rank(webdb.open(args.db), args.iterations, args.damping, args.workers, lock_wait=args.lock_wait)
+    rack, scheduler = rack_target(args)
+    if rack is not None:
+        import sys
+
+        from webdb.analysis.onrack import rank_rack
+        from webdb.writer.rack import UpdateFailed
+
+        try:
+            res = rank_rack(
+                rack,
+                args.iterations,
+                args.damping,
+                dask=scheduler,
+                heartbeat_timeout=args.heartbeat_timeout,
+                lock_wait=args.lock_wait,
+            )
+        except UpdateFailed as e:
+            print(f"webdb rank: error: {e}", file=sys.stderr)
+            return 2 if e.kind in ("BadInput", "LockedError") else 1
+    else:
+        res = rank(webdb.open(args.db), args.iterations, args.damping, args.workers, lock_wait=args.lock_wait)
     emit(
         args,
         res,
