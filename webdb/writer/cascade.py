@@ -31,6 +31,7 @@ from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.merge import Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
     LINK_OUT,
@@ -329,18 +330,33 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     probe = Probe(TableReader(pbm) if pbm else None)
     dropped = 0
 
-    def combine(md5: bytes, ok: list[bytes], ov: list[bytes], payload) -> tuple[list[bytes], list[bytes]]:
+    def combine(md5: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dropped
         del_all, adds = payload
-        old = dict(zip([k[16:] for k in ok], ov))
         if adds and not probe.has_prefix(md5):
             dropped += len(adds)  # no page carries this content: its links would be orphans
             adds = []
-        new: dict[bytes, bytes] = {} if del_all else dict(old)
+        if not adds and not del_all:
+            return Splice()
+        old = dict(zip([k[16:] for k in ok], old_values()))
         tail = E.lbu_link_tail(md5, E.OP4_ADD)
         ek: list[bytes] = []
         ev: list[bytes] = []
-        for u, v in adds:  # in url order; the last add of a url won already
+        if not del_all:
+            # Only new or changed links are written; the stored ones stay as bytes (a re-add of
+            # the same link keeps the stored flag and emits nothing).
+            sp = Splice()
+            for u, v in adds:  # in url order; the last add of a url won already
+                prev = old.get(u)
+                if prev is None or not link_same_but_flag(prev, v):
+                    ek.append(u + tail)
+                    ev.append(v)
+                    sp.append((md5 + u, v))
+            if ek:
+                em4.add_many(ek, ev)
+            return sp
+        new: dict[bytes, bytes] = {}
+        for u, v in adds:
             prev = old.get(u)
             if prev is not None and link_same_but_flag(prev, v):
                 v = prev  # same link: keep the stored flag, emit nothing
@@ -395,23 +411,38 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     probe = Probe(TableReader(pbu) if pbu else None)
     dangling = 0
 
-    def combine(start: bytes, ok: list[bytes], ov: list[bytes], payload) -> tuple[list[bytes], list[bytes]]:
+    def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
         url_b, notice, ledits = payload
+        state = notice
+        if notice is None:
+            # The target did not change: stored links have the right flag and stay as they are
+            # (spliced as bytes).  Added links need the target's state; deletes need nothing.
+            fin: dict[bytes, bytes | None] = {}  # the last edit of each fromID wins
+            for fid, op, v in ledits:
+                fin[fid] = v if op == E.OP4_ADD else None
+            added = {fid: v for fid, v in fin.items() if v is not None}
+            state = E.target_state(probe.get(url_b)) if added else -1
+            if state != E.TARGET_ABSENT:
+                if state >= 0:
+                    flag = LINK_OUT if state == E.TARGET_OUT else 0
+                    fb = bytes((flag,))
+                    fix = [fid for fid, v in added.items() if (v[LINK_FLAGS] & LINK_OUT) != flag]
+                    if fix:
+                        for fid in fix:
+                            fin[fid] = link_with_flags(fin[fid], fb)
+                        tail = E.lbm2_tail(url_b, E.OP5_FLAG)
+                        em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
+                return Splice([(start + fid, v) for fid, v in fin.items()])
         n0 = len(start)
-        links = dict(zip([k[n0:] for k in ok], ov))
-        added: dict[bytes, bytes] = {}  # value as stage 3 wrote it to LinksByMD5
+        links = dict(zip([k[n0:] for k in ok], old_values()))
+        added = {}  # value as stage 3 wrote it to LinksByMD5
         for fid, op, v in ledits:
             if op == E.OP4_DEL:
                 links.pop(fid, None)
                 added.pop(fid, None)
             else:
                 links[fid] = added[fid] = v
-        state = notice
-        if state is None:
-            # The target did not change: stored links have the right flag.  Added links need
-            # the target's state; a group of deletes only needs nothing.
-            state = E.target_state(probe.get(url_b)) if added else -1
         if state == E.TARGET_ABSENT:
             if links:
                 tail = E.lbm2_tail(url_b, E.OP5_DEL)
