@@ -135,11 +135,16 @@ class RawBlock:
         starts.extend(self.rends[:-1])
         return [raw[s:e] for s, e in zip(starts, self.kends)]
 
-    def lens(self) -> list[int]:
-        """Every record's key and value lengths, interleaved (what ``TableWriter.add_run`` takes)."""
-        starts = [0]
-        starts.extend(self.rends[:-1])
-        return list(chain.from_iterable(zip(map(sub, self.kends, starts), map(sub, self.rends, self.kends))))
+    def lens(self, keys: list[bytes] | None = None) -> list[int]:
+        """Every record's key and value lengths, interleaved (what ``TableWriter.add_run`` takes);
+        ``keys`` (from ``keys()``) saves a pass."""
+        if keys is None:
+            starts = [0]
+            starts.extend(self.rends[:-1])
+            klens = map(sub, self.kends, starts)
+        else:
+            klens = map(len, keys)
+        return list(chain.from_iterable(zip(klens, map(sub, self.rends, self.kends))))
 
     def start(self, j: int) -> int:
         """Offset of record j's key (j == n: the end of the records)."""

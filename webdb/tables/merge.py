@@ -67,7 +67,7 @@ class MergeCursor:
     def _load(self) -> None:
         rb = self._rb = self.t.raw(self._bi)
         self._keys = rb.keys()
-        self._lens = rb.lens()
+        self._lens = rb.lens(self._keys)
         self._starts = [0]
         self._starts.extend(rb.rends)
         self._pos = 0
