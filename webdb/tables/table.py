@@ -482,34 +482,35 @@ def _prefix_end(p: bytes) -> bytes | None:
 class Probe:
     """Forward-only lookups in one table for keys given in increasing order.
 
-    Each block is decoded at most once per probe pass, so probing m sorted keys costs
-    O(m log b) comparisons plus one decode per block that holds any of them.
+    Each block is decompressed at most once per probe pass and only its keys are split out, so
+    probing m sorted keys costs O(m log b) comparisons plus one key split per block that holds
+    any of them.
     """
 
     def __init__(self, table: TableReader | None):
         self.t = table
         self._bi = -1
+        self._rb: RawBlock | None = None
         self._keys: list[bytes] = []
-        self._vals: list[bytes] = []
-
-    def _seek_block(self, key: bytes) -> int:
-        t = self.t
-        i = bisect.bisect_right(t.first_keys, key) - 1
-        return max(i, 0)
 
     def ceiling(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The first record with record key >= key, or None."""
         t = self.t
         if t is None or not t.nblocks:
             return None
-        i = self._seek_block(key)
+        keys = self._keys
+        if keys and keys[0] <= key <= keys[-1]:
+            j = bisect.bisect_left(keys, key)  # in the block at hand (keys come in order)
+            return keys[j], self._rb.value(j)
+        i = max(bisect.bisect_right(t.first_keys, key) - 1, 0)
         while i < t.nblocks:
             if i != self._bi:
-                self._keys, self._vals = t.block(i)
+                self._rb = t.raw(i)
+                self._keys = self._rb.keys()
                 self._bi = i
             j = bisect.bisect_left(self._keys, key)
             if j < len(self._keys):
-                return self._keys[j], self._vals[j]
+                return self._keys[j], self._rb.value(j)
             i += 1
         return None
 

@@ -381,20 +381,23 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         gm: bytes | None = None
         del_all = False
         adds: list[tuple[bytes, bytes]] = []
-        for key, val in _records(job):
-            md5 = key[:16]
+        del_tag = E.TAG3_DEL_ALL[0]
+        for rec in merge_files(job["inputs"], KIND_EDITS):
+            # The edit record read in place (E.pack): key = md5 tag [url 0x00], value at kl.
+            kl = rec[-2] | (rec[-1] << 8)
+            md5 = rec[:16]
             if md5 != gm:
                 if gm is not None:
                     yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
                 gm, del_all, adds = md5, False, []
-            if key[16:17] == E.TAG3_DEL_ALL:
+            if rec[16] == del_tag:
                 del_all = True
             else:
-                u = key[17:-1]
+                u = rec[17 : kl - 9]
                 if adds and adds[-1][0] == u:
-                    adds[-1] = (u, val)
+                    adds[-1] = (u, rec[kl:-2])
                 else:
-                    adds.append((u, val))
+                    adds.append((u, rec[kl:-2]))
         if gm is not None:
             yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
 
@@ -470,17 +473,20 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         gu: bytes | None = None
         notice: int | None = None
         ledits: list[tuple[bytes, int, bytes]] = []
-        for key, val in _records(job):
-            i = key.index(b"\x00")
-            url_b = key[:i]
+        notice_tag = E.TAG4_NOTICE[0]
+        for rec in merge_files(job["inputs"], KIND_EDITS):
+            # The edit record read in place (E.pack): key = url 0x00 tag [fromID op], value at kl.
+            kl = rec[-2] | (rec[-1] << 8)
+            i = rec.index(b"\x00")
+            url_b = rec[:i]
             if url_b != gu:
                 if gu is not None:
                     yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
                 gu, notice, ledits = url_b, None, []
-            if key[i + 1 : i + 2] == E.TAG4_NOTICE:
-                notice = val[0]
+            if rec[i + 1] == notice_tag:
+                notice = rec[kl]
             else:
-                ledits.append((key[i + 2 : i + 18], key[i + 18], val))
+                ledits.append((rec[i + 2 : i + 18], rec[i + 18], rec[kl:-2]))
         if gu is not None:
             yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
 
