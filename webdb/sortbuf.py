@@ -2,12 +2,12 @@
 
 Records are ``bytes`` whose byte order is the wanted order (edit records carry a unique
 sequence number, docs/format.md *Edit records*), so the in-memory sort is a plain
-``list.sort()`` and spilled runs merge with ``heapq.merge``.
+``list.sort()`` and sorted files merge a block at a time (``merge_chunks``).
 """
 
 from __future__ import annotations
 
-import heapq
+import bisect
 import os
 from collections.abc import Callable, Iterable, Iterator
 
@@ -72,11 +72,11 @@ class SortBuffer:
         if not self.runs:
             recs, self.recs = self.recs, []
             return iter(recs)
-        its: list[Iterable[bytes]] = [read_records(p) for p in self.runs]
+        its: list[Iterable[list[bytes]]] = [read_chunks(p) for p in self.runs]
         if self.recs:
-            its.append(self.recs)
-            self.recs = []
-        return heapq.merge(*its)
+            recs, self.recs = self.recs, []
+            its.append(recs[i : i + 4096] for i in range(0, len(recs), 4096))
+        return merge_chunks(its)
 
     def cleanup(self) -> None:
         for p in self.runs:
@@ -87,18 +87,73 @@ class SortBuffer:
         self.runs = []
 
 
-def read_records(path: str, kind: int | None = None) -> Iterator[bytes]:
-    """The records of a run or edit file, in order, one block in memory at a time."""
+def read_chunks(path: str, kind: int | None = None) -> Iterator[list[bytes]]:
+    """The records of a run or edit file (keys only: their values are empty), a block's list
+    at a time."""
     t = TableReader(path, kind)
     try:
         for b in range(t.nblocks):
-            yield from t.block(b)[0]
+            keys = t.raw(b, fill_cache=False).keys()
+            if keys:
+                yield keys
     finally:
         t.close()
+
+
+def read_records(path: str, kind: int | None = None) -> Iterator[bytes]:
+    """The records of a run or edit file, in order, one block in memory at a time."""
+    for keys in read_chunks(path, kind):
+        yield from keys
+
+
+def merge_chunks(sources: list[Iterable[list[bytes]]]) -> Iterator[bytes]:
+    """Merge sorted record streams, each given as sorted lists (chunks), into one sorted stream.
+
+    A step takes, from every source, the records up to the smallest last record of the chunks
+    at hand (all of that chunk, a binary search in the others) and sorts them together, so the
+    merge runs in C (``list.sort`` merges the sorted runs it is given) instead of one heap
+    operation per record as ``heapq.merge`` does.  Records are unique (a seq number), so the
+    order of equal records does not arise.  Memory: one chunk per source plus one step.
+    """
+    heads: list[list] = []  # [chunk, position, iterator]
+    for src in sources:
+        it = iter(src)
+        c = next(it, None)
+        while c is not None and not c:
+            c = next(it, None)
+        if c is not None:
+            heads.append([c, 0, it])
+    while len(heads) > 1:
+        bound = min(h[0][-1] for h in heads)
+        out: list[bytes] = []
+        for h in heads:
+            c, p = h[0], h[1]
+            j = bisect.bisect_right(c, bound, p)
+            if j > p:
+                out += c[p:j] if p or j < len(c) else c
+                h[1] = j
+        out.sort()
+        yield from out
+        live = []
+        for h in heads:
+            if h[1] == len(h[0]):
+                c = next(h[2], None)
+                while c is not None and not c:
+                    c = next(h[2], None)
+                if c is None:
+                    continue
+                h[0], h[1] = c, 0
+            live.append(h)
+        heads = live
+    if heads:
+        c, p, it = heads[0]
+        yield from (c[p:] if p else c)
+        for c in it:
+            yield from c
 
 
 def merge_files(paths: list[str], kind: int | None = None) -> Iterator[bytes]:
     """Merge sorted record files (fast path when there is one)."""
     if len(paths) == 1:
         return read_records(paths[0], kind)
-    return heapq.merge(*(read_records(p, kind) for p in paths))
+    return merge_chunks([read_chunks(p, kind) for p in paths])

@@ -12,6 +12,7 @@ import sys
 import zlib
 from array import array
 from itertools import accumulate, chain
+from operator import sub
 
 import lz4.block
 
@@ -77,6 +78,23 @@ def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
     return seal_block(raw, codec)
 
 
+def encode_run(data: bytes, lens: list[int], codec: int) -> tuple[bytes, bytes, bytes, int]:
+    """``encode_block`` of records given as a run: ``data`` holds their keys and values back to
+    back, ``lens`` their lengths (key, value, key, value, ...).  Returns the same block bytes as
+    ``encode_block`` of those records, with the first key, the last key and the count.  Cost:
+    one copy of the bytes and C-level passes over ``lens``; no Python code per record."""
+    n = len(lens) >> 1
+    ends = list(accumulate(lens))
+    offs = array("I", ends[0::2])
+    offs.extend(ends[1::2])
+    offs.append(n)
+    if _BIG:
+        offs.byteswap()
+    first = data[: lens[0]]
+    last = data[ends[-2] - lens[-2] : ends[-2]]
+    return seal_block(data + offs.tobytes(), codec), first, last, n
+
+
 def seal_block(raw: bytes, codec: int) -> bytes:
     """An uncompressed block, compressed by ``codec`` and followed by its trailer."""
     body = _compress(codec, raw)
@@ -124,6 +142,33 @@ class RawBlock:
         if lo < self.n and raw[rends[lo - 1] if lo else 0 : kends[lo]] == key:
             return raw[kends[lo] : rends[lo]]
         return None
+
+    def keys(self) -> list[bytes]:
+        """Every record key (the values stay in the block's bytes)."""
+        raw = self.raw
+        starts = [0]
+        starts.extend(self.rends[:-1])
+        return [raw[s:e] for s, e in zip(starts, self.kends)]
+
+    def lens(self, keys: list[bytes] | None = None) -> list[int]:
+        """Every record's key and value lengths, interleaved (what ``TableWriter.add_run`` takes);
+        ``keys`` (from ``keys()``) saves a pass."""
+        if keys is None:
+            starts = [0]
+            starts.extend(self.rends[:-1])
+            klens = map(sub, self.kends, starts)
+        else:
+            klens = map(len, keys)
+        return list(chain.from_iterable(zip(klens, map(sub, self.rends, self.kends))))
+
+    def start(self, j: int) -> int:
+        """Offset of record j's key (j == n: the end of the records)."""
+        return self.rends[j - 1] if j else 0
+
+    def values(self, lo: int, hi: int) -> list[bytes]:
+        """Values of records lo..hi-1."""
+        raw = self.raw
+        return [raw[s:e] for s, e in zip(self.kends[lo:hi], self.rends[lo:hi])]
 
     def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
         """Records lo..hi-1 as (keys, values) lists."""

@@ -1,19 +1,45 @@
 """Merging an old table with edits into a new one: ``MergeCursor`` (docs/design.md §4.1).
 
 Untouched blocks are carried as raw bytes (CRC checked, not decoded); touched blocks are
-decoded, merged and re-encoded; blocks whose edits only rewrite a byte are patched in place.
+decompressed and only their keys split out: the runs of records between edits go to the output
+as slices of the old block's bytes with their lengths (``TableWriter.add_run``), so only edited
+records become objects; blocks whose edits only rewrite a byte are patched in place.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
+from itertools import chain
+from operator import lt
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import check_block_crc, seal_block
+from webdb.tables.block import RawBlock, check_block_crc, seal_block
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["MergeCursor"]
+__all__ = ["MergeCursor", "Splice"]
+
+
+class Splice(list):
+    """What a ``merge_ranges`` combine may return instead of a range's new records: point edits
+    ``(key, value)`` (None deletes the key; a key not stored is inserted) in increasing key
+    order, all inside the range.  The old records they do not name are kept unchanged."""
+
+    __slots__ = ()
+
+
+def _result(r, ok: list[bytes], ov: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """A combine's result as the range's (keys, values), given its old records."""
+    if type(r) is not Splice:
+        return r
+    new = dict(zip(ok, ov))
+    for k, v in r:
+        if v is None:
+            new.pop(k, None)
+        else:
+            new[k] = v
+    ks = sorted(new)
+    return ks, [new[k] for k in ks]
 
 
 class MergeCursor:
@@ -29,20 +55,27 @@ class MergeCursor:
     def __init__(self, table: TableReader | None, out: TableWriter):
         self.t, self.out = table, out
         self._bi = 0
-        self._keys: list[bytes] | None = None
-        self._vals: list[bytes] = []
+        self._keys: list[bytes] | None = None  # keys of the current decoded block, if any
+        self._rb: RawBlock | None = None  # the current decoded block (values stay in its bytes)
+        self._lens: list[int] = []  # its key and value lengths, interleaved
+        self._starts: list[int] = []  # offset of each record in it, then the end of its records
         self._pos = 0
         self.decoded_blocks = 0
         self.raw_blocks = 0
         self.patched_blocks = 0
 
     def _load(self) -> None:
-        self._keys, self._vals = self.t.block(self._bi)
+        rb = self._rb = self.t.raw(self._bi)
+        self._keys = rb.keys()
+        self._lens = rb.lens(self._keys)
+        self._starts = [0]
+        self._starts.extend(rb.rends)
         self._pos = 0
         self.decoded_blocks += 1
 
     def _next_block(self) -> None:
-        self._keys, self._bi = None, self._bi + 1
+        self._keys, self._rb, self._bi = None, None, self._bi + 1
+        self._lens, self._starts = [], []
 
     def copy_until(self, key: bytes | None) -> None:
         t, out = self.t, self.out
@@ -57,9 +90,9 @@ class MergeCursor:
                 while j < n and (key is None or t.last_keys[j] < key):
                     j += 1
                 if j > self._bi and out.pending_bytes and out.pending_bytes < out.block_size // 2:
-                    keys, vals = t.block(self._bi, fill_cache=False)
                     self.decoded_blocks += 1
-                    out.absorb_block(keys, vals)
+                    rb = t.raw(self._bi, fill_cache=False)
+                    out.absorb_run(rb.raw[: rb.start(rb.n)], rb.lens())
                     self._bi += 1
                     continue
                 if j > self._bi:
@@ -73,7 +106,8 @@ class MergeCursor:
             else:
                 hi = bisect.bisect_left(keys, key, self._pos)
             if hi > self._pos:
-                out.add_many(keys[self._pos : hi], self._vals[self._pos : hi])
+                p, st = self._pos, self._starts
+                out.add_run(self._rb.raw[st[p] : st[hi]], self._lens[2 * p : 2 * hi])
             self._pos = hi
             if hi < len(keys):
                 return
@@ -115,7 +149,7 @@ class MergeCursor:
             hi = bisect.bisect_left(keys, key, self._pos)
             if hi > self._pos:
                 rk.extend(keys[self._pos : hi])
-                rv.extend(self._vals[self._pos : hi])
+                rv.extend(self._rb.values(self._pos, hi))
             self._pos = hi
             if hi < len(keys):
                 break
@@ -151,32 +185,39 @@ class MergeCursor:
                 if v is not None:
                     out.add(key, v)
                 continue
-            keys, vals, pos = self._keys, self._vals, self._pos
+            keys, rb, pos = self._keys, self._rb, self._pos
+            raw, olens, st = rb.raw, self._lens, self._starts
             last = keys[-1]
-            nk: list[bytes] = []
-            nv: list[bytes] = []
+            chunks: list[bytes] = []  # the new block: slices of raw and new records, in order
+            lens: list[int] = []
             while True:
                 j = bisect.bisect_left(keys, key, pos)
                 if j > pos:
-                    nk += keys[pos:j]
-                    nv += vals[pos:j]
+                    chunks.append(raw[st[pos] : st[j]])
+                    lens += olens[2 * pos : 2 * j]
                 if j < len(keys) and keys[j] == key:
-                    v = combine(key, vals[j], payload)
+                    v = combine(key, rb.value(j), payload)
                     pos = j + 1
                 else:
                     v = combine(key, None, payload)
                     pos = j
                 if v is not None:
-                    nk.append(key)
-                    nv.append(v)
+                    chunks.append(key)
+                    chunks.append(v)
+                    lens.append(len(key))
+                    lens.append(len(v))
                 g = next(it, None)
                 if g is None or g[0] > last:
                     held = g
                     break
+                if g[0] <= key:
+                    raise AssertionError(f"{out.path}: edits out of order: {g[0]!r:.80} after {key!r:.80}")
                 key, payload = g
-            nk += keys[pos:]
-            nv += vals[pos:]
-            out.add_many(nk, nv)
+            n = len(keys)
+            if n > pos:
+                chunks.append(raw[st[pos] : st[n]])
+                lens += olens[2 * pos : 2 * n]
+            out.add_run(b"".join(chunks), lens)
             self._next_block()
             if held is None:
                 return
@@ -242,8 +283,11 @@ class MergeCursor:
         """Apply range edits, a decoded block at a time.
 
         ``groups`` yields ``(lo, hi, payload)`` with disjoint, increasing ranges [lo, hi);
-        ``combine(lo, old_keys, old_vals, payload)`` gets the old records in the range and
-        returns the (keys, values) to write there, sorted and inside the range.  A range that
+        ``combine(lo, old_keys, old_values, payload)`` gets the keys of the old records in the
+        range and ``old_values()``, which returns their values (split out only if asked for).
+        It returns either the (keys, values) to write there instead, sorted and inside the
+        range, or a ``Splice``: point edits on the old records, which are otherwise kept as
+        they are — as spans of the old block's bytes, never split into records.  A range that
         runs past the end of its block takes the slow path (``take_until`` across blocks).
         """
         out = self.out
@@ -263,40 +307,64 @@ class MergeCursor:
                     ok, ov = [], []  # nothing old in the range
                 else:
                     ok, ov = self.take_until(hi)
-                nk, nv = combine(lo, ok, ov, payload)
-                out.add_many(nk, nv)
+                out.add_many(*_result(combine(lo, ok, lambda ov=ov: ov, payload), ok, ov))
                 continue
-            keys, vals, pos = self._keys, self._vals, self._pos
+            keys, rb, pos = self._keys, self._rb, self._pos
+            raw, olens, st = rb.raw, self._lens, self._starts
             n = len(keys)
-            nk: list[bytes] = []
-            nv: list[bytes] = []
+            chunks: list[bytes] = []  # the new block: slices of raw and new records, in order
+            lens: list[int] = []
             while True:
                 j1 = bisect.bisect_left(keys, lo, pos)
                 j2 = bisect.bisect_left(keys, hi, j1)
                 if j2 == n:
                     # The range may go on in the next block: finish this block's output, then
                     # collect the range across blocks.
-                    nk += keys[pos:j1]
-                    nv += vals[pos:j1]
-                    out.add_many(nk, nv)
+                    if j1 > pos:
+                        chunks.append(raw[st[pos] : st[j1]])
+                        lens += olens[2 * pos : 2 * j1]
+                    out.add_run(b"".join(chunks), lens)
                     self._pos = j1
                     ok, ov = self.take_until(hi)
-                    rk, rv = combine(lo, ok, ov, payload)
-                    out.add_many(rk, rv)
+                    out.add_many(*_result(combine(lo, ok, lambda ov=ov: ov, payload), ok, ov))
                     break
-                if j1 > pos:
-                    nk += keys[pos:j1]
-                    nv += vals[pos:j1]
-                rk, rv = combine(lo, keys[j1:j2], vals[j1:j2], payload)
-                nk += rk
-                nv += rv
-                pos = j2
+                r = combine(lo, keys[j1:j2], lambda rb=rb, j1=j1, j2=j2: rb.values(j1, j2), payload)
+                if type(r) is Splice:
+                    # Old records between the edited keys stay slices of raw.
+                    p, prev = pos, None
+                    for k, v in r:
+                        if k < lo or k >= hi or (prev is not None and k <= prev):
+                            raise AssertionError(f"{out.path}: splice key {k!r:.80} out of order or range")
+                        prev = k
+                        j = bisect.bisect_left(keys, k, p, j2)
+                        if j > p:
+                            chunks.append(raw[st[p] : st[j]])
+                            lens += olens[2 * p : 2 * j]
+                        p = j + 1 if j < j2 and keys[j] == k else j
+                        if v is not None:
+                            chunks.append(k)
+                            chunks.append(v)
+                            lens.append(len(k))
+                            lens.append(len(v))
+                    pos = p  # the rest of the range is copied with what follows it
+                else:
+                    rk, rv = r
+                    if j1 > pos:
+                        chunks.append(raw[st[pos] : st[j1]])
+                        lens += olens[2 * pos : 2 * j1]
+                    if rk:
+                        if rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:])):
+                            raise AssertionError(f"{out.path}: merged keys out of order or range at {lo!r:.80}")
+                        chunks += chain.from_iterable(zip(rk, rv))
+                        lens += chain.from_iterable(zip(map(len, rk), map(len, rv)))
+                    pos = j2
                 g = next(it, None)
                 if g is None or g[0] > keys[-1]:
                     held = g
-                    nk += keys[pos:]
-                    nv += vals[pos:]
-                    out.add_many(nk, nv)
+                    if n > pos:
+                        chunks.append(raw[st[pos] : st[n]])
+                        lens += olens[2 * pos : 2 * n]
+                    out.add_run(b"".join(chunks), lens)
                     self._next_block()
                     break
                 lo, hi, payload = g

@@ -17,8 +17,8 @@ from array import array
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
-from itertools import accumulate
-from operator import ge, gt, lt
+from itertools import accumulate, chain, repeat
+from operator import add, ge, gt, lt
 
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
 from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
@@ -28,6 +28,7 @@ from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webd
     check_block_crc,
     decode_block,
     encode_block,
+    encode_run,
     unpack_block,
 )
 from webdb.tables.format import (
@@ -61,6 +62,10 @@ class TableWriter:
         self._f = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
         self._keys: list[bytes] = []
         self._vals: list[bytes] = []
+        # Pending records added as runs (add_run): their bytes and lengths; records added
+        # after them as objects wait in _keys/_vals.
+        self._chunks: list[bytes] = []
+        self._lens: list[int] = []
         self._size = 0
         self._offset = 0
         self._last: bytes | None = None
@@ -98,7 +103,12 @@ class TableWriter:
             if self._size >= bs:
                 self._flush()
             return
-        # A large append: cut where the running size passes the block size.
+        self._cut_records(keys, vals)
+
+    def _cut_records(self, keys: list[bytes], vals: list[bytes]) -> None:
+        """Append records one at a time as far as block cuts go: a block ends at the first record
+        boundary where it reaches the block size (the order was checked by the caller)."""
+        bs = self.block_size
         sizes = [a + b + 8 for a, b in zip(map(len, keys), map(len, vals))]
         cum = list(accumulate(sizes, initial=self._size))
         i, n = 0, len(keys)
@@ -112,15 +122,61 @@ class TableWriter:
             if self._size >= bs:
                 self._flush()
 
-    def absorb_block(self, keys: list[bytes], vals: list[bytes]) -> None:
-        """Append a whole decoded old block to the pending records and cut there (at most
+    def add_run(self, data: bytes, lens: list[int]) -> None:
+        """``add_many`` of records given as bytes: ``data`` is their keys and values back to
+        back, ``lens`` their lengths (key, value, key, value, ...).  Blocks are cut exactly
+        where ``add_many`` would cut; a merge hands the runs of untouched records of an old
+        block over this way, as one slice of the block's bytes (``MergeCursor``), so no record
+        becomes an object.  The caller guarantees the order inside the run; its first key is
+        checked against what was written before."""
+        if not lens:
+            return
+        first = data[: lens[0]]
+        if self._last is not None and first <= self._last:
+            raise AssertionError(f"{self.path}: keys out of order: {first!r:.80} after {self._last!r:.80}")
+        self._last = data[len(data) - lens[-1] - lens[-2] : len(data) - lens[-1]]
+        n = len(lens) >> 1
+        bs = self.block_size
+        total = len(data) + 8 * n
+        if total <= bs:
+            self._put_run(data, lens, total)
+            return
+        # One record at a time as far as cuts go (as _cut_records): record i ends at cum[i+1].
+        cum = list(accumulate(map(add, map(add, lens[0::2], lens[1::2]), repeat(8, n)), initial=self._size))
+        i = 0
+        while i < n:
+            j = min(bisect.bisect_left(cum, cum[i] - self._size + bs, i + 1), n)
+            a = cum[i] - cum[0] - 8 * i
+            e = cum[j] - cum[0] - 8 * j
+            self._put_run(data[a:e] if (a or e != len(data)) else data, lens[2 * i : 2 * j], cum[j] - cum[i])
+            i = j
+
+    def _runify(self) -> None:
+        """Pending list records (added before a run) become run bytes."""
+        self._chunks.append(b"".join(chain.from_iterable(zip(self._keys, self._vals))))
+        self._lens += chain.from_iterable(zip(map(len, self._keys), map(len, self._vals)))
+        self._keys, self._vals = [], []
+
+    def _put_run(self, data: bytes, lens: list[int], size: int) -> None:
+        if self._keys:
+            self._runify()
+        self._chunks.append(data)
+        self._lens += lens
+        self._size += size
+        if self._size >= self.block_size:
+            self._flush()
+
+    def absorb_run(self, data: bytes, lens: list[int]) -> None:
+        """Append a whole decoded old block, given as a run (``add_run``), and cut there (at most
         1.5 block sizes), so the blocks after it line up with the old file again."""
-        if self._last is not None and keys and keys[0] <= self._last:
+        if not lens:
+            self._flush()
+            return
+        first = data[: lens[0]]
+        if self._last is not None and first <= self._last:
             raise AssertionError(f"{self.path}: absorbed block out of order")
-        self._keys += keys
-        self._vals += vals
-        if keys:
-            self._last = keys[-1]
+        self._last = data[len(data) - lens[-1] - lens[-2] : len(data) - lens[-1]]
+        self._put_run(data, lens, 0)
         self._flush()
 
     @property
@@ -165,6 +221,12 @@ class TableWriter:
         self._flush()
 
     def _flush(self) -> None:
+        if self._chunks:
+            if self._keys:
+                self._runify()
+            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec))
+            self._chunks, self._lens, self._size = [], [], 0
+            return
         if not self._keys:
             return
         data = encode_block(self._keys, self._vals, self.codec)
@@ -548,34 +610,35 @@ def _prefix_end(p: bytes) -> bytes | None:
 class Probe:
     """Forward-only lookups in one table for keys given in increasing order.
 
-    Each block is decoded at most once per probe pass, so probing m sorted keys costs
-    O(m log b) comparisons plus one decode per block that holds any of them.
+    Each block is decompressed at most once per probe pass and only its keys are split out, so
+    probing m sorted keys costs O(m log b) comparisons plus one key split per block that holds
+    any of them.
     """
 
     def __init__(self, table: TableReader | None):
         self.t = table
         self._bi = -1
+        self._rb: RawBlock | None = None
         self._keys: list[bytes] = []
-        self._vals: list[bytes] = []
-
-    def _seek_block(self, key: bytes) -> int:
-        t = self.t
-        i = bisect.bisect_right(t.first_keys, key) - 1
-        return max(i, 0)
 
     def ceiling(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The first record with record key >= key, or None."""
         t = self.t
         if t is None or not t.nblocks:
             return None
-        i = self._seek_block(key)
+        keys = self._keys
+        if keys and keys[0] <= key <= keys[-1]:
+            j = bisect.bisect_left(keys, key)  # in the block at hand (keys come in order)
+            return keys[j], self._rb.value(j)
+        i = max(bisect.bisect_right(t.first_keys, key) - 1, 0)
         while i < t.nblocks:
             if i != self._bi:
-                self._keys, self._vals = t.block(i)
+                self._rb = t.raw(i)
+                self._keys = self._rb.keys()
                 self._bi = i
             j = bisect.bisect_left(self._keys, key)
             if j < len(self._keys):
-                return self._keys[j], self._vals[j]
+                return self._keys[j], self._rb.value(j)
             i += 1
         return None
 

@@ -24,13 +24,14 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from itertools import islice
+from itertools import chain, islice, repeat
 
 from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.merge import Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
     LINK_OUT,
@@ -148,7 +149,10 @@ def write_routed(job: dict, stage: int, recs: Iterator[bytes] | list[bytes], pro
                             s["codec"],
                             sync=s["sync"],
                         )
-                    w.add_many(chunk[lo:hi], [b""] * (hi - lo))
+                    # The records are sorted already (a sort buffer's output): handed over as
+                    # one run of bytes, keys with empty values, not checked record by record.
+                    recs = chunk[lo:hi]
+                    w.add_run(b"".join(recs), list(chain.from_iterable(zip(map(len, recs), repeat(0)))))
                     counts[j] = counts.get(j, 0) + hi - lo
                 lo = hi
     finally:
@@ -329,18 +333,33 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     probe = Probe(TableReader(pbm) if pbm else None)
     dropped = 0
 
-    def combine(md5: bytes, ok: list[bytes], ov: list[bytes], payload) -> tuple[list[bytes], list[bytes]]:
+    def combine(md5: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dropped
         del_all, adds = payload
-        old = dict(zip([k[16:] for k in ok], ov))
         if adds and not probe.has_prefix(md5):
             dropped += len(adds)  # no page carries this content: its links would be orphans
             adds = []
-        new: dict[bytes, bytes] = {} if del_all else dict(old)
+        if not adds and not del_all:
+            return Splice()
+        old = dict(zip([k[16:] for k in ok], old_values()))
         tail = E.lbu_link_tail(md5, E.OP4_ADD)
         ek: list[bytes] = []
         ev: list[bytes] = []
-        for u, v in adds:  # in url order; the last add of a url won already
+        if not del_all:
+            # Only new or changed links are written; the stored ones stay as bytes (a re-add of
+            # the same link keeps the stored flag and emits nothing).
+            sp = Splice()
+            for u, v in adds:  # in url order; the last add of a url won already
+                prev = old.get(u)
+                if prev is None or not link_same_but_flag(prev, v):
+                    ek.append(u + tail)
+                    ev.append(v)
+                    sp.append((md5 + u, v))
+            if ek:
+                em4.add_many(ek, ev)
+            return sp
+        new: dict[bytes, bytes] = {}
+        for u, v in adds:
             prev = old.get(u)
             if prev is not None and link_same_but_flag(prev, v):
                 v = prev  # same link: keep the stored flag, emit nothing
@@ -362,20 +381,23 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         gm: bytes | None = None
         del_all = False
         adds: list[tuple[bytes, bytes]] = []
-        for key, val in _records(job):
-            md5 = key[:16]
+        del_tag = E.TAG3_DEL_ALL[0]
+        for rec in merge_files(job["inputs"], KIND_EDITS):
+            # The edit record read in place (E.pack): key = md5 tag [url 0x00], value at kl.
+            kl = rec[-2] | (rec[-1] << 8)
+            md5 = rec[:16]
             if md5 != gm:
                 if gm is not None:
                     yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
                 gm, del_all, adds = md5, False, []
-            if key[16:17] == E.TAG3_DEL_ALL:
+            if rec[16] == del_tag:
                 del_all = True
             else:
-                u = key[17:-1]
+                u = rec[17 : kl - 9]
                 if adds and adds[-1][0] == u:
-                    adds[-1] = (u, val)
+                    adds[-1] = (u, rec[kl:-2])
                 else:
-                    adds.append((u, val))
+                    adds.append((u, rec[kl:-2]))
         if gm is not None:
             yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
 
@@ -395,23 +417,38 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     probe = Probe(TableReader(pbu) if pbu else None)
     dangling = 0
 
-    def combine(start: bytes, ok: list[bytes], ov: list[bytes], payload) -> tuple[list[bytes], list[bytes]]:
+    def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
         url_b, notice, ledits = payload
+        state = notice
+        if notice is None:
+            # The target did not change: stored links have the right flag and stay as they are
+            # (spliced as bytes).  Added links need the target's state; deletes need nothing.
+            fin: dict[bytes, bytes | None] = {}  # the last edit of each fromID wins
+            for fid, op, v in ledits:
+                fin[fid] = v if op == E.OP4_ADD else None
+            added = {fid: v for fid, v in fin.items() if v is not None}
+            state = E.target_state(probe.get(url_b)) if added else -1
+            if state != E.TARGET_ABSENT:
+                if state >= 0:
+                    flag = LINK_OUT if state == E.TARGET_OUT else 0
+                    fb = bytes((flag,))
+                    fix = [fid for fid, v in added.items() if (v[LINK_FLAGS] & LINK_OUT) != flag]
+                    if fix:
+                        for fid in fix:
+                            fin[fid] = link_with_flags(fin[fid], fb)
+                        tail = E.lbm2_tail(url_b, E.OP5_FLAG)
+                        em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
+                return Splice([(start + fid, v) for fid, v in fin.items()])
         n0 = len(start)
-        links = dict(zip([k[n0:] for k in ok], ov))
-        added: dict[bytes, bytes] = {}  # value as stage 3 wrote it to LinksByMD5
+        links = dict(zip([k[n0:] for k in ok], old_values()))
+        added = {}  # value as stage 3 wrote it to LinksByMD5
         for fid, op, v in ledits:
             if op == E.OP4_DEL:
                 links.pop(fid, None)
                 added.pop(fid, None)
             else:
                 links[fid] = added[fid] = v
-        state = notice
-        if state is None:
-            # The target did not change: stored links have the right flag.  Added links need
-            # the target's state; a group of deletes only needs nothing.
-            state = E.target_state(probe.get(url_b)) if added else -1
         if state == E.TARGET_ABSENT:
             if links:
                 tail = E.lbm2_tail(url_b, E.OP5_DEL)
@@ -436,17 +473,20 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         gu: bytes | None = None
         notice: int | None = None
         ledits: list[tuple[bytes, int, bytes]] = []
-        for key, val in _records(job):
-            i = key.index(b"\x00")
-            url_b = key[:i]
+        notice_tag = E.TAG4_NOTICE[0]
+        for rec in merge_files(job["inputs"], KIND_EDITS):
+            # The edit record read in place (E.pack): key = url 0x00 tag [fromID op], value at kl.
+            kl = rec[-2] | (rec[-1] << 8)
+            i = rec.index(b"\x00")
+            url_b = rec[:i]
             if url_b != gu:
                 if gu is not None:
                     yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
                 gu, notice, ledits = url_b, None, []
-            if key[i + 1 : i + 2] == E.TAG4_NOTICE:
-                notice = val[0]
+            if rec[i + 1] == notice_tag:
+                notice = rec[kl]
             else:
-                ledits.append((key[i + 2 : i + 18], key[i + 18], val))
+                ledits.append((rec[i + 2 : i + 18], rec[i + 18], rec[kl:-2]))
         if gu is not None:
             yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
 

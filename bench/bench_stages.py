@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""CPU seconds of each cascade stage of one section, replayed in this process from a captured
+round, so two versions of the code can be compared stage by stage (and profiled) on the same
+inputs, on a busy machine too (CPU time, one process, no barrier waits).
+
+    # 1. a db (e.g. driver.py --keep, or bench_round.py) and a capture of one round on a copy of it
+    python bench/bench_stages.py capture --db /tmp/w/db --data bench/data/n1000000 --work /tmp/st
+    # 2. replay stages 3 and 4 of section 0 with the code of a snapshot, twice each
+    python bench/bench_stages.py replay --work /tmp/st --src /tmp/snap --stages 3,4 --repeat 2
+
+``capture`` copies the db to WORK/db and runs the round there (`webdb update` on a local rack,
+k section processes, as bench/peer_webdb.py), with a hook (a ``sitecustomize`` on the section
+processes' path, bench-only) that saves every stage job — its edit files and its input tables
+— under WORK/jobs.  ``replay`` runs each saved job with the code in ``--src`` (sync off, the
+new table and emitted edits removed afterwards) and prints one JSON line per run: CPU and wall
+seconds and a digest of the table and edit files it wrote (equal digests: equal output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+HOOK = """
+import os
+if os.environ.get("BENCH_STAGES_SAVE"):
+    import json, shutil
+    import webdb.writer.cascade as C
+    import webdb.writer.executor as X
+    _run = C.run_stage
+
+    def run_stage(job):
+        d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st%d-s%d" % (job["stage"], job["section"]))
+        os.makedirs(d, exist_ok=True)
+        ins = []
+        for i, p in enumerate(job["inputs"]):
+            ins.append(os.path.join(d, "in%d.edits" % i))
+            shutil.copy(p, ins[-1])
+        tabs = {}
+        for t, p in job["tables"].items():
+            tabs[t] = os.path.join(d, t)
+            shutil.copy(p, tabs[t])
+        with open(os.path.join(d, "job.json"), "w") as f:
+            json.dump(dict(job, inputs=ins, tables=tabs), f)
+        return _run(job)
+
+    C.run_stage = X.run_stage = run_stage
+"""
+
+
+def capture(args: argparse.Namespace) -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.dirname(here)
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(os.path.join(args.work, "hook"))
+    with open(os.path.join(args.work, "hook", "sitecustomize.py"), "w") as f:
+        f.write(HOOK)
+    subprocess.run(["cp", "-r", args.db, os.path.join(args.work, "db")], check=True)
+    env = dict(
+        os.environ,
+        BENCH_STAGES_SAVE=os.path.join(args.work, "jobs"),
+        PYTHONPATH=os.pathsep.join([os.path.join(args.work, "hook"), here, src]),
+    )
+    code = (
+        "import sys; from roundtsv import INPUT; from webdb.writer.rack import Rack, update; "
+        "db, tsv, k = sys.argv[1], sys.argv[2], int(sys.argv[3]); "
+        "update(Rack.local(db), {j: {'paths': [tsv], 'options': {'share': [j, k]}} for j in range(k)}, input_fn=INPUT)"
+    )
+    t0 = time.monotonic()
+    db = os.path.join(args.work, "db")
+    subprocess.run(
+        [sys.executable, "-c", code, db, os.path.join(args.data, "round.tsv"), str(args.sections)], env=env, check=True
+    )
+    print(
+        json.dumps(
+            {
+                "captured": sorted(os.listdir(os.path.join(args.work, "jobs"))),
+                "round_s": round(time.monotonic() - t0, 2),
+            }
+        )
+    )
+
+
+def replay(args: argparse.Namespace) -> None:
+    sys.path.insert(0, args.src)
+    from webdb.sections import section_path
+    from webdb.writer.cascade import run_stage
+
+    tmp = os.path.join(args.work, f"replay-{os.getpid()}")
+    for stage in [int(s) for s in args.stages.split(",")]:
+        with open(os.path.join(args.work, "jobs", f"st{stage}-s{args.section}", "job.json")) as f:
+            job = json.load(f)
+        for r in range(args.repeat):
+            os.makedirs(tmp, exist_ok=True)
+            j = dict(job, gen=900_000 + r, batch=f"replay-{os.getpid()}-{r}", tmp=tmp, outbox=os.path.join(tmp, "out"))
+            j["settings"] = dict(j["settings"], sync=False)
+            c0, w0 = time.process_time(), time.perf_counter()
+            res = run_stage(j)
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            out = os.path.join(section_path(j["db"], args.section), res["file"])
+            h = hashlib.sha1()
+            for p in [out] + sorted(glob.glob(os.path.join(j["outbox"], "*", "edits", j["batch"], "*", "*"))):
+                with open(p, "rb") as f:
+                    h.update(f.read())
+            os.unlink(out)
+            shutil.rmtree(tmp)
+            print(
+                json.dumps(
+                    {
+                        "src": args.src,
+                        "stage": stage,
+                        "section": args.section,
+                        "cpu_s": round(cpu, 2),
+                        "wall_s": round(wall, 2),
+                        "digest": h.hexdigest()[:12],
+                    }
+                ),
+                flush=True,
+            )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("capture")
+    c.add_argument("--db", required=True, help="db to copy (not changed)")
+    c.add_argument("--data", required=True, help="workload directory (round.tsv)")
+    c.add_argument("--work", required=True, help="scratch directory (wiped)")
+    c.add_argument("--sections", type=int, default=2, help="the db's k")
+    r = sub.add_parser("replay")
+    r.add_argument("--work", required=True)
+    r.add_argument("--src", required=True, help="source tree whose webdb runs the stages")
+    r.add_argument("--stages", default="1,2,3,4,5")
+    r.add_argument("--section", type=int, default=0)
+    r.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    (capture if args.cmd == "capture" else replay)(args)
+
+
+if __name__ == "__main__":
+    main()
