@@ -5,7 +5,9 @@
 #   SCALES="100000:10000" ROUNDS=3 PEERS="webdb sortmerge" bench/run_steady.sh   # a quick look
 #   SCALES="10000000:100000" PEERS="webdb sortmerge" APPEND=1 bench/run_steady.sh   # N=10M once
 # Env: BENCH_DATA (data + scratch, default bench/data), PY (the python that runs the driver: it
-#      needs the peers' modules, e.g. duckdb, rocksdict, psutil), APPEND=1 keeps earlier results.
+#      needs the peers' modules, e.g. duckdb, rocksdict, psutil), APPEND=1 keeps earlier results,
+#      PEERS_SRC (the peers folder, default ../shared/peers beside the checkout), COMMIT (the code's
+#      commit when this runs from a `git archive` snapshot).
 # Writes $BENCH_DATA/steady.jsonl (one driver line per peer and scale), bench/results-steady-<date>.md
 # and docs/img/rounds-<date>.png (bench/plot_rounds.py).
 set -euo pipefail
@@ -46,7 +48,7 @@ done
 day=$(date +%F)
 mkdir -p "$here/../docs/img"
 { echo "machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r);" \
-    "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'); $(date -u '+%F %H:%M UTC')"
+    "commit ${COMMIT:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')}; $(date -u '+%F %H:%M UTC')"
   echo
   "$PY" "$here/plot_rounds.py" "$res" --png "$here/../docs/img/rounds-$day.png"; } > "$here/results-steady-$day.md"
 cat "$here/results-steady-$day.md"
