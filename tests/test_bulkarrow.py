@@ -14,7 +14,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_import import TABLES, _cli, _link, _page, by_writer, random_calls, raw
+from test_import import KILL_POINTS, TABLES, _cli, _link, _page, by_writer, random_calls, raw
 
 import webdb
 from webdb import Link, Page
@@ -195,16 +195,6 @@ def test_refuses_a_bad_link_and_a_db_with_pages(tmp_path):
         bulk_load_arrow(db, page_table([Page("http://b.test/")]), [])
     assert db.manifest()["generation"] == 1
 
-
-KILL_POINTS = [
-    "bulk.after_read",
-    "bulk.after_pages_by_url",
-    "bulk.after_pages_by_md5",
-    "bulk.after_links_by_url",
-    "bulk.after_links_by_md5",
-    "bulk.before_commit",
-    "commit.before_current",
-]
 
 CHILD = """
 import random, sys

@@ -34,7 +34,7 @@ from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OU
 from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["SectionFiles", "bulk_load", "locked_load", "section_writer"]
+__all__ = ["SectionFiles", "bulk_load", "load_manifest", "locked_load", "section_writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
 _FLAG = (b"\x00", bytes((LINK_OUT,)))  # the flags byte of a link value, by target_has_outlink
@@ -397,6 +397,14 @@ def _load(
             b.cleanup()
         raise
     shutil.rmtree(tmp, ignore_errors=True)
+    return load_manifest(gen, base, secs, tables, status, n_pages, n_links, {"seconds": phases})
+
+
+def load_manifest(
+    gen: int, base: dict, secs: dict, tables: list[dict], status: list, n_pages: int, n_links: int, bulk: dict
+) -> dict:
+    """The manifest of a bulk load's generation (no stages; ``bulk`` says how it was built),
+    its counts checked against the tables written."""
     m = build(
         generation=gen,
         parent=base["generation"],
@@ -406,7 +414,7 @@ def _load(
         status=status,
         edits={"pages": n_pages, "links": n_links},
         stages=[],
-        bulk={"seconds": phases},
+        bulk=bulk,
     )
     check_counts(m)
     return m

@@ -36,8 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from webdb import _fault
-from webdb.bulk import SectionFiles, locked_load
-from webdb.manifest import build, check_counts
+from webdb.bulk import SectionFiles, load_manifest, locked_load
 from webdb.sections import Sections, section_path
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
@@ -740,18 +739,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
         for out in outs.values():
             out.abort()
         raise
-    m = build(
-        generation=gen,
-        parent=base["generation"],
-        batch=f"{gen:08d}-import",
-        sections=secs,
-        tables=tables,
-        status=status,
-        edits={"pages": n_pages, "links": n_links},
-        stages=[],
-        bulk={"seconds": phases, "columnar": True},
-    )
-    check_counts(m)
+    m = load_manifest(gen, base, secs, tables, status, n_pages, n_links, {"seconds": phases, "columnar": True})
     shutil.rmtree(tmp, ignore_errors=True)
     return m
 
