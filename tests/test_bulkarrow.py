@@ -8,13 +8,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_import import KILL_POINTS, TABLES, _cli, _link, _page, by_writer, random_calls, raw
+from test_import import KILL_POINTS, TABLES, _cli, _link, _page, by_writer, killed_load, random_calls, raw
 
 import webdb
 from webdb import Link, Page
@@ -210,14 +208,7 @@ bulk_load_arrow(sys.argv[1], page_table(pages), link_tables(links), block_size=2
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_kill_leaves_the_empty_db(tmp_path, point):
-    db = webdb.create(str(tmp_path / "db"), sections=2)
-    code = CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, WEBDB_FAULTS=point)
-    p = subprocess.run([sys.executable, "-c", code, db.path], env=env, capture_output=True, text=True)
-    assert p.returncode == -9, p.stderr
-    db = webdb.open(db.path)
-    assert db.manifest()["generation"] == 0
-    assert all(not v for v in raw(db).values())
+    db = killed_load(tmp_path, point, CHILD)
     # The next load cleans up what the killed one left and completes.
     pages, links = random_calls(random.Random(7), 200)
     bulk_load_arrow(db, page_table(pages), link_tables(links), block_size=256)

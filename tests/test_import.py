@@ -181,17 +181,24 @@ webdb.bulk_load(sys.argv[1], pages, links, block_size=256, memory_mb=1)
 """
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("point", KILL_POINTS)
-def test_kill_leaves_the_empty_db(tmp_path, point):
+def killed_load(tmp_path, point: str, child: str):
+    """A new 2-section db after ``child`` (code with a ``{tests}`` slot, loading argv[1]) was
+    killed at fault ``point``: still at generation 0 with empty tables."""
     db = webdb.create(str(tmp_path / "db"), sections=2)
-    code = CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    code = child.format(tests=os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, WEBDB_FAULTS=point)
     p = subprocess.run([sys.executable, "-c", code, db.path], env=env, capture_output=True, text=True)
     assert p.returncode == -9, p.stderr
     db = webdb.open(db.path)
     assert db.manifest()["generation"] == 0
     assert all(not v for v in raw(db).values())
+    return db
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill_leaves_the_empty_db(tmp_path, point):
+    db = killed_load(tmp_path, point, CHILD)
     # The next import cleans up what the killed one left and completes.
     pages, links = random_calls(random.Random(7), 200)
     webdb.bulk_load(db, pages, links, block_size=256, memory_mb=1)
