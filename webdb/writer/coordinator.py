@@ -26,7 +26,7 @@ from webdb.writer.distributed import HEARTBEAT, PROTOCOL
 from webdb.writer.engine import batch_manifest, choose_sections
 from webdb.writer.hosts import Placement, Rack, _LocalLink, _SSHLink
 from webdb.writer.inputs import DEFAULT_INPUT
-from webdb.writer.results import UpdateFailed, UpdateResult, _Host, host_results
+from webdb.writer.results import UpdateFailed, UpdateResult, _Host, host_results, stopped
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
@@ -332,13 +332,7 @@ def update(
         _batch(run, res, gen0, base, identity, inputs or {}, input_fn, options or {}, settings or {}, stage_timeout)
     except _Abort:
         run.abort()
-        res.hosts = run.results(f"update {rack.db}")
-        res.error, res.kind = run.error, run.kind
-        res.seconds = time.monotonic() - run.t0
-        if res.committed:
-            res.warnings.append(run.error)
-            return res
-        raise UpdateFailed(f"update of {rack.db} stopped, nothing committed: {run.error}", res) from None
+        return stopped(res, run.results(f"update {rack.db}"), run.error, run.kind, run.t0)
     except BaseException:
         run.abort()
         raise

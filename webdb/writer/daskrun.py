@@ -34,7 +34,7 @@ from webdb.writer.coordinator import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, batch_rec
 from webdb.writer.engine import choose_sections
 from webdb.writer.hosts import Rack
 from webdb.writer.inputs import DEFAULT_INPUT
-from webdb.writer.results import UpdateFailed, UpdateResult, _Host, host_results
+from webdb.writer.results import UpdateResult, _Host, host_results, stopped
 
 __all__ = ["CONNECT_TIMEOUT", "WORKER_TIMEOUT", "DaskUnavailable", "connect", "update_dask"]
 
@@ -300,13 +300,7 @@ def update_dask(
         if e.label is not None and e.label in run.hosts:
             run.hosts[e.label].error = str(e)
         run.abort()
-        res.hosts = host_results(f"update {rack.db}", run.hosts, run.error, run.t0)
-        res.error, res.kind = run.error, e.kind
-        res.seconds = time.monotonic() - run.t0
-        if res.committed:
-            res.warnings.append(run.error)
-            return res
-        raise UpdateFailed(f"update of {rack.db} stopped, nothing committed: {run.error}", res) from None
+        return stopped(res, host_results(f"update {rack.db}", run.hosts, run.error, run.t0), run.error, e.kind, run.t0)
     except BaseException:
         run.abort()
         raise

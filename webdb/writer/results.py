@@ -12,7 +12,7 @@ from webdb.errors import DistributedError
 from webdb.ndfs import GroupResult, HostResult
 from webdb.writer.hosts import Placement, _Link
 
-__all__ = ["UpdateFailed", "UpdateResult", "host_results"]
+__all__ = ["UpdateFailed", "UpdateResult", "host_results", "stopped"]
 
 
 class UpdateFailed(DistributedError):
@@ -132,3 +132,15 @@ def host_results(what: str, hosts: dict[str, _Host], error: str | None, t0: floa
             err = DistributedError(f"aborted at {h.where()}: {error}")
         out[label] = HostResult(label, err is None, v, err, h.bytes, end - (h.t0 or t0))
     return out
+
+
+def stopped(res: UpdateResult, hosts: GroupResult, error: str, kind: str | None, t0: float) -> UpdateResult:
+    """The outcome of a run stopped by ``error`` (any transport): returned with the error as a
+    warning when the commit point had already passed, else raised as UpdateFailed."""
+    res.hosts = hosts
+    res.error, res.kind = error, kind
+    res.seconds = time.monotonic() - t0
+    if res.committed:
+        res.warnings.append(error)
+        return res
+    raise UpdateFailed(f"update of {res.db} stopped, nothing committed: {error}", res) from None
