@@ -52,6 +52,18 @@ if os.environ.get("BENCH_STAGES_SAVE"):
         return _run(job)
 
     C.run_stage = X.run_stage = run_stage
+
+    import webdb.writer.section as S
+    _apply = S.apply_input
+
+    def apply_input(spec, job0, secs, tmp, breakpoints):
+        d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st0-s%d" % spec["section"])
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "job.json"), "w") as f:
+            json.dump({"spec": spec, "job0": job0, "sections": secs.to_json()}, f)
+        return _apply(spec, job0, secs, tmp, breakpoints)
+
+    S.apply_input = apply_input
 """
 
 
@@ -89,12 +101,15 @@ def capture(args: argparse.Namespace) -> None:
 
 
 def replay(args: argparse.Namespace) -> None:
-    sys.path.insert(0, args.src)
+    sys.path[:0] = [args.src, os.path.join(args.src, "bench")]  # its webdb and its roundtsv
     from webdb.sections import section_path
     from webdb.writer.cascade import run_stage
 
     tmp = os.path.join(args.work, f"replay-{os.getpid()}")
     for stage in [int(s) for s in args.stages.split(",")]:
+        if stage == 0:
+            replay_step0(args, tmp)
+            continue
         with open(os.path.join(args.work, "jobs", f"st{stage}-s{args.section}", "job.json")) as f:
             job = json.load(f)
         for r in range(args.repeat):
@@ -126,6 +141,47 @@ def replay(args: argparse.Namespace) -> None:
             )
 
 
+def replay_step0(args: argparse.Namespace, tmp: str) -> None:
+    """Step 0 of a section: its share of round.tsv through ``apply_input`` (parse, EditLog,
+    sort, route into the outbox); the digest covers every edit file routed (name and bytes)."""
+    from webdb.sections import Sections
+    from webdb.writer.section import apply_input
+
+    with open(os.path.join(args.work, "jobs", f"st0-s{args.section}", "job.json")) as f:
+        saved = json.load(f)
+    for r in range(args.repeat):
+        os.makedirs(tmp, exist_ok=True)
+        batch = f"replay-{os.getpid()}-{r}"
+        out = os.path.join(tmp, "out")
+        job0 = dict(saved["job0"], gen=900_000 + r, batch=batch, tmp=tmp, outbox=out)
+        job0["settings"] = dict(job0["settings"], sync=False)
+        c0, w0 = time.process_time(), time.perf_counter()
+        _, api, info, _ = apply_input(saved["spec"], job0, Sections.from_json(saved["sections"]), tmp, None)
+        cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+        h = hashlib.sha1()
+        files = sorted(glob.glob(os.path.join(out, "*", "edits", batch, "*", "*")))
+        for p in files:
+            h.update(os.path.relpath(p, out).replace(batch, "B").encode())
+            with open(p, "rb") as f:
+                h.update(f.read())
+        shutil.rmtree(tmp)
+        print(
+            json.dumps(
+                {
+                    "src": args.src,
+                    "stage": 0,
+                    "section": args.section,
+                    "cpu_s": round(cpu, 2),
+                    "wall_s": round(wall, 2),
+                    "files": len(files),
+                    "api": api,
+                    "digest": h.hexdigest()[:12],
+                }
+            ),
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -137,7 +193,7 @@ def main() -> None:
     r = sub.add_parser("replay")
     r.add_argument("--work", required=True)
     r.add_argument("--src", required=True, help="source tree whose webdb runs the stages")
-    r.add_argument("--stages", default="1,2,3,4,5")
+    r.add_argument("--stages", default="1,2,3,4,5", help="0 is step 0: the section's input, routed")
     r.add_argument("--section", type=int, default=0)
     r.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()

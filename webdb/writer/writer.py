@@ -36,6 +36,7 @@ from webdb.tables.records import (
     validate_url,
 )
 from webdb.writer import edits as E
+from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.cascade import encode_fetch, write_routed
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
@@ -268,6 +269,141 @@ class EditLog:
                 pbu.extend(precs)
             if lrecs:
                 lbm.extend(lrecs)
+
+    def apply_fetch_block(
+        self,
+        block: FetchBlock,
+        *,
+        domain_id: int = 0,
+        score: float = 1.0,
+        fetch_interval: int | None = None,
+    ) -> None:
+        """The calls of ``block`` (webdb.writer.columns.FetchBlock), in order: per row
+        ``apply_fetch`` and, for a fetched page, ``add_outlinks(md5, links, next_fetch=fetch
+        time, domain_id=…, score=…, fetch_interval=…)``.  The same edits (byte for byte, the
+        same spills) built a block at a time with numpy; call by call without numpy, while the
+        URL sample is taken, or when a row or link would be refused (the call names it)."""
+        self._live()
+        if not have_numpy() or self._sample is not None or not self._fetch_block(block, domain_id, score, fetch_interval):
+            for r, links in block.calls():
+                self.apply_fetch(r)
+                if links is not None:
+                    self.add_outlinks(
+                        r.md5, links, domain_id=domain_id, next_fetch=r.fetch_time, score=score, fetch_interval=fetch_interval
+                    )
+
+    def _fetch_block(self, b: FetchBlock, domain_id: int, score: float, fetch_interval: int | None) -> bool:
+        # Checks first, records after: a refused block records nothing (the calls then redo it).
+        import numpy as np
+
+        from webdb.writer.columns import be, concat, le, link_urls_ok, split
+
+        iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
+        amax, prefix, n = self._anchor_max, self._seq.prefix, self._seq.n
+        try:
+            check_domain_id(domain_id, "links")
+            link_pre = Link(b"\x00" * 16, "", "", domain_id).encode_value()
+            tails: dict[int, bytes] = {}
+            frecs, rows, seqs, md5s, tail_of = [], [], [], [], []
+            for url, ok, md5, t, m in zip(b.urls, b.fetched, b.md5s, b.times, b.nlinks):
+                url_b = self._url(url)
+                if ok:
+                    if not isinstance(md5, bytes) or len(md5) != 16:
+                        return False
+                    r = FetchResult(url, Status.FETCHED, t, md5, m)
+                    tail = tails.get(t)
+                    if tail is None:
+                        page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
+                        validate_page(page)
+                        pt = page_without_md5(page.encode_value())
+                        tail = tails[t] = (len(pt) | E.IFN_NO_MD5).to_bytes(4, "little") + pt
+                    if m:
+                        rows.append(len(frecs))
+                        seqs.append(n + 1)
+                        md5s.append(md5)
+                        tail_of.append(tail)
+                else:
+                    if m:
+                        return False
+                    r = FetchResult(url, Status.RETRY, t)
+                validate_fetch(r)
+                n += 1
+                frecs.append(
+                    url_b + b"\x00\x05" + prefix + n.to_bytes(5, "big") + encode_fetch(r) + (len(url_b) + 10).to_bytes(2, "little")
+                )
+                n += 2 * m
+        except BadInput:
+            return False
+        if len({len(t) for t in tail_of}) > 1:
+            return False
+        data = b.data
+        us, ue = np.asarray(b.url_start, np.int64), np.asarray(b.url_end, np.int64)
+        as_, ae = np.asarray(b.anchor_start, np.int64), np.asarray(b.anchor_end, np.int64)
+        buf = np.frombuffer(data, np.uint8)
+        if not link_urls_ok(buf, us, ue, self._max_url):
+            return False
+        nl = len(us)
+        counts = np.asarray([m for m in b.nlinks if m], np.int64)
+        if int(counts.sum()) != nl:
+            return False
+        long = np.flatnonzero(ae - as_ > amax)
+        if len(long):  # anchors cut to anchor_max characters: those few in Python, appended
+            cut = [data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())]
+            ends = np.cumsum([len(c) for c in cut]) + len(data)
+            as_, ae = as_.copy(), ae.copy()
+            as_[long], ae[long] = ends - [len(c) for c in cut], ends
+            data += b"".join(cut)
+            buf = np.frombuffer(data, np.uint8)
+        # Seq numbers: a fetch takes one, then each outlink two (its page edit, its link edit).
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        k = np.arange(nl, dtype=np.int64) - first
+        pseq = np.repeat(np.asarray(seqs, np.int64), counts) + 1 + 2 * k
+        ulen = ue - us
+        row = np.repeat(np.arange(len(counts)), counts)
+        tail_rows = np.frombuffer(b"".join(tail_of), np.uint8).reshape(len(counts), -1) if nl else None
+        md5_rows = np.frombuffer(b"".join(md5s), np.uint8).reshape(len(counts), 16) if nl else None
+        precs: list[bytes] = []
+        lrecs: list[bytes] = []
+        if nl:
+            pdata, poff = concat(nl, [(buf, us, ue), b"\x00\x03" + prefix, be(pseq, 5), tail_rows[row], le(ulen + 10, 2)])
+            precs = split(pdata, poff)
+            ldata, loff = concat(
+                nl,
+                [
+                    md5_rows[row],
+                    b"\x01",
+                    (buf, us, ue),
+                    b"\x00" + prefix,
+                    be(pseq + 1, 5),
+                    link_pre,
+                    (buf, as_, ae),
+                    le(ulen + 26, 2),
+                ],
+            )
+            lrecs = split(ldata, loff)
+            psize, lsize = np.diff(poff).tolist(), np.diff(loff).tolist()
+        # Stage 1's buffer gets per fetch its record, then its outlinks' page edits (add_outlinks).
+        recs: list[bytes] = []
+        ends: list[int] = []
+        sizes: list[int] = []
+        lo, rows_it = 0, iter(zip(rows, counts.tolist()))
+        nxt = next(rows_it, None)
+        for i, fr in enumerate(frecs):
+            recs.append(fr)
+            sizes.append(len(fr))
+            ends.append(len(recs))
+            if nxt is not None and nxt[0] == i:
+                hi = lo + nxt[1]
+                recs += precs[lo:hi]
+                sizes += psize[lo:hi]
+                ends.append(len(recs))
+                lo = hi
+                nxt = next(rows_it, None)
+        self._pbu.extend_groups(recs, ends, sizes)
+        if nl:
+            self._lbm.extend_groups(lrecs, np.cumsum(counts).tolist(), lsize)
+        self._seq.n = n
+        return True
 
     def _route_run(self, job: dict, stage: int, recs) -> dict[int, int]:
         self._files += 1

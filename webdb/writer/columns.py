@@ -1,0 +1,152 @@
+"""Fetch outcomes and their outlinks as a block of columns, made into edit records in bulk.
+
+An update's input is mostly outlinks (at F = 100k fetched pages, ~28 per page): one link edit
+and one page edit (add_page_if_not_present) each.  ``EditLog.apply_fetch_block`` takes a
+``FetchBlock`` (per fetch a few Python values, per outlink only offsets into one bytes buffer)
+and builds those records with numpy, a whole block at a time, instead of one Python loop
+iteration per outlink.  The records are the very bytes the per-call path (``apply_fetch``,
+``add_outlinks``) makes, with the same sequence numbers, and they reach the sort buffers in
+the same groups, so spills and edit files are byte for byte the same (tests/test_columns.py).
+
+numpy is optional (the ``bulk`` extra): without it, or when a check below fails, the block is
+applied call by call — which also names the bad input exactly as those calls do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from webdb.schedule import FetchResult
+from webdb.tables.records import Status
+
+try:
+    import numpy as np
+except ImportError:  # the pure-Python path (EditLog.apply_fetch_block falls back to calls)
+    np = None
+
+__all__ = ["FetchBlock", "have_numpy"]
+
+
+def have_numpy() -> bool:
+    return np is not None
+
+
+@dataclass
+class FetchBlock:
+    """Fetch outcomes in call order, each ``FETCHED`` (with its md5 and outlinks) or ``RETRY``.
+
+    Row i stands for ``apply_fetch(FetchResult(urls[i], FETCHED, times[i], md5s[i], n))`` and
+    ``add_outlinks(md5s[i], links, next_fetch=times[i], ...)`` with its n links, or, if not
+    ``fetched[i]``, ``apply_fetch(FetchResult(urls[i], RETRY, times[i]))``.  The links of all
+    rows, in order, are slices of ``data`` (UTF-8): url ``data[url_start[l]:url_end[l]]``,
+    anchor ``data[anchor_start[l]:anchor_end[l]]``; row i has ``nlinks[i]`` of them (0 when
+    not fetched).  The offsets are lists or numpy int64 arrays.
+    """
+
+    urls: list[str]
+    fetched: list[bool]
+    md5s: list[bytes]
+    times: list[int]
+    nlinks: list[int]
+    data: bytes
+    url_start: object
+    url_end: object
+    anchor_start: object
+    anchor_end: object
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+    def calls(self) -> Iterator[tuple[FetchResult, list[tuple[str, str]] | None]]:
+        """Each row as (the fetch result, its outlinks or None for a RETRY): the call path."""
+        us, ue, as_, ae = (list(map(int, x)) for x in (self.url_start, self.url_end, self.anchor_start, self.anchor_end))
+        d, lo = self.data, 0
+        for url, ok, md5, t, n in zip(self.urls, self.fetched, self.md5s, self.times, self.nlinks):
+            if not ok:
+                yield FetchResult(url, Status.RETRY, t), None
+                continue
+            links = [(d[us[i] : ue[i]].decode("utf-8"), d[as_[i] : ae[i]].decode("utf-8")) for i in range(lo, lo + n)]
+            lo += n
+            yield FetchResult(url, Status.FETCHED, t, md5, n), links
+
+
+def concat(n: int, parts: list) -> tuple[bytes, list[int]]:
+    """n records, each the concatenation of ``parts``: ``bytes`` (the same in every record),
+    a (n, w) uint8 array (row i in record i) or ``(buf, start, end)`` (``buf[start[i]:end[i]]``
+    in record i; buf a uint8 array).  Returns the records back to back and their n + 1
+    offsets.  Cost: one numpy scatter per part, O(total bytes)."""
+    lens = np.zeros(n, np.int64)
+    for p in parts:
+        if isinstance(p, bytes):
+            lens += len(p)
+        elif isinstance(p, tuple):
+            lens += p[2] - p[1]
+        else:
+            lens += p.shape[1]
+    offs = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=offs[1:])
+    out = np.empty(int(offs[-1]), np.uint8)
+    pos = offs[:-1].copy()
+    for p in parts:
+        if isinstance(p, bytes):
+            w = len(p)
+            if w:
+                out[pos[:, None] + np.arange(w)] = np.frombuffer(p, np.uint8)
+            pos += w
+        elif isinstance(p, tuple):
+            buf, s, e = p
+            ln = e - s
+            total = int(ln.sum())
+            if total:
+                # byte b of slice i goes to pos[i] + b: a gather index built by repeat + arange
+                starts = np.repeat(pos - np.cumsum(ln) + ln, ln)
+                src = np.repeat(s - np.cumsum(ln) + ln, ln)
+                k = np.arange(total)
+                out[starts + k] = buf[src + k]
+            pos += ln
+        else:
+            w = p.shape[1]
+            if w:
+                out[pos[:, None] + np.arange(w)] = p
+            pos += w
+    return out.tobytes(), offs.tolist()
+
+
+def split(data: bytes, offs: list[int]) -> list[bytes]:
+    """The records of ``concat`` as bytes objects."""
+    return list(map(data.__getitem__, map(slice, offs[:-1], offs[1:])))
+
+
+def be(values, width: int):
+    """(n, width) uint8: each value big-endian."""
+    v = np.asarray(values, np.int64)
+    return ((v[:, None] >> (8 * np.arange(width - 1, -1, -1))) & 0xFF).astype(np.uint8)
+
+
+def le(values, width: int):
+    """(n, width) uint8: each value little-endian."""
+    v = np.asarray(values, np.int64)
+    return ((v[:, None] >> (8 * np.arange(width))) & 0xFF).astype(np.uint8)
+
+
+def link_urls_ok(buf, start, end, max_url: int) -> bool:
+    """Every url slice passes ``validate_url``'s checks, judged on bytes (stricter than on
+    chars: a url this refuses goes the call path, which accepts it or names it): at most
+    ``max_url`` bytes, "://" ending within the first 32 bytes and not at the start, no byte
+    0x00-0x20 or 0x7f (in UTF-8 those bytes are never part of a longer character)."""
+    if not len(start):
+        return True
+    if int((end - start).max()) > max_url:
+        return False
+    bad = (buf <= 0x20) | (buf == 0x7F)
+    cb = np.zeros(len(buf) + 1, np.int64)
+    np.cumsum(bad, out=cb[1:])
+    if (cb[end] - cb[start]).any():
+        return False
+    hits = np.flatnonzero((buf[:-2] == 0x3A) & (buf[1:-1] == 0x2F) & (buf[2:] == 0x2F)) if len(buf) > 2 else buf[:0]
+    h = np.searchsorted(hits, start)
+    if (h >= len(hits)).any():
+        return False
+    p = hits[h]
+    return bool(((p > start) & (p + 3 <= start + 32) & (p + 3 <= end)).all())
