@@ -51,34 +51,6 @@ class SortBuffer:
         if self.bytes > self.max_bytes:
             self.spill()
 
-    def extend_groups(self, recs: list[bytes], ends: list[int], sizes: list[int]) -> None:
-        """``extend`` of each group of ``recs`` in turn (group g ends before ``recs[ends[g]]``;
-        ``sizes`` are the records' lengths), spilling after the same groups as those calls
-        would, so the runs are the same; a bisect per spill instead of a call per group."""
-        if not recs:
-            return
-        cum = list(accumulate(map(RECORD_OVERHEAD.__add__, sizes)))
-        lo, base, g = 0, 0, 0
-        while g < len(ends):
-            # the first group after which the buffer holds more than max_bytes
-            over = bisect.bisect_right(cum, self.max_bytes - self.bytes + base)  # its first record
-            g = bisect.bisect_left(ends, over + 1, g)
-            if g >= len(ends):
-                break
-            hi = ends[g]
-            if hi > lo:
-                self.recs += recs[lo:hi]
-                self.count += hi - lo
-                self.bytes += cum[hi - 1] - base
-                base, lo = cum[hi - 1], hi
-            if self.bytes > self.max_bytes:
-                self.spill()
-            g += 1
-        if lo < len(recs):
-            self.recs += recs[lo:]
-            self.count += len(recs) - lo
-            self.bytes += cum[-1] - base
-
     def spill(self) -> None:
         if not self.recs:
             return
@@ -114,6 +86,45 @@ class SortBuffer:
             except FileNotFoundError:
                 pass  # removed already (a recover of the db's tmp/): nothing left to clean
         self.runs = []
+
+
+class GroupFeed:
+    """Groups of records bound for one ``SortBuffer``, fed as one ``extend`` call per group
+    would feed them: the buffer spills after the same groups, so its runs are the same, with a
+    bisect per spill instead of a call per group.  ``recs`` hold the groups back to back (group g
+    ends before ``recs[ends[g]]``), ``sizes`` are the records' lengths.  Two feeds of two
+    buffers interleave their spills in call order through ``next_spill``/``spill_next``."""
+
+    def __init__(self, buf: SortBuffer, recs: list[bytes], ends: list[int], sizes: list[int]):
+        self.buf, self.recs, self.ends = buf, recs, ends
+        self.cum = list(accumulate(map(RECORD_OVERHEAD.__add__, sizes)))
+        self.lo = self.base = self.g = 0
+
+    def next_spill(self) -> int | None:
+        """The group after which the buffer spills next (None: it does not)."""
+        b = self.buf
+        over = bisect.bisect_right(self.cum, b.max_bytes - b.bytes + self.base)  # its first record
+        g = bisect.bisect_left(self.ends, over + 1, self.g)
+        return g if g < len(self.ends) else None
+
+    def _add(self, hi: int) -> None:
+        if hi > self.lo:
+            b = self.buf
+            b.recs += self.recs[self.lo : hi]
+            b.count += hi - self.lo
+            b.bytes += self.cum[hi - 1] - self.base
+            self.base, self.lo = self.cum[hi - 1], hi
+
+    def spill_next(self, g: int) -> None:
+        """Add the groups up to ``g`` (``next_spill``) and spill."""
+        self._add(self.ends[g])
+        self.buf.spill()
+        self.g = g + 1
+
+    def finish(self) -> None:
+        """Add the groups left (no spill: ``next_spill`` is None)."""
+        self._add(len(self.recs))
+        self.g = len(self.ends)
 
 
 def read_chunks(path: str, kind: int | None = None) -> Iterator[list[bytes]]:

@@ -60,7 +60,9 @@ class FetchBlock:
 
     def calls(self) -> Iterator[tuple[FetchResult, list[tuple[str, str]] | None]]:
         """Each row as (the fetch result, its outlinks or None for a RETRY): the call path."""
-        us, ue, as_, ae = (list(map(int, x)) for x in (self.url_start, self.url_end, self.anchor_start, self.anchor_end))
+        us, ue, as_, ae = (
+            list(map(int, x)) for x in (self.url_start, self.url_end, self.anchor_start, self.anchor_end)
+        )
         d, lo = self.data, 0
         for url, ok, md5, t, n in zip(self.urls, self.fetched, self.md5s, self.times, self.nlinks):
             if not ok:

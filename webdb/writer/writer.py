@@ -21,7 +21,7 @@ from webdb.errors import BadInput, ClosedError
 from webdb.schedule import FetchResult
 from webdb.sections import Sections
 from webdb.settings import resolve
-from webdb.sortbuf import SortBuffer
+from webdb.sortbuf import GroupFeed, SortBuffer
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
@@ -284,12 +284,21 @@ class EditLog:
         same spills) built a block at a time with numpy; call by call without numpy, while the
         URL sample is taken, or when a row or link would be refused (the call names it)."""
         self._live()
-        if not have_numpy() or self._sample is not None or not self._fetch_block(block, domain_id, score, fetch_interval):
+        if (
+            not have_numpy()
+            or self._sample is not None
+            or not self._fetch_block(block, domain_id, score, fetch_interval)
+        ):
             for r, links in block.calls():
                 self.apply_fetch(r)
                 if links is not None:
                     self.add_outlinks(
-                        r.md5, links, domain_id=domain_id, next_fetch=r.fetch_time, score=score, fetch_interval=fetch_interval
+                        r.md5,
+                        links,
+                        domain_id=domain_id,
+                        next_fetch=r.fetch_time,
+                        score=score,
+                        fetch_interval=fetch_interval,
                     )
 
     def _fetch_block(self, b: FetchBlock, domain_id: int, score: float, fetch_interval: int | None) -> bool:
@@ -329,7 +338,12 @@ class EditLog:
                 validate_fetch(r)
                 n += 1
                 frecs.append(
-                    url_b + b"\x00\x05" + prefix + n.to_bytes(5, "big") + encode_fetch(r) + (len(url_b) + 10).to_bytes(2, "little")
+                    url_b
+                    + b"\x00\x05"
+                    + prefix
+                    + n.to_bytes(5, "big")
+                    + encode_fetch(r)
+                    + (len(url_b) + 10).to_bytes(2, "little")
                 )
                 n += 2 * m
         except BadInput:
@@ -348,7 +362,9 @@ class EditLog:
             return False
         long = np.flatnonzero(ae - as_ > amax)
         if len(long):  # anchors cut to anchor_max characters: those few in Python, appended
-            cut = [data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())]
+            cut = [
+                data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())
+            ]
             ends = np.cumsum([len(c) for c in cut]) + len(data)
             as_, ae = as_.copy(), ae.copy()
             as_[long], ae[long] = ends - [len(c) for c in cut], ends
@@ -365,7 +381,9 @@ class EditLog:
         precs: list[bytes] = []
         lrecs: list[bytes] = []
         if nl:
-            pdata, poff = concat(nl, [(buf, us, ue), b"\x00\x03" + prefix, be(pseq, 5), tail_rows[row], le(ulen + 10, 2)])
+            pdata, poff = concat(
+                nl, [(buf, us, ue), b"\x00\x03" + prefix, be(pseq, 5), tail_rows[row], le(ulen + 10, 2)]
+            )
             precs = split(pdata, poff)
             ldata, loff = concat(
                 nl,
@@ -382,26 +400,40 @@ class EditLog:
             )
             lrecs = split(ldata, loff)
             psize, lsize = np.diff(poff).tolist(), np.diff(loff).tolist()
-        # Stage 1's buffer gets per fetch its record, then its outlinks' page edits (add_outlinks).
+        # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
+        # 3's buffer its link edits (add_outlinks): groups in call order, 3 positions per row.
         recs: list[bytes] = []
         ends: list[int] = []
         sizes: list[int] = []
+        ppos: list[int] = []
+        lpos: list[int] = []
         lo, rows_it = 0, iter(zip(rows, counts.tolist()))
         nxt = next(rows_it, None)
         for i, fr in enumerate(frecs):
             recs.append(fr)
             sizes.append(len(fr))
             ends.append(len(recs))
+            ppos.append(3 * i)
             if nxt is not None and nxt[0] == i:
                 hi = lo + nxt[1]
                 recs += precs[lo:hi]
                 sizes += psize[lo:hi]
                 ends.append(len(recs))
+                ppos.append(3 * i + 1)
+                lpos.append(3 * i + 2)
                 lo = hi
                 nxt = next(rows_it, None)
-        self._pbu.extend_groups(recs, ends, sizes)
+        feeds = [(GroupFeed(self._pbu, recs, ends, sizes), ppos)]
         if nl:
-            self._lbm.extend_groups(lrecs, np.cumsum(counts).tolist(), lsize)
+            feeds.append((GroupFeed(self._lbm, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
+        while True:
+            nexts = [(pos[g], f, g) for f, pos in feeds if (g := f.next_spill()) is not None]
+            if not nexts:
+                break
+            _, f, g = min(nexts, key=lambda x: x[0])
+            f.spill_next(g)
+        for f, _ in feeds:
+            f.finish()
         self._seq.n = n
         return True
 
