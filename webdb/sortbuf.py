@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import bisect
 import os
-from itertools import accumulate
 from collections.abc import Callable, Iterable, Iterator
+from itertools import accumulate
 
 from webdb.tables.format import KIND_RUN
 from webdb.tables.table import TableReader, TableWriter

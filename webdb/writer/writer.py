@@ -36,8 +36,8 @@ from webdb.tables.records import (
     validate_url,
 )
 from webdb.writer import edits as E
-from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.cascade import encode_fetch, write_routed
+from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
 
