@@ -73,63 +73,9 @@ class FetchBlock:
             yield FetchResult(url, Status.FETCHED, t, md5, n), links
 
 
-def concat(n: int, parts: list) -> tuple[bytes, list[int]]:
-    """n records, each the concatenation of ``parts``: ``bytes`` (the same in every record),
-    a (n, w) uint8 array (row i in record i) or ``(buf, start, end)`` (``buf[start[i]:end[i]]``
-    in record i; buf a uint8 array).  Returns the records back to back and their n + 1
-    offsets.  Cost: one numpy scatter per part, O(total bytes)."""
-    lens = np.zeros(n, np.int64)
-    for p in parts:
-        if isinstance(p, bytes):
-            lens += len(p)
-        elif isinstance(p, tuple):
-            lens += p[2] - p[1]
-        else:
-            lens += p.shape[1]
-    offs = np.zeros(n + 1, np.int64)
-    np.cumsum(lens, out=offs[1:])
-    out = np.empty(int(offs[-1]), np.uint8)
-    pos = offs[:-1].copy()
-    for p in parts:
-        if isinstance(p, bytes):
-            w = len(p)
-            if w:
-                out[pos[:, None] + np.arange(w)] = np.frombuffer(p, np.uint8)
-            pos += w
-        elif isinstance(p, tuple):
-            buf, s, e = p
-            ln = e - s
-            total = int(ln.sum())
-            if total:
-                # byte b of slice i goes to pos[i] + b: a gather index built by repeat + arange
-                starts = np.repeat(pos - np.cumsum(ln) + ln, ln)
-                src = np.repeat(s - np.cumsum(ln) + ln, ln)
-                k = np.arange(total)
-                out[starts + k] = buf[src + k]
-            pos += ln
-        else:
-            w = p.shape[1]
-            if w:
-                out[pos[:, None] + np.arange(w)] = p
-            pos += w
-    return out.tobytes(), offs.tolist()
-
-
-def split(data: bytes, offs: list[int]) -> list[bytes]:
-    """The records of ``concat`` as bytes objects."""
-    return list(map(data.__getitem__, map(slice, offs[:-1], offs[1:])))
-
-
-def be(values, width: int):
-    """(n, width) uint8: each value big-endian."""
-    v = np.asarray(values, np.int64)
-    return ((v[:, None] >> (8 * np.arange(width - 1, -1, -1))) & 0xFF).astype(np.uint8)
-
-
-def le(values, width: int):
-    """(n, width) uint8: each value little-endian."""
-    v = np.asarray(values, np.int64)
-    return ((v[:, None] >> (8 * np.arange(width))) & 0xFF).astype(np.uint8)
+def split_at(data: bytes, start: list[int], end: list[int]) -> list[bytes]:
+    """``[data[s:e] for s, e in zip(start, end)]``, without a Python step per slice."""
+    return list(map(data.__getitem__, map(slice, start, end)))
 
 
 def link_urls_ok(buf, start, end, max_url: int) -> bool:
