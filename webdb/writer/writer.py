@@ -44,6 +44,8 @@ from webdb.writer.executor import LocalExecutor
 __all__ = ["EditLog", "Writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
+# Every u16, little-endian: a record's trailer by index (cheaper than a to_bytes call).
+U16 = [i.to_bytes(2, "little") for i in range(1 << 16)]
 # Below this many edits a batch runs its sections in this process, one after the other (the
 # local executor's fast path).
 PARALLEL_MIN_EDITS = 200_000
@@ -387,11 +389,11 @@ class EditLog:
             tails_l = [t for t, c in zip(tail_of, cnt) for _ in range(c)]
             keys_l = [m + b"\x01" for m, c in zip(md5s, cnt) for _ in range(c)]
             precs = [
-                u + pp + q.to_bytes(5, "big") + t + (len(u) + 10).to_bytes(2, "little")
+                u + pp + q.to_bytes(5, "big") + t + U16[len(u) + 10]
                 for u, q, t in zip(ub, pq, tails_l)
             ]
             lrecs = [
-                k + u + lp + (q + 1).to_bytes(5, "big") + link_pre + a + (len(u) + 26).to_bytes(2, "little")
+                k + u + lp + (q + 1).to_bytes(5, "big") + link_pre + a + U16[len(u) + 26]
                 for k, u, q, a in zip(keys_l, ub, pq, ab)
             ]
             psize, lsize = list(map(len, precs)), list(map(len, lrecs))
@@ -463,6 +465,13 @@ class EditLog:
 def first_ifn_only(recs):
     """Drop every add_page_if_not_present edit of a url but its first: only the first can win
     (docs/semantics.md), and an update adds one per outlink, so most targets repeat."""
+    if isinstance(recs, list):  # a spilled buffer: two list comprehensions, no generator step
+        keys = [rec[: (rec[-2] | (rec[-1] << 8)) - 8] for rec in recs]
+        return [rec for rec, key, prev in zip(recs, keys, [b""] + keys) if key != prev or key[-1] != E.OP_IFN]
+    return _first_ifn_only(recs)
+
+
+def _first_ifn_only(recs):
     prev = b""
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)
