@@ -465,13 +465,6 @@ class EditLog:
 def first_ifn_only(recs):
     """Drop every add_page_if_not_present edit of a url but its first: only the first can win
     (docs/semantics.md), and an update adds one per outlink, so most targets repeat."""
-    if isinstance(recs, list):  # a spilled buffer: two list comprehensions, no generator step
-        keys = [rec[: (rec[-2] | (rec[-1] << 8)) - 8] for rec in recs]
-        return [rec for rec, key, prev in zip(recs, keys, [b""] + keys) if key != prev or key[-1] != E.OP_IFN]
-    return _first_ifn_only(recs)
-
-
-def _first_ifn_only(recs):
     prev = b""
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)
