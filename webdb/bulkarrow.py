@@ -638,7 +638,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
     try:
         # ---- the link keys, last call wins: sort (md5 rank, url rank) stably, keep the last --
         key = lm.astype(np.int64) * max(P, 1) + lu
-        o = np.argsort(key, kind="stable")
+        o = _stable_argsort(key, max(M, 1) * max(P, 1))
         last = np.ones(len(o), bool)
         step = 1 << 22  # the sorted keys a slice at a time: no third array of L int64
         for a in range(0, len(o) - 1, step):
@@ -707,7 +707,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
 
         def links_by_url() -> None:
             # (md5, url) order sorted stably by url is (url, md5) order.
-            ou = om[np.argsort(lu[om], kind="stable")]
+            ou = om[_stable_argsort(lu[om], max(P, 1))]
             cuts = [_first_at_least(lu, ou, c) for c in url_cuts]
             nul = np.zeros((1, 1), np.uint8)
 
@@ -754,6 +754,23 @@ def _in_order(fns: list[Callable[[], None]], seconds: dict) -> None:
 
 def _md5_b8(secs: Sections) -> list[bytes]:
     return [secs.md5_bounds(j) for j in range(1, secs.k)]
+
+
+def _stable_argsort(key: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` of keys in 0..bound-1.  When a key and its position
+    fit in 64 bits, they are packed into one uint64 and sorted by numpy's default sort (SIMD
+    on x86, ~3x faster than the stable merge sort at 11M links); the positions come out in
+    stable order because they break the ties.  Else the merge sort."""
+    n = len(key)
+    bits = max(1, (n - 1).bit_length())
+    if bound << bits > 1 << 64:
+        return np.argsort(key, kind="stable")
+    k = key.astype(np.uint64)
+    k <<= np.uint64(bits)
+    k |= np.arange(n, dtype=np.uint64)
+    k.sort()
+    k &= np.uint64((1 << bits) - 1)
+    return k.view(np.int64)
 
 
 def _first_at_least(ranks: np.ndarray, order: np.ndarray, x: int) -> int:
