@@ -280,3 +280,14 @@ def test_unhex16_and_tsv_refuse_what_they_cannot_parse(tmp_path):
     assert rows[1] == {"x": "", "y": ""} and len(rows) == 3
     with pytest.raises(NotColumnar):
         bulkarrow.unhex16(pa.array(["00" * 16, ""]))
+
+
+@given(st.lists(st.integers(0, 40), max_size=300), st.sampled_from([41, 1 << 40, 1 << 62]))
+@settings(max_examples=60, deadline=None)
+def test_stable_argsort_is_numpys_stable_argsort(keys: list[int], bound: int) -> None:
+    """The packed sort (small bounds) and the merge sort it falls back to (keys and positions
+    beyond 64 bits) both give np.argsort(kind="stable"): ties keep their order."""
+    import numpy as np
+
+    k = np.array(keys, np.int64)
+    assert bulkarrow._stable_argsort(k, bound).tolist() == np.argsort(k, kind="stable").tolist()
