@@ -20,8 +20,10 @@ round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``), load (bulk |
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
+from operator import methodcaller
 
 from roundtsv import INPUT, apply_round_tsv
 
@@ -97,10 +99,13 @@ def arrow_pages(pages_tsv: str) -> pa.Table:
     md5 = np.zeros((t.num_rows, 16), np.uint8)
     nb = np.asarray(pc.invert(blank).to_numpy(zero_copy_only=False))
     md5[nb] = unhex16(hexes.filter(pc.invert(blank)))
-    url_md5 = webdb.url_md5
-    fill = [url_md5(u) for u in url.filter(blank).to_pylist()]
-    if fill:
-        md5[~nb] = np.frombuffer(b"".join(fill), np.uint8).reshape(len(fill), 16)
+    fill = url.filter(blank)
+    if len(fill):
+        # webdb.url_md5 of each blank's url, in C-level loops over one buffer (no str objects)
+        offs = np.frombuffer(fill.buffers()[1], np.int32)[fill.offset : fill.offset + len(fill) + 1].tolist()
+        data = fill.buffers()[2].to_pybytes()
+        digests = map(methodcaller("digest"), map(hashlib.md5, map(data.__getitem__, map(slice, offs[:-1], offs[1:]))))
+        md5[~nb] = np.frombuffer(b"".join(digests), np.uint8).reshape(len(fill), 16)
     score = t["score"]
     return pa.table(
         {
