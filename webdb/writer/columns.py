@@ -2,11 +2,12 @@
 
 An update's input is mostly outlinks (at F = 100k fetched pages, ~28 per page): one link edit
 and one page edit (add_page_if_not_present) each.  ``EditLog.apply_fetch_block`` takes a
-``FetchBlock`` (per fetch a few Python values, per outlink only offsets into one bytes buffer)
-and builds those records with numpy, a whole block at a time, instead of one Python loop
-iteration per outlink.  The records are the very bytes the per-call path (``apply_fetch``,
-``add_outlinks``) makes, with the same sequence numbers, and they reach the sort buffers in
-the same groups, so spills and edit files are byte for byte the same (tests/test_columns.py).
+``FetchBlock`` (per fetch a few Python values, per outlink only offsets into one bytes buffer),
+checks the block's urls and anchors with numpy at once and builds each record with one bytes
+concatenation, instead of a Python loop iteration of checks, encodes and calls per outlink.
+The records are the very bytes the per-call path (``apply_fetch``, ``add_outlinks``) makes,
+with the same sequence numbers, and they reach the sort buffers in the same groups, so spills
+and edit files are byte for byte the same (tests/test_columns.py).
 
 numpy is optional (the ``bulk`` extra): without it, or when a check below fails, the block is
 applied call by call — which also names the bad input exactly as those calls do.
@@ -29,6 +30,7 @@ __all__ = ["FetchBlock", "have_numpy"]
 
 
 def have_numpy() -> bool:
+    """Whether numpy is installed (the block path of ``EditLog.apply_fetch_block``)."""
     return np is not None
 
 
