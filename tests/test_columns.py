@@ -154,3 +154,19 @@ def test_round_tsv_blocks_equal_lines(tmp_path: Path, monkeypatch: pytest.Monkey
     path.write_text("".join(lines[:57]) + "http://q.com/\t1\tnot-hex\t5\t\n" + "".join(lines[57:]), encoding="utf-8")
     with pytest.raises(webdb.BadInput, match=f"{path}:58: not a round.tsv line"):
         edit_files(tmp_path, "bad", lambda log: roundtsv.apply_round_tsv(log, [str(path)]))
+
+
+@pytest.mark.timeout(120)
+def test_a_db_without_breakpoints_samples_every_url_as_the_calls_do(tmp_path: Path) -> None:
+    """Before the first load of a k-section db the writer samples URLs (the breakpoints come
+    from the sample): a block then goes call by call, so the sample is the calls' own."""
+    rng = random.Random(11)
+    blocks = [block(rng, 40) for _ in range(3)]
+    s = resolve(None, breakpoint_sample=50)
+    samples = []
+    for how in (by_calls(blocks), by_blocks(blocks)):
+        log = EditLog(s, Sections(2), str(tmp_path / f"api{len(samples)}"))
+        how(log)
+        samples.append((log.sample(), log.edits))
+        log.discard()
+    assert samples[0] == samples[1] and len(samples[0][0]) == 50
