@@ -14,6 +14,9 @@ processes' path, bench-only) that saves every stage job — its edit files and i
 — under WORK/jobs.  ``replay`` runs each saved job with the code in ``--src`` (sync off, the
 new table and emitted edits removed afterwards) and prints one JSON line per run: CPU and wall
 seconds and a digest of the table and edit files it wrote (equal digests: equal output).
+Stage 0 is step 0: the hook also saves each section's ``apply_input`` arguments, and the
+replay applies the section's share of round.tsv (with ``--src``'s webdb and bench/roundtsv.py)
+and routes it into a scratch outbox; its digest covers every edit file, name and bytes.
 """
 
 from __future__ import annotations
