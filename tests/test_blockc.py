@@ -56,8 +56,14 @@ def _env(pure: bool) -> dict[str, str]:
 
 @pytest.mark.timeout(120)
 def test_env_selects_the_implementation():
-    code = "from webdb.tables import block; print(block.COMPILED, type(block.unpack_block(block.encode_block([b'k'], [b'v'], 0), 'x')).__name__)"
-    for pure, want in ((True, "False RawBlock"), (False, f"{_blockc is not None} {'_CRawBlock' if _blockc else 'RawBlock'}")):
+    code = (
+        "from webdb.tables import block; "
+        "print(block.COMPILED, type(block.unpack_block(block.encode_block([b'k'], [b'v'], 0), 'x')).__name__)"
+    )
+    for pure, want in (
+        (True, "False RawBlock"),
+        (False, f"{_blockc is not None} {'_CRawBlock' if _blockc else 'RawBlock'}"),
+    ):
         out = subprocess.run([sys.executable, "-c", code], env=_env(pure), capture_output=True, text=True, check=True)
         assert out.stdout.split() == want.split()
 
@@ -211,28 +217,32 @@ def _damaged(tmp: Path) -> list[tuple[str, str | None]]:
     return out
 
 
-def child(spec: str) -> None:
-    """Read every damaged file of ``spec`` (JSON) every way a lookup can and print the outcomes."""
+_READS = [
+    lambda t: list(t.items()),
+    lambda t: [t.get(b"key%05d" % i) for i in range(0, 400, 7)],
+    lambda t: [t.get(b"key%05d" % i) for i in range(399, 0, -13)],
+    lambda t: [list(t.ranges(b"key%05d" % i, b"key%05d" % (i + 9))) for i in range(0, 400, 11)],
+    lambda t: list(t.items(b"key00150", b"key00260")),
+]
+
+
+def _outcome(op, t: TableReader) -> list[str]:
     from webdb.errors import WebDBError
 
+    try:
+        return ["ok", repr(op(t))]
+    except WebDBError as e:
+        return [type(e).__name__, str(e)]
+
+
+def child(spec: str) -> None:
+    """Read every damaged file of ``spec`` (JSON) every way a lookup can and print the outcomes."""
     res = []
     for path, cut in json.loads(spec):
         t = TableReader(path, KIND_PAGES_BY_URL, BlockCache(1 << 20))
         if cut:
             os.truncate(path, t.offsets[t.nblocks // 2])
-        outcomes = []
-        for op in (
-            lambda: list(t.items()),
-            lambda: [t.get(b"key%05d" % i) for i in range(0, 400, 7)],
-            lambda: [t.get(b"key%05d" % i) for i in range(399, 0, -13)],
-            lambda: [list(t.ranges(b"key%05d" % i, b"key%05d" % (i + 9))) for i in range(0, 400, 11)],
-            lambda: list(t.items(b"key00150", b"key00260")),
-        ):
-            try:
-                outcomes.append(["ok", repr(op())])
-            except WebDBError as e:
-                outcomes.append([type(e).__name__, str(e)])
-        res.append(outcomes)
+        res.append([_outcome(op, t) for op in _READS])
     print(json.dumps(res))
 
 
