@@ -144,6 +144,22 @@ def test_c_refuses_what_python_cannot_encode():
         _blockc.get(b"\x00" * 8, 9, b"k")
     with pytest.raises(TypeError):
         _blockc.get(bytearray(8), 0, b"k")
+    with pytest.raises(TypeError, match="lens must hold ints"):
+        _blockc.build_run(b"ab", [1, 1.0])
+    for build_run in (_blockc.build_run, block._build_run):
+        with pytest.raises(OverflowError):
+            build_run(b"ab", [-1, 2])  # a negative offset, as array("I") refuses it
+
+
+@needs_c
+def test_c_builds_from_any_bytes_like_item():
+    keys, vals = [b"a", b"bb", b"c"], [b"", b"x" * 5, b"yz"]
+    want = block._build(keys, vals)
+    assert _blockc.build([bytearray(k) for k in keys], [memoryview(v) for v in vals]) == want
+    assert _blockc.build(tuple(keys), tuple(vals)) == want
+    assert _blockc.build_run(bytearray(b"".join(k + v for k, v in zip(keys, vals))), [1, 0, 2, 5, 1, 2]) == (
+        block._build_run(b"".join(k + v for k, v in zip(keys, vals)), [1, 0, 2, 5, 1, 2])
+    )
 
 
 # ---- damaged files: the same error in both implementations ---------------------------------

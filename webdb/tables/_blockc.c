@@ -46,7 +46,7 @@ static int block_of(PyObject *raw, Py_ssize_t n, Block *b) {
     }
     b->raw = (const unsigned char *)PyBytes_AS_STRING(raw);
     b->len = PyBytes_GET_SIZE(raw);
-    if (n < 0 || n > (b->len - 4) / 8) {
+    if (n < 0 || b->len < 4 || n > (b->len - 4) / 8) {
         PyErr_Format(PyExc_ValueError, "record count %zd does not fit a block of %zd bytes", n, b->len);
         return -1;
     }
@@ -293,6 +293,17 @@ static PyObject *c_build(PyObject *self, PyObject *args) {
         too_big();
         goto done;
     }
+    /* Items that are not bytes are read through the buffer protocol, which may run code: read
+     * them from tuples, which that code cannot resize under us. */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (!PyBytes_Check(PySequence_Fast_GET_ITEM(keys, j)) || !PyBytes_Check(PySequence_Fast_GET_ITEM(vals, j))) {
+            Py_SETREF(keys, PySequence_Tuple(keys));
+            if (!keys) goto done;
+            Py_SETREF(vals, PySequence_Tuple(vals));
+            if (!vals) goto done;
+            break;
+        }
+    }
     PyObject **kv = PySequence_Fast_ITEMS(keys), **vv = PySequence_Fast_ITEMS(vals);
     Py_ssize_t total = 0;
     Item it;
@@ -357,6 +368,11 @@ static PyObject *c_build_run(PyObject *self, PyObject *args) {
     PyObject **lv = PySequence_Fast_ITEMS(lens);
     Py_ssize_t at = 0;
     for (Py_ssize_t j = 0; j < m; j++) {
+        if (!PyLong_Check(lv[j])) { /* (an __index__ could run code that resizes lens) */
+            PyErr_SetString(PyExc_TypeError, "lens must hold ints");
+            Py_CLEAR(out);
+            goto done;
+        }
         Py_ssize_t l = PyLong_AsSsize_t(lv[j]);
         if (l == -1 && PyErr_Occurred()) {
             Py_CLEAR(out);
@@ -394,8 +410,11 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "webdb.tables._blockc",
-    "The block codec's inner loops in C; webdb/tables/block.py is the reference and the fallback.", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "webdb.tables._blockc",
+    .m_doc = "The block codec's inner loops in C; webdb/tables/block.py is the reference and the fallback.",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__blockc(void) { return PyModule_Create(&module); }
