@@ -135,7 +135,7 @@ static PyObject *c_get(PyObject *self, PyObject *args) {
     return res;
 }
 
-/* Records lo..hi-1 as a list of keys (want & 1) and/or of values (want & 2). */
+/* Records lo..hi-1 (clamped to 0..n) as a new list of keys (if keys) and/or of values (if vals). */
 static int split_into(const Block *b, Py_ssize_t lo, Py_ssize_t hi, PyObject **keys, PyObject **vals) {
     if (lo < 0) lo = 0;
     if (lo > b->n) lo = b->n;
