@@ -15,8 +15,9 @@ $(VPY):
 	  exit 2; }
 	$(PY) -m venv $(VENV)
 
-# Reinstalled when the package metadata changes (the code itself is an editable install).
-$(STAMP): $(VPY) setup.py pyproject.toml
+# Reinstalled when the package metadata or the C source changes (the Python code itself is an
+# editable install; the compiled block codec is built by the install).
+$(STAMP): $(VPY) setup.py pyproject.toml webdb/tables/_blockc.c
 	$(VPY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 
@@ -27,10 +28,13 @@ demo: install
 	$(VENV)/bin/webdb demo
 
 # Debian packages the integration tests need: real sshd and rsync on loopback, nginx for the
-# fetcher's tests against a real web server.  Installs only what is missing (needs root).
-DEB_DEPS := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/sbin/nginx:nginx
+# fetcher's tests against a real web server; gcc and the headers of the python that makes the
+# venv, so that `pip install` builds the compiled block codec (optional elsewhere, required by
+# CI: tests/test_blockc.py).  Installs only what is missing (needs root).
+PY_H := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)/Python.h
+DEB_DEPS := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/sbin/nginx:nginx /usr/bin/gcc:gcc $(PY_H):python3-dev
 deps:
-	@missing=$$(for d in $(DEB_DEPS); do test -x "$${d%%:*}" || echo "$${d#*:}"; done); \
+	@missing=$$(for d in $(DEB_DEPS); do test -e "$${d%%:*}" || echo "$${d#*:}"; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing" $$missing; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

@@ -1,4 +1,4 @@
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     name="webdb",
@@ -6,6 +6,10 @@ setup(
     description="A crawl database of pages and links in sorted, sectioned tables, and a polite crawl loop",
     python_requires=">=3.10",
     packages=find_packages(include=["webdb", "webdb.*", "fetchlist", "fetchlist.*"]),
+    # The block codec's inner loops in C (docs/design.md "Compiled block codec").  Optional: where
+    # no compiler or Python headers exist (gcc, python3-dev) the build skips it and webdb runs the
+    # same code in pure Python (webdb/tables/block.py).
+    ext_modules=[Extension("webdb.tables._blockc", ["webdb/tables/_blockc.c"], optional=True)],
     install_requires=[
         "lz4>=4.3",
         "tqdm>=4.66",

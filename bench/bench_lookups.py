@@ -8,8 +8,10 @@ Runs ``lookups.txt`` through ``get_page`` and ``inlinks.txt`` through ``inlinks`
 ``../shared/peers/driver.py`` does (the calls of bench/peer_webdb.py, a fresh reader each
 repeat, so the first pass starts with a cold block cache as in the harness) and prints the
 rates (per wall second, and per CPU second of this process: steadier on a shared machine),
-the found/inlink counts (compare them before and after a change), the peak RSS and the
-load average.  ``--profile`` runs one pass under cProfile and prints the top functions.
+the found/inlink counts (compare them before and after a change), the peak RSS, the load
+average and which block codec ran (``compiled``: the C extension, or pure Python when it is not
+built or ``WEBDB_PURE_PYTHON=1``).  ``--profile`` runs one pass under cProfile and prints the
+top functions.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 from peer_webdb import Peer
 
 import webdb
+from webdb.tables import block
 
 
 class OpenPeer(Peer):
@@ -82,6 +85,7 @@ def main() -> None:
             repeat=i,
             peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             load=os.getloadavg()[0],
+            compiled=block.COMPILED,
         )
         print(json.dumps(rec), flush=True)
 

@@ -13,6 +13,9 @@ cp "$src"/*.py "$src"/*.sh "$data/peers/"
 cp "$here/peer_webdb.py" "$data/peers/"
 # bench/ too: peer_webdb.py and the update agents import its round input (roundtsv.py).
 export PYTHONPATH="$here/..:$here${PYTHONPATH:+:$PYTHONPATH}"
+# The compiled block codec, built in place for the python that runs the peers (a `git archive`
+# snapshot has none; without a compiler webdb runs its pure-Python fallback, as after pip install).
+(cd "$here/.." && python3 setup.py -q build_ext --inplace) || echo "no compiled block codec: pure Python" >&2
 PEERS=${PEERS:-"webdb sqlite duckdb sortmerge kv:leveldb kv:rocksdb"} RUNS=${RUNS:-1} BENCH_DATA="$data" \
   bash "$data/peers/run_peers.sh"
 { echo "machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); load before: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -23,6 +23,9 @@ mkdir -p "$data/peers"
 cp "$src"/*.py "$src"/*.sh "$data/peers/"
 cp "$here/peer_webdb.py" "$data/peers/"
 export PYTHONPATH="$here/..:$here${PYTHONPATH:+:$PYTHONPATH}"
+# The compiled block codec, built in place for the python that runs the peers (a `git archive`
+# snapshot has none; without a compiler webdb runs its pure-Python fallback, as after pip install).
+(cd "$here/.." && "$PY" setup.py -q build_ext --inplace) || echo "no compiled block codec: pure Python" >&2
 [ "${APPEND:-0}" = 1 ] || : > "$res"
 
 gen() {  # N F: the workload with ROUNDS rounds, cached per (N, F, ROUNDS)

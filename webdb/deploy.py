@@ -88,6 +88,8 @@ def _setup_kwargs(top: str) -> dict:
     call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
     kw = {}
     for k in call.keywords:
+        if k.arg == "ext_modules":
+            continue  # the optional compiled block codec: a deployed host runs its Python fallback
         if k.arg == "packages" and isinstance(k.value, ast.Call):
             kw["packages"] = find_packages(top, **{a.arg: ast.literal_eval(a.value) for a in k.value.keywords})
         else:

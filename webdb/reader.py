@@ -18,6 +18,7 @@ from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.tables.format import TABLE_KINDS
+from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
 
@@ -45,6 +46,17 @@ def _decodes(table: str):
         return inner
 
     return wrap
+
+
+def _links(keys: list[bytes], vals: list[bytes], n: int, url: str) -> list[Link]:
+    """The links of LinksByURL records of ``url`` (keys: url, NUL, from_id), ``n`` = len(url) + 1.
+    ``Link.decode`` inlined: the per-record cost of ``inlinks``."""
+    unpack = LINK.unpack_from
+    return [
+        Link(k[n:], url, v[LINK_FIXED:].decode("utf-8", "replace"), d, (f & LINK_OUT) != 0)
+        for k, v in zip(keys, vals)
+        for d, f in (unpack(v),)
+    ]
 
 
 def _url_key(url: object) -> bytes:
@@ -204,19 +216,30 @@ class Reader:
         """Links to ``url``, by from_id, streamed a block at a time (a URL with a million inlinks
         is fine).  Cost: the block index search, one block read (cached) per block the links
         span, and only the records in range split out and decoded.  A URL is validated only
-        when it has no inlinks (as in ``get_page``)."""
+        when it has no inlinks (as in ``get_page``).
+
+        Links that all lie in one block (most URLs) take a shorter path than
+        ``TableReader.ranges``, with the same effect: the block is read through the cache but
+        does not fill it.  Filling it costs more than it saves: at 1M pages LinksByURL is ~40k
+        blocks, and keeping each block read means fresh memory (page faults) for every read."""
         self._live()
         url_b = _url_key(url)
         t = self._links_by_url[bisect_right(self._url_bounds, url_b)]
         found = False
         if t is not None:
-            p = url_b + b"\x00"
-            n = len(p)
-            decode = Link.decode
+            p, stop = url_b + b"\x00", url_b + b"\x01"
             try:
-                for keys, vals in t.ranges(p, url_b + b"\x01"):
-                    found = True
-                    yield from [decode(k[n:], url, v) for k, v in zip(keys, vals)]
+                fk = t.first_keys
+                b = bisect_right(fk, p) - 1
+                if b >= 0 and t.last_keys[b] >= p and (b + 1 == len(fk) or fk[b + 1] >= stop):
+                    rb = t.raw(b, False)
+                    keys, vals = rb.split(rb.find(p), rb.find(stop))
+                    found = bool(keys)
+                    yield from _links(keys, vals, len(p), url)
+                else:
+                    for keys, vals in t.ranges(p, stop):
+                        found = True
+                        yield from _links(keys, vals, len(p), url)
             except _UNDECODABLE as e:
                 raise CorruptionError(
                     f"{self.db.path}: links_by_url: undecodable record ({type(e).__name__}: {e})"

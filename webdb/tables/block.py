@@ -3,10 +3,16 @@
 ``encode_block`` / ``unpack_block`` are the one codec of a block; ``RawBlock`` is a decoded,
 verified block kept as bytes plus offset arrays (what the lookup cache holds).  Every decode
 failure is a CorruptionError naming the file, the block and its offset.
+
+The inner loops (search, split, build) run in C when the optional extension ``_blockc`` is
+built (``pip install`` compiles it where gcc and the Python headers exist); the pure-Python
+code below is the reference and the fallback, chosen when the extension is missing or when
+``WEBDB_PURE_PYTHON=1`` is set (read once, at import).  Both give the same bytes and results.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import sys
 import zlib
@@ -27,7 +33,17 @@ from webdb.tables.format import (
 CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
 TRAILER = struct.Struct("<BI")  # codec u8, crc32 u32
 _TRAILER = TRAILER
+_CODEC_BYTE = [bytes((c,)) for c in range(256)]  # the codec byte the checksum covers
 _BIG = sys.byteorder == "big"
+
+_blockc = None
+if os.environ.get("WEBDB_PURE_PYTHON", "") in ("", "0"):
+    try:
+        from webdb.tables import _blockc
+    except ImportError:  # not built (no compiler where it was installed): the Python code
+        pass
+COMPILED = _blockc is not None
+"""True when the block codec runs the compiled extension, False when it runs pure Python."""
 
 
 def _compress(codec: int, raw: bytes) -> bytes:
@@ -67,6 +83,11 @@ def _decompress(codec: int, data: bytes) -> bytes:
 
 def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
     """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
+    return seal_block(_blockc.build(keys, vals) if _blockc is not None else _build(keys, vals), codec)
+
+
+def _build(keys: list[bytes], vals: list[bytes]) -> bytes:
+    """The uncompressed block of these records (``_blockc.build`` in Python)."""
     n = len(keys)
     ends = list(accumulate(chain.from_iterable(zip(map(len, keys), map(len, vals)))))
     offs = array("I", ends[0::2])
@@ -74,8 +95,7 @@ def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
     offs.append(n)
     if _BIG:
         offs.byteswap()
-    raw = b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
-    return seal_block(raw, codec)
+    return b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
 
 
 def encode_run(data: bytes, lens: list[int], codec: int) -> tuple[bytes, bytes, bytes, int]:
@@ -83,6 +103,14 @@ def encode_run(data: bytes, lens: list[int], codec: int) -> tuple[bytes, bytes, 
     back, ``lens`` their lengths (key, value, key, value, ...).  Returns the same block bytes as
     ``encode_block`` of those records, with the first key, the last key and the count.  Cost:
     one copy of the bytes and C-level passes over ``lens``; no Python code per record."""
+    raw, total = _blockc.build_run(data, lens) if _blockc is not None else _build_run(data, lens)
+    last = total - lens[-1]
+    return seal_block(raw, codec), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
+
+
+def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
+    """``data`` followed by the offsets and count of the records ``lens`` gives, and the sum of
+    ``lens`` (``_blockc.build_run`` in Python)."""
     n = len(lens) >> 1
     ends = list(accumulate(lens))
     offs = array("I", ends[0::2])
@@ -90,15 +118,13 @@ def encode_run(data: bytes, lens: list[int], codec: int) -> tuple[bytes, bytes, 
     offs.append(n)
     if _BIG:
         offs.byteswap()
-    first = data[: lens[0]]
-    last = data[ends[-2] - lens[-2] : ends[-2]]
-    return seal_block(data + offs.tobytes(), codec), first, last, n
+    return data + offs.tobytes(), ends[-1] if ends else 0
 
 
 def seal_block(raw: bytes, codec: int) -> bytes:
     """An uncompressed block, compressed by ``codec`` and followed by its trailer."""
     body = _compress(codec, raw)
-    return body + _TRAILER.pack(codec, zlib.crc32(body + bytes((codec,))))
+    return body + _TRAILER.pack(codec, zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)))
 
 
 class RawBlock:
@@ -181,19 +207,49 @@ class RawBlock:
         return [raw[s:e] for s, e in zip(starts, kends)], [raw[s:e] for s, e in zip(kends, rends)]
 
 
+class _CRawBlock(RawBlock):
+    """``RawBlock`` whose searches and splits run in the compiled ``_blockc`` (same results)."""
+
+    __slots__ = ()
+
+    def find(self, key: bytes) -> int:
+        return _blockc.find(self.raw, self.n, key)
+
+    def get(self, key: bytes) -> bytes | None:
+        return _blockc.get(self.raw, self.n, key)
+
+    def keys(self) -> list[bytes]:
+        return _blockc.keys(self.raw, self.n)
+
+    def lens(self, keys: list[bytes] | None = None) -> list[int]:
+        return _blockc.lens(self.raw, self.n)
+
+    def values(self, lo: int, hi: int) -> list[bytes]:
+        return _blockc.values(self.raw, self.n, lo, hi)
+
+    def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
+        return _blockc.split(self.raw, self.n, lo, hi)
+
+
+_RawBlock = _CRawBlock if _blockc is not None else RawBlock
+
+
 def unpack_block(data: bytes, where: str) -> RawBlock:
     """Verify a block's checksum, decompress it and read its offsets; ``where`` names file and
     block in errors."""
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
-    body = data[:-BLOCK_TRAILER_SIZE]
-    codec, crc = _TRAILER.unpack_from(data, len(body))
-    if zlib.crc32(body + bytes((codec,))) != crc:
+    end = len(data) - BLOCK_TRAILER_SIZE
+    codec, crc = _TRAILER.unpack_from(data, end)
+    body = memoryview(data)[:end]  # no copy of the body for the checksum
+    if zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)) != crc:
         raise CorruptionError(f"{where}: checksum mismatch")
     try:
         raw = _decompress(codec, body)
     except (ValueError, zlib.error, lz4.block.LZ4BlockError) as e:
         raise CorruptionError(f"{where}: undecodable block ({e})") from None
+    if type(raw) is not bytes:
+        raw = bytes(raw)  # CODEC_NONE: the body itself
     if len(raw) < 4:
         raise CorruptionError(f"{where}: block of {len(raw)} bytes has no record count")
     n = int.from_bytes(raw[-4:], "little")
@@ -204,12 +260,12 @@ def unpack_block(data: bytes, where: str) -> RawBlock:
     if _BIG:
         offs.byteswap()
     kends, rends = offs[:n], offs[n:]
-    # Offsets past the end or out of order cannot make a read fail (slices clamp), so only the
-    # total is checked here — per-record order checks would double a lookup's cost; check()
-    # verifies key order.
+    # Offsets past the end or out of order cannot make a read fail (slices clamp, in C too), so
+    # only the total is checked here — per-record order checks would double a lookup's cost;
+    # check() verifies key order.
     if n and rends[-1] != len(raw) - 4 - 8 * n:
         raise CorruptionError(f"{where}: block offsets do not match its size")
-    return RawBlock(raw, kends, rends, n)
+    return _RawBlock(raw, kends, rends, n)
 
 
 def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:

@@ -1,0 +1,310 @@
+"""The compiled block codec (webdb/tables/_blockc.c) against its pure-Python reference.
+
+- hypothesis: on random blocks (empty values, one record, large records, keys that are
+  prefixes of others) and on blocks with garbage offsets, every C function returns what the
+  Python code of webdb/tables/block.py returns, and both build the same bytes;
+- damaged and truncated table files give the same outcomes — the same CorruptionError, naming
+  file, block and offset — under the compiled codec and under ``WEBDB_PURE_PYTHON=1``;
+- the table, lookup and fuzz tests run again in a child pytest with ``WEBDB_PURE_PYTHON=1``, so
+  the fallback passes the same tests (the main run exercises the compiled codec);
+- under CI (``CI=true``, as .ci/run sets) the compiled module must be importable: ``make deps``
+  installs gcc and the Python headers, so CI always exercises it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import zlib
+from array import array
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from webdb.tables import block
+from webdb.tables.format import KIND_PAGES_BY_URL
+from webdb.tables.table import BlockCache, TableReader, TableWriter
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+try:
+    _blockc = importlib.import_module("webdb.tables._blockc")
+except ImportError:
+    _blockc = None
+needs_c = pytest.mark.skipif(_blockc is None, reason="webdb.tables._blockc is not built (no gcc/python3-dev)")
+
+
+def test_compiled_codec_is_built_under_ci():
+    if _blockc is None and not os.environ.get("CI"):
+        pytest.skip("not built here; CI (make deps installs gcc and python3-dev) requires it")
+    assert _blockc is not None, "CI must build webdb.tables._blockc: `make deps` installs gcc and python3-dev"
+    assert block.COMPILED == (os.environ.get("WEBDB_PURE_PYTHON", "") in ("", "0"))
+
+
+def _env(pure: bool) -> dict[str, str]:
+    env = dict(os.environ, WEBDB_PURE_PYTHON="1" if pure else "0")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(TESTS), env.get("PYTHONPATH", "")])
+    return env
+
+
+@pytest.mark.timeout(120)
+def test_env_selects_the_implementation():
+    code = (
+        "from webdb.tables import block; "
+        "print(block.COMPILED, type(block.unpack_block(block.encode_block([b'k'], [b'v'], 0), 'x')).__name__)"
+    )
+    for pure, want in (
+        (True, "False RawBlock"),
+        (False, f"{_blockc is not None} {'_CRawBlock' if _blockc else 'RawBlock'}"),
+    ):
+        out = subprocess.run([sys.executable, "-c", code], env=_env(pure), capture_output=True, text=True, check=True)
+        assert out.stdout.split() == want.split()
+
+
+# ---- C against Python on random blocks -----------------------------------------------------
+
+_bytes = st.binary(max_size=40) | st.sampled_from([b"", b"a", b"ab", b"a\x00", b"\xff" * 3])
+_large = st.binary(min_size=1000, max_size=70000)
+
+
+@st.composite
+def records(draw) -> tuple[list[bytes], list[bytes]]:
+    keys = sorted(set(draw(st.lists(_bytes | st.just(b"x" * 3000), max_size=60))))
+    vals = [draw(_bytes | _large) if draw(st.integers(0, 20)) == 0 else draw(_bytes) for _ in keys]
+    return keys, vals
+
+
+def _py_block(raw: bytes) -> block.RawBlock:
+    """A RawBlock over ``raw`` as unpack_block builds it, without its checks (offsets may be garbage)."""
+    n = int.from_bytes(raw[-4:], "little")
+    offs = array("I")
+    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
+    if sys.byteorder == "big":
+        offs.byteswap()
+    return block.RawBlock(raw, offs[:n], offs[n:], n)
+
+
+def _same_reads(raw: bytes, probes: list[bytes], ranges: list[tuple[int, int | None]]) -> None:
+    py = _py_block(raw)
+    n = py.n
+    assert _blockc.keys(raw, n) == py.keys()
+    assert _blockc.lens(raw, n) == py.lens()
+    assert _blockc.split(raw, n) == py.split()
+    for k in probes:
+        assert _blockc.find(raw, n, k) == py.find(k)
+        assert _blockc.get(raw, n, k) == py.get(k)
+    for lo, hi in ranges:
+        assert _blockc.split(raw, n, lo, hi) == py.split(lo, hi)
+        if hi is not None:
+            assert _blockc.values(raw, n, lo, hi) == py.values(lo, hi)
+
+
+@needs_c
+@given(records(), st.lists(_bytes, max_size=10), st.data())
+def test_c_and_python_agree_on_random_blocks(recs, probes, data):
+    keys, vals = recs
+    raw = _blockc.build(keys, vals)
+    assert raw == block._build(keys, vals)
+    lens = [len(x) for kv in zip(keys, vals) for x in kv]
+    assert _blockc.build_run(b"".join(x for kv in zip(keys, vals) for x in kv), lens) == block._build_run(
+        b"".join(x for kv in zip(keys, vals) for x in kv), lens
+    )
+    n = len(keys)
+    ranges = [(data.draw(st.integers(0, n)), data.draw(st.none() | st.integers(0, n + 2))) for _ in range(4)]
+    _same_reads(raw, keys + probes + [k + b"\x00" for k in keys[:5]], ranges)
+    rb = block.unpack_block(block.encode_block(keys, vals, block.CODECS["lz4"]), "t")
+    assert rb.split() == (keys, vals)
+
+
+@needs_c
+@given(st.binary(max_size=300), st.lists(st.integers(0, 400), max_size=24), st.lists(_bytes, max_size=6), st.data())
+def test_c_and_python_agree_on_garbage_offsets(body, offsets, probes, data):
+    """Offsets out of order or past the end (a crafted block whose total still matches) read
+    the same clamped slices in C as in Python, and never outside the block."""
+    n = len(offsets) // 2
+    raw = body + array("I", offsets[: 2 * n]).tobytes() + n.to_bytes(4, "little")
+    ranges = [(data.draw(st.integers(0, n)), data.draw(st.none() | st.integers(0, n + 2))) for _ in range(3)]
+    _same_reads(raw, probes, ranges)
+
+
+@needs_c
+def test_c_refuses_what_python_cannot_encode():
+    with pytest.raises(ValueError, match="2 keys but 1 values"):
+        _blockc.build([b"a", b"b"], [b""])
+    with pytest.raises(ValueError, match="odd number"):
+        _blockc.build_run(b"abc", [1, 2, 3])
+    with pytest.raises(ValueError, match="record count 9 does not fit"):
+        _blockc.get(b"\x00" * 8, 9, b"k")
+    with pytest.raises(TypeError):
+        _blockc.get(bytearray(8), 0, b"k")
+    with pytest.raises(TypeError, match="lens must hold ints"):
+        _blockc.build_run(b"ab", [1, 1.0])
+    for build_run in (_blockc.build_run, block._build_run):
+        with pytest.raises(OverflowError):
+            build_run(b"ab", [-1, 2])  # a negative offset, as array("I") refuses it
+
+
+@needs_c
+def test_c_builds_from_any_bytes_like_item():
+    keys, vals = [b"a", b"bb", b"c"], [b"", b"x" * 5, b"yz"]
+    want = block._build(keys, vals)
+    assert _blockc.build([bytearray(k) for k in keys], [memoryview(v) for v in vals]) == want
+    assert _blockc.build(tuple(keys), tuple(vals)) == want
+    assert _blockc.build_run(bytearray(b"".join(k + v for k, v in zip(keys, vals))), [1, 0, 2, 5, 1, 2]) == (
+        block._build_run(b"".join(k + v for k, v in zip(keys, vals)), [1, 0, 2, 5, 1, 2])
+    )
+
+
+# ---- damaged files: the same error in both implementations ---------------------------------
+
+
+def _write(path: Path, codec: str, n: int = 400) -> list[bytes]:
+    keys = [b"key%05d" % i for i in range(n)]
+    w = TableWriter(str(path), KIND_PAGES_BY_URL, 512, codec, sync=False)
+    for k in keys:
+        w.add(k, k[::-1] * (1 + int(k[-1:]) % 3))
+    w.close({})
+    return keys
+
+
+def _reseal(path: Path, i: int, edit) -> None:
+    """Replace block i of a codec-none table by ``edit(raw)``, its checksum recomputed."""
+    t = TableReader(str(path))
+    off, length = t.offsets[i], t.lengths[i]
+    t.close()
+    data = path.read_bytes()
+    raw = edit(bytearray(data[off : off + length - block.BLOCK_TRAILER_SIZE]))
+    assert len(raw) == length - block.BLOCK_TRAILER_SIZE
+    trailer = block.TRAILER.pack(0, zlib.crc32(bytes(raw) + b"\x00"))
+    path.write_bytes(data[:off] + bytes(raw) + trailer + data[off + length :])
+
+
+def _damaged(tmp: Path) -> list[tuple[str, str | None]]:
+    """(table file, truncate-after-open target size or None) of each kind of damage."""
+    out = []
+    p = tmp / "flip-lz4"
+    _write(p, "lz4")
+    t = TableReader(str(p))
+    off = t.offsets[3] + 2
+    t.close()
+    b = bytearray(p.read_bytes())
+    b[off] ^= 0x40
+    p.write_bytes(bytes(b))
+    out.append((str(p), None))
+
+    def count(raw):  # a record count larger than the block
+        raw[-4:] = (1 << 30).to_bytes(4, "little")
+        return raw
+
+    def total(raw):  # the last record end moved off the end of the records
+        n = int.from_bytes(raw[-4:], "little")
+        at = len(raw) - 8
+        raw[at : at + 4] = (int.from_bytes(raw[at : at + 4], "little") + 1).to_bytes(4, "little")
+        assert n
+        return raw
+
+    def disorder(raw):  # key ends out of order and past the end: the total still matches
+        n = int.from_bytes(raw[-4:], "little")
+        base = len(raw) - 4 - 8 * n
+        raw[base : base + 4] = (len(raw) + 50).to_bytes(4, "little")
+        raw[base + 8 : base + 12] = (0).to_bytes(4, "little")
+        return raw
+
+    def short(raw):
+        raw[:] = raw[:3] + bytes(len(raw) - 3)
+        raw[-4:] = bytes(4)
+        return raw
+
+    for name, edit in (("count", count), ("total", total), ("disorder", disorder), ("zero", short)):
+        p = tmp / f"none-{name}"
+        _write(p, "none")
+        _reseal(p, 2, edit)
+        out.append((str(p), None))
+    p = tmp / "truncated-after-open"
+    _write(p, "lz4")
+    out.append((str(p), "half"))
+    return out
+
+
+_READS = [
+    lambda t: list(t.items()),
+    lambda t: [t.get(b"key%05d" % i) for i in range(0, 400, 7)],
+    lambda t: [t.get(b"key%05d" % i) for i in range(399, 0, -13)],
+    lambda t: [list(t.ranges(b"key%05d" % i, b"key%05d" % (i + 9))) for i in range(0, 400, 11)],
+    lambda t: list(t.items(b"key00150", b"key00260")),
+]
+
+
+def _outcome(op, t: TableReader) -> list[str]:
+    from webdb.errors import WebDBError
+
+    try:
+        return ["ok", repr(op(t))]
+    except WebDBError as e:
+        return [type(e).__name__, str(e)]
+
+
+def child(spec: str) -> None:
+    """Read every damaged file of ``spec`` (JSON) every way a lookup can and print the outcomes."""
+    res = []
+    for path, cut in json.loads(spec):
+        t = TableReader(path, KIND_PAGES_BY_URL, BlockCache(1 << 20))
+        if cut:
+            os.truncate(path, t.offsets[t.nblocks // 2])
+        res.append([_outcome(op, t) for op in _READS])
+    print(json.dumps(res))
+
+
+@pytest.mark.timeout(300)
+def test_damaged_blocks_give_the_same_errors_in_both(tmp_path):
+    runs = {}
+    for pure in (False, True):
+        d = tmp_path / ("pure" if pure else "c")
+        d.mkdir()
+        files = _damaged(d)
+        code = f"import test_blockc; test_blockc.child({json.dumps(json.dumps(files))})"
+        out = subprocess.run([sys.executable, "-c", code], env=_env(pure), capture_output=True, text=True, check=True)
+        runs[pure] = json.loads(out.stdout.replace(str(d), "DIR"))
+    assert runs[False] == runs[True]
+    errors = [o for f in runs[True] for o in f if o[0] != "ok"]
+    assert {o[0] for o in errors} == {"CorruptionError"}
+    want = {
+        "flip-lz4": "block 3 at offset \\d+: checksum mismatch",
+        "none-count": "block 2 at offset \\d+: record count 1073741824 does not fit",
+        "none-total": "block 2 at offset \\d+: block offsets do not match its size",
+        "none-disorder": None,  # no error: out-of-order offsets read clamped slices (check() finds it)
+        "none-zero": "block 2 at offset \\d+: holds 0 records, index says",
+        "truncated-after-open": "block \\d+ at offset \\d+: truncated",
+    }
+    for f, (name, pattern) in zip(runs[True], want.items()):
+        errs = [o[1] for o in f if o[0] != "ok"]
+        if pattern is None:
+            assert not errs, (name, errs)
+        else:
+            assert errs and all(re.fullmatch(f"DIR/{name}: {pattern}.*", e) for e in errs), (name, errs)
+
+
+# ---- the fallback passes the same tests ----------------------------------------------------
+
+
+@pytest.mark.timeout(900)
+def test_pure_python_fallback_passes_the_table_and_lookup_tests(tmp_path):
+    """tests/test_tables.py, test_lookups.py and test_fuzz_tables.py (fewer examples, not the
+    slow long fuzz: that one guards the C code, and runs in the main suite), in a child pytest
+    with WEBDB_PURE_PYTHON=1."""
+    env = _env(True)
+    env["WEBDB_FUZZ_EXAMPLES"] = "25"
+    files = ["tests/test_tables.py", "tests/test_lookups.py", "tests/test_fuzz_tables.py"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow"]
+    out = subprocess.run(
+        [*cmd, f"--basetemp={tmp_path / 'pt'}", *files], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and "skipped" not in out.stdout

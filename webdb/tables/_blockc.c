@@ -1,0 +1,420 @@
+/* The block codec's inner loops in C (docs/format.md §1.1, docs/design.md "Compiled block codec").
+ *
+ * A decompressed block ("raw") is its records (key, value, key, value, ...) back to back, then n
+ * key-end offsets, n record-end offsets (u32 little-endian, from the start of the block) and the
+ * count n (u32 LE).  These functions read the offsets in place from the raw bytes: nothing is
+ * decoded but what is asked for.  Each one is the exact counterpart of a pure-Python function of
+ * webdb/tables/block.py (the fallback, and the reference the tests compare these to), including
+ * its behaviour on damaged offsets: every slice is clamped to the block as a Python slice is, so a
+ * crafted offset can give wrong bytes (as in Python) but never a read outside the block.
+ *
+ * Python's zlib and the lz4 package do the checksums and the decompression; this module only
+ * knows the layout.  Built by setup.py as an optional extension: without a compiler the
+ * package runs the Python code.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t rd32(const unsigned char *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static inline void wr32(unsigned char *p, uint32_t v) {
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+/* A raw block seen through its offset arrays. */
+typedef struct {
+    const unsigned char *raw;
+    Py_ssize_t len;
+    Py_ssize_t n;
+    const unsigned char *kends; /* n u32: end of record j's key */
+    const unsigned char *rends; /* n u32: end of record j */
+} Block;
+
+/* Parse (raw: bytes, n: int) into b; n must fit the block (unpack_block checked it already, this
+ * guards a caller that did not). */
+static int block_of(PyObject *raw, Py_ssize_t n, Block *b) {
+    if (!PyBytes_Check(raw)) {
+        PyErr_SetString(PyExc_TypeError, "block must be bytes");
+        return -1;
+    }
+    b->raw = (const unsigned char *)PyBytes_AS_STRING(raw);
+    b->len = PyBytes_GET_SIZE(raw);
+    if (n < 0 || b->len < 4 || n > (b->len - 4) / 8) {
+        PyErr_Format(PyExc_ValueError, "record count %zd does not fit a block of %zd bytes", n, b->len);
+        return -1;
+    }
+    b->n = n;
+    b->kends = b->raw + b->len - 4 - 8 * n;
+    b->rends = b->kends + 4 * n;
+    return 0;
+}
+
+/* Bounds of raw[s:e] as Python computes them (both clamped to the block; empty if e < s). */
+static inline void clamp(const Block *b, Py_ssize_t *s, Py_ssize_t *e) {
+    if (*s > b->len) *s = b->len;
+    if (*e > b->len) *e = b->len;
+    if (*e < *s) *e = *s;
+}
+
+static inline Py_ssize_t rec_start(const Block *b, Py_ssize_t j) { return j ? (Py_ssize_t)rd32(b->rends + 4 * (j - 1)) : 0; }
+static inline Py_ssize_t key_end(const Block *b, Py_ssize_t j) { return (Py_ssize_t)rd32(b->kends + 4 * j); }
+static inline Py_ssize_t rec_end(const Block *b, Py_ssize_t j) { return (Py_ssize_t)rd32(b->rends + 4 * j); }
+
+/* Compare record j's key with key[0:klen] as bytes compare: <0, 0, >0. */
+static inline int cmp_key(const Block *b, Py_ssize_t j, const char *key, Py_ssize_t klen) {
+    Py_ssize_t s = rec_start(b, j), e = key_end(b, j);
+    clamp(b, &s, &e);
+    Py_ssize_t l = e - s, m = l < klen ? l : klen;
+    int c = m ? memcmp(b->raw + s, key, (size_t)m) : 0;
+    if (c) return c;
+    return l < klen ? -1 : (l > klen ? 1 : 0);
+}
+
+/* Index of the first record in lo..n-1 whose key is >= key. */
+static Py_ssize_t lower_bound(const Block *b, Py_ssize_t lo, const char *key, Py_ssize_t klen) {
+    Py_ssize_t hi = b->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        if (cmp_key(b, mid, key, klen) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static PyObject *slice(const Block *b, Py_ssize_t s, Py_ssize_t e) {
+    clamp(b, &s, &e);
+    return PyBytes_FromStringAndSize((const char *)b->raw + s, e - s);
+}
+
+PyDoc_STRVAR(find_doc, "find(raw, n, key) -> index of the first record whose key is >= key (RawBlock.find).");
+
+static PyObject *c_find(PyObject *self, PyObject *args) {
+    PyObject *raw, *res;
+    Py_ssize_t n;
+    Py_buffer key;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Sny*:find", &raw, &n, &key)) return NULL;
+    if (block_of(raw, n, &b) < 0) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    res = PyLong_FromSsize_t(lower_bound(&b, 0, key.buf, key.len));
+    PyBuffer_Release(&key);
+    return res;
+}
+
+PyDoc_STRVAR(get_doc, "get(raw, n, key) -> the value of key, or None (RawBlock.get).");
+
+static PyObject *c_get(PyObject *self, PyObject *args) {
+    PyObject *raw, *res;
+    Py_ssize_t n;
+    Py_buffer key;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Sny*:get", &raw, &n, &key)) return NULL;
+    if (block_of(raw, n, &b) < 0) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    Py_ssize_t j = lower_bound(&b, 0, key.buf, key.len);
+    if (j < n && cmp_key(&b, j, key.buf, key.len) == 0) {
+        res = slice(&b, key_end(&b, j), rec_end(&b, j));
+    } else {
+        res = Py_None;
+        Py_INCREF(res);
+    }
+    PyBuffer_Release(&key);
+    return res;
+}
+
+/* Records lo..hi-1 (clamped to 0..n) as a new list of keys (if keys) and/or of values (if vals). */
+static int split_into(const Block *b, Py_ssize_t lo, Py_ssize_t hi, PyObject **keys, PyObject **vals) {
+    if (lo < 0) lo = 0;
+    if (lo > b->n) lo = b->n;
+    if (hi > b->n) hi = b->n;
+    if (hi < lo) hi = lo;
+    if (keys && !(*keys = PyList_New(hi - lo))) return -1;
+    if (vals && !(*vals = PyList_New(hi - lo))) return -1;
+    Py_ssize_t s = rec_start(b, lo);
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        Py_ssize_t ke = key_end(b, j), re = rec_end(b, j);
+        if (keys) {
+            PyObject *k = slice(b, s, ke);
+            if (!k) return -1;
+            PyList_SET_ITEM(*keys, j - lo, k);
+        }
+        if (vals) {
+            PyObject *v = slice(b, ke, re);
+            if (!v) return -1;
+            PyList_SET_ITEM(*vals, j - lo, v);
+        }
+        s = re;
+    }
+    return 0;
+}
+
+static int parse_range(PyObject *args, const char *fmt, Block *b, Py_ssize_t *lo, Py_ssize_t *hi) {
+    PyObject *raw, *hio = Py_None;
+    Py_ssize_t n;
+    *lo = 0;
+    if (!PyArg_ParseTuple(args, fmt, &raw, &n, lo, &hio) || block_of(raw, n, b) < 0) return -1;
+    if (hio == Py_None) {
+        *hi = n;
+    } else {
+        *hi = PyLong_AsSsize_t(hio);
+        if (*hi == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(split_doc, "split(raw, n, lo=0, hi=None) -> (keys, values) of records lo..hi-1 (RawBlock.split).");
+
+static PyObject *c_split(PyObject *self, PyObject *args) {
+    Block b;
+    Py_ssize_t lo, hi;
+    PyObject *keys = NULL, *vals = NULL;
+    if (parse_range(args, "Sn|nO:split", &b, &lo, &hi) < 0) return NULL;
+    if (split_into(&b, lo, hi, &keys, &vals) < 0) {
+        Py_XDECREF(keys);
+        Py_XDECREF(vals);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", keys, vals);
+}
+
+PyDoc_STRVAR(values_doc, "values(raw, n, lo, hi) -> values of records lo..hi-1 (RawBlock.values).");
+
+static PyObject *c_values(PyObject *self, PyObject *args) {
+    Block b;
+    Py_ssize_t lo, hi;
+    PyObject *vals = NULL;
+    if (parse_range(args, "Snn|O:values", &b, &lo, &hi) < 0) return NULL;
+    if (split_into(&b, lo, hi, NULL, &vals) < 0) {
+        Py_XDECREF(vals);
+        return NULL;
+    }
+    return vals;
+}
+
+PyDoc_STRVAR(keys_doc, "keys(raw, n) -> every record key (RawBlock.keys).");
+
+static PyObject *c_keys(PyObject *self, PyObject *args) {
+    Block b;
+    Py_ssize_t lo, hi;
+    PyObject *keys = NULL;
+    if (parse_range(args, "Sn:keys", &b, &lo, &hi) < 0) return NULL;
+    if (split_into(&b, lo, hi, &keys, NULL) < 0) {
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    return keys;
+}
+
+PyDoc_STRVAR(lens_doc, "lens(raw, n) -> key and value lengths, interleaved (RawBlock.lens).");
+
+static PyObject *c_lens(PyObject *self, PyObject *args) {
+    PyObject *raw, *out;
+    Py_ssize_t n;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Sn:lens", &raw, &n) || block_of(raw, n, &b) < 0) return NULL;
+    if (!(out = PyList_New(2 * n))) return NULL;
+    Py_ssize_t s = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        /* Unclamped differences, as the Python code's map(sub, ...) (offsets checked elsewhere). */
+        Py_ssize_t ke = key_end(&b, j), re = rec_end(&b, j);
+        PyObject *kl = PyLong_FromSsize_t(ke - s), *vl = kl ? PyLong_FromSsize_t(re - ke) : NULL;
+        if (!vl) {
+            Py_XDECREF(kl);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 2 * j, kl);
+        PyList_SET_ITEM(out, 2 * j + 1, vl);
+        s = re;
+    }
+    return out;
+}
+
+/* The bytes of a bytes-like item: bytes directly, anything else through the buffer protocol. */
+typedef struct {
+    Py_buffer view;
+    int held;
+    const char *p;
+    Py_ssize_t len;
+} Item;
+
+static int item_get(PyObject *o, Item *it) {
+    it->held = 0;
+    if (PyBytes_Check(o)) {
+        it->p = PyBytes_AS_STRING(o);
+        it->len = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, &it->view, PyBUF_SIMPLE) < 0) return -1;
+    it->held = 1;
+    it->p = it->view.buf;
+    it->len = it->view.len;
+    return 0;
+}
+
+static void item_release(Item *it) {
+    if (it->held) PyBuffer_Release(&it->view);
+}
+
+static PyObject *too_big(void) {
+    PyErr_SetString(PyExc_OverflowError, "block records exceed 4 GiB (u32 offsets)");
+    return NULL;
+}
+
+PyDoc_STRVAR(build_doc,
+             "build(keys, vals) -> the uncompressed block of these records: records, offsets, count "
+             "(what encode_block seals).");
+
+static PyObject *c_build(PyObject *self, PyObject *args) {
+    PyObject *ko, *vo, *keys = NULL, *vals = NULL, *out = NULL;
+    if (!PyArg_ParseTuple(args, "OO:build", &ko, &vo)) return NULL;
+    if (!(keys = PySequence_Fast(ko, "keys must be a sequence")) ||
+        !(vals = PySequence_Fast(vo, "values must be a sequence")))
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(vals) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd keys but %zd values", n, PySequence_Fast_GET_SIZE(vals));
+        goto done;
+    }
+    if (n > UINT32_MAX) {
+        too_big();
+        goto done;
+    }
+    /* Items that are not bytes are read through the buffer protocol, which may run code: read
+     * them from tuples, which that code cannot resize under us. */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (!PyBytes_Check(PySequence_Fast_GET_ITEM(keys, j)) || !PyBytes_Check(PySequence_Fast_GET_ITEM(vals, j))) {
+            Py_SETREF(keys, PySequence_Tuple(keys));
+            if (!keys) goto done;
+            Py_SETREF(vals, PySequence_Tuple(vals));
+            if (!vals) goto done;
+            break;
+        }
+    }
+    PyObject **kv = PySequence_Fast_ITEMS(keys), **vv = PySequence_Fast_ITEMS(vals);
+    Py_ssize_t total = 0;
+    Item it;
+    for (Py_ssize_t j = 0; j < 2 * n; j++) {
+        if (item_get(j & 1 ? vv[j >> 1] : kv[j >> 1], &it) < 0) goto done;
+        total += it.len;
+        item_release(&it);
+        if (total > UINT32_MAX) {
+            too_big();
+            goto done;
+        }
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, total + 8 * n + 4))) goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out), *offs = p + total;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t j = 0; j < 2 * n; j++) {
+        if (item_get(j & 1 ? vv[j >> 1] : kv[j >> 1], &it) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (at + it.len > total) { /* an item grew between the passes (a bytearray) */
+            item_release(&it);
+            PyErr_SetString(PyExc_RuntimeError, "a record changed size while being encoded");
+            Py_CLEAR(out);
+            goto done;
+        }
+        memcpy(p + at, it.p, (size_t)it.len);
+        at += it.len;
+        item_release(&it);
+        wr32(offs + 4 * ((j >> 1) + (j & 1 ? n : 0)), (uint32_t)at);
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_RuntimeError, "a record changed size while being encoded");
+        Py_CLEAR(out);
+        goto done;
+    }
+    wr32(offs + 8 * n, (uint32_t)n);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return out;
+}
+
+PyDoc_STRVAR(build_run_doc,
+             "build_run(data, lens) -> (raw, total): data followed by the offsets and count of the "
+             "records whose key and value lengths lens gives, interleaved (what encode_run seals); "
+             "total is the sum of lens.");
+
+static PyObject *c_build_run(PyObject *self, PyObject *args) {
+    PyObject *lo, *lens = NULL, *out = NULL;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*O:build_run", &data, &lo)) return NULL;
+    if (!(lens = PySequence_Fast(lo, "lens must be a sequence"))) goto done;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(lens), n = m >> 1;
+    if (m & 1) {
+        PyErr_SetString(PyExc_ValueError, "lens holds an odd number of lengths");
+        goto done;
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, data.len + 8 * n + 4))) goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out), *offs = p + data.len;
+    memcpy(p, data.buf, (size_t)data.len);
+    PyObject **lv = PySequence_Fast_ITEMS(lens);
+    Py_ssize_t at = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (!PyLong_Check(lv[j])) { /* (an __index__ could run code that resizes lens) */
+            PyErr_SetString(PyExc_TypeError, "lens must hold ints");
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_ssize_t l = PyLong_AsSsize_t(lv[j]);
+        if (l == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        at += l;
+        if (at < 0 || at > UINT32_MAX) {
+            Py_CLEAR(out);
+            if (at < 0)
+                PyErr_SetString(PyExc_OverflowError, "negative record offset");
+            else
+                too_big();
+            goto done;
+        }
+        wr32(offs + 4 * ((j >> 1) + (j & 1 ? n : 0)), (uint32_t)at);
+    }
+    wr32(offs + 8 * n, (uint32_t)n);
+    out = Py_BuildValue("(Nn)", out, at);
+done:
+    Py_XDECREF(lens);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"find", c_find, METH_VARARGS, find_doc},
+    {"get", c_get, METH_VARARGS, get_doc},
+    {"split", c_split, METH_VARARGS, split_doc},
+    {"values", c_values, METH_VARARGS, values_doc},
+    {"keys", c_keys, METH_VARARGS, keys_doc},
+    {"lens", c_lens, METH_VARARGS, lens_doc},
+    {"build", c_build, METH_VARARGS, build_doc},
+    {"build_run", c_build_run, METH_VARARGS, build_run_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "webdb.tables._blockc",
+    .m_doc = "The block codec's inner loops in C; webdb/tables/block.py is the reference and the fallback.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__blockc(void) { return PyModule_Create(&module); }
