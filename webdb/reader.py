@@ -19,6 +19,7 @@ from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.records import Link, Page, validate_url
+from webdb.tables.levels import open_levels
 from webdb.tables.table import BlockCache, TableReader
 
 __all__ = ["Reader"]
@@ -111,9 +112,18 @@ class Reader:
             for j, entry in enumerate(m["tables"]):
                 for t in TABLE_KINDS:
                     e = entry.get(t) if (sections is None or j in sections) and (only is None or t in only) else None
-                    path = os.path.join(self.db.section_dir(j), e["file"]) if e else None
+                    if not e:
+                        tabs[t].append(None)
+                        continue
+                    d = self.db.section_dir(j)
+                    path = os.path.join(d, e["file"])
+                    if e.get("runs"):
+                        # Levels: the delta runs merged over the base (webdb.tables.levels).
+                        runs = [os.path.join(d, r["file"]) for r in e["runs"]]
+                        tabs[t].append(open_levels(path, runs, t, e["records"], cache))
+                        continue
                     # Lazy: a table's index is read on its first use (a lookup needs one table).
-                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache, lazy=True) if path else None)
+                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache, lazy=True))
         except BaseException:
             for lst in tabs.values():
                 for r in lst:
