@@ -193,7 +193,7 @@ class WebDB:
         if parent is not None and os.path.lexists(self.manifest_path(parent)):
             self.manifest(parent, m.get("parent_checksum"))
         for j in range(m["sections"]["k"]) if sections is None else sections:
-            for t, e, f, size in _files_of(m["tables"][j]):
+            for t, _, f, size in _files_of(m["tables"][j]):
                 p = os.path.join(self.section_dir(j), f)
                 try:
                     st = os.stat(p)
@@ -267,6 +267,13 @@ class WebDB:
         from webdb.rebalance import rebalance
 
         return rebalance(self, sections)
+
+    def compact(self, budget: float | None = None) -> dict:
+        """Merge the delta runs of the tables kept as levels into new bases, as one atomic
+        generation, within ``budget`` seconds if given; see webdb.compact."""
+        from webdb.compact import compact
+
+        return compact(self, budget)
 
     # ---- lock and recovery -----------------------------------------------------------------
 

@@ -134,7 +134,9 @@ def validate_manifest(m: Any, gen: int, path: str) -> None:
             for i, r in enumerate(runs):
                 rm = GEN_FILE.match(r.get("file", "")) if isinstance(r.get("file"), str) else None
                 if rm is None or int(rm.group(1)) > gen:
-                    raise bad(f"{where}.runs[{i}].file", f"is {r.get('file')!r}, not a table file of generation <= {gen}")
+                    raise bad(
+                        f"{where}.runs[{i}].file", f"is {r.get('file')!r}, not a table file of generation <= {gen}"
+                    )
                 for f in ("bytes", "entries"):
                     if not is_whole(r.get(f)) or r[f] < 0:
                         raise bad(f"{where}.runs[{i}].{f}", f"is {r.get(f)!r}, not a count")

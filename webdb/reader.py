@@ -18,8 +18,8 @@ from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.tables.format import TABLE_KINDS
-from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.levels import open_levels
+from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
 
 __all__ = ["Reader"]

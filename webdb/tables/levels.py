@@ -164,7 +164,9 @@ class Levels:
                 keys, vals = keys[lo:hi], vals[lo:hi]
             yield keys, vals
 
-    def chunks(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    def chunks(
+        self, start: bytes | None = None, stop: bytes | None = None
+    ) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """The live records with start <= key < stop, in order, as (keys, values) lists about
         a base block long: base blocks no run touches are passed on as they are."""
         runs = self._runs_merged(start, stop)

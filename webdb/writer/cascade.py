@@ -258,7 +258,9 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
         os.unlink(dpath)  # merged into the new base; never named by a manifest
         res["compacted"] = len(runs)
         if res["records"] != records:
-            raise AssertionError(f"{os.path.join(d, name)}: compaction kept {res['records']} records, expected {records}")
+            raise AssertionError(
+                f"{os.path.join(d, name)}: compaction kept {res['records']} records, expected {records}"
+            )
         return
     res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
 
