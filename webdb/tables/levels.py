@@ -88,17 +88,17 @@ class Seeker:
         j = bisect_left(keys, key)
         return self.rb.value(j) if keys[j] == key else None
 
-    def range(self, lo: bytes, hi: bytes) -> tuple[list[bytes], list[bytes]]:
-        """The records with lo <= key < hi."""
+    def range(self, lo: bytes, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
+        """The records with lo <= key < hi (hi None: to the end)."""
         t = self.t
         lk, fk, n = t.last_keys, t.first_keys, t.nblocks
         b = bisect_left(lk, lo, self.bi)
         ks: list[bytes] = []
         vs: list[bytes] = []
-        while b < n and fk[b] < hi:
+        while b < n and (hi is None or fk[b] < hi):
             keys = self._at(b)
             j1 = bisect_left(keys, lo)
-            j2 = bisect_left(keys, hi, j1)
+            j2 = len(keys) if hi is None else bisect_left(keys, hi, j1)
             if j2 > j1:
                 if ks:
                     ks += keys[j1:j2]
@@ -354,15 +354,40 @@ class LevelCursor:
 
 def compact(view: Levels, out: TableWriter) -> MergeCursor:
     """Merge every run of ``view`` into its base, written to ``out`` (a table of the base's
-    kind): untouched base blocks are copied raw, tombstones dropped.  Returns the cursor (its
-    block counters); ``out`` is left open for the caller to close."""
-    cur = MergeCursor(view.base, out)
-    t0 = view.runs[0] if view.runs else None
-
-    def combine(key: bytes, old: bytes | None, v: bytes) -> bytes | None:
-        return v[1:] if _op(v, t0, key) == _PUT else None
-
-    cur.merge_points(view._runs_merged(None, None), combine)
+    kind), tombstones dropped.  A base block no run touches is copied raw; a touched one is
+    merged as a whole — its records and the runs' records in its key range go through one dict,
+    newest last, and out sorted — so the per-record work is C-level but for one step per run
+    record.  Returns the cursor (its block counters); ``out`` is left open for the caller."""
+    base = view.base
+    cur = MergeCursor(base, out)
+    seekers = [Seeker(r) for r in reversed(view.runs)]  # oldest first: newer records overwrite
+    if base is None or not base.nblocks:
+        bounds = [(b"", None)]
+    else:
+        fk = base.first_keys
+        bounds = [(fk[s] if s else b"", fk[s + 1] if s + 1 < len(fk) else None) for s in range(len(fk))]
+    for lo, ub in bounds:
+        found = [(s, s.range(lo, ub)) for s in seekers]
+        found = [(s, kv) for s, kv in found if kv[0]]
+        if not found:
+            continue  # untouched: copied raw by the next copy_until
+        cur.copy_until(lo)
+        if base is None or not base.nblocks:
+            ok, ov = [], []
+        else:
+            ok, ov = cur.take_until(ub if ub is not None else base.last_keys[-1] + b"\x00")
+        d = dict(zip(ok, ov))
+        for s, (ks, vs) in found:
+            for k, v in zip(ks, vs):
+                if v[:1] == PUT:
+                    d[k] = v[1:]
+                elif v == DEL:
+                    d.pop(k, None)
+                else:
+                    _op(v, s.t, k)  # raises, naming the run
+        if d:
+            ks = sorted(d)
+            out.add_many(ks, [d[k] for k in ks])
     cur.finish()
     return cur
 
