@@ -47,9 +47,12 @@ if os.environ.get("BENCH_STAGES_SAVE"):
             ins.append(os.path.join(d, "in%d.edits" % i))
             shutil.copy(p, ins[-1])
         tabs = {}
-        for t, p in job["tables"].items():
-            tabs[t] = os.path.join(d, t)
-            shutil.copy(p, tabs[t])
+        for t, e in job["tables"].items():
+            # The base and (levels) its delta runs, copied under the names the job gives them.
+            runs = [os.path.join(d, "%s.run%d" % (t, i)) for i in range(len(e["runs"]))]
+            tabs[t] = dict(e, base=os.path.join(d, t), runs=runs)
+            for a, b in zip([e["base"]] + e["runs"], [tabs[t]["base"]] + runs):
+                shutil.copy(a, b)
         with open(os.path.join(d, "job.json"), "w") as f:
             json.dump(dict(job, inputs=ins, tables=tabs), f)
         return _run(job)
@@ -122,7 +125,9 @@ def replay(args: argparse.Namespace) -> None:
             c0, w0 = time.process_time(), time.perf_counter()
             res = run_stage(j)
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-            out = os.path.join(section_path(j["db"], args.section), res["file"])
+            # A stage that kept levels wrote a delta run (the base is the old one): digest that.
+            name = res["runs"][0]["file"] if res.get("runs") else res["file"]
+            out = os.path.join(section_path(j["db"], args.section), name)
             h = hashlib.sha1()
             for p in [out] + sorted(glob.glob(os.path.join(j["outbox"], "*", "edits", j["batch"], "*", "*"))):
                 with open(p, "rb") as f:

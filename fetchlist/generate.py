@@ -325,6 +325,11 @@ class _Inlinks:
         if t is None:
             return
         p = url_b + b"\x00"
+        if not hasattr(t, "first_keys"):
+            # Kept as levels (webdb.tables.levels): the merged view's range read.
+            for _, vals in t.ranges(p, url_b + b"\x01"):
+                yield from vals
+            return
         i = max(0, bisect.bisect_right(t.first_keys, p) - 1)
         while i < t.nblocks:
             if self._at != (j_sec, i):

@@ -155,6 +155,8 @@ class WebDBVersusModel(RuleBasedStateMachine):
     def _matches(self) -> None:
         with self.db.reader() as r:
             assert_reader_matches(r, self.model, URLS + OTHER_URLS, MD5S)
+            if "level_ratio" in self.SETTINGS:
+                r.check()  # every level of every table verified, and the merged view
 
     def _run(self, w, calls) -> None:
         for name, args in calls:
@@ -196,6 +198,9 @@ CONFIGS = {
     "k1": (1, {}),
     "k2-adaptive-anchor10": (2, {"adaptive": True, "anchor_max": 10, "min_interval": 2000, "default_interval": 3600}),
     "k5-retries1": (5, {"max_retries": 1, "retry_delay": 77, "default_interval": 7776000}),
+    # Levels kept for several batches (never compacted by size, by count after 3 runs), and off.
+    "k2-levels": (2, {"level_ratio": 1000.0, "level_runs": 3}),
+    "k1-levels-off": (1, {"level_ratio": 0.0}),
 }
 
 
@@ -262,13 +267,13 @@ def random_batch(rnd: random.Random, urls: list[str], md5s: list[bytes], held: l
     return calls
 
 
-def stress(tmp: Path, seed: int, k: int, n_urls: int, n_calls: int, batches: int) -> None:
+def stress(tmp: Path, seed: int, k: int, n_urls: int, n_calls: int, batches: int, **extra: object) -> None:
     """Seeded random batches big enough that a 1 MiB writer spills its edits to sorted runs."""
     rnd = random.Random(seed)
     paths = {"/".join(str(rnd.randrange(5)) for _ in range(rnd.randrange(4))) for _ in range(n_urls)}
     urls = sorted(f"http://h{rnd.randrange(20)}/{p}" for p in paths) + ["http://\u00e9/x", "zz://z"]
     md5s = [rnd.randbytes(16) for _ in range(n_urls // 10)] + [url_md5(u) for u in urls[:30]]
-    settings = {"memory_mb": 1, "block_size": 512, "default_interval": 5 * DAY}
+    settings = {"memory_mb": 1, "block_size": 512, "default_interval": 5 * DAY, **extra}
     db = webdb.create(str(tmp / f"db-{seed}-{k}"), sections=k, sync=False, **settings)
     m = Model(**settings)
     for _ in range(batches):
@@ -280,11 +285,18 @@ def stress(tmp: Path, seed: int, k: int, n_urls: int, n_calls: int, batches: int
         m.commit()
         with db.reader() as r:
             assert_reader_matches(r, m)
+            if extra:
+                r.check()
     assert m.num_links > 0 and m.num_pages > 0
 
 
 def test_large_batches_match_model(tmp_path):
     stress(tmp_path, seed=1, k=3, n_urls=1500, n_calls=12000, batches=2)
+
+
+def test_large_batches_match_model_levels(tmp_path):
+    # Runs pile up over four batches (a big ratio), then merge by count (level_runs = 2).
+    stress(tmp_path, seed=3, k=2, n_urls=1500, n_calls=8000, batches=4, level_ratio=1000.0, level_runs=2)
 
 
 @pytest.mark.slow

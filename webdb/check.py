@@ -17,38 +17,73 @@ from collections.abc import Iterator
 
 from webdb.errors import CorruptionError
 from webdb.sortbuf import SortBuffer
+from webdb.tables.levels import DEL, PUT, Levels
 from webdb.tables.pagecodec import MD5, STATUS, link_flag, page_has_outlinks
 
 
+def _file_blocks(t, delta: bool) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
+    """(block, keys, values) of one table file, verifying each block against the index, the key
+    order inside the file, the footer count and (a delta run) every record's op byte."""
+    prev: bytes | None = None
+    n = 0
+    for b in range(t.nblocks):
+        keys, vals = t.block(b)
+        if keys and (keys[0] != t.first_keys[b] or keys[-1] != t.last_keys[b]):
+            raise CorruptionError(f"{t.where(b)}: first/last key differ from the index")
+        if keys and prev is not None and keys[0] <= prev:
+            raise CorruptionError(f"{t.where(b)}: key {keys[0]!r:.80} out of order")
+        for i in range(1, len(keys)):
+            if keys[i] <= keys[i - 1]:
+                raise CorruptionError(f"{t.where(b)}: key {keys[i]!r:.80} out of order")
+        if delta:
+            for k, v in zip(keys, vals):
+                if v[:1] not in (PUT, DEL) or (v[:1] == DEL and len(v) != 1):
+                    raise CorruptionError(f"{t.where(b)}: delta record {k!r:.80} has no valid op byte")
+        if keys:
+            prev = keys[-1]
+        n += len(keys)
+        yield b, keys, vals
+    if n != t.count:
+        raise CorruptionError(f"{t.path}: {n} records read, footer says {t.count}")
+
+
 def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
-    """(section, key, value) of a table in order, verifying order, placement and counts."""
+    """(section, key, value) of a table in order, verifying order, placement and counts; a
+    table kept as levels has each of its files verified, then the merged view."""
     secs = reader.sections
     prev: bytes | None = None
     for j, t in enumerate(reader.tables[table]):
         entry = reader.manifest["tables"][j].get(table)
         if t is None:
             continue
-        if entry["records"] != t.count:
-            where = reader.db.manifest_path(reader.generation)
-            raise CorruptionError(f"{t.path}: holds {t.count} records, {where} says {entry['records']}")
+        if isinstance(t, Levels):
+            for r in t.runs:
+                for _ in _file_blocks(r, True):
+                    pass
+            chunks = ((None, keys, vals) for keys, vals in t.chunks())
+        else:
+            if entry["records"] != t.count:
+                where = reader.db.manifest_path(reader.generation)
+                raise CorruptionError(f"{t.path}: holds {t.count} records, {where} says {entry['records']}")
+            chunks = _file_blocks(t, False)
         n = 0
-        for b in range(t.nblocks):
-            keys, vals = t.block(b)
-            if keys and (keys[0] != t.first_keys[b] or keys[-1] != t.last_keys[b]):
-                raise CorruptionError(f"{t.where(b)}: first/last key differ from the index")
+        for b, keys, vals in chunks:
+            here = t.where(b) if b is not None else f"{t.path} (merged with its delta runs)"
+            if keys and prev is not None and keys[0] <= prev:
+                raise CorruptionError(f"{here}: key {keys[0]!r:.80} out of order")
+            if keys:
+                prev = keys[-1]
             for k, v in zip(keys, vals):
-                if prev is not None and k <= prev:
-                    raise CorruptionError(f"{t.where(b)}: key {k!r:.80} out of order")
-                prev = k
                 want = secs.of_key(table, k)
                 if want != j:
-                    raise CorruptionError(f"{t.where(b)}: key {k!r:.80} belongs in section {want}, found in {j}")
-                n += 1
+                    raise CorruptionError(f"{here}: key {k!r:.80} belongs in section {want}, found in {j}")
                 yield j, k, v
+            n += len(keys)
             if progress is not None:
                 progress.update(len(keys))
-        if n != t.count:
-            raise CorruptionError(f"{t.path}: {n} records read, footer says {t.count}")
+        if n != entry["records"]:
+            where = reader.db.manifest_path(reader.generation)
+            raise CorruptionError(f"{t.path}: {n} live records, {where} says {entry['records']}")
 
 
 def _sorted_equal(a: SortBuffer, b: Iterator[bytes], what: str) -> int:
@@ -74,7 +109,7 @@ def check(reader, progress: bool = False) -> dict:
     if progress:
         from webdb.progress import progress_bar
 
-        total = sum(t.count for lst in reader.tables.values() for t in lst if t is not None)
+        total = sum(t.count for lst in reader.tables.values() for t in lst if t is not None)  # live records
         bar = progress_bar(total, "check", "rec")  # periodic lines when stderr is not a terminal
     tmp = tempfile.mkdtemp(prefix="webdb-check-")
     try:

@@ -28,7 +28,7 @@ import shutil
 import socket
 import stat
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from webdb import _fault
@@ -56,6 +56,7 @@ from webdb.errors import (
     is_disk_full,
 )
 from webdb.manifest import empty as empty_manifest
+from webdb.manifest import table_files
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
@@ -192,8 +193,8 @@ class WebDB:
         if parent is not None and os.path.lexists(self.manifest_path(parent)):
             self.manifest(parent, m.get("parent_checksum"))
         for j in range(m["sections"]["k"]) if sections is None else sections:
-            for t, e in m["tables"][j].items():
-                p = os.path.join(self.section_dir(j), e["file"])
+            for t, _, f, size in _files_of(m["tables"][j]):
+                p = os.path.join(self.section_dir(j), f)
                 try:
                     st = os.stat(p)
                 except FileNotFoundError:
@@ -202,10 +203,10 @@ class WebDB:
                     raise CorruptionError(f"{p}: cannot stat {t} table ({err.strerror})") from None
                 if not stat.S_ISREG(st.st_mode):
                     raise CorruptionError(f"{p}: {t} table is not a regular file")
-                if st.st_size != e["bytes"]:
+                if st.st_size != size:
                     raise CorruptionError(
                         f"{p}: {t} table is {st.st_size} bytes, the manifest of generation "
-                        f"{m['generation']} records {e['bytes']}"
+                        f"{m['generation']} records {size}"
                     )
         return m
 
@@ -267,6 +268,13 @@ class WebDB:
 
         return rebalance(self, sections)
 
+    def compact(self, budget: float | None = None) -> dict:
+        """Merge the delta runs of the tables kept as levels into new bases, as one atomic
+        generation, within ``budget`` seconds if given; see webdb.compact."""
+        from webdb.compact import compact
+
+        return compact(self, budget)
+
     # ---- lock and recovery -----------------------------------------------------------------
 
     def lock(self) -> WriterLock:
@@ -305,8 +313,8 @@ class WebDB:
         referenced: set[tuple[int, str]] = set()
         for m in keep.values():
             for j, tabs in enumerate(m["tables"]):
-                for t in tabs.values():
-                    referenced.add((j, t["file"]))
+                for _, _, f, _ in _files_of(tabs):
+                    referenced.add((j, f))
         removed: list[str] = []
         gdir = os.path.join(self.path, GEN_DIR)
         for name in os.listdir(gdir):
@@ -355,13 +363,13 @@ class WebDB:
     def _check_generation(self, gen: int) -> dict:
         m = self.manifest(gen)
         for j in range(m["sections"]["k"]):
-            for t, e in m["tables"][j].items():
-                p = os.path.join(self.section_dir(j), e["file"])
+            for t, _, f, size in _files_of(m["tables"][j]):
+                p = os.path.join(self.section_dir(j), f)
                 try:
                     st = os.stat(p)
                 except OSError:
                     raise CorruptionError(f"{p}: {t} table of generation {gen} is missing") from None
-                if not stat.S_ISREG(st.st_mode) or st.st_size != e["bytes"]:
+                if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                     raise CorruptionError(f"{p}: {t} table of generation {gen} is not the file its manifest records")
         return m
 
@@ -513,3 +521,11 @@ def find_sections(mount: str, name: str) -> dict[int, str]:
                     raise BadInput(f"section {j} of {name} found twice under {mount}: {found[j]} and {d}/{f}")
                 found[j] = os.path.join(d, f)
     return found
+
+
+def _files_of(tables: dict) -> Iterator[tuple[str, dict, str, int]]:
+    """(table, entry, file name, bytes) of every file of one section's tables (levels: the base
+    and its delta runs)."""
+    for t, e in tables.items():
+        for f, size in table_files(e):
+            yield t, e, f, size

@@ -17,7 +17,9 @@ from webdb.errors import BadInput, CorruptionError, NotADatabase
 from webdb.settings import resolve
 from webdb.tables.format import DB_FORMAT_VERSION, DB_IDENTITY, TABLE_KINDS
 
-GEN_FILE = re.compile(r"^(\d{8})-s\d\.(pbu|pbm|lbm|lbu)$")
+# A table file of generation NNNNNNNN: written by stage S (``-sS``), a delta run of it (``-sSd``),
+# a stage's scratch compaction (``-sSc``) or ``webdb compact`` (``-c``).
+GEN_FILE = re.compile(r"^(\d{8})-(?:s\d[dc]?|c)\.(pbu|pbm|lbm|lbu)$")
 # CURRENT: "NNNNNNNN MMMMMMMM CCCCCCCC\n" — generation, CRC-32 of its manifest, CRC-32 of the
 # first 17 bytes (docs/format.md §5).  "NNNNNNNN\n" is the format before checksums.
 CURRENT_LINE = re.compile(rb"^(\d{8})(?: ([0-9a-f]{8}) ([0-9a-f]{8}))?\n$")
@@ -126,6 +128,18 @@ def validate_manifest(m: Any, gen: int, path: str) -> None:
             for f in ("records", "bytes"):
                 if not is_whole(e.get(f)) or e[f] < 0:
                     raise bad(f"{where}.{f}", f"is {e.get(f)!r}, not a count")
+            runs = e.get("runs", [])
+            if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+                raise bad(f"{where}.runs", "is not a list of objects")
+            for i, r in enumerate(runs):
+                rm = GEN_FILE.match(r.get("file", "")) if isinstance(r.get("file"), str) else None
+                if rm is None or int(rm.group(1)) > gen:
+                    raise bad(
+                        f"{where}.runs[{i}].file", f"is {r.get('file')!r}, not a table file of generation <= {gen}"
+                    )
+                for f in ("bytes", "entries"):
+                    if not is_whole(r.get(f)) or r[f] < 0:
+                        raise bad(f"{where}.runs[{i}].{f}", f"is {r.get(f)!r}, not a count")
     for j, sc in enumerate(m["status"]):
         for st, n in sc.items():
             if not st.isdigit() or not is_whole(n) or n < 0:

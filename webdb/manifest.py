@@ -14,7 +14,7 @@ from typing import Any
 from webdb.errors import WebDBError
 from webdb.sections import Sections
 
-__all__ = ["build", "check_counts", "empty", "stage_rows"]
+__all__ = ["build", "check_counts", "empty", "stage_rows", "table_files"]
 
 STAGES = range(1, 6)
 
@@ -61,6 +61,12 @@ def empty(secs: Sections, generation: int = 0) -> dict:
         tables=[{} for _ in range(secs.k)],
         status=[{} for _ in range(secs.k)],
     )
+
+
+def table_files(entry: dict) -> list[tuple[str, int]]:
+    """(file name, bytes) of every file of one table of one section: the base, then its delta
+    runs newest first (docs/format.md §5, levels)."""
+    return [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
 
 
 def stage_rows(rows: Iterable[dict]) -> list[dict]:

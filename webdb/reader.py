@@ -18,6 +18,7 @@ from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.tables.format import TABLE_KINDS
+from webdb.tables.levels import open_levels
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
@@ -123,9 +124,18 @@ class Reader:
             for j, entry in enumerate(m["tables"]):
                 for t in TABLE_KINDS:
                     e = entry.get(t) if (sections is None or j in sections) and (only is None or t in only) else None
-                    path = os.path.join(self.db.section_dir(j), e["file"]) if e else None
+                    if not e:
+                        tabs[t].append(None)
+                        continue
+                    d = self.db.section_dir(j)
+                    path = os.path.join(d, e["file"])
+                    if e.get("runs"):
+                        # Levels: the delta runs merged over the base (webdb.tables.levels).
+                        runs = [os.path.join(d, r["file"]) for r in e["runs"]]
+                        tabs[t].append(open_levels(path, runs, t, e["records"], cache))
+                        continue
                     # Lazy: a table's index is read on its first use (a lookup needs one table).
-                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache, lazy=True) if path else None)
+                    tabs[t].append(TableReader(path, TABLE_KINDS[t], cache, lazy=True))
         except BaseException:
             for lst in tabs.values():
                 for r in lst:
@@ -229,8 +239,9 @@ class Reader:
         if t is not None:
             p, stop = url_b + b"\x00", url_b + b"\x01"
             try:
-                fk = t.first_keys
-                b = bisect_right(fk, p) - 1
+                # A table kept as levels (no first_keys) always takes its merged ranges.
+                fk = t.first_keys if type(t) is TableReader else None
+                b = bisect_right(fk, p) - 1 if fk is not None else -1
                 if b >= 0 and t.last_keys[b] >= p and (b + 1 == len(fk) or fk[b + 1] >= stop):
                     rb = t.raw(b, False)
                     keys, vals = rb.split(rb.find(p), rb.find(stop))

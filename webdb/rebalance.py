@@ -81,6 +81,13 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
                     for t in r.tables[table]:
                         if t is None:
                             continue
+                        if not hasattr(t, "nblocks"):
+                            # Kept as levels: the merged records, one by one (no raw blocks).
+                            for keys, vals in t.chunks():
+                                decoded += 1
+                                for key, val in zip(keys, vals):
+                                    writer(of(key)).add(key, val)
+                            continue
                         for b in range(t.nblocks):
                             j0, j1 = of(t.first_keys[b]), of(t.last_keys[b])
                             if j0 == j1 and table != "pages_by_url":

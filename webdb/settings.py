@@ -42,6 +42,12 @@ DEFAULTS: dict[str, object] = {
     # Decoded-block cache of a reader, MiB (point lookups fill it; inlinks does not).  256 holds
     # every PagesByURL block of a 1M-page db, so random get_page calls stop re-reading blocks.
     "cache_mb": 256,
+    # Levels (docs/design.md §4.2): the link tables of a section are a base file plus delta runs
+    # — a round writes only what it changed — until the runs hold more than ``level_ratio`` of
+    # the base's bytes or there are more than ``level_runs`` of them; then the stage merges them
+    # into a new base.  0 turns levels off: every round rewrites the tables (the old behaviour).
+    "level_ratio": 0.5,
+    "level_runs": 4,
     # URL sample size used to choose section breakpoints on the first load (or a rebalance).
     "breakpoint_sample": 20000,
 }
@@ -106,5 +112,7 @@ LIMITS: dict[str, tuple[float, float]] = {
     "dec_rate": (0.0, 1.0),
     "sync": (0, 1),
     "cache_mb": (0, 1 << 20),
+    "level_ratio": (0.0, 1000.0),
+    "level_runs": (1, 64),
     "breakpoint_sample": (1, 100_000_000),
 }

@@ -30,6 +30,7 @@ COMMANDS = {
     "unlock": "unlock",
     "segment": "segment",
     "import": "import_",
+    "compact": "compact",
 }
 
 

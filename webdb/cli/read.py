@@ -161,6 +161,7 @@ def stats(r, top_hosts: int, progress: bool, scan: bool = True) -> dict:
     "fetched" is one number everywhere: pages whose status is FETCHED (their last fetch
     returned content).  Cost without scan: the manifests only; with it: one sequential read
     of PagesByURL."""
+    from webdb.manifest import table_files
     from webdb.progress import progress_bar
     from webdb.tables.records import PAGE_FIXED
 
@@ -170,7 +171,7 @@ def stats(r, top_hosts: int, progress: bool, scan: bool = True) -> dict:
     sections = []
     total_bytes = 0
     for j, tabs in enumerate(m["tables"]):
-        b = sum(t["bytes"] for t in tabs.values())
+        b = sum(size for t in tabs.values() for _, size in table_files(t))
         total_bytes += b
         sections.append(
             {
@@ -178,6 +179,8 @@ def stats(r, top_hosts: int, progress: bool, scan: bool = True) -> dict:
                 "pages": tabs.get("pages_by_url", {}).get("records", 0),
                 "links": tabs.get("links_by_md5", {}).get("records", 0),
                 "bytes": b,
+                # Levels: the delta runs over each table's base (docs/operations.md).
+                "runs": {t: len(e["runs"]) for t, e in tabs.items() if e.get("runs")},
                 "status": {
                     Status(int(k)).name.lower(): v for k, v in sorted(m["status"][j].items(), key=lambda kv: int(kv[0]))
                 },
@@ -238,8 +241,9 @@ def stats_text(s: dict) -> str:
     ]
     for x in s["by_section"]:
         per = ", ".join(f"{k} {v:,}" for k, v in x["status"].items()) or "-"
+        runs = "".join(f", {t} {n} delta run{'s' if n > 1 else ''}" for t, n in x.get("runs", {}).items())
         lines.append(
-            f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes; {per}"
+            f"  section {x['section']}: {x['pages']:,} pages, {x['links']:,} links, {x['bytes']:,} bytes{runs}; {per}"
         )
     if "score" in s:
         lines.append(f"score {_fmt(s['score'])}")

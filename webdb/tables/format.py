@@ -28,6 +28,13 @@ TABLE_KINDS = {
     "links_by_md5": KIND_LINKS_BY_MD5,
     "links_by_url": KIND_LINKS_BY_URL,
 }
+# Delta runs of a table kept as levels (webdb.tables.levels): values carry an op byte.
+DELTA_KINDS = {
+    "pages_by_url": 11,
+    "pages_by_md5": 12,
+    "links_by_md5": 13,
+    "links_by_url": 14,
+}
 TABLE_SUFFIX = {"pages_by_url": "pbu", "pages_by_md5": "pbm", "links_by_md5": "lbm", "links_by_url": "lbu"}
 
 # Database directory.

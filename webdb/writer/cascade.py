@@ -30,7 +30,8 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables.format import KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.levels import LevelCursor, compact, open_levels
 from webdb.tables.merge import Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
@@ -167,8 +168,19 @@ def _records(job: dict) -> Iterator[tuple[bytes, bytes]]:
         yield rec[: kl - 8], rec[kl:-2]
 
 
-def _open(path: str | None, table: str) -> TableReader | None:
-    return TableReader(path, TABLE_KINDS[table]) if path else None
+def _base(job: dict, table: str) -> str | None:
+    """The base file of a table that is never kept as levels (the page tables)."""
+    e = job["tables"].get(table)
+    if e is None:
+        return None
+    assert not e["runs"], f"{table} has delta runs"
+    return e["base"]
+
+
+# Tables a stage may keep as levels: the link tables, where a round's edits are a small part of
+# the table (docs/design.md §4.2).  The page tables are a tenth of the bytes and every stage
+# probes them; they are rewritten each round.
+LEVELED = frozenset(("links_by_md5", "links_by_url"))
 
 
 def run_stage(job: dict) -> dict:
@@ -177,31 +189,100 @@ def run_stage(job: dict) -> dict:
     stage, sec = job["stage"], job["section"]
     table = E.STAGE_TABLE[stage]
     s = job["settings"]
-    old = _open(job["tables"].get(table), table)
+    entry = job["tables"].get(table)
     name = f"{job['gen']:08d}-s{stage}.{TABLE_SUFFIX[table]}"
-    path = os.path.join(section_path(job["db"], sec), name)
-    out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
-    cur = MergeCursor(old, out)
+    d = section_path(job["db"], sec)
     res: dict = {"stage": stage, "section": sec, "table": table, "file": name, "emitted": {}, "status": {}}
-    try:
-        fn = {1: _stage_pbu, 2: _stage_pbm, 3: _stage_lbm, 4: _stage_lbu, 5: _stage_lbm2}[stage]
-        fn(job, cur, out, res)
-        if not res.pop("_closed", False):
-            cur.finish()
-            _fault.point(f"stage{stage}.before_table_close")
-            res.update(out.close())
-    except BaseException:
-        out.abort()
-        raise
-    finally:
-        if old is not None:
+    fn = {1: _stage_pbu, 2: _stage_pbm, 3: _stage_lbm, 4: _stage_lbu, 5: _stage_lbm2}[stage]
+    if entry is not None and table in LEVELED and s["level_ratio"] > 0:
+        _leveled_stage(job, fn, entry, table, d, name, res)
+    else:
+        old = TableReader(entry["base"], TABLE_KINDS[table]) if entry is not None else None
+        if old is not None and entry["runs"]:
+            # Levels turned off: the runs are merged into the base first (the rest as before).
             old.close()
-    res["decoded_blocks"], res["raw_blocks"] = cur.decoded_blocks, cur.raw_blocks
-    res["patched_blocks"] = cur.patched_blocks
+            old = None
+            tmp = _compact_entry(job, entry, table, d, f"{job['gen']:08d}-s{stage}c.{TABLE_SUFFIX[table]}", {})
+            old = TableReader(tmp, TABLE_KINDS[table])
+        out = TableWriter(os.path.join(d, name), TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+        cur = MergeCursor(old, out)
+        try:
+            fn(job, cur, out, res)
+            if not res.pop("_closed", False):
+                cur.finish()
+                _fault.point(f"stage{stage}.before_table_close")
+                res.update(out.close())
+        except BaseException:
+            out.abort()
+            raise
+        finally:
+            if old is not None:
+                old.close()
+                if entry is not None and entry["runs"]:
+                    os.unlink(old.path)
+        res["decoded_blocks"], res["raw_blocks"] = cur.decoded_blocks, cur.raw_blocks
+        res["patched_blocks"] = cur.patched_blocks
     res["seconds"] = time.monotonic() - t0
     res["cpu_seconds"] = time.process_time() - c0
     _fault.point(f"stage{stage}.done")
     return res
+
+
+def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, res: dict) -> None:
+    """The stage writes its changes as a new delta run over the table's levels; when the runs
+    outgrow the policy (``level_ratio`` of the base's bytes, ``level_runs`` runs) they are
+    merged into a new base right away, inside the stage (so a round's time includes it)."""
+    s = job["settings"]
+    stage = job["stage"]
+    e = entry["entry"]
+    view = open_levels(entry["base"], entry["runs"], table, e["records"])
+    dname = f"{job['gen']:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
+    dpath = os.path.join(d, dname)
+    out = TableWriter(dpath, DELTA_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+    cur = LevelCursor(view, out)
+    try:
+        fn(job, cur, out, res)
+        _fault.point(f"stage{stage}.before_table_close")
+        info = out.close()
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        view.close()
+    res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
+    runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
+    records = e["records"] + cur.live
+    if len(runs) > s["level_runs"] or sum(r["bytes"] for r in runs) > s["level_ratio"] * e["bytes"]:
+        merged = dict(entry, runs=[os.path.join(d, dname)] + entry["runs"], entry=dict(e, runs=runs, records=records))
+        _compact_entry(job, merged, table, d, name, res)
+        os.unlink(dpath)  # merged into the new base; never named by a manifest
+        res["compacted"] = len(runs)
+        if res["records"] != records:
+            raise AssertionError(
+                f"{os.path.join(d, name)}: compaction kept {res['records']} records, expected {records}"
+            )
+        return
+    res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
+
+
+def _compact_entry(job: dict, entry: dict, table: str, d: str, name: str, res: dict) -> str:
+    """Merge a table's runs into a new base file ``name``; its stats go to ``res``."""
+    s = job["settings"]
+    view = open_levels(entry["base"], entry["runs"], table, entry["entry"]["records"])
+    path = os.path.join(d, name)
+    out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+    try:
+        cur = compact(view, out)
+        _fault.point(f"stage{job['stage']}.compact.before_close")
+        info = out.close()
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        view.close()
+    res.update(file=name, records=info["records"], bytes=info["bytes"])
+    res["compact_raw_blocks"], res["compact_decoded_blocks"] = cur.raw_blocks, cur.decoded_blocks
+    return path
 
 
 # ---- stage 1: PagesByURL ---------------------------------------------------------------------
@@ -329,7 +410,7 @@ def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em4 = Emitter(job, 4, 3)
-    pbm = job["tables"].get("pages_by_md5")
+    pbm = _base(job, "pages_by_md5")
     probe = Probe(TableReader(pbm) if pbm else None)
     dropped = 0
 
@@ -413,7 +494,7 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
 def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em5 = Emitter(job, 5, 4)
-    pbu = job["tables"].get("pages_by_url")
+    pbu = _base(job, "pages_by_url")
     probe = Probe(TableReader(pbu) if pbu else None)
     dangling = 0
 

@@ -31,6 +31,7 @@ from typing import Any
 from webdb import _fault
 from webdb.db import WebDB, init_location
 from webdb.errors import BadInput, DistributedError, WebDBError
+from webdb.manifest import table_files
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TMP_DIR
 from webdb.writer.inputs import resolve
@@ -337,10 +338,9 @@ def sync_location(db: WebDB, path: str, sections: list[int], gen: int, manifest:
         d = section_path(path, j)
         os.makedirs(d, exist_ok=True)
         for t, e in manifest["tables"][j].items():
-            if not os.path.exists(os.path.join(d, e["file"])):
-                raise WebDBError(
-                    f"{d}: {t} file {e['file']} of generation {gen} is missing (section {j} must live here)"
-                )
+            for f, _ in table_files(e):
+                if not os.path.exists(os.path.join(d, f)):
+                    raise WebDBError(f"{d}: {t} file {f} of generation {gen} is missing (section {j} must live here)")
     return removed
 
 

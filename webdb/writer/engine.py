@@ -112,13 +112,24 @@ def run_stages(
 def section_job(job0: dict, stage: int, j: int, tables: dict, inputs: list[str]) -> dict:
     """The job of ``stage`` on section ``j``: merge ``inputs`` (local edit file paths) into the
     section's current ``tables`` (``{table: manifest entry}``).  Every transport builds it here."""
-    paths = {t: os.path.join(section_path(job0["db"], j), e["file"]) for t, e in tables.items()}
+    d = section_path(job0["db"], j)
+    paths = {
+        t: {
+            "base": os.path.join(d, e["file"]),
+            "runs": [os.path.join(d, r["file"]) for r in e.get("runs", ())],
+            "entry": e,
+        }
+        for t, e in tables.items()
+    }
     return dict(job0, stage=stage, section=j, inputs=inputs, tables=paths)
 
 
 def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
     j = r["section"]
-    tables[j][r["table"]] = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
+    e = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
+    if r.get("runs"):
+        e["runs"] = r["runs"]
+    tables[j][r["table"]] = e
     for st, n in r["status"].items():
         status[j][st] = status[j].get(st, 0) + n
         if not status[j][st]:

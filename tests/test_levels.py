@@ -1,0 +1,334 @@
+"""Levels (docs/design.md §4.2): the link tables as a base plus delta runs.  The same batches
+give the same db with levels kept for many rounds, compacted by the stages' policy, turned off,
+and compacted by ``webdb compact``; compaction is crash-safe; ``check`` verifies every level;
+a db written without levels opens and keeps working."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+from dbutil import batch_b, make_db, md5, snapshot
+
+import webdb
+from webdb import FetchResult, Page, Status
+from webdb.errors import BadInput, CorruptionError
+from webdb.tables.format import DELTA_KINDS
+from webdb.tables.levels import DEL, PUT, LevelCursor, Levels, Seeker, open_levels
+from webdb.tables.merge import Splice
+from webdb.tables.table import TableReader, TableWriter
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# Runs are kept (never merged by size) and merged by count after three.
+KEEP = {"level_ratio": 1000.0, "level_runs": 3}
+
+
+def rounds(w, i: int) -> None:
+    """Round i: refetches with new content (outlinks replaced), failures, new pages, deletes."""
+    rng = random.Random(100 + i)
+    for n in rng.sample(range(300), 40):
+        u = f"http://h{n % 7}.example/p{n}"
+        c = md5(f"content-{n}-r{i}")
+        outs = [(f"http://h{j % 7}.example/p{j}", f"r{i}") for j in rng.sample(range(320), 4)]
+        w.apply_fetch(FetchResult(u, Status.FETCHED, 3000 + i, c, len(outs)))
+        w.add_outlinks(c, outs)
+    for n in rng.sample(range(300), 5):
+        w.apply_fetch(FetchResult(f"http://h{n % 7}.example/p{n}", Status.RETRY, 3000 + i))
+    for n in rng.sample(range(300), 3):
+        w.delete_page(f"http://h{n % 7}.example/p{n}")
+    w.add_page(Page(f"http://new{i}.example/"))
+
+
+def runs_of(db) -> dict[tuple[int, str], int]:
+    m = db.manifest()
+    return {(j, t): len(e.get("runs", [])) for j, tabs in enumerate(m["tables"]) for t, e in tabs.items()}
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory):
+    """Snapshots after each of 8 rounds, written with levels off (every round rewrites)."""
+    db = make_db(tmp_path_factory.mktemp("lv") / "off", level_ratio=0.0)
+    out = []
+    for i in range(8):
+        with db.writer() as w:
+            rounds(w, i)
+        out.append(snapshot(db))
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_levels_kept_then_merged_by_count_equal_levels_off(tmp_path, expected, k):
+    db = make_db(tmp_path / "db", sections=k, **KEEP)
+    seen = set()
+    for i in range(8):
+        with db.writer() as w:
+            rounds(w, i)
+        assert snapshot(db) == expected[i], f"round {i}"
+        with db.reader() as r:
+            r.check()
+        seen |= set(runs_of(db).values())
+        for (_, t), n in runs_of(db).items():
+            assert n == 0 or t in ("links_by_md5", "links_by_url")
+            assert n <= 3
+    assert {1, 2, 3} <= seen | {0}  # runs piled up, and were merged at the fourth
+    assert 0 in seen or max(seen) == 3
+
+
+def test_levels_merged_by_size_equal_levels_off(tmp_path, expected):
+    db = make_db(tmp_path / "db", level_ratio=0.3, level_runs=8)
+    for i in range(8):
+        with db.writer() as w:
+            rounds(w, i)
+        assert snapshot(db) == expected[i]
+    with db.reader() as r:
+        r.check()
+
+
+def test_levels_turned_off_merges_the_runs_and_goes_on(tmp_path, expected):
+    db = make_db(tmp_path / "db", **KEEP)
+    for i in range(2):
+        with db.writer() as w:
+            rounds(w, i)
+    assert any(runs_of(db).values())
+    for i in range(2, 4):
+        with db.writer(level_ratio=0.0) as w:
+            rounds(w, i)
+        assert snapshot(db) == expected[i]
+    assert not any(runs_of(db).values())
+    # No file of the runs is left once nothing references them.
+    with db.writer():
+        pass
+    names = [f for d in os.listdir(db.path) if d.startswith("section-") for f in os.listdir(os.path.join(db.path, d))]
+    assert not [f for f in names if "d." in f or "c." in f]
+
+
+def test_db_without_levels_opens_and_gets_levels(tmp_path, expected):
+    # A db whose manifests have no "runs" (written before levels, or with them off) is read as
+    # it is and keeps levels from its next batch on.
+    db = make_db(tmp_path / "db", level_ratio=0.0)
+    with db.writer() as w:
+        rounds(w, 0)
+    assert not any(runs_of(db).values())
+    db = webdb.open(db.path)
+    with db.writer(**KEEP) as w:
+        rounds(w, 1)
+    assert any(runs_of(db).values())
+    assert snapshot(db) == expected[1]
+
+
+def test_compact_merges_every_run_as_one_generation(tmp_path, expected):
+    db = make_db(tmp_path / "db", **KEEP)
+    for i in range(3):
+        with db.writer() as w:
+            rounds(w, i)
+    before = db.manifest()["generation"]
+    r = db.compact()
+    assert r["generation"] == before + 1 and r["left"] == 0
+    assert {c["table"] for c in r["compacted"]} == {"links_by_md5", "links_by_url"}
+    assert not any(runs_of(db).values())
+    assert snapshot(db) == expected[2]
+    with db.reader() as rd:
+        rd.check()
+    assert db.compact()["generation"] is None  # nothing left: no new generation
+    with db.writer() as w:
+        rounds(w, 3)
+    assert snapshot(db) == expected[3]
+
+
+def test_compact_budget(tmp_path):
+    db = make_db(tmp_path / "db", sections=3, **KEEP)
+    with db.writer() as w:
+        rounds(w, 0)
+    n = sum(1 for v in runs_of(db).values() if v)
+    assert n >= 4
+    # An injected clock: each table costs "10 s", the budget 25 s; the estimate stops at 2.
+    t = [0.0]
+
+    def clock() -> float:
+        t[0] += 5.0
+        return t[0]
+
+    from webdb.compact import compact
+
+    r = compact(db, budget=25.0, clock=clock)
+    assert 1 <= len(r["compacted"]) < n and r["left"] == n - len(r["compacted"])
+    with pytest.raises(BadInput, match="budget"):
+        compact(db, budget=0)
+    assert db.compact()["left"] == 0
+
+
+@pytest.mark.parametrize("point", ["compact.after_table", "compact.before_commit", "compact.after_commit"])
+def test_compact_killed_keeps_old_or_new_state(tmp_path, expected, point):
+    db = make_db(tmp_path / "db", **KEEP)
+    for i in range(2):
+        with db.writer() as w:
+            rounds(w, i)
+    gen = db.manifest()["generation"]
+    code = "import sys, webdb; webdb.open(sys.argv[1]).compact()"
+    p = subprocess.run(
+        [sys.executable, "-c", code, db.path], env=dict(os.environ, WEBDB_FAULTS=point), capture_output=True
+    )
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    db = webdb.open(db.path)
+    want = gen + 1 if point == "compact.after_commit" else gen
+    assert db.manifest()["generation"] == want
+    assert snapshot(db) == expected[1]
+    with db.reader() as r:
+        r.check()
+    r = db.compact()
+    assert (r["generation"] is None) == (point == "compact.after_commit")
+    assert not any(runs_of(db).values())
+    assert snapshot(db) == expected[1]
+
+
+@pytest.mark.parametrize("point", ["stage3.compact.before_close", "stage4.compact.before_close", "stage5.done"])
+def test_stage_compaction_killed_keeps_old_state(tmp_path, expected, point):
+    db = make_db(tmp_path / "db", level_ratio=1000.0, level_runs=1)
+    with db.writer() as w:
+        rounds(w, 0)  # one run each: the next round's stages compact
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); import webdb, test_levels as T\n"
+        "with webdb.open(sys.argv[1]).writer() as w: T.rounds(w, 1)"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, db.path, HERE], env=dict(os.environ, WEBDB_FAULTS=point), capture_output=True
+    )
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    db = webdb.open(db.path)
+    assert snapshot(db) == expected[0]
+    with db.writer() as w:
+        rounds(w, 1)
+    assert snapshot(db) == expected[1]
+    with db.reader() as r:
+        r.check()
+
+
+def test_compact_cli(tmp_path):
+    db = make_db(tmp_path / "db", **KEEP)
+    with db.writer() as w:
+        batch_b(w)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "compact", db.path, "--json"], capture_output=True, text=True
+    )
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["generation"] and out["left"] == 0
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "compact", db.path, "--budget", "-1"], capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "budget" in p.stderr and "Traceback" not in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "compact", str(tmp_path / "nope")], capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "nope" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_check_names_a_damaged_delta_run(tmp_path):
+    db = make_db(tmp_path / "db", sections=1, **KEEP)
+    with db.writer() as w:
+        batch_b(w)
+    e = db.manifest()["tables"][0]["links_by_url"]
+    run = os.path.join(db.path, "section-0000", e["runs"][0]["file"])
+    data = bytearray(open(run, "rb").read())
+    data[20] ^= 0xFF
+    os.chmod(run, 0o644)
+    open(run, "wb").write(bytes(data))
+    with pytest.raises(CorruptionError, match=e["runs"][0]["file"]):
+        with db.reader() as r:
+            r.check()
+
+
+def test_manifest_runs_validated(tmp_path):
+    db = make_db(tmp_path / "db", sections=1, **KEEP)
+    with db.writer() as w:
+        batch_b(w)
+    gen = db.manifest()["generation"]
+    path = db.manifest_path(gen)
+    m = json.load(open(path))
+    m["tables"][0]["links_by_url"]["runs"][0]["file"] = "../../etc/passwd"
+    from webdb.dbfiles import validate_manifest
+
+    with pytest.raises(CorruptionError, match=r"runs\[0\]\.file"):
+        validate_manifest(m, gen, path)
+
+
+# ---- the pieces, on tiny tables -----------------------------------------------------------------
+
+
+def _table(path, kind, recs, block_size=64):
+    w = TableWriter(str(path), kind, block_size=block_size, sync=False)
+    for k, v in recs:
+        w.add(k, v)
+    w.close()
+    return str(path)
+
+
+def test_levels_view_newest_wins_and_tombstones_hide(tmp_path):
+    kind = 3
+    base = _table(tmp_path / "b", kind, [(b"k%03d" % i, b"base%d" % i) for i in range(0, 100, 2)])
+    old = _table(
+        tmp_path / "r1", DELTA_KINDS["links_by_md5"], [(b"k%03d" % i, PUT + b"r1-%d" % i) for i in range(0, 100, 5)]
+    )
+    new = _table(
+        tmp_path / "r2",
+        DELTA_KINDS["links_by_md5"],
+        [(b"k%03d" % i, DEL if i % 4 == 0 else PUT + b"r2-%d" % i) for i in range(0, 100, 3)],
+    )
+    model: dict[bytes, bytes] = {b"k%03d" % i: b"base%d" % i for i in range(0, 100, 2)}
+    for i in range(0, 100, 5):
+        model[b"k%03d" % i] = b"r1-%d" % i
+    for i in range(0, 100, 3):
+        if i % 4 == 0:
+            model.pop(b"k%03d" % i, None)
+        else:
+            model[b"k%03d" % i] = b"r2-%d" % i
+    v = open_levels(base, [new, old], "links_by_md5", len(model))
+    try:
+        assert list(v.items()) == sorted(model.items())
+        assert list(v.items(b"k050", b"k070")) == [(k, x) for k, x in sorted(model.items()) if b"k050" <= k < b"k070"]
+        for i in range(-1, 101):
+            assert v.get(b"k%03d" % i) == model.get(b"k%03d" % i)
+        assert [kv for ks, vs in v.ranges(b"k010", b"k020") for kv in zip(ks, vs)] == [
+            (k, x) for k, x in sorted(model.items()) if b"k010" <= k < b"k020"
+        ]
+        assert list(v.prefix(b"k09")) == [(k, x) for k, x in sorted(model.items()) if k.startswith(b"k09")]
+    finally:
+        v.close()
+
+
+def test_seeker_forward_reads_skip_untouched_blocks(tmp_path):
+    p = _table(tmp_path / "b", 3, [(b"k%05d" % i, b"v" * 20) for i in range(2000)])
+    t = TableReader(p)
+    s = Seeker(t)
+    assert s.get(b"k00010") == b"v" * 20 and s.get(b"k00010x") is None
+    assert s.range(b"k01000", b"k01003") == ([b"k01000", b"k01001", b"k01002"], [b"v" * 20] * 3)
+    assert s.get(b"k01999") == b"v" * 20 and s.get(b"zzz") is None
+    assert s.decoded <= 4 < t.nblocks  # only the blocks the keys fall in
+    t.close()
+
+
+def test_level_cursor_writes_only_changes(tmp_path):
+    base = _table(tmp_path / "b", 3, [(b"a%02d" % i, b"x%d" % i) for i in range(20)])
+    view = Levels(TableReader(base), [], 20)
+    out = TableWriter(str(tmp_path / "d"), DELTA_KINDS["links_by_md5"], sync=False)
+    cur = LevelCursor(view, out)
+
+    def combine(lo, ok, old_values, payload):
+        if payload == "same":
+            return ok, old_values()
+        if payload == "splice":
+            return Splice([(lo + b"5", b"new"), (lo + b"6", None)])
+        return [lo + b"9"], [b"only"]
+
+    # Ranges [a0, a1): a00..a09 unchanged; [a1, a2): a15 set, a16 deleted; [b, c): one new key.
+    cur.merge_ranges(iter([(b"a0", b"a1", "same"), (b"a1", b"a2", "splice"), (b"b", b"c", "replace")]), combine)
+    out.close()
+    view.close()
+    got = list(TableReader(str(tmp_path / "d")).items())
+    assert got == [(b"a15", PUT + b"new"), (b"a16", DEL), (b"b9", PUT + b"only")]
+    assert cur.live == 0

@@ -1,0 +1,124 @@
+"""``webdb compact``: merge the delta runs of tables kept as levels into new bases, between
+rounds, as one atomic generation (docs/design.md §4.2, docs/operations.md).
+
+The stages of ``webdb update`` already compact a table when its runs outgrow the policy
+(``level_ratio``, ``level_runs``); this does it ahead of time — say, at night, so the day's
+rounds do not pay for it — for every table with runs, the most run-heavy first, within an
+optional time budget.  Crash-safe like a batch: the new bases are written, then one manifest is
+committed (kill -9 anywhere: the db is at its old or its new generation; files of an
+uncommitted attempt are removed by the next ``recover``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from webdb import _fault
+from webdb.errors import BadInput
+from webdb.manifest import build, check_counts
+from webdb.sections import Sections
+from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.levels import compact as compact_levels
+from webdb.tables.levels import open_levels
+from webdb.tables.table import TableWriter
+
+__all__ = ["compact"]
+
+
+def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
+    """Merge every table's delta runs into a new base and commit one generation; returns
+    ``{"generation", "compacted": [{"section", "table", "runs", "bytes", "seconds"}], "left",
+    "seconds"}``.  With ``budget`` (seconds), tables are compacted while the time spent plus
+    the next table's estimate (from the bytes per second so far) fits; ``left`` counts the
+    tables with runs not compacted.  Nothing to do: no new generation (``generation`` None)."""
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int | float) or budget <= 0):
+        raise BadInput(f"budget must be a number of seconds > 0, not {budget!r}")
+    t0 = clock()
+    lock = db.lock().acquire()
+    try:
+        db.recover()
+        m = db.manifest()
+        k = m["sections"]["k"]
+        for j in range(k):
+            if m["tables"][j] and not os.path.isdir(db.section_dir(j)):
+                raise BadInput(
+                    f"{db.path}: section {j} is not here (one location of a rack?); a rack's tables are "
+                    f"compacted inside `webdb update` (settings level_ratio, level_runs)"
+                )
+        db.quick_check()
+        todo = []
+        for j in range(k):
+            for t, e in m["tables"][j].items():
+                if e.get("runs"):
+                    rb = sum(r["bytes"] for r in e["runs"])
+                    todo.append((rb / max(e["bytes"], 1), j, t, e["bytes"] + rb))
+        todo.sort(key=lambda x: (-x[0], x[1], x[2]))
+        gen = m["generation"] + 1
+        s = db.settings
+        tables = [dict(x) for x in m["tables"]]
+        done: list[dict] = []
+        written: list[str] = []
+        nbytes, spent = 0, 0.0
+        try:
+            for _, j, t, size in todo:
+                spent = clock() - t0
+                if budget is not None and done:
+                    rate = nbytes / max(spent, 1e-9)
+                    if spent + size / rate > budget:
+                        break
+                if budget is not None and spent >= budget:
+                    break
+                c0 = clock()
+                e = tables[j][t]
+                d = db.section_dir(j)
+                view = open_levels(
+                    os.path.join(d, e["file"]), [os.path.join(d, r["file"]) for r in e["runs"]], t, e["records"]
+                )
+                name = f"{gen:08d}-c.{TABLE_SUFFIX[t]}"
+                out = TableWriter(os.path.join(d, name), TABLE_KINDS[t], s["block_size"], s["codec"], sync=s["sync"])
+                written.append(out.path)
+                try:
+                    compact_levels(view, out)
+                    info = out.close()
+                except BaseException:
+                    out.abort()
+                    raise
+                finally:
+                    view.close()
+                if info["records"] != e["records"]:
+                    raise AssertionError(
+                        f"{out.path}: {info['records']} records after compaction, expected {e['records']}"
+                    )
+                _fault.point("compact.after_table")
+                tables[j][t] = {"file": name, "records": info["records"], "bytes": info["bytes"]}
+                done.append({"section": j, "table": t, "runs": len(e["runs"]), "bytes": size, "seconds": clock() - c0})
+                nbytes += size
+            if not done:
+                return {"generation": None, "compacted": [], "left": len(todo), "seconds": clock() - t0}
+            manifest = build(
+                generation=gen,
+                parent=m["generation"],
+                batch=f"{gen:08d}-compact",
+                sections=Sections.from_json(m["sections"]),
+                tables=tables,
+                status=m["status"],
+                edits={},
+                stages=[],
+                compact={"tables": len(done), "bytes": nbytes},
+            )
+            check_counts(manifest)
+            _fault.point("compact.before_commit")
+        except BaseException:
+            for p in written:
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass  # aborted before it was created, or already gone
+            raise
+        db.commit(manifest)
+        _fault.point("compact.after_commit")
+        db.recover()  # the old bases and runs of the compacted tables go
+    finally:
+        lock.release()
+    return {"generation": gen, "compacted": done, "left": len(todo) - len(done), "seconds": clock() - t0}

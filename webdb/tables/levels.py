@@ -1,0 +1,395 @@
+"""A table as levels: a base file and delta runs over it, newest first (docs/design.md §4.2).
+
+A stage that keeps levels writes only what it changes — a *delta run*: a table file of the
+table's delta kind (``DELTA_KINDS``) whose values carry one op byte, ``PUT`` + value or ``DEL``
+alone (a tombstone) — instead of rewriting the whole table.  ``Levels`` is the read view: the
+runs merged over the base, the newest record of a key winning, tombstones hiding what is under
+them.  ``LevelCursor`` gives a stage the same merge calls as ``MergeCursor`` (the combine
+functions of webdb.writer.cascade are unchanged) with the old state read by forward, batched
+lookups in every level and the changes written to the new run: a stage costs O(edits ·
+log blocks) plus one decode of each block an edit falls in, not a pass over the table.
+``compact`` merges the runs into a new base (untouched base blocks copied raw), dropping the
+tombstones; when it runs is webdb.writer.cascade's policy (``level_ratio``, ``level_runs``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Iterator
+from operator import lt
+
+from webdb.errors import CorruptionError
+from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
+from webdb.tables.merge import MergeCursor, Splice
+from webdb.tables.table import TableReader, TableWriter
+
+__all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "open_levels"]
+
+PUT = b"\x01"
+DEL = b"\x00"
+_PUT, _DEL = PUT[0], DEL[0]
+
+
+def open_levels(base: str | None, runs: list[str], table: str, count: int, cache=None) -> Levels:
+    """The view of one table of one section from its files (runs newest first)."""
+    opened: list[TableReader] = []
+    try:
+        b = TableReader(base, TABLE_KINDS[table], cache, lazy=True) if base else None
+        if b is not None:
+            opened.append(b)
+        rs = []
+        for p in runs:
+            rs.append(TableReader(p, DELTA_KINDS[table], cache, lazy=True))
+            opened.append(rs[-1])
+    except BaseException:
+        for t in opened:
+            t.close()
+        raise
+    return Levels(b, rs, count)
+
+
+def _op(v: bytes, t: TableReader, key: bytes) -> int:
+    op = v[0] if v else -1
+    if op != _PUT and op != _DEL:
+        raise CorruptionError(f"{t.path}: delta record {key!r:.80}: op byte {op} is neither PUT nor DEL")
+    return op
+
+
+def _tagged(items: Iterator[tuple[bytes, bytes]], i: int) -> Iterator[tuple[bytes, int, bytes]]:
+    for k, v in items:
+        yield k, i, v
+
+
+class Seeker:
+    """Forward-only point and range reads of one table file, keys asked for in increasing order:
+    a block is decoded (keys split out) at most once per pass, blocks no key falls in are
+    never read (found by bisecting the in-memory index)."""
+
+    __slots__ = ("t", "bi", "keys", "rb", "decoded")
+
+    def __init__(self, t: TableReader):
+        self.t, self.bi, self.keys, self.rb, self.decoded = t, 0, None, None, 0
+
+    def _at(self, b: int) -> list[bytes]:
+        if b != self.bi or self.keys is None:
+            self.rb = self.t.raw(b, fill_cache=False)
+            self.keys = self.rb.keys()
+            self.bi = b
+            self.decoded += 1
+        return self.keys
+
+    def get(self, key: bytes) -> bytes | None:
+        t = self.t
+        b = bisect_left(t.last_keys, key, self.bi)
+        if b == t.nblocks or t.first_keys[b] > key:
+            return None
+        keys = self._at(b)
+        j = bisect_left(keys, key)
+        return self.rb.value(j) if keys[j] == key else None
+
+    def range(self, lo: bytes, hi: bytes | None) -> tuple[list[bytes], list[bytes]]:
+        """The records with lo <= key < hi (hi None: to the end)."""
+        t = self.t
+        lk, fk, n = t.last_keys, t.first_keys, t.nblocks
+        b = bisect_left(lk, lo, self.bi)
+        ks: list[bytes] = []
+        vs: list[bytes] = []
+        while b < n and (hi is None or fk[b] < hi):
+            keys = self._at(b)
+            j1 = bisect_left(keys, lo)
+            j2 = len(keys) if hi is None else bisect_left(keys, hi, j1)
+            if j2 > j1:
+                if ks:
+                    ks += keys[j1:j2]
+                    vs += self.rb.values(j1, j2)
+                else:
+                    ks, vs = keys[j1:j2], self.rb.values(j1, j2)
+            if j2 < len(keys):
+                break
+            b += 1
+        return ks, vs
+
+
+class Levels:
+    """One table of one section: ``base`` (a table file or None) under ``runs`` (delta runs,
+    newest first).  ``count`` is the number of live records (the manifest's).  Offers what
+    readers of a table use: ``get``, ``items``, ``ranges``, ``prefix``, ``chunks``."""
+
+    def __init__(self, base: TableReader | None, runs: list[TableReader], count: int):
+        self.base, self.runs, self.count = base, runs, count
+        self.path = base.path if base is not None else runs[0].path
+
+    def files(self) -> list[TableReader]:
+        return ([self.base] if self.base is not None else []) + self.runs
+
+    def close(self) -> None:
+        for t in self.files():
+            t.close()
+
+    def get(self, key: bytes) -> bytes | None:
+        for r in self.runs:
+            v = r.get(key)
+            if v is not None:
+                return v[1:] if _op(v, r, key) == _PUT else None
+        return self.base.get(key) if self.base is not None else None
+
+    def _runs_merged(self, start: bytes | None, stop: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """(key, op + value) of every run, newest first for a key, older versions dropped."""
+        if len(self.runs) == 1:
+            yield from self.runs[0].items(start, stop)
+            return
+        its = [_tagged(r.items(start, stop), i) for i, r in enumerate(self.runs)]
+        prev = None
+        for k, _, v in heapq.merge(*its):
+            if k != prev:
+                prev = k
+                yield k, v
+
+    def _base_chunks(self, start: bytes | None, stop: bytes | None) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        t = self.base
+        if t is None or not t.nblocks:
+            return
+        if start is not None and stop is not None:
+            yield from t.ranges(start, stop)
+            return
+        b = 0 if start is None else max(0, bisect_left(t.last_keys, start))
+        for i in range(b, t.nblocks):
+            if stop is not None and t.first_keys[i] >= stop:
+                return
+            keys, vals = t.raw(i, fill_cache=False).split()
+            if (start is not None and keys[0] < start) or (stop is not None and keys[-1] >= stop):
+                lo = 0 if start is None else bisect_left(keys, start)
+                hi = len(keys) if stop is None else bisect_left(keys, stop)
+                keys, vals = keys[lo:hi], vals[lo:hi]
+            yield keys, vals
+
+    def chunks(
+        self, start: bytes | None = None, stop: bytes | None = None
+    ) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """The live records with start <= key < stop, in order, as (keys, values) lists about
+        a base block long: base blocks no run touches are passed on as they are."""
+        runs = self._runs_merged(start, stop)
+        nxt = next(runs, None)
+        for keys, vals in self._base_chunks(start, stop):
+            if nxt is None or nxt[0] > keys[-1]:
+                yield keys, vals
+                continue
+            ok: list[bytes] = []
+            ov: list[bytes] = []
+            i, n = 0, len(keys)
+            last = keys[-1]
+            while nxt is not None and nxt[0] <= last:
+                rk, rv = nxt
+                j = bisect_left(keys, rk, i)
+                if j > i:
+                    ok += keys[i:j]
+                    ov += vals[i:j]
+                i = j + 1 if j < n and keys[j] == rk else j
+                if _op(rv, self.runs[0], rk) == _PUT:
+                    ok.append(rk)
+                    ov.append(rv[1:])
+                nxt = next(runs, None)
+            if i < n:
+                ok += keys[i:]
+                ov += vals[i:]
+            if ok:
+                yield ok, ov
+        tk: list[bytes] = []
+        tv: list[bytes] = []
+        while nxt is not None:
+            if _op(nxt[1], self.runs[0], nxt[0]) == _PUT:
+                tk.append(nxt[0])
+                tv.append(nxt[1][1:])
+                if len(tk) >= 1024:
+                    yield tk, tv
+                    tk, tv = [], []
+            nxt = next(runs, None)
+        if tk:
+            yield tk, tv
+
+    def items(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        for keys, vals in self.chunks(start, stop):
+            yield from zip(keys, vals)
+
+    def ranges(self, start: bytes, stop: bytes) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """``TableReader.ranges`` over the levels: a short range (one URL's inlinks) costs a
+        range read per file, each two binary searches in a (cached) block, and no merge when
+        no run holds a record in it."""
+        found = []
+        for i, r in enumerate(self.runs):
+            for ks, vs in r.ranges(start, stop):
+                found.append((i, ks, vs))
+        if not found:
+            if self.base is not None:
+                yield from self.base.ranges(start, stop)
+            return
+        d: dict[bytes, bytes] = {}
+        if self.base is not None:
+            for ks, vs in self.base.ranges(start, stop):
+                d.update(zip(ks, vs))
+        for i, ks, vs in sorted(found, key=lambda x: -x[0]):  # oldest run first, newest last
+            t = self.runs[i]
+            for k, v in zip(ks, vs):
+                if _op(v, t, k) == _PUT:
+                    d[k] = v[1:]
+                else:
+                    d.pop(k, None)
+        if d:
+            ks = sorted(d)
+            yield ks, [d[k] for k in ks]
+
+    def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
+        from webdb.tables.table import _prefix_end
+
+        return self.items(p, _prefix_end(p))
+
+
+class LevelCursor:
+    """``MergeCursor``'s merge calls over a ``Levels`` view, writing the changes to ``out``
+    (a delta run) instead of a new table: a changed or new record as PUT + value, a removed
+    one as a tombstone, an unchanged one not at all.  ``live`` is the change in the number of
+    live records.  Edits come in increasing key order (as for ``MergeCursor``)."""
+
+    def __init__(self, view: Levels, out: TableWriter):
+        self.view, self.out = view, out
+        # Newest first; the base last.  Each one read forward as the edits go.
+        self._seek = [Seeker(r) for r in view.runs] + ([Seeker(view.base)] if view.base is not None else [])
+        self._nruns = len(view.runs)
+        self.live = 0
+        self.raw_blocks = self.patched_blocks = 0
+
+    @property
+    def decoded_blocks(self) -> int:
+        return sum(s.decoded for s in self._seek)
+
+    def _get(self, key: bytes) -> bytes | None:
+        for i, s in enumerate(self._seek):
+            v = s.get(key)
+            if v is not None:
+                if i == self._nruns:
+                    return v
+                return v[1:] if _op(v, s.t, key) == _PUT else None
+        return None
+
+    def _range(self, lo: bytes, hi: bytes) -> tuple[list[bytes], list[bytes]]:
+        found = [(i, s.range(lo, hi)) for i, s in enumerate(self._seek)]
+        found = [(i, kv) for i, kv in found if kv[0]]
+        if not found:
+            return [], []
+        if len(found) == 1 and found[0][0] == self._nruns:
+            return found[0][1]  # only the base holds records here: the common case
+        d: dict[bytes, bytes] = {}
+        for i, (ks, vs) in reversed(found):  # oldest first, so newer versions overwrite
+            if i == self._nruns:
+                d.update(zip(ks, vs))
+                continue
+            t = self._seek[i].t
+            for k, v in zip(ks, vs):
+                if _op(v, t, k) == _PUT:
+                    d[k] = v[1:]
+                else:
+                    d.pop(k, None)
+        ks = sorted(d)
+        return ks, [d[k] for k in ks]
+
+    def _put(self, key: bytes, old: bytes | None, new: bytes | None) -> None:
+        if new is None:
+            if old is not None:
+                self.out.add(key, DEL)
+                self.live -= 1
+        elif old is None:
+            self.out.add(key, PUT + new)
+            self.live += 1
+        elif new != old:
+            self.out.add(key, PUT + new)
+
+    def merge_points(self, groups, combine) -> None:
+        prev = None
+        for key, payload in groups:
+            if prev is not None and key <= prev:
+                raise AssertionError(f"{self.out.path}: edits out of order: {key!r:.80} after {prev!r:.80}")
+            prev = key
+            old = self._get(key)
+            self._put(key, old, combine(key, old, payload))
+
+    def patch_points(self, groups, combine, in_place) -> None:
+        self.merge_points(groups, combine)  # a delta run holds only the changed records anyway
+
+    def merge_ranges(self, groups, combine) -> None:
+        put = self._put
+        for lo, hi, payload in groups:
+            ok, ov = self._range(lo, hi)
+            r = combine(lo, ok, lambda ov=ov: ov, payload)
+            if type(r) is Splice:
+                old = dict(zip(ok, ov)) if ok else {}
+                prev = None
+                for k, v in r:
+                    if k < lo or k >= hi or (prev is not None and k <= prev):
+                        raise AssertionError(f"{self.out.path}: splice key {k!r:.80} out of order or range")
+                    prev = k
+                    put(k, old.get(k), v)
+                continue
+            rk, rv = r
+            if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
+                raise AssertionError(f"{self.out.path}: merged keys out of order or range at {lo!r:.80}")
+            # Both sides sorted: walk them together, writing only the differences.
+            i = j = 0
+            no, nn = len(ok), len(rk)
+            while i < no or j < nn:
+                if j == nn or (i < no and ok[i] < rk[j]):
+                    put(ok[i], ov[i], None)
+                    i += 1
+                elif i == no or rk[j] < ok[i]:
+                    put(rk[j], None, rv[j])
+                    j += 1
+                else:
+                    put(rk[j], ov[i], rv[j])
+                    i += 1
+                    j += 1
+
+    def finish(self) -> None:
+        pass  # nothing is carried over: what is not in the run is in the levels below it
+
+
+def compact(view: Levels, out: TableWriter) -> MergeCursor:
+    """Merge every run of ``view`` into its base, written to ``out`` (a table of the base's
+    kind), tombstones dropped.  A base block no run touches is copied raw; a touched one is
+    merged as a whole — its records and the runs' records in its key range go through one dict,
+    newest last, and out sorted — so the per-record work is C-level but for one step per run
+    record.  Returns the cursor (its block counters); ``out`` is left open for the caller."""
+    base = view.base
+    cur = MergeCursor(base, out)
+    seekers = [Seeker(r) for r in reversed(view.runs)]  # oldest first: newer records overwrite
+    if base is None or not base.nblocks:
+        bounds = [(b"", None)]
+    else:
+        fk = base.first_keys
+        bounds = [(fk[s] if s else b"", fk[s + 1] if s + 1 < len(fk) else None) for s in range(len(fk))]
+    for lo, ub in bounds:
+        found = [(s, s.range(lo, ub)) for s in seekers]
+        found = [(s, kv) for s, kv in found if kv[0]]
+        if not found:
+            continue  # untouched: copied raw by the next copy_until
+        cur.copy_until(lo)
+        if base is None or not base.nblocks:
+            ok, ov = [], []
+        else:
+            ok, ov = cur.take_until(ub if ub is not None else base.last_keys[-1] + b"\x00")
+        d = dict(zip(ok, ov))
+        for s, (ks, vs) in found:
+            for k, v in zip(ks, vs):
+                if v[:1] == PUT:
+                    d[k] = v[1:]
+                elif v == DEL:
+                    d.pop(k, None)
+                else:
+                    _op(v, s.t, k)  # raises, naming the run
+        if d:
+            ks = sorted(d)
+            out.add_many(ks, [d[k] for k in ks])
+    cur.finish()
+    return cur
+
+
+assert set(DELTA_KINDS) == set(TABLE_KINDS)
