@@ -1,5 +1,5 @@
 """``webdb compact``: merge the delta runs of tables kept as levels into new bases, between
-rounds, as one atomic generation (docs/design.md §4.2, docs/operations.md).
+rounds, as one atomic generation (docs/design.md §4.3, docs/operations.md).
 
 The stages of ``webdb update`` already compact a table when its runs outgrow the policy
 (``level_ratio``, ``level_runs``); this does it ahead of time — say, at night, so the day's

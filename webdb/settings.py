@@ -42,7 +42,7 @@ DEFAULTS: dict[str, object] = {
     # Decoded-block cache of a reader, MiB (point lookups fill it; inlinks does not).  256 holds
     # every PagesByURL block of a 1M-page db, so random get_page calls stop re-reading blocks.
     "cache_mb": 256,
-    # Levels (docs/design.md §4.2): the link tables of a section are a base file plus delta runs
+    # Levels (docs/design.md §4.3): the link tables of a section are a base file plus delta runs
     # — a round writes only what it changed — until the runs hold more than ``level_ratio`` of
     # the base's bytes or there are more than ``level_runs`` of them; then the stage merges them
     # into a new base.  0 turns levels off: every round rewrites the tables (the old behaviour).

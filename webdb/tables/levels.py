@@ -1,4 +1,4 @@
-"""A table as levels: a base file and delta runs over it, newest first (docs/design.md §4.2).
+"""A table as levels: a base file and delta runs over it, newest first (docs/design.md §4.3).
 
 A stage that keeps levels writes only what it changes — a *delta run*: a table file of the
 table's delta kind (``DELTA_KINDS``) whose values carry one op byte, ``PUT`` + value or ``DEL``

@@ -178,7 +178,7 @@ def _base(job: dict, table: str) -> str | None:
 
 
 # Tables a stage may keep as levels: the link tables, where a round's edits are a small part of
-# the table (docs/design.md §4.2).  The page tables are a tenth of the bytes and every stage
+# the table (docs/design.md §4.3).  The page tables are a tenth of the bytes and every stage
 # probes them; they are rewritten each round.
 LEVELED = frozenset(("links_by_md5", "links_by_url"))
 
