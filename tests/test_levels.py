@@ -79,6 +79,22 @@ def test_levels_kept_then_merged_by_count_equal_levels_off(tmp_path, expected, k
     assert 0 in seen or max(seen) == 3
 
 
+def test_runs_merged_into_one_by_count_keep_the_base(tmp_path, expected):
+    db = make_db(tmp_path / "db", sections=1, level_ratio=1000.0, level_runs=2)
+    bases = set()
+    for i in range(6):
+        with db.writer() as w:
+            rounds(w, i)
+        assert snapshot(db) == expected[i]
+        e = db.manifest()["tables"][0]["links_by_url"]
+        bases.add(e["file"])
+        assert 1 <= len(e["runs"]) <= 2
+    assert len(bases) == 1  # never rewritten: only the runs were merged (tiered)
+    assert any(r["file"].endswith("r.lbu") for r in db.manifest()["tables"][0]["links_by_url"]["runs"])
+    with db.reader() as r:
+        r.check()
+
+
 def test_levels_merged_by_size_equal_levels_off(tmp_path, expected):
     db = make_db(tmp_path / "db", level_ratio=0.3, level_runs=8)
     for i in range(8):
@@ -186,22 +202,34 @@ def test_compact_killed_keeps_old_or_new_state(tmp_path, expected, point):
     assert snapshot(db) == expected[1]
 
 
-@pytest.mark.parametrize("point", ["stage3.compact.before_close", "stage4.compact.before_close", "stage5.done"])
-def test_stage_compaction_killed_keeps_old_state(tmp_path, expected, point):
-    db = make_db(tmp_path / "db", level_ratio=1000.0, level_runs=1)
+@pytest.mark.parametrize(
+    "point,settings",
+    [
+        # Merged into the base by size (the round's run alone is over 1% of the base).
+        ("stage3.compact.before_close", {"level_ratio": 0.01, "level_runs": 8}),
+        ("stage4.compact.before_close", {"level_ratio": 0.01, "level_runs": 8}),
+        # Merged into one run by count (the base is not touched).
+        ("stage3.merge_runs.before_close", {"level_ratio": 1000.0, "level_runs": 1}),
+        ("stage4.merge_runs.before_close", {"level_ratio": 1000.0, "level_runs": 1}),
+        ("stage5.done", {"level_ratio": 1000.0, "level_runs": 1}),
+    ],
+)
+def test_stage_compaction_killed_keeps_old_state(tmp_path, expected, point, settings):
+    db = make_db(tmp_path / "db", level_ratio=1000.0, level_runs=8)
     with db.writer() as w:
         rounds(w, 0)  # one run each: the next round's stages compact
     code = (
         "import sys; sys.path.insert(0, sys.argv[2]); import webdb, test_levels as T\n"
         "with webdb.open(sys.argv[1]).writer() as w: T.rounds(w, 1)"
     )
+    code = code.replace(".writer()", f".writer(**{settings!r})")
     p = subprocess.run(
         [sys.executable, "-c", code, db.path, HERE], env=dict(os.environ, WEBDB_FAULTS=point), capture_output=True
     )
     assert p.returncode == -signal.SIGKILL, p.stderr
     db = webdb.open(db.path)
     assert snapshot(db) == expected[0]
-    with db.writer() as w:
+    with db.writer(**settings) as w:
         rounds(w, 1)
     assert snapshot(db) == expected[1]
     with db.reader() as r:

@@ -201,6 +201,7 @@ CONFIGS = {
     # Levels kept for several batches (never compacted by size, by count after 3 runs), and off.
     "k2-levels": (2, {"level_ratio": 1000.0, "level_runs": 3}),
     "k1-levels-off": (1, {"level_ratio": 0.0}),
+    "k3-levels-merged": (3, {"level_ratio": 0.3, "level_runs": 2}),
 }
 
 

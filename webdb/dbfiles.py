@@ -18,8 +18,9 @@ from webdb.settings import resolve
 from webdb.tables.format import DB_FORMAT_VERSION, DB_IDENTITY, TABLE_KINDS
 
 # A table file of generation NNNNNNNN: written by stage S (``-sS``), a delta run of it (``-sSd``),
-# a stage's scratch compaction (``-sSc``) or ``webdb compact`` (``-c``).
-GEN_FILE = re.compile(r"^(\d{8})-(?:s\d[dc]?|c)\.(pbu|pbm|lbm|lbu)$")
+# a stage's scratch compaction (``-sSc``), its runs merged into one (``-sSr``) or ``webdb compact``
+# (``-c``).
+GEN_FILE = re.compile(r"^(\d{8})-(?:s\d[dcr]?|c)\.(pbu|pbm|lbm|lbu)$")
 # CURRENT: "NNNNNNNN MMMMMMMM CCCCCCCC\n" — generation, CRC-32 of its manifest, CRC-32 of the
 # first 17 bytes (docs/format.md §5).  "NNNNNNNN\n" is the format before checksums.
 CURRENT_LINE = re.compile(rb"^(\d{8})(?: ([0-9a-f]{8}) ([0-9a-f]{8}))?\n$")

@@ -9,7 +9,8 @@ functions of webdb.writer.cascade are unchanged) with the old state read by forw
 lookups in every level and the changes written to the new run: a stage costs O(edits ·
 log blocks) plus one decode of each block an edit falls in, not a pass over the table.
 ``compact`` merges the runs into a new base (untouched base blocks copied raw), dropping the
-tombstones; when it runs is webdb.writer.cascade's policy (``level_ratio``, ``level_runs``).
+tombstones; ``merge_runs`` merges the runs into one run (the base untouched).  When each runs
+is webdb.writer.cascade's policy (``level_ratio``, ``level_runs``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "open_levels"]
+__all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels"]
 
 PUT = b"\x01"
 DEL = b"\x00"
@@ -358,9 +359,21 @@ def compact(view: Levels, out: TableWriter) -> MergeCursor:
     merged as a whole — its records and the runs' records in its key range go through one dict,
     newest last, and out sorted — so the per-record work is C-level but for one step per run
     record.  Returns the cursor (its block counters); ``out`` is left open for the caller."""
-    base = view.base
+    return _merge(view.base, view.runs, out, True)
+
+
+def merge_runs(view: Levels, out: TableWriter) -> MergeCursor:
+    """Merge the runs of ``view`` into one delta run written to ``out`` (the tiered step: the
+    base is not read), tombstones kept — they may hide records of the base.  The oldest run's
+    blocks no newer run touches are copied raw."""
+    return _merge(view.runs[-1], view.runs[:-1], out, False)
+
+
+def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, apply: bool) -> MergeCursor:
+    """``runs`` (newest first) over ``base``, a base block at a time; ``apply``: the ops are
+    applied (a base out), else the records are kept with their op bytes (a run out)."""
     cur = MergeCursor(base, out)
-    seekers = [Seeker(r) for r in reversed(view.runs)]  # oldest first: newer records overwrite
+    seekers = [Seeker(r) for r in reversed(runs)]  # oldest first: newer records overwrite
     if base is None or not base.nblocks:
         bounds = [(b"", None)]
     else:
@@ -378,6 +391,11 @@ def compact(view: Levels, out: TableWriter) -> MergeCursor:
             ok, ov = cur.take_until(ub if ub is not None else base.last_keys[-1] + b"\x00")
         d = dict(zip(ok, ov))
         for s, (ks, vs) in found:
+            if not apply:
+                for k, v in zip(ks, vs):
+                    _op(v, s.t, k)
+                d.update(zip(ks, vs))
+                continue
             for k, v in zip(ks, vs):
                 if v[:1] == PUT:
                     d[k] = v[1:]

@@ -31,7 +31,7 @@ from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
-from webdb.tables.levels import LevelCursor, compact, open_levels
+from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels
 from webdb.tables.merge import Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
@@ -252,7 +252,27 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
     res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
     runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
     records = e["records"] + cur.live
-    if len(runs) > s["level_runs"] or sum(r["bytes"] for r in runs) > s["level_ratio"] * e["bytes"]:
+    run_bytes = sum(r["bytes"] for r in runs)
+    if run_bytes <= s["level_ratio"] * e["bytes"] and len(runs) > s["level_runs"]:
+        # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
+        # without reading or writing the base.
+        rname = f"{job['gen']:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
+        paths = [os.path.join(d, dname)] + entry["runs"]
+        view = open_levels(None, paths, table, records)
+        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+        try:
+            merge_runs(view, out)
+            _fault.point(f"stage{stage}.merge_runs.before_close")
+            rinfo = out.close()
+        except BaseException:
+            out.abort()
+            raise
+        finally:
+            view.close()
+        os.unlink(dpath)  # merged into the new run; never named by a manifest
+        res["merged_runs"] = len(runs)
+        runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
+    elif len(runs) > s["level_runs"] or run_bytes > s["level_ratio"] * e["bytes"]:
         merged = dict(entry, runs=[os.path.join(d, dname)] + entry["runs"], entry=dict(e, runs=runs, records=records))
         _compact_entry(job, merged, table, d, name, res)
         os.unlink(dpath)  # merged into the new base; never named by a manifest
