@@ -360,3 +360,32 @@ def test_level_cursor_writes_only_changes(tmp_path):
     got = list(TableReader(str(tmp_path / "d")).items())
     assert got == [(b"a15", PUT + b"new"), (b"a16", DEL), (b"b9", PUT + b"only")]
     assert cur.live == 0
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    p = subprocess.run([sys.executable, "-m", "webdb.cli.main", *args], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+def test_export_rank_rebalance_read_the_levels(tmp_path, expected):
+    # Two dbs with the same content: one with runs in its link tables, one without.
+    dbs = {}
+    for name, kw in (("lv", KEEP), ("off", {"level_ratio": 0.0})):
+        dbs[name] = db = make_db(tmp_path / name, sections=2, **kw)
+        for i in range(3):
+            with db.writer() as w:
+                rounds(w, i)
+    assert any(runs_of(dbs["lv"]).values()) and not any(runs_of(dbs["off"]).values())
+    out = {n: tmp_path / f"{n}.jsonl" for n in dbs}
+    for n, db in dbs.items():
+        _cli("export", db.path, "--out", str(out[n]))
+    assert out["lv"].read_bytes() == out["off"].read_bytes() and out["lv"].stat().st_size > 0
+    for db in dbs.values():
+        _cli("rank", db.path, "--iterations", "2")
+    assert snapshot(dbs["lv"]) == snapshot(dbs["off"])
+    dbs["lv"].rebalance(3)  # reads the merged view of every section, writes bases
+    assert not any(runs_of(dbs["lv"]).values())
+    assert snapshot(dbs["lv"]) == snapshot(dbs["off"])
+    with dbs["lv"].reader() as r:
+        r.check()
