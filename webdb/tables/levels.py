@@ -30,6 +30,8 @@ __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_ru
 PUT = b"\x01"
 DEL = b"\x00"
 _PUT, _DEL = PUT[0], DEL[0]
+# Greater than any key (a key is at most 65535 bytes): "nothing left in this file".
+_END = b"\xff" * 65536
 
 
 def open_levels(base: str | None, runs: list[str], table: str, count: int, cache=None) -> Levels:
@@ -67,10 +69,13 @@ class Seeker:
     a block is decoded (keys split out) at most once per pass, blocks no key falls in are
     never read (found by bisecting the in-memory index)."""
 
-    __slots__ = ("t", "bi", "keys", "rb", "decoded")
+    __slots__ = ("t", "bi", "keys", "rb", "decoded", "nxt")
 
     def __init__(self, t: TableReader):
         self.t, self.bi, self.keys, self.rb, self.decoded = t, 0, None, None, 0
+        # A lower bound of the next key of the file after the last range read (_END: none
+        # left), so the caller can skip a file with nothing in the next range without a call.
+        self.nxt = b""
 
     def _at(self, b: int) -> list[bytes]:
         if b != self.bi or self.keys is None:
@@ -107,8 +112,10 @@ class Seeker:
                 else:
                     ks, vs = keys[j1:j2], self.rb.values(j1, j2)
             if j2 < len(keys):
-                break
+                self.nxt = keys[j2]
+                return ks, vs
             b += 1
+        self.nxt = fk[b] if b < n else _END
         return ks, vs
 
 
@@ -274,8 +281,13 @@ class LevelCursor:
         return None
 
     def _range(self, lo: bytes, hi: bytes) -> tuple[list[bytes], list[bytes]]:
-        found = [(i, s.range(lo, hi)) for i, s in enumerate(self._seek)]
-        found = [(i, kv) for i, kv in found if kv[0]]
+        found = []
+        for i, s in enumerate(self._seek):
+            if s.nxt >= hi:
+                continue  # nothing of this level before hi (ranges come in increasing order)
+            kv = s.range(lo, hi)
+            if kv[0]:
+                found.append((i, kv))
         if not found:
             return [], []
         if len(found) == 1 and found[0][0] == self._nruns:
