@@ -65,6 +65,7 @@ CASES: list[tuple[str, str, tuple[str, ...], Callable[[str], list[str]]]] = [
     ("crawl", "--filter", INPUT_FILE, lambda p: ["crawl", "db", "--filter", p, "--rounds", "0"]),
     ("demo", "--db", CREATED_DIR, lambda p: ["demo", "--db", p, "--rounds", "1", "--pages", "5"]),
     ("rebalance", "DB", INPUT_DIR, lambda p: ["rebalance", p, "--sections", "2"]),
+    ("compact", "DB", INPUT_DIR, lambda p: ["compact", p]),
     ("rank", "DB", INPUT_DIR, lambda p: ["rank", p]),
     ("dedup", "DB", INPUT_DIR, lambda p: ["dedup", p]),
     ("prefixes", "DB", INPUT_DIR, lambda p: ["prefixes", p]),

@@ -191,6 +191,8 @@ class _DaskRun:
                 except (FutureTimeout, TimeoutError):
                     pending[f] = key
                     continue
+                except OSError as e:  # CommClosedError: the scheduler died while it sent this
+                    raise _Failed(f"lost the Dask scheduler {self.scheduler} ({type(e).__name__}: {e})") from None
                 self.last_progress = time.monotonic()
                 on_done(key, r)
                 del f  # released: a result the client holds would be recomputed after a worker dies

@@ -357,11 +357,15 @@ def _forget_output(spec: dict, stage: int) -> None:
     lost result) writes the same table file again: remove the earlier run's.  Table files are
     created exclusively, and only this task writes this name, one task of a section at a time
     (the section's resource); the bytes it writes are the same."""
-    name = f"{spec['gen']:08d}-s{stage}.{TABLE_SUFFIX[E.STAGE_TABLE[stage]]}"
-    try:
-        os.unlink(os.path.join(section_path(spec["path"], spec["section"]), name))
-    except FileNotFoundError:
-        pass
+    suffix = TABLE_SUFFIX[E.STAGE_TABLE[stage]]
+    # The base, and with levels the delta run, its scratch compaction and its merged runs.
+    for kind in ("", "d", "c", "r"):
+        try:
+            os.unlink(
+                os.path.join(section_path(spec["path"], spec["section"]), f"{spec['gen']:08d}-s{stage}{kind}.{suffix}")
+            )
+        except FileNotFoundError:
+            pass
 
 
 def pick_out(res: dict, target: int) -> list[dict]:
