@@ -238,7 +238,7 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
     view = open_levels(entry["base"], entry["runs"], table, e["records"])
     dname = f"{job['gen']:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
     dpath = os.path.join(d, dname)
-    out = TableWriter(dpath, DELTA_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+    out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
     cur = LevelCursor(view, out)
     try:
         fn(job, cur, out, res)
@@ -259,7 +259,7 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
         rname = f"{job['gen']:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
         paths = [os.path.join(d, dname)] + entry["runs"]
         view = open_levels(None, paths, table, records)
-        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
         try:
             merge_runs(view, out)
             _fault.point(f"stage{stage}.merge_runs.before_close")
@@ -283,6 +283,13 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
             )
         return
     res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
+
+
+def _run_block(settings: dict) -> int:
+    """Block size of a delta run: at most 8 KiB.  A lookup (``inlinks``) reads one block of the
+    base and one of every run its range falls in, most of them holding nothing for it: a small
+    run block is a quarter of the decompression (the base keeps ``block_size``)."""
+    return min(settings["block_size"], 8192)
 
 
 def _compact_entry(job: dict, entry: dict, table: str, d: str, name: str, res: dict) -> str:
