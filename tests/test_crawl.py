@@ -12,7 +12,7 @@ import time
 
 import pytest
 from crawlsite import CRAWL_HOSTS, served
-from waiting import wait_until
+from waiting import sigint_default, wait_until
 
 import webdb
 from fetchlist.crawl import crawl, fetch_parts
@@ -193,6 +193,7 @@ def test_fetch_command_ctrl_c_saves_and_resumes(tmp_path, slow_site):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even if the suite runs in the background
     )
 
     def three_saved() -> bool:

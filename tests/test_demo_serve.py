@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from waiting import sigint_default
 
 import webdb
 
@@ -39,6 +40,7 @@ def test_demo_serve_and_the_readme_walkthrough(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even if the suite runs in the background
     )
     try:
         lines = []

@@ -34,3 +34,11 @@ def wait_until(
             extra = f": {detail()}" if detail is not None else ""
             raise WaitTimeout(f"gave up after {timeout:g}s waiting for {what}{extra}")
         time.sleep(poll)
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child a test stops with SIGINT (Ctrl-C): a suite started in the
+    background (``cmd &`` in a script) runs with SIGINT ignored, and children inherit that."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

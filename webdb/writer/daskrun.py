@@ -191,8 +191,13 @@ class _DaskRun:
                 except (FutureTimeout, TimeoutError):
                     pending[f] = key
                     continue
-                except OSError as e:  # CommClosedError: the scheduler died while it sent this
-                    raise _Failed(f"lost the Dask scheduler {self.scheduler} ({type(e).__name__}: {e})") from None
+                except (OSError, FuturesCancelledError, CancelledError) as e:
+                    # The scheduler died while it sent this result (CommClosedError) or just
+                    # before (the client cancels every future: "scheduler-connection-lost").
+                    why = str(e).strip().splitlines()
+                    raise _Failed(
+                        f"lost the Dask scheduler {self.scheduler} ({why[0] if why else type(e).__name__})"
+                    ) from None
                 self.last_progress = time.monotonic()
                 on_done(key, r)
                 del f  # released: a result the client holds would be recomputed after a worker dies
