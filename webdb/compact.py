@@ -20,7 +20,7 @@ from webdb.manifest import build, check_counts
 from webdb.sections import Sections
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import compact as compact_levels
-from webdb.tables.levels import open_levels
+from webdb.tables.levels import open_levels, written
 from webdb.tables.table import TableWriter
 
 __all__ = ["compact"]
@@ -58,7 +58,7 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
         s = db.settings
         tables = [dict(x) for x in m["tables"]]
         done: list[dict] = []
-        written: list[str] = []
+        created: list[str] = []
         nbytes, spent = 0, 0.0
         try:
             for _, j, t, size in todo:
@@ -77,15 +77,8 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
                 )
                 name = f"{gen:08d}-c.{TABLE_SUFFIX[t]}"
                 out = TableWriter(os.path.join(d, name), TABLE_KINDS[t], s["block_size"], s["codec"], sync=s["sync"])
-                written.append(out.path)
-                try:
-                    compact_levels(view, out)
-                    info = out.close()
-                except BaseException:
-                    out.abort()
-                    raise
-                finally:
-                    view.close()
+                created.append(out.path)
+                _, info = written(view, out, lambda v=view, o=out: compact_levels(v, o))
                 if info["records"] != e["records"]:
                     raise AssertionError(
                         f"{out.path}: {info['records']} records after compaction, expected {e['records']}"
@@ -110,7 +103,7 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
             check_counts(manifest)
             _fault.point("compact.before_commit")
         except BaseException:
-            for p in written:
+            for p in created:
                 try:
                     os.unlink(p)
                 except FileNotFoundError:

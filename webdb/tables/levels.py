@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from operator import lt
+from typing import TypeVar
 
 from webdb.errors import CorruptionError
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels"]
+__all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
+
+T = TypeVar("T")
 
 PUT = b"\x01"
 DEL = b"\x00"
@@ -363,6 +366,25 @@ class LevelCursor:
 
     def finish(self) -> None:
         pass  # nothing is carried over: what is not in the run is in the levels below it
+
+
+def written(
+    view: Levels, out: TableWriter, fill: Callable[[], T], before_close: Callable[[], None] | None = None
+) -> tuple[T, dict]:
+    """``fill()`` writes ``out`` from ``view``; then ``out`` is closed (its ``close()`` info
+    returned with ``fill``'s result) or, if anything failed, aborted (the file removed); the
+    view is closed either way.  ``before_close`` is the caller's fault point."""
+    try:
+        r = fill()
+        if before_close is not None:
+            before_close()
+        info = out.close()
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        view.close()
+    return r, info
 
 
 def compact(view: Levels, out: TableWriter) -> MergeCursor:

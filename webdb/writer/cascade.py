@@ -31,7 +31,7 @@ from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
-from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels
+from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
@@ -240,15 +240,9 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
     dpath = os.path.join(d, dname)
     out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
     cur = LevelCursor(view, out)
-    try:
-        fn(job, cur, out, res)
-        _fault.point(f"stage{stage}.before_table_close")
-        info = out.close()
-    except BaseException:
-        out.abort()
-        raise
-    finally:
-        view.close()
+    _, info = written(
+        view, out, lambda: fn(job, cur, out, res), lambda: _fault.point(f"stage{stage}.before_table_close")
+    )
     res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
     runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
     records = e["records"] + cur.live
@@ -260,15 +254,9 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
         paths = [os.path.join(d, dname)] + entry["runs"]
         view = open_levels(None, paths, table, records)
         out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
-        try:
-            merge_runs(view, out)
-            _fault.point(f"stage{stage}.merge_runs.before_close")
-            rinfo = out.close()
-        except BaseException:
-            out.abort()
-            raise
-        finally:
-            view.close()
+        _, rinfo = written(
+            view, out, lambda: merge_runs(view, out), lambda: _fault.point(f"stage{stage}.merge_runs.before_close")
+        )
         os.unlink(dpath)  # merged into the new run; never named by a manifest
         res["merged_runs"] = len(runs)
         runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
@@ -298,15 +286,9 @@ def _compact_entry(job: dict, entry: dict, table: str, d: str, name: str, res: d
     view = open_levels(entry["base"], entry["runs"], table, entry["entry"]["records"])
     path = os.path.join(d, name)
     out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
-    try:
-        cur = compact(view, out)
-        _fault.point(f"stage{job['stage']}.compact.before_close")
-        info = out.close()
-    except BaseException:
-        out.abort()
-        raise
-    finally:
-        view.close()
+    cur, info = written(
+        view, out, lambda: compact(view, out), lambda: _fault.point(f"stage{job['stage']}.compact.before_close")
+    )
     res.update(file=name, records=info["records"], bytes=info["bytes"])
     res["compact_raw_blocks"], res["compact_decoded_blocks"] = cur.raw_blocks, cur.decoded_blocks
     return path
