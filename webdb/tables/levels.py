@@ -333,36 +333,67 @@ class LevelCursor:
         self.merge_points(groups, combine)  # a delta run holds only the changed records anyway
 
     def merge_ranges(self, groups, combine) -> None:
-        put = self._put
-        for lo, hi, payload in groups:
-            ok, ov = self._range(lo, hi)
-            r = combine(lo, ok, lambda ov=ov: ov, payload)
-            if type(r) is Splice:
-                old = dict(zip(ok, ov)) if ok else {}
-                prev = None
-                for k, v in r:
-                    if k < lo or k >= hi or (prev is not None and k <= prev):
-                        raise AssertionError(f"{self.out.path}: splice key {k!r:.80} out of order or range")
-                    prev = k
-                    put(k, old.get(k), v)
-                continue
-            rk, rv = r
-            if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
-                raise AssertionError(f"{self.out.path}: merged keys out of order or range at {lo!r:.80}")
-            # Both sides sorted: walk them together, writing only the differences.
-            i = j = 0
-            no, nn = len(ok), len(rk)
-            while i < no or j < nn:
-                if j == nn or (i < no and ok[i] < rk[j]):
-                    put(ok[i], ov[i], None)
-                    i += 1
-                elif i == no or rk[j] < ok[i]:
-                    put(rk[j], None, rv[j])
-                    j += 1
+        # The changes are collected and written a few thousand at a time (``add_many``: one
+        # order check in C), not one ``_put`` call per record: this loop is stages 3-4's.
+        out_k: list[bytes] = []
+        out_v: list[bytes] = []
+        ak, av = out_k.append, out_v.append
+        live = 0
+        try:
+            for lo, hi, payload in groups:
+                ok, ov = self._range(lo, hi)
+                r = combine(lo, ok, lambda ov=ov: ov, payload)
+                if type(r) is Splice:
+                    old = dict(zip(ok, ov)) if ok else {}
+                    prev = None
+                    for k, v in r:
+                        if k < lo or k >= hi or (prev is not None and k <= prev):
+                            raise AssertionError(f"{self.out.path}: splice key {k!r:.80} out of order or range")
+                        prev = k
+                        o = old.get(k)
+                        if v is None:
+                            if o is not None:
+                                ak(k)
+                                av(DEL)
+                                live -= 1
+                        elif o is None:
+                            ak(k)
+                            av(PUT + v)
+                            live += 1
+                        elif v != o:
+                            ak(k)
+                            av(PUT + v)
                 else:
-                    put(rk[j], ov[i], rv[j])
-                    i += 1
-                    j += 1
+                    rk, rv = r
+                    if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
+                        raise AssertionError(f"{self.out.path}: merged keys out of order or range at {lo!r:.80}")
+                    # Both sides sorted: walk them together, keeping only the differences.
+                    i = j = 0
+                    no, nn = len(ok), len(rk)
+                    while i < no or j < nn:
+                        if j == nn or (i < no and ok[i] < rk[j]):
+                            ak(ok[i])
+                            av(DEL)
+                            live -= 1
+                            i += 1
+                        elif i == no or rk[j] < ok[i]:
+                            ak(rk[j])
+                            av(PUT + rv[j])
+                            live += 1
+                            j += 1
+                        else:
+                            if rv[j] != ov[i]:
+                                ak(rk[j])
+                                av(PUT + rv[j])
+                            i += 1
+                            j += 1
+                if len(out_k) >= 4096:
+                    self.out.add_many(out_k, out_v)
+                    out_k.clear()
+                    out_v.clear()
+            self.out.add_many(out_k, out_v)
+        finally:
+            self.live += live
 
     def finish(self) -> None:
         pass  # nothing is carried over: what is not in the run is in the levels below it

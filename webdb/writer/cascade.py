@@ -81,6 +81,10 @@ class Emitter:
         )
         self.prefix = bytes((rank,)) + job["section"].to_bytes(2, "big")
         self.n = 0
+        self.files = 0
+        # A spill goes straight into edit files (the consumer merges every file it is sent), as
+        # step 0's does: no run written, read back and merged here only to be written again.
+        self.buf.spill_to = self._route
 
     def add(self, key: bytes, value: bytes = b"") -> None:
         # E.pack with an inline E.Seq: this runs once per emitted edit.
@@ -98,10 +102,14 @@ class Emitter:
             ]
         )
 
+    def _route(self, recs: Iterator[bytes] | list[bytes]) -> None:
+        self.files += 1
+        write_routed(self.job, self.stage, recs, f"st{self.job['stage']}-{self.job['section']:04d}-{self.files:04d}")
+
     def finish(self) -> int:
         n = self.buf.count
-        if n:
-            write_routed(self.job, self.stage, self.buf.sorted(), f"st{self.job['stage']}-{self.job['section']:04d}")
+        if self.buf.recs:
+            self._route(self.buf.sorted())
         self.buf.cleanup()
         return n
 

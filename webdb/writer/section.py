@@ -6,8 +6,8 @@ edits go to a local outbox and are shipped to their target's ndfs share group; a
 when every producer's done marker is there.  In a section's share group
 (``<root>/<db>/section-JJJJ/``)::
 
-    edits/B/stS/api-PPPP.edits     API edits of producer P for stage S (step 0)
-    edits/B/stS/stT-PPPP.edits     edits stage T of producer P emitted for stage S (step T)
+    edits/B/stS/api-PPPP-NNNN.edits  API edits of producer P for stage S (step 0), run N
+    edits/B/stS/stT-PPPP-NNNN.edits  edits stage T of producer P emitted for stage S (step T)
     edits/B/done-stT-from-PPPP     producer P finished step T: the files it sent here (JSON)
 
 each with its ``.completed`` flag.  Step T of a section = its stage T (T = 0: the API calls),
@@ -71,7 +71,7 @@ class Aborted(DistributedError):
 
 
 def edit_name(batch: str, stage: int, producer: str) -> str:
-    """Group-relative name of an edit file for ``stage`` from ``producer`` (``api-0003``, ``st2-0001``)."""
+    """Group-relative name of an edit file for ``stage`` from ``producer`` (``api-0003-0001``, ``st2-0001-0001``)."""
     return f"edits/{batch}/st{stage}/{producer}.edits"
 
 
