@@ -17,6 +17,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Callable
 from itertools import accumulate, chain
 from operator import sub
 
@@ -208,9 +209,21 @@ class RawBlock:
 
 
 class _CRawBlock(RawBlock):
-    """``RawBlock`` whose searches and splits run in the compiled ``_blockc`` (same results)."""
+    """``RawBlock`` whose searches and splits run in the compiled ``_blockc`` (same results).
+    Made by ``_blockc.unpack`` from the bytes and the count alone: the offset arrays, which
+    only a merge reads, are built on their first use."""
 
     __slots__ = ()
+
+    def __init__(self, raw: bytes, n: int):
+        self.raw, self.n = raw, n
+
+    def __getattr__(self, name: str):
+        # Only reached while kends/rends are unset (a set slot is found first).
+        if name in ("kends", "rends"):
+            self.kends, self.rends = _offsets(self.raw, self.n)
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def find(self, key: bytes) -> int:
         return _blockc.find(self.raw, self.n, key)
@@ -231,12 +244,32 @@ class _CRawBlock(RawBlock):
         return _blockc.split(self.raw, self.n, lo, hi)
 
 
-_RawBlock = _CRawBlock if _blockc is not None else RawBlock
+def _offsets(raw: bytes, n: int) -> tuple[array, array]:
+    """The key-end and record-end offsets of a block of ``n`` records (n checked to fit)."""
+    offs = array("I")
+    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
+    if _BIG:
+        offs.byteswap()
+    return offs[:n], offs[n:]
 
 
-def unpack_block(data: bytes, where: str) -> RawBlock:
+_crc32 = zlib.crc32
+_lz4_decompress = lz4.block.decompress
+
+
+def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     """Verify a block's checksum, decompress it and read its offsets; ``where`` names file and
-    block in errors."""
+    block in errors (or gives that name when called: it is needed only for an error).
+
+    With the compiled codec one C call does it all for a sound block (``_blockc.unpack``);
+    anything it does not take (a damaged block, the zlib codec) runs the Python code below,
+    which raises the CorruptionError naming what is wrong."""
+    if _blockc is not None:
+        r = _blockc.unpack(data, _crc32, _lz4_decompress)
+        if r is not None:
+            return _CRawBlock(*r)
+    if not isinstance(where, str):
+        where = where()
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
     end = len(data) - BLOCK_TRAILER_SIZE
@@ -255,17 +288,42 @@ def unpack_block(data: bytes, where: str) -> RawBlock:
     n = int.from_bytes(raw[-4:], "little")
     if 8 * n > len(raw) - 4:
         raise CorruptionError(f"{where}: record count {n} does not fit the block's {len(raw)} bytes")
-    offs = array("I")
-    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
-    if _BIG:
-        offs.byteswap()
-    kends, rends = offs[:n], offs[n:]
+    kends, rends = _offsets(raw, n)
     # Offsets past the end or out of order cannot make a read fail (slices clamp, in C too), so
     # only the total is checked here — per-record order checks would double a lookup's cost;
     # check() verifies key order.
     if n and rends[-1] != len(raw) - 4 - 8 * n:
         raise CorruptionError(f"{where}: block offsets do not match its size")
-    return _RawBlock(raw, kends, rends, n)
+    if _blockc is not None:
+        rb = _CRawBlock(raw, n)
+        rb.kends, rb.rends = kends, rends
+        return rb
+    return RawBlock(raw, kends, rends, n)
+
+
+def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes], int] | None:
+    """``unpack_block(data).split(find(start), find(stop))`` and the block's record count in one
+    C call (``_blockc.unpack_range``): no block object, one call per block of a short lookup.
+    None when not compiled or when the block is not sound (``unpack_block`` names the fault)."""
+    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop) if _blockc is not None else None
+
+
+def merge_sorted(parts: list[tuple[list[bytes], list[bytes], bool]]) -> tuple[list[bytes], list[bytes]] | None:
+    """The records of ``parts`` — (keys, values, ops) of the files of a table's levels, newest
+    first, each sorted — merged in C (``_blockc.merge``): the newest record of a key wins and,
+    where ``ops`` (a delta run: values are an op byte, then the value), a PUT gives its value
+    and a DEL hides the key.  None when not compiled, or for input a sound table does not give
+    (``Levels._merged`` then runs its Python reference, which names a bad op byte)."""
+    return _blockc.merge(parts) if _blockc is not None else None
+
+
+def make_links(
+    keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
+) -> list | None:
+    """``reader._links`` in C (``_blockc.links``): ``cls(key[plen:], url, anchor, domain_id,
+    flags & out != 0)`` of each LinksByURL record.  None when not compiled, or when a value is
+    shorter than ``fixed`` (the Python code names the record)."""
+    return _blockc.links(keys, vals, plen, url, cls, fixed, out) if _blockc is not None else None
 
 
 def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:

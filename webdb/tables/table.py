@@ -23,6 +23,7 @@ from operator import add, ge, gt, lt
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
 from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
     CODECS,
+    COMPILED,
     MAX_BLOCK_BYTES,
     RawBlock,
     check_block_crc,
@@ -30,6 +31,7 @@ from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webd
     encode_block,
     encode_run,
     unpack_block,
+    unpack_range,
 )
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
@@ -47,6 +49,8 @@ assert _FOOTER.size == FOOTER_SIZE
 _BIG = sys.byteorder == "big"
 # What a lazy TableReader loads on first use (see TableReader.__getattr__).
 _LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
+# What ``TableReader.block_of_range`` returns when no block, or more than one, holds the range.
+NO_BLOCK, SPANS = -1, -2
 
 
 class TableWriter:
@@ -515,10 +519,12 @@ class TableReader:
 
     def _read(self, i: int, fill_cache: bool = True) -> RawBlock:
         """Block i read from the file: checksum, decompression and record count verified."""
-        data = self.raw_block(i)
+        if self._fd < 0:
+            self._live()
+        data = os.pread(self._fd, self.lengths[i], self.offsets[i])
         if len(data) != self.lengths[i]:
             raise CorruptionError(f"{self.where(i)}: truncated")
-        rb = unpack_block(data, self.where(i))
+        rb = unpack_block(data, lambda: self.where(i))
         if rb.n != self.counts[i]:
             raise CorruptionError(f"{self.where(i)}: holds {rb.n} records, index says {self.counts[i]}")
         if fill_cache and self.cache is not None:
@@ -590,6 +596,48 @@ class TableReader:
                 return
             b += 1
             first = False
+
+    def block_of_range(self, start: bytes, stop: bytes) -> int:
+        """The one block that can hold records with start <= key < stop: its number, ``NO_BLOCK``
+        if none can (the range falls before, after or between blocks: nothing to read), or
+        ``SPANS`` if the range reaches into two blocks or more.  Two binary searches in memory."""
+        fk = self.first_keys
+        b = bisect_right(fk, start) - 1
+        if b < 0:
+            b = 0
+        elif self.last_keys[b] < start:
+            b += 1  # start falls after block b's last key
+        if b == len(fk) or fk[b] >= stop:
+            return NO_BLOCK
+        if b + 1 < len(fk) and fk[b + 1] < stop:
+            return SPANS
+        return b
+
+    def block_range(self, b: int, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]]:
+        """The records of block ``b`` with start <= key < stop, as (keys, values): two binary
+        searches in the block (one if it ends before ``stop``), then only those split out.  The
+        block is read through the cache but does not fill it (as ``ranges``).  Compiled, a block
+        read from the file is checked, decompressed, searched and split in one C call."""
+        d = self._cd
+        if COMPILED and (d is None or self._cid + b not in d):
+            if self._fd < 0:
+                self._live()
+            data = os.pread(self._fd, self.lengths[b], self.offsets[b])
+            r = unpack_range(data, start, stop) if len(data) == self.lengths[b] else None
+            if r is not None and r[2] == self.counts[b]:
+                return r[0], r[1]
+            # Not sound: the general path below names what is wrong.
+        rb = self.raw(b, False)
+        return rb.split(rb.find(start), rb.find(stop) if self.last_keys[b] >= stop else rb.n)
+
+    def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
+        """The records with start <= key < stop as (keys, values) if they lie in one block (or
+        none: nothing is read), else None (read them with ``ranges``): what a lookup of a short
+        range (one URL's inlinks) takes before the generator of ``ranges``."""
+        b = self.block_of_range(start, stop)
+        if b < 0:
+            return None if b == SPANS else ([], [])
+        return self.block_range(b, start, stop)
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""
