@@ -25,7 +25,7 @@ from webdb.errors import CorruptionError
 from webdb.tables.block import merge_sorted
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
-from webdb.tables.table import SPANS, TableReader, TableWriter
+from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
 
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
@@ -248,20 +248,20 @@ class Levels:
 
     def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
         """``TableReader.short_range`` over the levels: the live records with start <= key <
-        stop as (keys, values) when they lie in at most one block of each file, else None (read
-        them with ``ranges``).  A file whose index rules the range out (its key range, or the
-        gap between two of its blocks) is not read; the others cost one block read and two
-        binary searches each, and the merge is one C call (``merge_sorted``) when compiled."""
+        stop as (keys, values) when they lie in at most ``SHORT_BLOCKS`` blocks of each file, else
+        None (read them with ``ranges``).  A file whose index rules the range out (its key
+        range, or the gap between two of its blocks) is not read; the others cost a block read
+        (one C call, ``unpack_range``) per block the range reaches, and the merge is one C call
+        (``merge_sorted``) when compiled."""
         parts = []
         for t in self._newest:
-            b = t.block_of_range(start, stop)
-            if b < 0:
-                if b == SPANS:
-                    return None
-                continue
-            kv = t.block_range(b, start, stop)
-            if kv[0]:
-                parts.append((t, kv))
+            b0, b1 = t.blocks_of_range(start, stop)
+            if b1 - b0 > SHORT_BLOCKS:
+                return None
+            if b1 > b0:
+                kv = t.blocks_range(b0, b1, start, stop)
+                if kv[0]:
+                    parts.append((t, kv))
         return self._merged(parts)
 
     def _merged(

@@ -14,7 +14,7 @@ import stat
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import accumulate, chain, repeat
@@ -49,8 +49,8 @@ assert _FOOTER.size == FOOTER_SIZE
 _BIG = sys.byteorder == "big"
 # What a lazy TableReader loads on first use (see TableReader.__getattr__).
 _LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
-# What ``TableReader.block_of_range`` returns when no block, or more than one, holds the range.
-NO_BLOCK, SPANS = -1, -2
+# Most blocks ``short_range`` reads of one file (more: ``ranges`` streams them, a block at a time).
+SHORT_BLOCKS = 4
 
 
 class TableWriter:
@@ -597,21 +597,17 @@ class TableReader:
             b += 1
             first = False
 
-    def block_of_range(self, start: bytes, stop: bytes) -> int:
-        """The one block that can hold records with start <= key < stop: its number, ``NO_BLOCK``
-        if none can (the range falls before, after or between blocks: nothing to read), or
-        ``SPANS`` if the range reaches into two blocks or more.  Two binary searches in memory."""
+    def blocks_of_range(self, start: bytes, stop: bytes) -> tuple[int, int]:
+        """The blocks b0..b1-1 that can hold records with start <= key < stop (b0 == b1: none
+        can — the range falls before, after or between blocks, nothing to read).  Binary
+        searches in memory: the index for ``start``, a few blocks after it for ``stop``."""
         fk = self.first_keys
         b = bisect_right(fk, start) - 1
         if b < 0:
             b = 0
         elif self.last_keys[b] < start:
             b += 1  # start falls after block b's last key
-        if b == len(fk) or fk[b] >= stop:
-            return NO_BLOCK
-        if b + 1 < len(fk) and fk[b + 1] < stop:
-            return SPANS
-        return b
+        return b, bisect_left(fk, stop, b, min(b + SHORT_BLOCKS + 1, len(fk)))
 
     def block_range(self, b: int, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]]:
         """The records of block ``b`` with start <= key < stop, as (keys, values): two binary
@@ -630,14 +626,26 @@ class TableReader:
         rb = self.raw(b, False)
         return rb.split(rb.find(start), rb.find(stop) if self.last_keys[b] >= stop else rb.n)
 
+    def blocks_range(self, b0: int, b1: int, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]]:
+        """``block_range`` of blocks b0..b1-1, as one (keys, values)."""
+        if b1 == b0 + 1:
+            return self.block_range(b0, start, stop)
+        ks: list[bytes] = []
+        vs: list[bytes] = []
+        for b in range(b0, b1):
+            k, v = self.block_range(b, start, stop)
+            ks += k
+            vs += v
+        return ks, vs
+
     def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
-        """The records with start <= key < stop as (keys, values) if they lie in one block (or
-        none: nothing is read), else None (read them with ``ranges``): what a lookup of a short
-        range (one URL's inlinks) takes before the generator of ``ranges``."""
-        b = self.block_of_range(start, stop)
-        if b < 0:
-            return None if b == SPANS else ([], [])
-        return self.block_range(b, start, stop)
+        """The records with start <= key < stop as (keys, values) if they lie in at most
+        ``SHORT_BLOCKS`` blocks, else None (read them with ``ranges``, a block at a time): what a
+        lookup of a short range (one URL's inlinks) takes before the generator of ``ranges``."""
+        b0, b1 = self.blocks_of_range(start, stop)
+        if b1 - b0 > SHORT_BLOCKS:
+            return None
+        return self.blocks_range(b0, b1, start, stop) if b1 > b0 else ([], [])
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""
