@@ -91,6 +91,16 @@ def _py_block(raw: bytes) -> block.RawBlock:
     return block.RawBlock(raw, offs[:n], offs[n:], n)
 
 
+def _py_index_entries(raw: bytes, size: int):
+    """``block.index_entries``'s Python code over ``raw``."""
+    if block._blockc is None:
+        return block.index_entries(_py_block(raw), size)
+    keys, vals = _py_block(raw).split()
+    if vals and min(map(len, vals)) < size:
+        return None
+    return keys, [v[size:] for v in vals], b"".join([v[:size] for v in vals])
+
+
 def _same_reads(raw: bytes, probes: list[bytes], ranges: list[tuple[int, int | None]]) -> None:
     py = _py_block(raw)
     n = py.n
@@ -119,6 +129,8 @@ def test_c_and_python_agree_on_random_blocks(recs, probes, data):
     n = len(keys)
     ranges = [(data.draw(st.integers(0, n)), data.draw(st.none() | st.integers(0, n + 2))) for _ in range(4)]
     _same_reads(raw, keys + probes + [k + b"\x00" for k in keys[:5]], ranges)
+    for size in (0, 1, 3, 16):
+        assert _blockc.index_entries(raw, n, size) == _py_index_entries(raw, size)
     rb = block.unpack_block(block.encode_block(keys, vals, block.CODECS["lz4"]), "t")
     assert rb.split() == (keys, vals)
 
@@ -132,6 +144,8 @@ def test_c_and_python_agree_on_garbage_offsets(body, offsets, probes, data):
     raw = body + array("I", offsets[: 2 * n]).tobytes() + n.to_bytes(4, "little")
     ranges = [(data.draw(st.integers(0, n)), data.draw(st.none() | st.integers(0, n + 2))) for _ in range(3)]
     _same_reads(raw, probes, ranges)
+    for size in (0, 2, 16):
+        assert _blockc.index_entries(raw, n, size) == _py_index_entries(raw, size)
 
 
 @needs_c

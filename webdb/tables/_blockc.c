@@ -650,7 +650,51 @@ done:
     return res;
 }
 
+PyDoc_STRVAR(index_entries_doc,
+             "index_entries(raw, n, size) -> (keys, lasts, fixed) of an index block (TableReader's "
+             "index): the record keys, each value past its first size bytes, and those first size "
+             "bytes of every value back to back; None if a value is shorter than size.");
+
+static PyObject *c_index_entries(PyObject *self, PyObject *args) {
+    PyObject *raw, *keys = NULL, *lasts = NULL, *fixed = NULL;
+    Py_ssize_t n, size;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Snn:index_entries", &raw, &n, &size) || block_of(raw, n, &b) < 0) return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative size");
+        return NULL;
+    }
+    Py_ssize_t s;
+    for (Py_ssize_t j = 0; j < n; j++) { /* the same clamped slices as split() */
+        Py_ssize_t vs = key_end(&b, j), ve = rec_end(&b, j);
+        clamp(&b, &vs, &ve);
+        if (ve - vs < size) Py_RETURN_NONE;
+    }
+    if (!(keys = PyList_New(n)) || !(lasts = PyList_New(n)) || !(fixed = PyBytes_FromStringAndSize(NULL, n * size)))
+        goto fail;
+    char *f = PyBytes_AS_STRING(fixed);
+    s = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t ke = key_end(&b, j), re = rec_end(&b, j), vs = ke, ve = re;
+        PyObject *k = slice(&b, s, ke), *l;
+        if (!k) goto fail;
+        PyList_SET_ITEM(keys, j, k);
+        clamp(&b, &vs, &ve);
+        memcpy(f + j * size, b.raw + vs, (size_t)size);
+        if (!(l = slice(&b, vs + size, ve))) goto fail;
+        PyList_SET_ITEM(lasts, j, l);
+        s = re;
+    }
+    return Py_BuildValue("(NNN)", keys, lasts, fixed);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(lasts);
+    Py_XDECREF(fixed);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
     {"unpack_range", (PyCFunction)(void (*)(void))c_unpack_range, METH_FASTCALL, unpack_range_doc},
     {"merge", (PyCFunction)(void (*)(void))c_merge, METH_FASTCALL, merge_doc},

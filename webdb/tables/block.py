@@ -308,6 +308,19 @@ def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], l
     return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop) if _blockc is not None else None
 
 
+def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:
+    """A table index block's entries: (first keys, last keys, the fixed fields) — each value is
+    ``size`` bytes of fields then the block's last key; the fields of all entries are returned
+    back to back, for arrays.  None if a value is shorter than ``size`` (the caller names it).
+    One C pass when compiled (no list of values is built)."""
+    if _blockc is not None:
+        return _blockc.index_entries(rb.raw, rb.n, size)
+    keys, vals = rb.split()
+    if vals and min(map(len, vals)) < size:
+        return None
+    return keys, [v[size:] for v in vals], b"".join([v[:size] for v in vals])
+
+
 def merge_sorted(parts: list[tuple[list[bytes], list[bytes], bool]]) -> tuple[list[bytes], list[bytes]] | None:
     """The records of ``parts`` — (keys, values, ops) of the files of a table's levels, newest
     first, each sorted — merged in C (``_blockc.merge``): the newest record of a key wins and,
