@@ -30,6 +30,7 @@ from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webd
     decode_block,
     encode_block,
     encode_run,
+    index_entries,
     unpack_block,
     unpack_range,
 )
@@ -404,12 +405,11 @@ class TableReader:
     def _load_index(self) -> None:
         """The index and meta block (checksummed), every index entry checked."""
         io, (il, mo, ml), count = self.data_end, self._blocks_at, self.count
-        if il:
-            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}")
-        else:
-            ikeys, ivals = [], []
-        self.first_keys = ikeys
-        if not self._index_bulk(ikeys, ivals, io):
+        rb = unpack_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}") if il else None
+        ent = index_entries(rb, _INDEX_VALUE.size) if rb is not None else ([], [], b"")
+        if ent is None or not self._index_bulk(*ent, io):
+            ikeys, ivals = rb.split() if rb is not None else ([], [])
+            self.first_keys = ikeys
             self._index_each(ikeys, ivals, io)
         mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
         try:
@@ -421,22 +421,18 @@ class TableReader:
         if sum(self.counts) != count:
             raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
 
-    def _index_bulk(self, ikeys: list[bytes], ivals: list[bytes], io: int) -> bool:
-        """Read the index entries into arrays and check them all with C-level operations (an
-        index of 20k blocks in a few milliseconds); False if any check fails (``_index_each``
-        then names the first bad entry)."""
-        size = _INDEX_VALUE.size
-        if ivals and min(map(len, ivals)) < size:
-            return False
+    def _index_bulk(self, ikeys: list[bytes], last_keys: list[bytes], fixed_bytes: bytes, io: int) -> bool:
+        """Read the index entries (``index_entries``) into arrays and check them all with
+        C-level operations (an index of 20k blocks in a few milliseconds); False if any check
+        fails (``_index_each`` then names the first bad entry)."""
         # Entry = offset u64, length u32, count u32 (LE): as u64 pairs, then the second of each
         # pair as two u32.
-        fixed = array("Q", b"".join([v[:size] for v in ivals]))
+        fixed = array("Q", fixed_bytes)
         if _BIG:
             fixed.byteswap()
         offsets = fixed[0::2]
         lc = array("I", fixed[1::2].tobytes())
         lengths, counts = lc[0::2], lc[1::2]
-        last_keys = [v[size:] for v in ivals]
         ends = array("Q", accumulate(lengths, initial=0))
         # Blocks back to back from offset 0 to the index, each at least a trailer long, keys
         # in order within and across blocks: what _index_each checks one entry at a time.
@@ -448,7 +444,8 @@ class TableReader:
             or not all(map(gt, ikeys[1:], last_keys))
         ):
             return False
-        self.offsets, self.lengths, self.counts, self.last_keys = offsets, lengths, counts, last_keys
+        self.first_keys, self.offsets, self.lengths, self.counts = ikeys, offsets, lengths, counts
+        self.last_keys = last_keys
         return True
 
     def _index_each(self, ikeys: list[bytes], ivals: list[bytes], io: int) -> None:
