@@ -132,20 +132,34 @@ class RawBlock:
     """A decompressed, checksum-verified block: its bytes and the offset arrays, without
     splitting it into Python objects.  What the lookup cache holds (about its own size)."""
 
-    __slots__ = ("raw", "kends", "rends", "n")
+    __slots__ = ("raw", "_k", "_r", "n")
 
     def __init__(self, raw: bytes, kends, rends, n: int):
-        self.raw, self.kends, self.rends, self.n = raw, kends, rends, n
+        self.raw, self._k, self._r, self.n = raw, kends, rends, n
+
+    @property
+    def kends(self):
+        """The n key-end offsets (an array), built on first use when the block came from C."""
+        if self._k is None:
+            self._k, self._r = _offsets(self.raw, self.n)
+        return self._k
+
+    @property
+    def rends(self):
+        """The n record-end offsets (an array), as ``kends``."""
+        if self._r is None:
+            self._k, self._r = _offsets(self.raw, self.n)
+        return self._r
 
     def key(self, j: int) -> bytes:
-        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
+        return self.raw[self._r[j - 1] if j else 0 : self._k[j]]
 
     def value(self, j: int) -> bytes:
-        return self.raw[self.kends[j] : self.rends[j]]
+        return self.raw[self._k[j] : self._r[j]]
 
     def find(self, key: bytes) -> int:
         """Index of the first record with record key >= key (binary search over the raw bytes)."""
-        raw, kends, rends = self.raw, self.kends, self.rends
+        raw, kends, rends = self.raw, self._k, self._r
         lo, hi = 0, self.n
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -158,7 +172,7 @@ class RawBlock:
     def get(self, key: bytes) -> bytes | None:
         """Value of ``key`` or None: ``find`` inlined (a point lookup's inner loop), and only the
         value found is sliced out."""
-        raw, kends, rends = self.raw, self.kends, self.rends
+        raw, kends, rends = self.raw, self._k, self._r
         lo, hi = 0, self.n
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -174,36 +188,36 @@ class RawBlock:
         """Every record key (the values stay in the block's bytes)."""
         raw = self.raw
         starts = [0]
-        starts.extend(self.rends[:-1])
-        return [raw[s:e] for s, e in zip(starts, self.kends)]
+        starts.extend(self._r[:-1])
+        return [raw[s:e] for s, e in zip(starts, self._k)]
 
     def lens(self, keys: list[bytes] | None = None) -> list[int]:
         """Every record's key and value lengths, interleaved (what ``TableWriter.add_run`` takes);
         ``keys`` (from ``keys()``) saves a pass."""
         if keys is None:
             starts = [0]
-            starts.extend(self.rends[:-1])
-            klens = map(sub, self.kends, starts)
+            starts.extend(self._r[:-1])
+            klens = map(sub, self._k, starts)
         else:
             klens = map(len, keys)
-        return list(chain.from_iterable(zip(klens, map(sub, self.rends, self.kends))))
+        return list(chain.from_iterable(zip(klens, map(sub, self._r, self._k))))
 
     def start(self, j: int) -> int:
         """Offset of record j's key (j == n: the end of the records)."""
-        return self.rends[j - 1] if j else 0
+        return self._r[j - 1] if j else 0
 
     def values(self, lo: int, hi: int) -> list[bytes]:
         """Values of records lo..hi-1."""
         raw = self.raw
-        return [raw[s:e] for s, e in zip(self.kends[lo:hi], self.rends[lo:hi])]
+        return [raw[s:e] for s, e in zip(self._k[lo:hi], self._r[lo:hi])]
 
     def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
         """Records lo..hi-1 as (keys, values) lists."""
         raw = self.raw
         hi = self.n if hi is None else hi
-        kends = self.kends[lo:hi]
-        rends = self.rends[lo:hi]
-        starts = [self.rends[lo - 1] if lo else 0]
+        kends = self._k[lo:hi]
+        rends = self._r[lo:hi]
+        starts = [self._r[lo - 1] if lo else 0]
         starts.extend(rends[:-1])
         return [raw[s:e] for s, e in zip(starts, kends)], [raw[s:e] for s, e in zip(kends, rends)]
 
@@ -211,19 +225,21 @@ class RawBlock:
 class _CRawBlock(RawBlock):
     """``RawBlock`` whose searches and splits run in the compiled ``_blockc`` (same results).
     Made by ``_blockc.unpack`` from the bytes and the count alone: the offset arrays, which
-    only a merge reads, are built on their first use."""
+    only a merge reads, are built on their first use (``kends``, ``rends``)."""
 
     __slots__ = ()
 
     def __init__(self, raw: bytes, n: int):
-        self.raw, self.n = raw, n
+        self.raw, self._k, self._r, self.n = raw, None, None, n
 
-    def __getattr__(self, name: str):
-        # Only reached while kends/rends are unset (a set slot is found first).
-        if name in ("kends", "rends"):
-            self.kends, self.rends = _offsets(self.raw, self.n)
-            return getattr(self, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def key(self, j: int) -> bytes:
+        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
+
+    def value(self, j: int) -> bytes:
+        return self.raw[self.kends[j] : self.rends[j]]
+
+    def start(self, j: int) -> int:
+        return self.rends[j - 1] if j else 0
 
     def find(self, key: bytes) -> int:
         return _blockc.find(self.raw, self.n, key)
@@ -296,7 +312,7 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
         raise CorruptionError(f"{where}: block offsets do not match its size")
     if _blockc is not None:
         rb = _CRawBlock(raw, n)
-        rb.kends, rb.rends = kends, rends
+        rb._k, rb._r = kends, rends
         return rb
     return RawBlock(raw, kends, rends, n)
 
