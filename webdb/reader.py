@@ -232,10 +232,10 @@ class Reader:
         span, and only the records in range split out and decoded.  A URL is validated only
         when it has no inlinks (as in ``get_page``).
 
-        Links that lie in one block of each file of the table (most URLs) take ``short_range``,
-        a shorter path than ``ranges`` with the same effect: each file whose index does not rule
-        the URL out costs one block read, the levels are merged in one C call, and the links are
-        built in another.  The blocks are read through the cache but do not fill it.  Filling
+        Links that lie in a few blocks of each file of the table (all but the most linked URLs)
+        take ``short_range``, a shorter path than ``ranges`` with the same effect: each file
+        whose index does not rule the URL out costs one C call per block, the levels are merged
+        in one C call, and the links are built in another.  The blocks are read through the cache but do not fill it.  Filling
         it costs more than it saves: at 1M pages LinksByURL is ~40k blocks, and keeping each
         block read means fresh memory (page faults) for every read."""
         self._live()
