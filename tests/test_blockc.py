@@ -91,6 +91,16 @@ def _py_block(raw: bytes) -> block.RawBlock:
     return block.RawBlock(raw, offs[:n], offs[n:], n)
 
 
+def _py_index_entries(raw: bytes, size: int):
+    """``block.index_entries``'s Python code over ``raw``."""
+    if block._blockc is None:
+        return block.index_entries(_py_block(raw), size)
+    keys, vals = _py_block(raw).split()
+    if vals and min(map(len, vals)) < size:
+        return None
+    return keys, [v[size:] for v in vals], b"".join([v[:size] for v in vals])
+
+
 def _same_reads(raw: bytes, probes: list[bytes], ranges: list[tuple[int, int | None]]) -> None:
     py = _py_block(raw)
     n = py.n
@@ -119,6 +129,8 @@ def test_c_and_python_agree_on_random_blocks(recs, probes, data):
     n = len(keys)
     ranges = [(data.draw(st.integers(0, n)), data.draw(st.none() | st.integers(0, n + 2))) for _ in range(4)]
     _same_reads(raw, keys + probes + [k + b"\x00" for k in keys[:5]], ranges)
+    for size in (0, 1, 3, 16):
+        assert _blockc.index_entries(raw, n, size) == _py_index_entries(raw, size)
     rb = block.unpack_block(block.encode_block(keys, vals, block.CODECS["lz4"]), "t")
     assert rb.split() == (keys, vals)
 
@@ -132,6 +144,8 @@ def test_c_and_python_agree_on_garbage_offsets(body, offsets, probes, data):
     raw = body + array("I", offsets[: 2 * n]).tobytes() + n.to_bytes(4, "little")
     ranges = [(data.draw(st.integers(0, n)), data.draw(st.none() | st.integers(0, n + 2))) for _ in range(3)]
     _same_reads(raw, probes, ranges)
+    for size in (0, 2, 16):
+        assert _blockc.index_entries(raw, n, size) == _py_index_entries(raw, size)
 
 
 @needs_c
@@ -160,6 +174,90 @@ def test_c_builds_from_any_bytes_like_item():
     assert _blockc.build_run(bytearray(b"".join(k + v for k, v in zip(keys, vals))), [1, 0, 2, 5, 1, 2]) == (
         block._build_run(b"".join(k + v for k, v in zip(keys, vals)), [1, 0, 2, 5, 1, 2])
     )
+
+
+# ---- the read path of a lookup: unpack_range, merge, links ---------------------------------
+
+
+@needs_c
+@given(records(), st.lists(_bytes, min_size=2, max_size=6), st.sampled_from(["none", "lz4", "zlib"]))
+def test_c_unpack_range_equals_unpack_split(recs, probes, codec):
+    keys, vals = recs
+    data = block.encode_block(keys, vals, block.CODECS[codec])
+    py = _py_block(block._build(keys, vals))
+    got = _blockc.unpack(data, zlib.crc32, block._lz4_decompress)
+    if codec == "zlib":
+        assert got is None  # left to the Python code
+        return
+    assert got == (py.raw, py.n)
+    for a, b in zip(probes, probes[1:]):
+        want = py.split(py.find(a), py.find(b))
+        assert _blockc.unpack_range(data, zlib.crc32, block._lz4_decompress, a, b) == (*want, py.n)
+        assert block.unpack_range(data, a, b) == (*want, py.n)
+    # A damaged block is declined (unpack_block then names the fault), never misread.
+    for i in range(0, len(data), max(1, len(data) // 7)):
+        bad = bytearray(data)
+        bad[i] ^= 0x10
+        assert _blockc.unpack(bytes(bad), zlib.crc32, block._lz4_decompress) is None
+        assert _blockc.unpack_range(bytes(bad), zlib.crc32, block._lz4_decompress, b"", b"\xff") is None
+    assert _blockc.unpack(data[:-1], zlib.crc32, block._lz4_decompress) is None
+    assert _blockc.unpack(b"", zlib.crc32, block._lz4_decompress) is None
+
+
+_level = st.dictionaries(st.binary(max_size=3), st.binary(max_size=5), max_size=12)
+
+
+@needs_c
+@given(st.lists(st.tuples(_level, st.booleans(), st.lists(st.booleans(), min_size=12, max_size=12)), max_size=5))
+def test_c_merge_equals_a_dict_model(levels):
+    """Newest first; a level with ops holds PUT + value or DEL (chosen by the booleans)."""
+    parts, model = [], {}
+    for recs, ops, dels in levels:
+        ks = sorted(recs)
+        vs = [(b"\x00" if d else b"\x01" + recs[k]) if ops else recs[k] for k, d in zip(ks, dels)]
+        parts.append((ks, vs, ops))
+    for ks, vs, ops in reversed(parts):  # oldest first, newer versions overwrite
+        for k, v in zip(ks, vs):
+            if not ops:
+                model[k] = v
+            elif v[:1] == b"\x01":
+                model[k] = v[1:]
+            else:
+                model.pop(k, None)
+    want = sorted(model)
+    assert _blockc.merge(parts) == (want, [model[k] for k in want])
+    assert block.merge_sorted(parts) == (want, [model[k] for k in want])
+
+
+@needs_c
+def test_c_merge_declines_what_a_sound_table_does_not_give():
+    assert _blockc.merge([([b"a"], [b"\x02x"], True)]) is None  # an unknown op byte
+    assert _blockc.merge([([b"a"], [b""], True)]) is None  # no op byte
+    assert _blockc.merge([([b"b", b"a"], [b"1", b"2"], False)]) is None  # out of order
+    assert _blockc.merge([([b"a"], [b"1", b"2"], False)]) is None  # lengths differ
+    assert _blockc.merge([([b"a"], ["1"], False)]) is None  # not bytes
+    assert _blockc.merge([([b"a"], [b"1"], False)] * 65) is None  # more levels than it takes
+    assert _blockc.merge([]) == ([], [])
+
+
+@needs_c
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=20), st.integers(-(2**63), 2**63 - 1), st.integers(0, 255), st.binary(max_size=30))
+    )
+)
+def test_c_links_equal_link_decode(recs):
+    from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
+    from webdb.tables.records import Link
+
+    url = "http://é.example/a"
+    p = url.encode() + b"\x00"
+    keys = [p + f for f, *_ in recs]
+    vals = [LINK.pack(d, f) + a for _, d, f, a in recs]
+    want = [Link.decode(k[len(p) :], url, v) for k, v in zip(keys, vals)]
+    assert _blockc.links(keys, vals, len(p), url, Link, LINK_FIXED, LINK_OUT) == want
+    assert _blockc.links([b"x"], [b"\x00" * 8], 2, url, Link, LINK_FIXED, LINK_OUT) is None  # short value
+    assert _blockc.links([b"x"], [b"\x00" * 9], 5, url, Link, LINK_FIXED, LINK_OUT) == [Link(b"", url)]
 
 
 # ---- damaged files: the same error in both implementations ---------------------------------
@@ -238,6 +336,7 @@ _READS = [
     lambda t: [t.get(b"key%05d" % i) for i in range(0, 400, 7)],
     lambda t: [t.get(b"key%05d" % i) for i in range(399, 0, -13)],
     lambda t: [list(t.ranges(b"key%05d" % i, b"key%05d" % (i + 9))) for i in range(0, 400, 11)],
+    lambda t: [t.short_range(b"key%05d" % i, b"key%05d" % (i + 3)) for i in range(0, 400, 5)],
     lambda t: list(t.items(b"key00150", b"key00260")),
 ]
 

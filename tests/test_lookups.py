@@ -276,7 +276,10 @@ def test_bulk_index_check_agrees_with_the_entry_by_entry_check(tmp_path_factory,
         i = which % len(lst)
         v = lst[i]
         lst[i] = v[:pos] + bytes([byte]) + v[pos + 1 :] if pos < len(v) else v[: pos % max(1, len(v))]
-    bulk = t._index_bulk(ikeys, ivals, t.data_end)
+    from webdb.tables.block import index_entries, unpack_block
+
+    ent = index_entries(unpack_block(encode_block(ikeys, ivals, 0), "index"), struct.calcsize("<QII"))
+    bulk = ent is not None and t._index_bulk(*ent, t.data_end)
     got = (list(t.offsets), list(t.lengths), list(t.counts), list(t.last_keys))
     try:
         t._index_each(ikeys, ivals, t.data_end)
@@ -346,3 +349,106 @@ def test_index_damaged_after_the_footer_is_never_half_loaded(tmp_path):
             bad.get(keys[5])
         assert "first_keys" not in vars(bad)
     bad.close()
+
+
+# ---- inlinks over levels (a base and delta runs) ---------------------------------------------
+
+
+def _levels_round(w, rng: random.Random, urls: list[str], i: int) -> None:
+    """New links (some to URLs no link reached before), anchors replaced, every link of some
+    sources removed (tombstones over base links), a page deleted (its inlinks go too)."""
+    for _ in range(rng.randint(5, 40)):
+        w.add_link(Link(url_md5(rng.choice(urls)), rng.choice(urls), f"r{i}"))
+    for j in range(rng.randint(1, 3)):
+        w.add_page(Page(f"http://new{j}.example/{i}"))
+        w.add_link(Link(url_md5(rng.choice(urls)), f"http://new{j}.example/{i}", "fresh"))
+    for _ in range(rng.randint(0, 4)):
+        w.delete_links(url_md5(rng.choice(urls)))
+    if rng.random() < 0.5:
+        w.delete_page(rng.choice(urls))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", range(4))
+def test_inlinks_over_levels_equal_a_full_scan(tmp_path, seed):
+    """Every path of ``Reader.inlinks`` over a table kept as levels — the links in one block of
+    each file or a few (``short_range``), in many (``ranges``), a file skipped by its index,
+    tombstones of a run hiding base links, links only in a run, a URL with none — gives the
+    links a full scan (``Levels.chunks``, another merge) gives, in the same order."""
+    rng = random.Random(seed)
+    urls = _urls(rng, 120)
+    links = [(rng.choice(urls), rng.choice(urls)) for _ in range(500)]
+    links += [(u, urls[0]) for u in urls]  # a URL whose links span blocks
+    db = _db(tmp_path / "db", rng.choice([1, 2]), urls, links, level_ratio=1000.0, level_runs=4)
+    seen: set[str] = set()
+    for i in range(5):
+        with db.writer() as w:
+            _levels_round(w, rng, urls, i)
+        assert any(e.get("runs") for tabs in db.manifest()["tables"] for e in [tabs["links_by_url"]])
+        with db.reader() as r:
+            inl: dict[str, list[Link]] = {}
+            for lk in r.links():
+                inl.setdefault(lk.url, []).append(lk)
+            probes = set(urls) | set(inl) | {u + "/" for u in urls[:20]} | {"http://0/", "http://zz/"}
+            for u in sorted(probes):
+                assert list(r.inlinks(u)) == inl.get(u, []), u
+                seen |= _paths(r, u)
+    want = {"one block", "spans", "streamed", "file skipped", "tombstone hides base", "only in a run", "absent"}
+    assert want <= seen, want - seen
+
+
+def _paths(r, url: str) -> set[str]:
+    """Which of the read paths of ``Reader.inlinks`` ``url`` takes (for the test's coverage)."""
+    from webdb.tables.levels import Levels
+    from webdb.tables.table import SHORT_BLOCKS
+
+    t = r._links_by_url[r.sections.of_url(url.encode())]
+    if not isinstance(t, Levels):
+        return set()
+    p = url.encode() + b"\x00"
+    stop = url.encode() + b"\x01"
+    out = set()
+    blocks = [b1 - b0 for b0, b1 in (f.blocks_of_range(p, stop) for f in t._newest)]
+    if max(blocks) > SHORT_BLOCKS:
+        out.add("streamed")
+    elif max(blocks) > 1:
+        out.add("spans")
+    else:
+        out.add("one block")
+    if 0 in blocks and max(blocks) > 0:
+        out.add("file skipped")
+    base = [k for ks, _ in t.base.ranges(p, stop) for k in ks] if t.base is not None else []
+    live = [k for ks, _ in t.ranges(p, stop) for k in ks]
+    if set(base) - set(live):
+        out.add("tombstone hides base")
+    if live and not base:
+        out.add("only in a run")
+    if not live:
+        out.add("absent")
+    short = t.short_range(p, stop)
+    if short is not None:
+        assert short == ([k for ks, _ in t.ranges(p, stop) for k in ks], [v for _, vs in t.ranges(p, stop) for v in vs])
+    return out
+
+
+def test_a_bad_op_byte_in_a_run_is_named_on_every_read_path(tmp_path):
+    from webdb.tables.format import DELTA_KINDS, KIND_LINKS_BY_URL
+    from webdb.tables.levels import PUT, open_levels
+
+    base, run = str(tmp_path / "base"), str(tmp_path / "run")
+    w = TableWriter(base, KIND_LINKS_BY_URL, 64, "lz4", sync=False)
+    for i in range(40):
+        w.add(b"u%02d\x00" % i + b"f" * 16, b"v" * 12)
+    w.close()
+    w = TableWriter(run, DELTA_KINDS["links_by_url"], 64, "lz4", sync=False)
+    w.add(b"u05\x00" + b"g" * 16, PUT + b"v" * 12)
+    w.add(b"u07\x00" + b"g" * 16, b"\x07" + b"v" * 12)
+    w.close()
+    v = open_levels(base, [run], "links_by_url", 41)
+    try:
+        assert v.short_range(b"u05\x00", b"u05\x01")[0] == [b"u05\x00" + b"f" * 16, b"u05\x00" + b"g" * 16]
+        for read in (lambda: v.short_range(b"u07\x00", b"u07\x01"), lambda: list(v.ranges(b"u07\x00", b"u07\x01"))):
+            with pytest.raises(CorruptionError, match=f"{run}: delta record .*op byte 7"):
+                read()
+    finally:
+        v.close()

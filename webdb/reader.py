@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.sections import Sections
 from webdb.settings import resolve
+from webdb.tables.block import make_links
 from webdb.tables.format import TABLE_KINDS
 from webdb.tables.levels import open_levels
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
@@ -51,7 +52,10 @@ def _decodes(table: str):
 
 def _links(keys: list[bytes], vals: list[bytes], n: int, url: str) -> list[Link]:
     """The links of LinksByURL records of ``url`` (keys: url, NUL, from_id), ``n`` = len(url) + 1.
-    ``Link.decode`` inlined: the per-record cost of ``inlinks``."""
+    ``Link.decode`` inlined, or in C (``make_links``): the per-record cost of ``inlinks``."""
+    links = make_links(keys, vals, n, url, Link, LINK_FIXED, LINK_OUT)
+    if links is not None:
+        return links
     unpack = LINK.unpack_from
     return [
         Link(k[n:], url, v[LINK_FIXED:].decode("utf-8", "replace"), d, (f & LINK_OUT) != 0)
@@ -228,10 +232,12 @@ class Reader:
         span, and only the records in range split out and decoded.  A URL is validated only
         when it has no inlinks (as in ``get_page``).
 
-        Links that all lie in one block (most URLs) take a shorter path than
-        ``TableReader.ranges``, with the same effect: the block is read through the cache but
-        does not fill it.  Filling it costs more than it saves: at 1M pages LinksByURL is ~40k
-        blocks, and keeping each block read means fresh memory (page faults) for every read."""
+        Links that lie in a few blocks of each file of the table (all but the most linked URLs)
+        take ``short_range``, a shorter path than ``ranges`` with the same effect: each file
+        whose index does not rule the URL out costs one C call per block, the levels are merged
+        in one C call, and the links are built in another.  The blocks are read through the cache but do not fill it.  Filling
+        it costs more than it saves: at 1M pages LinksByURL is ~40k blocks, and keeping each
+        block read means fresh memory (page faults) for every read."""
         self._live()
         url_b = _url_key(url)
         t = self._links_by_url[bisect_right(self._url_bounds, url_b)]
@@ -239,14 +245,10 @@ class Reader:
         if t is not None:
             p, stop = url_b + b"\x00", url_b + b"\x01"
             try:
-                # A table kept as levels (no first_keys) always takes its merged ranges.
-                fk = t.first_keys if type(t) is TableReader else None
-                b = bisect_right(fk, p) - 1 if fk is not None else -1
-                if b >= 0 and t.last_keys[b] >= p and (b + 1 == len(fk) or fk[b + 1] >= stop):
-                    rb = t.raw(b, False)
-                    keys, vals = rb.split(rb.find(p), rb.find(stop))
-                    found = bool(keys)
-                    yield from _links(keys, vals, len(p), url)
+                kv = t.short_range(p, stop)
+                if kv is not None:
+                    found = bool(kv[0])
+                    yield from _links(kv[0], kv[1], len(p), url)
                 else:
                     for keys, vals in t.ranges(p, stop):
                         found = True

@@ -397,7 +397,308 @@ done:
     return out;
 }
 
+/* ---- the read path of a lookup: unpack a block, merge levels, build links ------------------ */
+
+/* Largest uncompressed block a reader accepts (block.MAX_BLOCK_BYTES). */
+#define MAX_BLOCK_BYTES (64u << 20)
+
+/* One byte more of a CRC-32 (zlib's polynomial, as zlib.crc32): the codec byte the block's
+ * checksum covers after its body. */
+static uint32_t crc32_byte(uint32_t crc, unsigned char c) {
+    crc = ~crc ^ c;
+    for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    return ~crc;
+}
+
+/* An exception a damaged block can raise from the decompressor (not MemoryError, not a
+ * KeyboardInterrupt): forgotten, since the caller reruns the Python code, which raises it again
+ * as the CorruptionError naming the block. */
+static int damaged_error(void) {
+    if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(unpack_doc,
+             "unpack(data, crc32, decompress) -> (raw, n): an lz4 or uncompressed block whose checksum, "
+             "size, record count and offsets total are sound, decompressed; None for anything else "
+             "(a damaged block, another codec): the caller runs unpack_block's Python code, which "
+             "names what is wrong.  crc32 and decompress are zlib.crc32 and lz4.block.decompress.");
+
+/* The raw bytes and record count of block data (args: data, crc32, decompress): 1 and *raw (a
+ * new reference) and *n set, 0 if declined (damaged, or a codec left to Python), -1 on error. */
+static int unpack_raw(PyObject *const *args, PyObject **raw, Py_ssize_t *n) {
+    PyObject *data = args[0], *body, *c;
+    if (!PyBytes_Check(data)) return 0;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    if (len < 5) return 0;
+    Py_ssize_t end = len - 5;
+    unsigned char codec = p[end];
+    if (codec != 0 && codec != 2) return 0; /* zlib: rare, left to Python */
+    /* data stays alive (an argument) while the view is used: the callees keep no reference. */
+    if (!(body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ))) return -1;
+    c = PyObject_CallOneArg(args[1], body);
+    if (!c) {
+        Py_DECREF(body);
+        return -1;
+    }
+    unsigned long got = PyLong_AsUnsignedLong(c);
+    Py_DECREF(c);
+    if (got == (unsigned long)-1 && PyErr_Occurred()) {
+        Py_DECREF(body);
+        return -1;
+    }
+    if (crc32_byte((uint32_t)got, codec) != rd32(p + end + 1) || (codec == 2 && (end < 4 || rd32(p) > MAX_BLOCK_BYTES))) {
+        Py_DECREF(body);
+        return 0;
+    }
+    if (codec == 2) {
+        *raw = PyObject_CallOneArg(args[2], body);
+        Py_DECREF(body);
+        if (!*raw) return damaged_error() ? 0 : -1;
+        if (!PyBytes_Check(*raw)) {
+            Py_DECREF(*raw);
+            return 0;
+        }
+    } else {
+        Py_DECREF(body);
+        if (!(*raw = PyBytes_FromStringAndSize((const char *)p, end))) return -1;
+    }
+    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(*raw);
+    Py_ssize_t rl = PyBytes_GET_SIZE(*raw);
+    *n = rl < 4 ? 0 : (Py_ssize_t)rd32(r + rl - 4);
+    if (rl < 4 || 8 * *n > rl - 4 || (*n && (Py_ssize_t)rd32(r + rl - 8) != rl - 4 - 8 * *n)) {
+        Py_DECREF(*raw);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *c_unpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *raw;
+    Py_ssize_t n;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "unpack(data, crc32, decompress) takes 3 arguments");
+        return NULL;
+    }
+    int r = unpack_raw(args, &raw, &n);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Nn)", raw, n);
+}
+
+PyDoc_STRVAR(unpack_range_doc,
+             "unpack_range(data, crc32, decompress, start, stop) -> (keys, values, n): unpack (as "
+             "unpack) and the records with start <= key < stop split out (RawBlock.split of "
+             "RawBlock.find of both ends), n the block's record count; None where unpack declines.");
+
+static PyObject *c_unpack_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *raw, *keys = NULL, *vals = NULL, *res = NULL;
+    Py_ssize_t n;
+    Block b;
+    if (nargs != 5 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "unpack_range(data, crc32, decompress, start: bytes, stop: bytes)");
+        return NULL;
+    }
+    int r = unpack_raw(args, &raw, &n);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (block_of(raw, n, &b) == 0) {
+        Py_ssize_t lo = lower_bound(&b, 0, PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]));
+        Py_ssize_t hi = lower_bound(&b, lo, PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4]));
+        if (split_into(&b, lo, hi, &keys, &vals) == 0) res = Py_BuildValue("(NNn)", keys, vals, n);
+        else {
+            Py_XDECREF(keys);
+            Py_XDECREF(vals);
+        }
+    }
+    Py_DECREF(raw);
+    return res;
+}
+
+static inline int bytes_cmp(PyObject *a, PyObject *b) {
+    Py_ssize_t la = PyBytes_GET_SIZE(a), lb = PyBytes_GET_SIZE(b), m = la < lb ? la : lb;
+    int c = m ? memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)m) : 0;
+    if (c) return c;
+    return la < lb ? -1 : (la > lb ? 1 : 0);
+}
+
+#define MERGE_MAX 64
+
+PyDoc_STRVAR(merge_doc,
+             "merge(parts) -> (keys, values): parts are (keys, values, ops) of the levels of a table, "
+             "newest first, each sorted; for every key the newest level's record wins; when that "
+             "level has ops (a delta run) its value is an op byte, PUT (1) + value or DEL (0), and a "
+             "DEL hides the key.  None when anything is not as a sound table gives it (keys out of "
+             "order, an unknown op byte, an item that is not bytes): the caller runs the Python code, "
+             "which names what is wrong.");
+
+static PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "merge(parts: list) takes 1 argument");
+        return NULL;
+    }
+    PyObject *parts = args[0];
+    Py_ssize_t m = PyList_GET_SIZE(parts), idx[MERGE_MAX], len[MERGE_MAX];
+    PyObject *ks[MERGE_MAX], *vs[MERGE_MAX];
+    int ops[MERGE_MAX];
+    if (m > MERGE_MAX) Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *t = PyList_GET_ITEM(parts, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) Py_RETURN_NONE;
+        ks[i] = PyTuple_GET_ITEM(t, 0);
+        vs[i] = PyTuple_GET_ITEM(t, 1);
+        ops[i] = PyObject_IsTrue(PyTuple_GET_ITEM(t, 2));
+        if (ops[i] < 0) return NULL;
+        if (!PyList_Check(ks[i]) || !PyList_Check(vs[i]) || PyList_GET_SIZE(ks[i]) != PyList_GET_SIZE(vs[i]))
+            Py_RETURN_NONE;
+        idx[i] = 0;
+        len[i] = PyList_GET_SIZE(ks[i]);
+        for (Py_ssize_t j = 0; j < len[i]; j++) {
+            PyObject *k = PyList_GET_ITEM(ks[i], j), *v = PyList_GET_ITEM(vs[i], j);
+            if (!PyBytes_Check(k) || !PyBytes_Check(v) || (j && bytes_cmp(PyList_GET_ITEM(ks[i], j - 1), k) >= 0))
+                Py_RETURN_NONE;
+            if (ops[i] && (PyBytes_GET_SIZE(v) == 0 || (unsigned char)PyBytes_AS_STRING(v)[0] > 1)) Py_RETURN_NONE;
+        }
+    }
+    /* Nothing below calls Python code: the lists cannot change under the loop. */
+    PyObject *ok = PyList_New(0), *ov = PyList_New(0);
+    if (!ok || !ov) goto fail;
+    for (;;) {
+        Py_ssize_t w = -1;
+        for (Py_ssize_t i = 0; i < m; i++)
+            if (idx[i] < len[i] && (w < 0 || bytes_cmp(PyList_GET_ITEM(ks[i], idx[i]), PyList_GET_ITEM(ks[w], idx[w])) < 0))
+                w = i;
+        if (w < 0) break;
+        PyObject *k = PyList_GET_ITEM(ks[w], idx[w]), *v = PyList_GET_ITEM(vs[w], idx[w]), *nv = NULL;
+        for (Py_ssize_t i = w + 1; i < m; i++)
+            if (idx[i] < len[i] && bytes_cmp(PyList_GET_ITEM(ks[i], idx[i]), k) == 0) idx[i]++;
+        idx[w]++;
+        if (ops[w]) {
+            if (PyBytes_AS_STRING(v)[0] == 0) continue; /* DEL */
+            if (!(nv = PyBytes_FromStringAndSize(PyBytes_AS_STRING(v) + 1, PyBytes_GET_SIZE(v) - 1))) goto fail;
+        } else {
+            Py_INCREF(v);
+            nv = v;
+        }
+        int e = PyList_Append(ok, k) < 0 || PyList_Append(ov, nv) < 0;
+        Py_DECREF(nv);
+        if (e) goto fail;
+    }
+    return Py_BuildValue("(NN)", ok, ov);
+fail:
+    Py_XDECREF(ok);
+    Py_XDECREF(ov);
+    return NULL;
+}
+
+PyDoc_STRVAR(links_doc,
+             "links(keys, values, plen, url, cls, fixed, out) -> [cls(key[plen:], url, anchor, domain_id, "
+             "flags & out != 0)] of LinksByURL records (reader._links in C): a value is domain_id "
+             "(i64 LE), flags (u8), then the anchor in UTF-8 from byte fixed (pagecodec.LINK), decoded "
+             "with errors replaced.  None if a value is shorter than fixed (the caller runs the "
+             "Python code, which names the record).");
+
+static PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "links(keys: list, values: list, plen, url, cls, fixed, out)");
+        return NULL;
+    }
+    PyObject *keys = args[0], *vals = args[1], *url = args[3], *cls = args[4];
+    Py_ssize_t plen = PyLong_AsSsize_t(args[2]), fixed = PyLong_AsSsize_t(args[5]);
+    long out = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(vals) != n || plen < 0 || fixed < 9) Py_RETURN_NONE;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *k = PyList_GET_ITEM(keys, j), *v = PyList_GET_ITEM(vals, j);
+        if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) < fixed) Py_RETURN_NONE;
+    }
+    /* Calling cls runs Python code, which could change the lists: hold them as tuples. */
+    PyObject *kt = PyList_AsTuple(keys), *vt = kt ? PyList_AsTuple(vals) : NULL, *res = NULL;
+    if (!vt || !(res = PyList_New(n))) goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *k = PyTuple_GET_ITEM(kt, j), *v = PyTuple_GET_ITEM(vt, j), *a[5];
+        const unsigned char *vp = (const unsigned char *)PyBytes_AS_STRING(v);
+        Py_ssize_t kl = PyBytes_GET_SIZE(k), s = plen < kl ? plen : kl;
+        uint64_t d = (uint64_t)rd32(vp) | ((uint64_t)rd32(vp + 4) << 32);
+        a[0] = PyBytes_FromStringAndSize(PyBytes_AS_STRING(k) + s, kl - s);
+        a[1] = url;
+        a[2] = a[0] ? PyUnicode_DecodeUTF8((const char *)vp + fixed, PyBytes_GET_SIZE(v) - fixed, "replace") : NULL;
+        a[3] = a[2] ? PyLong_FromLongLong((long long)d) : NULL;
+        a[4] = (vp[8] & out) ? Py_True : Py_False;
+        PyObject *l = a[3] ? PyObject_Vectorcall(cls, a, 5, NULL) : NULL;
+        Py_XDECREF(a[0]);
+        Py_XDECREF(a[2]);
+        Py_XDECREF(a[3]);
+        if (!l) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyList_SET_ITEM(res, j, l);
+    }
+done:
+    Py_XDECREF(kt);
+    Py_XDECREF(vt);
+    return res;
+}
+
+PyDoc_STRVAR(index_entries_doc,
+             "index_entries(raw, n, size) -> (keys, lasts, fixed) of an index block (TableReader's "
+             "index): the record keys, each value past its first size bytes, and those first size "
+             "bytes of every value back to back; None if a value is shorter than size.");
+
+static PyObject *c_index_entries(PyObject *self, PyObject *args) {
+    PyObject *raw, *keys = NULL, *lasts = NULL, *fixed = NULL;
+    Py_ssize_t n, size;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Snn:index_entries", &raw, &n, &size) || block_of(raw, n, &b) < 0) return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative size");
+        return NULL;
+    }
+    Py_ssize_t s;
+    for (Py_ssize_t j = 0; j < n; j++) { /* the same clamped slices as split() */
+        Py_ssize_t vs = key_end(&b, j), ve = rec_end(&b, j);
+        clamp(&b, &vs, &ve);
+        if (ve - vs < size) Py_RETURN_NONE;
+    }
+    if (!(keys = PyList_New(n)) || !(lasts = PyList_New(n)) || !(fixed = PyBytes_FromStringAndSize(NULL, n * size)))
+        goto fail;
+    char *f = PyBytes_AS_STRING(fixed);
+    s = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t ke = key_end(&b, j), re = rec_end(&b, j), vs = ke, ve = re;
+        PyObject *k = slice(&b, s, ke), *l;
+        if (!k) goto fail;
+        PyList_SET_ITEM(keys, j, k);
+        clamp(&b, &vs, &ve);
+        memcpy(f + j * size, b.raw + vs, (size_t)size);
+        if (!(l = slice(&b, vs + size, ve))) goto fail;
+        PyList_SET_ITEM(lasts, j, l);
+        s = re;
+    }
+    return Py_BuildValue("(NNN)", keys, lasts, fixed);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(lasts);
+    Py_XDECREF(fixed);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
+    {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
+    {"unpack_range", (PyCFunction)(void (*)(void))c_unpack_range, METH_FASTCALL, unpack_range_doc},
+    {"merge", (PyCFunction)(void (*)(void))c_merge, METH_FASTCALL, merge_doc},
+    {"links", (PyCFunction)(void (*)(void))c_links, METH_FASTCALL, links_doc},
     {"find", c_find, METH_VARARGS, find_doc},
     {"get", c_get, METH_VARARGS, get_doc},
     {"split", c_split, METH_VARARGS, split_doc},

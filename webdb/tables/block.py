@@ -17,6 +17,7 @@ import struct
 import sys
 import zlib
 from array import array
+from collections.abc import Callable
 from itertools import accumulate, chain
 from operator import sub
 
@@ -131,20 +132,34 @@ class RawBlock:
     """A decompressed, checksum-verified block: its bytes and the offset arrays, without
     splitting it into Python objects.  What the lookup cache holds (about its own size)."""
 
-    __slots__ = ("raw", "kends", "rends", "n")
+    __slots__ = ("raw", "_k", "_r", "n")
 
     def __init__(self, raw: bytes, kends, rends, n: int):
-        self.raw, self.kends, self.rends, self.n = raw, kends, rends, n
+        self.raw, self._k, self._r, self.n = raw, kends, rends, n
+
+    @property
+    def kends(self):
+        """The n key-end offsets (an array), built on first use when the block came from C."""
+        if self._k is None:
+            self._k, self._r = _offsets(self.raw, self.n)
+        return self._k
+
+    @property
+    def rends(self):
+        """The n record-end offsets (an array), as ``kends``."""
+        if self._r is None:
+            self._k, self._r = _offsets(self.raw, self.n)
+        return self._r
 
     def key(self, j: int) -> bytes:
-        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
+        return self.raw[self._r[j - 1] if j else 0 : self._k[j]]
 
     def value(self, j: int) -> bytes:
-        return self.raw[self.kends[j] : self.rends[j]]
+        return self.raw[self._k[j] : self._r[j]]
 
     def find(self, key: bytes) -> int:
         """Index of the first record with record key >= key (binary search over the raw bytes)."""
-        raw, kends, rends = self.raw, self.kends, self.rends
+        raw, kends, rends = self.raw, self._k, self._r
         lo, hi = 0, self.n
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -157,7 +172,7 @@ class RawBlock:
     def get(self, key: bytes) -> bytes | None:
         """Value of ``key`` or None: ``find`` inlined (a point lookup's inner loop), and only the
         value found is sliced out."""
-        raw, kends, rends = self.raw, self.kends, self.rends
+        raw, kends, rends = self.raw, self._k, self._r
         lo, hi = 0, self.n
         while lo < hi:
             mid = (lo + hi) >> 1
@@ -173,44 +188,58 @@ class RawBlock:
         """Every record key (the values stay in the block's bytes)."""
         raw = self.raw
         starts = [0]
-        starts.extend(self.rends[:-1])
-        return [raw[s:e] for s, e in zip(starts, self.kends)]
+        starts.extend(self._r[:-1])
+        return [raw[s:e] for s, e in zip(starts, self._k)]
 
     def lens(self, keys: list[bytes] | None = None) -> list[int]:
         """Every record's key and value lengths, interleaved (what ``TableWriter.add_run`` takes);
         ``keys`` (from ``keys()``) saves a pass."""
         if keys is None:
             starts = [0]
-            starts.extend(self.rends[:-1])
-            klens = map(sub, self.kends, starts)
+            starts.extend(self._r[:-1])
+            klens = map(sub, self._k, starts)
         else:
             klens = map(len, keys)
-        return list(chain.from_iterable(zip(klens, map(sub, self.rends, self.kends))))
+        return list(chain.from_iterable(zip(klens, map(sub, self._r, self._k))))
 
     def start(self, j: int) -> int:
         """Offset of record j's key (j == n: the end of the records)."""
-        return self.rends[j - 1] if j else 0
+        return self._r[j - 1] if j else 0
 
     def values(self, lo: int, hi: int) -> list[bytes]:
         """Values of records lo..hi-1."""
         raw = self.raw
-        return [raw[s:e] for s, e in zip(self.kends[lo:hi], self.rends[lo:hi])]
+        return [raw[s:e] for s, e in zip(self._k[lo:hi], self._r[lo:hi])]
 
     def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
         """Records lo..hi-1 as (keys, values) lists."""
         raw = self.raw
         hi = self.n if hi is None else hi
-        kends = self.kends[lo:hi]
-        rends = self.rends[lo:hi]
-        starts = [self.rends[lo - 1] if lo else 0]
+        kends = self._k[lo:hi]
+        rends = self._r[lo:hi]
+        starts = [self._r[lo - 1] if lo else 0]
         starts.extend(rends[:-1])
         return [raw[s:e] for s, e in zip(starts, kends)], [raw[s:e] for s, e in zip(kends, rends)]
 
 
 class _CRawBlock(RawBlock):
-    """``RawBlock`` whose searches and splits run in the compiled ``_blockc`` (same results)."""
+    """``RawBlock`` whose searches and splits run in the compiled ``_blockc`` (same results).
+    Made by ``_blockc.unpack`` from the bytes and the count alone: the offset arrays, which
+    only a merge reads, are built on their first use (``kends``, ``rends``)."""
 
     __slots__ = ()
+
+    def __init__(self, raw: bytes, n: int):
+        self.raw, self._k, self._r, self.n = raw, None, None, n
+
+    def key(self, j: int) -> bytes:
+        return self.raw[self.rends[j - 1] if j else 0 : self.kends[j]]
+
+    def value(self, j: int) -> bytes:
+        return self.raw[self.kends[j] : self.rends[j]]
+
+    def start(self, j: int) -> int:
+        return self.rends[j - 1] if j else 0
 
     def find(self, key: bytes) -> int:
         return _blockc.find(self.raw, self.n, key)
@@ -231,12 +260,32 @@ class _CRawBlock(RawBlock):
         return _blockc.split(self.raw, self.n, lo, hi)
 
 
-_RawBlock = _CRawBlock if _blockc is not None else RawBlock
+def _offsets(raw: bytes, n: int) -> tuple[array, array]:
+    """The key-end and record-end offsets of a block of ``n`` records (n checked to fit)."""
+    offs = array("I")
+    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
+    if _BIG:
+        offs.byteswap()
+    return offs[:n], offs[n:]
 
 
-def unpack_block(data: bytes, where: str) -> RawBlock:
+_crc32 = zlib.crc32
+_lz4_decompress = lz4.block.decompress
+
+
+def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     """Verify a block's checksum, decompress it and read its offsets; ``where`` names file and
-    block in errors."""
+    block in errors (or gives that name when called: it is needed only for an error).
+
+    With the compiled codec one C call does it all for a sound block (``_blockc.unpack``);
+    anything it does not take (a damaged block, the zlib codec) runs the Python code below,
+    which raises the CorruptionError naming what is wrong."""
+    if _blockc is not None:
+        r = _blockc.unpack(data, _crc32, _lz4_decompress)
+        if r is not None:
+            return _CRawBlock(*r)
+    if not isinstance(where, str):
+        where = where()
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
     end = len(data) - BLOCK_TRAILER_SIZE
@@ -255,17 +304,55 @@ def unpack_block(data: bytes, where: str) -> RawBlock:
     n = int.from_bytes(raw[-4:], "little")
     if 8 * n > len(raw) - 4:
         raise CorruptionError(f"{where}: record count {n} does not fit the block's {len(raw)} bytes")
-    offs = array("I")
-    offs.frombytes(raw[len(raw) - 4 - 8 * n : len(raw) - 4])
-    if _BIG:
-        offs.byteswap()
-    kends, rends = offs[:n], offs[n:]
+    kends, rends = _offsets(raw, n)
     # Offsets past the end or out of order cannot make a read fail (slices clamp, in C too), so
     # only the total is checked here — per-record order checks would double a lookup's cost;
     # check() verifies key order.
     if n and rends[-1] != len(raw) - 4 - 8 * n:
         raise CorruptionError(f"{where}: block offsets do not match its size")
-    return _RawBlock(raw, kends, rends, n)
+    if _blockc is not None:
+        rb = _CRawBlock(raw, n)
+        rb._k, rb._r = kends, rends
+        return rb
+    return RawBlock(raw, kends, rends, n)
+
+
+def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes], int] | None:
+    """``unpack_block(data).split(find(start), find(stop))`` and the block's record count in one
+    C call (``_blockc.unpack_range``): no block object, one call per block of a short lookup.
+    None when not compiled or when the block is not sound (``unpack_block`` names the fault)."""
+    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop) if _blockc is not None else None
+
+
+def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:
+    """A table index block's entries: (first keys, last keys, the fixed fields) — each value is
+    ``size`` bytes of fields then the block's last key; the fields of all entries are returned
+    back to back, for arrays.  None if a value is shorter than ``size`` (the caller names it).
+    One C pass when compiled (no list of values is built)."""
+    if _blockc is not None:
+        return _blockc.index_entries(rb.raw, rb.n, size)
+    keys, vals = rb.split()
+    if vals and min(map(len, vals)) < size:
+        return None
+    return keys, [v[size:] for v in vals], b"".join([v[:size] for v in vals])
+
+
+def merge_sorted(parts: list[tuple[list[bytes], list[bytes], bool]]) -> tuple[list[bytes], list[bytes]] | None:
+    """The records of ``parts`` — (keys, values, ops) of the files of a table's levels, newest
+    first, each sorted — merged in C (``_blockc.merge``): the newest record of a key wins and,
+    where ``ops`` (a delta run: values are an op byte, then the value), a PUT gives its value
+    and a DEL hides the key.  None when not compiled, or for input a sound table does not give
+    (``Levels._merged`` then runs its Python reference, which names a bad op byte)."""
+    return _blockc.merge(parts) if _blockc is not None else None
+
+
+def make_links(
+    keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
+) -> list | None:
+    """``reader._links`` in C (``_blockc.links``): ``cls(key[plen:], url, anchor, domain_id,
+    flags & out != 0)`` of each LinksByURL record.  None when not compiled, or when a value is
+    shorter than ``fixed`` (the Python code names the record)."""
+    return _blockc.links(keys, vals, plen, url, cls, fixed, out) if _blockc is not None else None
 
 
 def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:

@@ -22,9 +22,10 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
+from webdb.tables.block import merge_sorted
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
-from webdb.tables.table import TableReader, TableWriter
+from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
 
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
@@ -130,6 +131,7 @@ class Levels:
     def __init__(self, base: TableReader | None, runs: list[TableReader], count: int):
         self.base, self.runs, self.count = base, runs, count
         self.path = base.path if base is not None else runs[0].path
+        self._newest = runs + ([base] if base is not None else [])  # what a read looks in, in order
 
     def files(self) -> list[TableReader]:
         return ([self.base] if self.base is not None else []) + self.runs
@@ -226,29 +228,67 @@ class Levels:
     def ranges(self, start: bytes, stop: bytes) -> Iterator[tuple[list[bytes], list[bytes]]]:
         """``TableReader.ranges`` over the levels: a short range (one URL's inlinks) costs a
         range read per file, each two binary searches in a (cached) block, and no merge when
-        no run holds a record in it."""
-        found = []
-        for i, r in enumerate(self.runs):
-            for ks, vs in r.ranges(start, stop):
-                found.append((i, ks, vs))
-        if not found:
-            if self.base is not None:
-                yield from self.base.ranges(start, stop)
-            return
+        no run holds a record in it.  (``short_range`` is the shorter path of a range that
+        lies in one block of each file.)"""
+        parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]] = []
+        for t in self._newest:
+            if t is self.base and not parts:
+                yield from t.ranges(start, stop)  # no run holds a record in range
+                return
+            ks: list[bytes] = []
+            vs: list[bytes] = []
+            for k, v in t.ranges(start, stop):
+                ks += k
+                vs += v
+            if ks:
+                parts.append((t, (ks, vs)))
+        ks, vs = self._merged(parts)
+        if ks:
+            yield ks, vs
+
+    def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
+        """``TableReader.short_range`` over the levels: the live records with start <= key <
+        stop as (keys, values) when they lie in at most ``SHORT_BLOCKS`` blocks of each file, else
+        None (read them with ``ranges``).  A file whose index rules the range out (its key
+        range, or the gap between two of its blocks) is not read; the others cost a block read
+        (one C call, ``unpack_range``) per block the range reaches, and the merge is one C call
+        (``merge_sorted``) when compiled."""
+        parts = []
+        for t in self._newest:
+            b0, b1 = t.blocks_of_range(start, stop)
+            if b1 - b0 > SHORT_BLOCKS:
+                return None
+            if b1 > b0:
+                kv = t.blocks_range(b0, b1, start, stop)
+                if kv[0]:
+                    parts.append((t, kv))
+        return self._merged(parts)
+
+    def _merged(
+        self, parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]]
+    ) -> tuple[list[bytes], list[bytes]]:
+        """The records of ``parts`` ((file, (keys, values)) of files of this view, newest first,
+        each sorted) merged: the newest record of a key wins, a run's op applied."""
+        if not parts:
+            return [], []
+        if len(parts) == 1 and parts[0][0] is self.base:
+            return parts[0][1]
+        r = merge_sorted([(ks, vs, t is not self.base) for t, (ks, vs) in parts])
+        if r is not None:
+            return r
+        # The reference (and the error of a damaged run: merge_sorted declines it).
         d: dict[bytes, bytes] = {}
-        if self.base is not None:
-            for ks, vs in self.base.ranges(start, stop):
+        for t, (ks, vs) in reversed(parts):  # oldest first, so newer versions overwrite
+            if t is self.base:
                 d.update(zip(ks, vs))
-        for i, ks, vs in sorted(found, key=lambda x: -x[0]):  # oldest run first, newest last
-            t = self.runs[i]
+                continue
             for k, v in zip(ks, vs):
                 if _op(v, t, k) == _PUT:
                     d[k] = v[1:]
                 else:
                     d.pop(k, None)
-        if d:
-            ks = sorted(d)
-            yield ks, [d[k] for k in ks]
+        ks = sorted(d)
+        return ks, [d[k] for k in ks]
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         from webdb.tables.table import _prefix_end

@@ -14,7 +14,7 @@ import stat
 import struct
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
 from itertools import accumulate, chain, repeat
@@ -23,13 +23,16 @@ from operator import add, ge, gt, lt
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
 from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
     CODECS,
+    COMPILED,
     MAX_BLOCK_BYTES,
     RawBlock,
     check_block_crc,
     decode_block,
     encode_block,
     encode_run,
+    index_entries,
     unpack_block,
+    unpack_range,
 )
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
@@ -47,6 +50,8 @@ assert _FOOTER.size == FOOTER_SIZE
 _BIG = sys.byteorder == "big"
 # What a lazy TableReader loads on first use (see TableReader.__getattr__).
 _LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
+# Most blocks ``short_range`` reads of one file (more: ``ranges`` streams them, a block at a time).
+SHORT_BLOCKS = 4
 
 
 class TableWriter:
@@ -400,12 +405,11 @@ class TableReader:
     def _load_index(self) -> None:
         """The index and meta block (checksummed), every index entry checked."""
         io, (il, mo, ml), count = self.data_end, self._blocks_at, self.count
-        if il:
-            ikeys, ivals = decode_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}")
-        else:
-            ikeys, ivals = [], []
-        self.first_keys = ikeys
-        if not self._index_bulk(ikeys, ivals, io):
+        rb = unpack_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}") if il else None
+        ent = index_entries(rb, _INDEX_VALUE.size) if rb is not None else ([], [], b"")
+        if ent is None or not self._index_bulk(*ent, io):
+            ikeys, ivals = rb.split() if rb is not None else ([], [])
+            self.first_keys = ikeys
             self._index_each(ikeys, ivals, io)
         mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
         try:
@@ -417,22 +421,18 @@ class TableReader:
         if sum(self.counts) != count:
             raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
 
-    def _index_bulk(self, ikeys: list[bytes], ivals: list[bytes], io: int) -> bool:
-        """Read the index entries into arrays and check them all with C-level operations (an
-        index of 20k blocks in a few milliseconds); False if any check fails (``_index_each``
-        then names the first bad entry)."""
-        size = _INDEX_VALUE.size
-        if ivals and min(map(len, ivals)) < size:
-            return False
+    def _index_bulk(self, ikeys: list[bytes], last_keys: list[bytes], fixed_bytes: bytes, io: int) -> bool:
+        """Read the index entries (``index_entries``) into arrays and check them all with
+        C-level operations (an index of 20k blocks in a few milliseconds); False if any check
+        fails (``_index_each`` then names the first bad entry)."""
         # Entry = offset u64, length u32, count u32 (LE): as u64 pairs, then the second of each
         # pair as two u32.
-        fixed = array("Q", b"".join([v[:size] for v in ivals]))
+        fixed = array("Q", fixed_bytes)
         if _BIG:
             fixed.byteswap()
         offsets = fixed[0::2]
         lc = array("I", fixed[1::2].tobytes())
         lengths, counts = lc[0::2], lc[1::2]
-        last_keys = [v[size:] for v in ivals]
         ends = array("Q", accumulate(lengths, initial=0))
         # Blocks back to back from offset 0 to the index, each at least a trailer long, keys
         # in order within and across blocks: what _index_each checks one entry at a time.
@@ -444,7 +444,8 @@ class TableReader:
             or not all(map(gt, ikeys[1:], last_keys))
         ):
             return False
-        self.offsets, self.lengths, self.counts, self.last_keys = offsets, lengths, counts, last_keys
+        self.first_keys, self.offsets, self.lengths, self.counts = ikeys, offsets, lengths, counts
+        self.last_keys = last_keys
         return True
 
     def _index_each(self, ikeys: list[bytes], ivals: list[bytes], io: int) -> None:
@@ -515,10 +516,12 @@ class TableReader:
 
     def _read(self, i: int, fill_cache: bool = True) -> RawBlock:
         """Block i read from the file: checksum, decompression and record count verified."""
-        data = self.raw_block(i)
+        if self._fd < 0:
+            self._live()
+        data = os.pread(self._fd, self.lengths[i], self.offsets[i])
         if len(data) != self.lengths[i]:
             raise CorruptionError(f"{self.where(i)}: truncated")
-        rb = unpack_block(data, self.where(i))
+        rb = unpack_block(data, lambda: self.where(i))
         if rb.n != self.counts[i]:
             raise CorruptionError(f"{self.where(i)}: holds {rb.n} records, index says {self.counts[i]}")
         if fill_cache and self.cache is not None:
@@ -590,6 +593,56 @@ class TableReader:
                 return
             b += 1
             first = False
+
+    def blocks_of_range(self, start: bytes, stop: bytes) -> tuple[int, int]:
+        """The blocks b0..b1-1 that can hold records with start <= key < stop (b0 == b1: none
+        can — the range falls before, after or between blocks, nothing to read).  Binary
+        searches in memory: the index for ``start``, a few blocks after it for ``stop``."""
+        fk = self.first_keys
+        b = bisect_right(fk, start) - 1
+        if b < 0:
+            b = 0
+        elif self.last_keys[b] < start:
+            b += 1  # start falls after block b's last key
+        return b, bisect_left(fk, stop, b, min(b + SHORT_BLOCKS + 1, len(fk)))
+
+    def block_range(self, b: int, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]]:
+        """The records of block ``b`` with start <= key < stop, as (keys, values): two binary
+        searches in the block (one if it ends before ``stop``), then only those split out.  The
+        block is read through the cache but does not fill it (as ``ranges``).  Compiled, a block
+        read from the file is checked, decompressed, searched and split in one C call."""
+        d = self._cd
+        if COMPILED and (d is None or self._cid + b not in d):
+            if self._fd < 0:
+                self._live()
+            data = os.pread(self._fd, self.lengths[b], self.offsets[b])
+            r = unpack_range(data, start, stop) if len(data) == self.lengths[b] else None
+            if r is not None and r[2] == self.counts[b]:
+                return r[0], r[1]
+            # Not sound: the general path below names what is wrong.
+        rb = self.raw(b, False)
+        return rb.split(rb.find(start), rb.find(stop) if self.last_keys[b] >= stop else rb.n)
+
+    def blocks_range(self, b0: int, b1: int, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]]:
+        """``block_range`` of blocks b0..b1-1, as one (keys, values)."""
+        if b1 == b0 + 1:
+            return self.block_range(b0, start, stop)
+        ks: list[bytes] = []
+        vs: list[bytes] = []
+        for b in range(b0, b1):
+            k, v = self.block_range(b, start, stop)
+            ks += k
+            vs += v
+        return ks, vs
+
+    def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
+        """The records with start <= key < stop as (keys, values) if they lie in at most
+        ``SHORT_BLOCKS`` blocks, else None (read them with ``ranges``, a block at a time): what a
+        lookup of a short range (one URL's inlinks) takes before the generator of ``ranges``."""
+        b0, b1 = self.blocks_of_range(start, stop)
+        if b1 - b0 > SHORT_BLOCKS:
+            return None
+        return self.blocks_range(b0, b1, start, stop) if b1 > b0 else ([], [])
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""
