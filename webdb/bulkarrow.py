@@ -26,6 +26,7 @@ import mmap
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +39,7 @@ import pyarrow.compute as pc
 from webdb import _fault
 from webdb.bulk import SectionFiles, load_manifest, locked_load
 from webdb.sections import Sections, section_path
+from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
 from webdb.tables.records import Status
@@ -347,6 +349,71 @@ class _UrlIndex:
 # ---- blocks ---------------------------------------------------------------------------------
 
 
+# A field of every record of a batch, as ``_blockc.gather_blocks`` takes it: (data, offs, width,
+# idx).  Record i's bytes are data[offs[r]:offs[r+1]] (offs: int64), or data[r*w:(r+1)*w] without
+# offs, for r = idx[i] (int64), or r = i without idx.
+Part = tuple[Any, "np.ndarray | None", int, "np.ndarray | None"]
+
+
+def _var(a: pa.Array, idx: np.ndarray | None = None) -> Part:
+    """The part of a binary or string array's values (idx: the row of each record)."""
+    big = a.type in (pa.large_binary(), pa.large_string())
+    offs = np.frombuffer(a.buffers()[1], np.int64 if big else np.int32)[a.offset : a.offset + len(a) + 1]
+    data = a.buffers()[2]
+    return (data if data is not None else b"", offs.astype(np.int64, copy=False), 0, _idx(idx))
+
+
+def _fixed(u8: np.ndarray, idx: np.ndarray | None = None) -> Part:
+    """The part of an (n, w) uint8 array's rows (a contiguous array: not copied)."""
+    return (np.ascontiguousarray(u8), None, u8.shape[1], _idx(idx))
+
+
+def _idx(idx: np.ndarray | None) -> np.ndarray | None:
+    return None if idx is None else np.ascontiguousarray(idx, np.int64)
+
+
+def _part_lens(part: Part, n: int) -> np.ndarray:
+    data, offs, w, idx = part
+    if offs is None:
+        return np.full(n, w, np.int64)
+    return offs[1 : n + 1] - offs[:n] if idx is None else offs[idx + 1] - offs[idx]
+
+
+def _part_array(part: Part, n: int) -> pa.Array:
+    """The part's bytes of records 0..n-1 as a binary array (the pure-Python path)."""
+    data, offs, w, idx = part
+    if offs is None:
+        rows = np.frombuffer(data, np.uint8).reshape(-1, w) if w else np.zeros((1, 0), np.uint8)
+        return _binary(rows[:n] if idx is None else rows[idx])
+    a = pa.Array.from_buffers(pa.large_binary(), len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)])
+    return a.slice(0, n) if idx is None else a.take(pa.array(idx))
+
+
+def _gather_py(parts: list[Part], klen: np.ndarray, ends: np.ndarray) -> list[bytes]:
+    """``_blockc.gather_blocks`` in pyarrow and numpy: the same blocks."""
+    n = int(ends[-1]) if len(ends) else 0
+    rec = pc.binary_join_element_wise(*(_part_array(p, n) for p in parts), _SEP) if len(parts) > 1 else None
+    rec = _part_array(parts[0], n) if rec is None else rec
+    offs = np.frombuffer(rec.buffers()[1], np.int64)[rec.offset : rec.offset + n + 1]
+    data = memoryview(rec.buffers()[2] or b"")
+    out, s = [], 0
+    for e in ends.tolist():  # records s..e-1
+        first = offs[s]
+        rel_k = (offs[s:e] + klen[s:e] - first).astype("<u4")
+        rel_r = (offs[s + 1 : e + 1] - first).astype("<u4")
+        out.append(
+            b"".join((data[int(first) : int(offs[e])], rel_k.tobytes(), rel_r.tobytes(), (e - s).to_bytes(4, "little")))
+        )
+        s = e
+    return out
+
+
+def _gatherer() -> Callable[[list[Part], np.ndarray, np.ndarray], list[bytes]]:
+    """The compiled ``gather_blocks`` (the copies without the GIL: the two writer threads run at
+    once), or its pyarrow equivalent under WEBDB_PURE_PYTHON=1 or without the extension."""
+    return getattr(block_codec._blockc, "gather_blocks", None) or _gather_py
+
+
 class _Out(SectionFiles):
     """One table's files: sorted records are split at the section bounds, cut into blocks by
     TableWriter's rule and handed to it encoded."""
@@ -355,28 +422,24 @@ class _Out(SectionFiles):
         super().__init__(root, gen, table, s, tables)
         self.bs = int(s["block_size"])
         self.codec = CODECS[s["codec"]]
+        self.gather = _gatherer()
 
-    def write(self, j: int, rec: pa.Array, klen: np.ndarray, final: bool) -> int:
-        """Append whole blocks of records (a binary array and key lengths) to section j;
-        returns how many records they hold (all of them if ``final``)."""
-        return _encode(self.writer(j), rec, klen, self.bs, self.codec, final)
+    def write(self, j: int, parts: list[Part], klen: np.ndarray, final: bool) -> int:
+        """Append whole blocks of records (their parts and key lengths) to section j; returns
+        how many records they hold (all of them if ``final``)."""
+        return _encode(self.writer(j), parts, klen, self.bs, self.codec, final, self.gather)
 
 
-def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool) -> int:
-    """Cut ``rec`` into blocks where the running size (record + 8 bytes of offsets) first
+def _encode(w, parts: list[Part], klen: np.ndarray, bs: int, codec: int, final: bool, gather) -> int:
+    """Cut the records into blocks where the running size (record + 8 bytes of offsets) first
     reaches ``bs`` (TableWriter.add's rule), encode them as encode_block does and append
     them; returns how many records the blocks hold (the rest wait for more unless ``final``)."""
-    n = len(rec)
+    n = len(klen)
     if n == 0:
         return 0
-    big = rec.type == pa.large_binary()
-    offs = np.frombuffer(rec.buffers()[1], np.int64 if big else np.int32)[rec.offset : rec.offset + n + 1].astype(
-        np.int64
-    )
-    data = memoryview(rec.buffers()[2])
-    cum = np.cumsum(np.diff(offs) + 8)
-    kend = offs[:-1] + klen
-    # The cuts first (one search a block), then every block's offset table at once.
+    rlen = sum(_part_lens(p, n) for p in parts)
+    cum = np.cumsum(rlen + 8)
+    # The cuts first (one search a block), then the blocks in one call.
     ends: list[int] = []
     s, before = 0, 0
     while s < n:
@@ -388,32 +451,39 @@ def _encode(w, rec: pa.Array, klen: np.ndarray, bs: int, codec: int, final: bool
         ends.append(e + 1)
         before = int(cum[e])
         s = e + 1
-    if ends:
-        bounds = np.array([0, *ends])
-        first = np.repeat(offs[bounds[:-1]], np.diff(bounds))  # each record's block start
-        m = bounds[-1]
-        rel_k = (kend[:m] - first).astype("<u4")
-        rel_r = (offs[1 : m + 1] - first).astype("<u4")
-        for i in range(len(ends)):
-            s, e = int(bounds[i]), int(bounds[i + 1])  # records s..e-1
-            a, b = int(offs[s]), int(offs[e])
-            raw = b"".join((data[a:b], rel_k[s:e].tobytes(), rel_r[s:e].tobytes(), (e - s).to_bytes(4, "little")))
-            last = int(offs[e - 1])
-            w.add_raw_block(
-                seal_block(raw, codec), bytes(data[a : int(kend[s])]), bytes(data[last : int(kend[e - 1])]), e - s
-            )
-    return ends[-1] if ends else 0
+    if not ends:
+        return 0
+    klen = np.ascontiguousarray(klen, np.int64)
+    s = 0
+    for e, raw in zip(ends, gather(parts, klen, np.array(ends, np.int64))):
+        last = len(raw) - 8 * (e - s) - 4 - int(rlen[e - 1])  # where the block's last record starts
+        w.add_raw_block(seal_block(raw, codec), raw[: int(klen[s])], raw[last : last + int(klen[e - 1])], e - s)
+        s = e
+    return ends[-1]
 
 
-def _write_sorted(out: _Out, n: int, cuts: list[int], make: Callable[[int, int], tuple[pa.Array, np.ndarray]]) -> None:
-    """Records 0..n-1 (built ``make(lo, hi)`` a batch at a time), section j holding
-    cuts[j]..cuts[j+1]-1.  A batch's records after its last whole block are built again at
-    the start of the next batch (at most a block's worth)."""
+class _Halted(Exception):
+    """The load failed in another thread: this one stops writing."""
+
+
+def _write_sorted(
+    out: _Out,
+    n: int,
+    cuts: list[int],
+    make: Callable[[int, int], tuple[list[Part], np.ndarray]],
+    halt: threading.Event | None = None,
+) -> None:
+    """Records 0..n-1 (their parts made by ``make(lo, hi)`` a batch at a time), section j
+    holding cuts[j]..cuts[j+1]-1.  A batch's records after its last whole block are made again
+    at the start of the next batch (at most a block's worth).  Raises _Halted once ``halt`` is
+    set."""
     bounds = [0, *cuts, n]
     for j in range(len(bounds) - 1):
         a, hi = bounds[j], bounds[j + 1]
         size = _BATCH
         while a < hi:
+            if halt is not None and halt.is_set():
+                raise _Halted
             b = min(hi, a + size)
             done = out.write(j, *make(a, b), final=b == hi)
             size = _BATCH if done else 2 * size  # a batch smaller than a block: take more
@@ -512,130 +582,166 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
     ]
     md5_cuts_pages = [int(np.searchsorted(hs, np.uint64(int.from_bytes(b, "big")), "left")) for b in _md5_b8(secs)]
 
-    # ---- links: checks, ranks of their pages and md5s; the others are dropped -----------------
-    # md5 -> rank: a binary search of the top 64 bits (the lower ones confirm); if two page md5s
-    # share their top 64 bits, a hash lookup instead.
-    md5_lo_set = ls[new]
-    by_hi = M < 2 or bool(np.all(md5_hi_set[1:] != md5_hi_set[:-1]))
-
-    def md5_ranks(fid: pa.Array) -> np.ndarray:
-        if not by_hi:
-            return _np(pc.fill_null(pc.index_in(fid, value_set=md5_set), -1)).astype(np.int32)
-        u8 = _fixed_u8(fid, 16)
-        h = u8[:, :8].copy().view(">u8").ravel().astype(np.uint64)
-        lw = u8[:, 8:].copy().view(">u8").ravel().astype(np.uint64)
-        if not M or not len(h):
-            return np.full(len(h), -1, np.int32)
-        # A source's links usually come together: search once per run of equal md5s.
-        head = np.ones(len(h), bool)
-        head[1:] = (h[1:] != h[:-1]) | (lw[1:] != lw[:-1])
-        heads = np.flatnonzero(head)
-        h, lw = h[heads], lw[heads]
-        pos = np.minimum(np.searchsorted(md5_hi_set, h), M - 1)
-        r = np.where((md5_hi_set[pos] == h) & (md5_lo_set[pos] == lw), pos, -1).astype(np.int32)
-        return np.repeat(r, np.diff(np.append(heads, len(head))))
-
-    os.makedirs(tmp, exist_ok=True)
-    anchor_path = os.path.join(tmp, "anchors")
-    af = open(anchor_path, "wb")
-    us, ms, alens, doms = [], [], [], []
-    n_links = 0
-    any_dom = False
-    group: list[tuple] = []  # chunks whose urls are looked up in one call (a lookup builds a hash table)
-
-    def run_group(group: list[tuple]) -> None:
-        nonlocal any_dom
-        if url_index is not None:
-            u_all = np.concatenate([url_index.find(g[0]) for g in group])
-        else:
-            # One call over the chunks: the hash table of the pages' urls is built once.
-            found = pc.index_in(pa.chunked_array([g[0] for g in group], pa.binary()), value_set=url_sorted)
-            u_all = _np(pc.fill_null(found, -1)).astype(np.int32)
-        at = 0
-        for _lurl, m, anc, dom in group:
-            u = u_all[at : at + len(m)]
-            at += len(m)
-            ok = (u >= 0) & (m >= 0)
-            if not ok.all():
-                okp = pa.array(ok)
-                u, m, anc = u[ok], m[ok], anc.filter(okp)
-                dom = None if dom is None else dom.filter(okp)
-            us.append(u)
-            ms.append(m)
-            if len(anc) and pc.max(pc.binary_length(anc)).as_py() > amax:  # bytes >= characters
-                anc = pc.utf8_slice_codeunits(anc, 0, amax)
-            offs = np.frombuffer(anc.buffers()[1], np.int32)[anc.offset : anc.offset + len(anc) + 1]
-            af.write(memoryview(anc.buffers()[2])[int(offs[0]) : int(offs[-1])])
-            alens.append(np.diff(offs))
-            d = np.zeros(len(u), np.int64) if dom is None else _np(dom)
-            any_dom = any_dom or bool(d.any())
-            doms.append(None if dom is None else d)
-
-    url_index = _UrlIndex(url_sorted)
-    if not url_index.unique:
-        url_index = None  # two pages' urls share a hash: pyarrow's lookups instead
-    rows = 0
-    pool = ThreadPoolExecutor(1)  # lookups of one group while the next is parsed
-    pending = None
-
-    def lookup_group() -> None:
-        nonlocal pending, group
-        if pending is not None:
-            pending.result()
-        batch, group = group, []
-        pending = pool.submit(run_group, batch)
-
-    try:
-        for t in links:
-            if isinstance(t, pa.RecordBatch):
-                t = pa.Table.from_batches([t])
-            what = f"links {n_links + 1}..{n_links + t.num_rows}"
-            lurl = _column(t, "url", pa.string(), what)
-            _check_urls(lurl, max_url, what)
-            fid = _column(t, "from_id", pa.binary(16), what)
-            anc = _column(t, "anchor", pa.string(), what)
-            dom = _column(t, "domain_id", pa.int64(), what) if "domain_id" in t.column_names else None
-            n_links += t.num_rows
-            group.append((lurl.cast(pa.binary()), md5_ranks(fid), anc, dom))
-            rows += t.num_rows
-            if rows >= (_LOOKUP_ROWS if url_index is None else 1):
-                lookup_group()
-                rows = 0
-        if group:
-            lookup_group()
-        if pending is not None:
-            pending.result()
-    finally:
-        pool.shutdown()  # after a failure too: no thread writes into tmp once this returns
-        af.close()
-    url_index = None  # its tables are not needed any more
-    lu = np.concatenate(us) if us else np.zeros(0, np.int32)
-    lm = np.concatenate(ms) if ms else np.zeros(0, np.int32)
-    dom_all = None
-    if any_dom:
-        dom_all = np.concatenate([np.zeros(len(u), np.int64) if d is None else d for u, d in zip(us, doms)])
-    us.clear()
-    ms.clear()
-    doms.clear()
-    aoffs = np.zeros(len(lu) + 1, np.int64)
-    if alens:
-        np.cumsum(np.concatenate(alens), out=aoffs[1:])
-    alens.clear()
-    adata = np.memmap(anchor_path, np.uint8, "r") if aoffs[-1] else np.zeros(0, np.uint8)
-    # The anchors stay in the file (the page cache), out of the process's own memory.
-    anchor = pa.Array.from_buffers(pa.large_binary(), len(lu), [None, pa.py_buffer(aoffs), pa.py_buffer(adata)])
     for j in range(k):
         os.makedirs(section_path(db.path, j), exist_ok=True)
-    pa.default_memory_pool().release_unused()  # the parser's buffers, before the sorts
-    _fault.point("bulk.after_read")
-    lap("read_links", f"{n_links} link rows")
-
     tables: list[dict] = [{} for _ in range(k)]
     status: list[dict] = [{} for _ in range(k)]
     outs = {
         t: _Out(db.path, gen, t, s, tables) for t in ("pages_by_url", "pages_by_md5", "links_by_url", "links_by_md5")
     }
+    ubytes = url_sorted.cast(pa.large_binary())
+    ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
+
+    vpart = _var(values)
+    upart = _var(ubytes)
+    md5_rows = md5_u8.reshape(-1, 16)
+    md5_set_rows = md5_set_u8.reshape(-1, 16)
+    out_rows = has_out.reshape(-1, 1)
+    zero9 = np.zeros((1, 9), np.uint8)  # the \0 before a link's md5, or a domain_id of 0
+
+    def pages_tables() -> None:
+
+        def pbu(a: int, b: int):
+            return [_var(ubytes.slice(a, b - a)), _var(values.slice(a, b - a))], ulen[a:b]
+
+        _write_sorted(outs["pages_by_url"], P, url_cuts, pbu, halt)
+        bounds = [0, *url_cuts, P]
+        for j in range(len(bounds) - 1):  # no url breakpoints yet (no page): section 0 only
+            c = np.bincount(status_b[bounds[j] : bounds[j + 1]], minlength=4)
+            if bounds[j + 1] > bounds[j]:
+                status[j] = {str(i): int(x) for i, x in enumerate(c) if x}
+        _fault.point("bulk.after_pages_by_url")
+
+        def pbm(a: int, b: int):
+            idx = morder[a:b].astype(np.int64)
+            return [_fixed(md5_rows, idx), (*upart[:3], idx), (*vpart[:3], idx)], 16 + ulen[idx]
+
+        _write_sorted(outs["pages_by_md5"], P, md5_cuts_pages, pbm, halt)
+        _fault.point("bulk.after_pages_by_md5")
+
+    # The page tables need no link: written while the links are read (the parser and the url
+    # lookups leave a core idle part of the time).
+    halt = threading.Event()
+    pages_pool = ThreadPoolExecutor(1)
+    f_pages = pages_pool.submit(_in_order, [pages_tables], phases)
     try:
+        # ---- links: checks, ranks of their pages and md5s; the others are dropped -----------------
+        # md5 -> rank: a binary search of the top 64 bits (the lower ones confirm); if two page md5s
+        # share their top 64 bits, a hash lookup instead.
+        md5_lo_set = ls[new]
+        by_hi = M < 2 or bool(np.all(md5_hi_set[1:] != md5_hi_set[:-1]))
+
+        def md5_ranks(fid: pa.Array) -> np.ndarray:
+            if not by_hi:
+                return _np(pc.fill_null(pc.index_in(fid, value_set=md5_set), -1)).astype(np.int32)
+            u8 = _fixed_u8(fid, 16)
+            h = u8[:, :8].copy().view(">u8").ravel().astype(np.uint64)
+            lw = u8[:, 8:].copy().view(">u8").ravel().astype(np.uint64)
+            if not M or not len(h):
+                return np.full(len(h), -1, np.int32)
+            # A source's links usually come together: search once per run of equal md5s.
+            head = np.ones(len(h), bool)
+            head[1:] = (h[1:] != h[:-1]) | (lw[1:] != lw[:-1])
+            heads = np.flatnonzero(head)
+            h, lw = h[heads], lw[heads]
+            pos = np.minimum(np.searchsorted(md5_hi_set, h), M - 1)
+            r = np.where((md5_hi_set[pos] == h) & (md5_lo_set[pos] == lw), pos, -1).astype(np.int32)
+            return np.repeat(r, np.diff(np.append(heads, len(head))))
+
+        os.makedirs(tmp, exist_ok=True)
+        anchor_path = os.path.join(tmp, "anchors")
+        af = open(anchor_path, "wb")
+        us, ms, alens, doms = [], [], [], []
+        n_links = 0
+        any_dom = False
+        group: list[tuple] = []  # chunks whose urls are looked up in one call (a lookup builds a hash table)
+
+        def run_group(group: list[tuple]) -> None:
+            nonlocal any_dom
+            if url_index is not None:
+                u_all = np.concatenate([url_index.find(g[0]) for g in group])
+            else:
+                # One call over the chunks: the hash table of the pages' urls is built once.
+                found = pc.index_in(pa.chunked_array([g[0] for g in group], pa.binary()), value_set=url_sorted)
+                u_all = _np(pc.fill_null(found, -1)).astype(np.int32)
+            at = 0
+            for _lurl, m, anc, dom in group:
+                u = u_all[at : at + len(m)]
+                at += len(m)
+                ok = (u >= 0) & (m >= 0)
+                if not ok.all():
+                    okp = pa.array(ok)
+                    u, m, anc = u[ok], m[ok], anc.filter(okp)
+                    dom = None if dom is None else dom.filter(okp)
+                us.append(u)
+                ms.append(m)
+                if len(anc) and pc.max(pc.binary_length(anc)).as_py() > amax:  # bytes >= characters
+                    anc = pc.utf8_slice_codeunits(anc, 0, amax)
+                offs = np.frombuffer(anc.buffers()[1], np.int32)[anc.offset : anc.offset + len(anc) + 1]
+                af.write(memoryview(anc.buffers()[2])[int(offs[0]) : int(offs[-1])])
+                alens.append(np.diff(offs))
+                d = np.zeros(len(u), np.int64) if dom is None else _np(dom)
+                any_dom = any_dom or bool(d.any())
+                doms.append(None if dom is None else d)
+
+        url_index = _UrlIndex(url_sorted)
+        if not url_index.unique:
+            url_index = None  # two pages' urls share a hash: pyarrow's lookups instead
+        rows = 0
+        pool = ThreadPoolExecutor(1)  # lookups of one group while the next is parsed
+        pending = None
+
+        def lookup_group() -> None:
+            nonlocal pending, group
+            if pending is not None:
+                pending.result()
+            batch, group = group, []
+            pending = pool.submit(run_group, batch)
+
+        try:
+            for t in links:
+                if isinstance(t, pa.RecordBatch):
+                    t = pa.Table.from_batches([t])
+                what = f"links {n_links + 1}..{n_links + t.num_rows}"
+                lurl = _column(t, "url", pa.string(), what)
+                _check_urls(lurl, max_url, what)
+                fid = _column(t, "from_id", pa.binary(16), what)
+                anc = _column(t, "anchor", pa.string(), what)
+                dom = _column(t, "domain_id", pa.int64(), what) if "domain_id" in t.column_names else None
+                n_links += t.num_rows
+                group.append((lurl.cast(pa.binary()), md5_ranks(fid), anc, dom))
+                rows += t.num_rows
+                if rows >= (_LOOKUP_ROWS if url_index is None else 1):
+                    lookup_group()
+                    rows = 0
+            if group:
+                lookup_group()
+            if pending is not None:
+                pending.result()
+        finally:
+            pool.shutdown()  # after a failure too: no thread writes into tmp once this returns
+            af.close()
+        url_index = None  # its tables are not needed any more
+        lu = np.concatenate(us) if us else np.zeros(0, np.int32)
+        lm = np.concatenate(ms) if ms else np.zeros(0, np.int32)
+        dom_all = None
+        if any_dom:
+            dom_all = np.concatenate([np.zeros(len(u), np.int64) if d is None else d for u, d in zip(us, doms)])
+        us.clear()
+        ms.clear()
+        doms.clear()
+        aoffs = np.zeros(len(lu) + 1, np.int64)
+        if alens:
+            np.cumsum(np.concatenate(alens), out=aoffs[1:])
+        alens.clear()
+        adata = np.memmap(anchor_path, np.uint8, "r") if aoffs[-1] else np.zeros(0, np.uint8)
+        # The anchors stay in the file (the page cache), out of the process's own memory.
+        anchor = pa.Array.from_buffers(pa.large_binary(), len(lu), [None, pa.py_buffer(aoffs), pa.py_buffer(adata)])
+        pa.default_memory_pool().release_unused()  # the parser's buffers, before the sorts
+        _fault.point("bulk.after_read")
+        lap("read_links", f"{n_links} link rows")
+
+        dom_rows = None if dom_all is None else dom_all.astype("<i8", copy=False).view(np.uint8).reshape(-1, 8)
         # ---- the link keys, last call wins: sort (md5 rank, url rank) stably, keep the last --
         key = lm.astype(np.int64) * max(P, 1) + lu
         o = _stable_argsort(key, max(M, 1) * max(P, 1))
@@ -650,58 +756,18 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
         del o, last
         lap("sort_links", f"{len(om)} links kept")
 
-        ubytes = url_sorted.cast(pa.large_binary())
-        ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
-
-        def pages_tables() -> None:
-
-            def pbu(a: int, b: int):
-                rec = pc.binary_join_element_wise(ubytes.slice(a, b - a), values.slice(a, b - a), _SEP)
-                return rec, ulen[a:b]
-
-            _write_sorted(outs["pages_by_url"], P, url_cuts, pbu)
-            bounds = [0, *url_cuts, P]
-            for j in range(len(bounds) - 1):  # no url breakpoints yet (no page): section 0 only
-                c = np.bincount(status_b[bounds[j] : bounds[j + 1]], minlength=4)
-                if bounds[j + 1] > bounds[j]:
-                    status[j] = {str(i): int(x) for i, x in enumerate(c) if x}
-            _fault.point("bulk.after_pages_by_url")
-
-            def pbm(a: int, b: int):
-                idx = pa.array(morder[a:b])
-                rec = pc.binary_join_element_wise(
-                    _binary(md5_u8[morder[a:b]]), ubytes.take(idx), values.take(idx), _SEP
-                )
-                return rec, 16 + ulen[morder[a:b]]
-
-            _write_sorted(outs["pages_by_md5"], P, md5_cuts_pages, pbm)
-            _fault.point("bulk.after_pages_by_md5")
-
-        def link_value(sel: np.ndarray, ur: np.ndarray, lead: np.ndarray | None) -> np.ndarray:
-            """(n, len(lead)+9) bytes: lead, domain_id (i64 LE), flags."""
-            w0 = 0 if lead is None else lead.shape[1]
-            v = np.zeros((len(sel), w0 + 9), np.uint8)
-            if lead is not None:
-                v[:, :w0] = lead
-            if dom_all is not None:
-                v[:, w0 : w0 + 8] = dom_all[sel].astype("<i8").view(np.uint8).reshape(len(sel), 8)
-            v[:, w0 + 8] = has_out[ur]
-            return v
+        def link_value(sel: np.ndarray, ur: np.ndarray) -> list[Part]:
+            """domain_id (i64 LE), flags, anchor."""
+            dom = _fixed(zero9[:, :8], np.zeros(len(sel), np.int64)) if dom_rows is None else _fixed(dom_rows, sel)
+            return [dom, _fixed(out_rows, ur), _var(anchor, sel)]
 
         def links_by_md5() -> None:
             cuts = [_first_at_least(lm, om, c) for c in md5_cuts_set]
 
             def make(a: int, b: int):
-                sel = om[a:b]
-                u_ = lu[sel]
-                rec = pc.binary_join_element_wise(
-                    _binary(md5_set_u8[lm[sel]]),
-                    ubytes.take(pa.array(u_)),
-                    _binary(link_value(sel, u_, None)),
-                    anchor.take(pa.array(sel)),
-                    _SEP,
-                )
-                return rec, 16 + ulen[u_]
+                sel = om[a:b].astype(np.int64)
+                u_ = lu[sel].astype(np.int64)
+                return [_fixed(md5_set_rows, lm[sel]), (*upart[:3], u_), *link_value(sel, u_)], 16 + ulen[u_]
 
             _write_sorted(outs["links_by_md5"], len(om), cuts, make)
 
@@ -709,33 +775,37 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
             # (md5, url) order sorted stably by url is (url, md5) order.
             ou = om[_stable_argsort(lu[om], max(P, 1))]
             cuts = [_first_at_least(lu, ou, c) for c in url_cuts]
-            nul = np.zeros((1, 1), np.uint8)
 
             def make(a: int, b: int):
-                sel = ou[a:b]
-                u_ = lu[sel]
-                lead = np.concatenate([np.broadcast_to(nul, (b - a, 1)), md5_set_u8[lm[sel]]], axis=1)
-                rec = pc.binary_join_element_wise(
-                    ubytes.take(pa.array(u_)),
-                    _binary(link_value(sel, u_, lead)),
-                    anchor.take(pa.array(sel)),
-                    _SEP,
-                )
-                return rec, ulen[u_] + 17
+                sel = ou[a:b].astype(np.int64)
+                u_ = lu[sel].astype(np.int64)
+                parts = [
+                    (*upart[:3], u_),
+                    _fixed(zero9[:, :1], np.zeros(b - a, np.int64)),
+                    _fixed(md5_set_rows, lm[sel]),
+                ]
+                return parts + link_value(sel, u_), ulen[u_] + 17
 
             _write_sorted(outs["links_by_url"], len(ou), cuts, make)
 
         with ThreadPoolExecutor(2) as ex:
             f_url = ex.submit(_in_order, [links_by_url], phases)
-            f_md5 = ex.submit(_in_order, [pages_tables, links_by_md5], phases)
+
+            def wait_pages() -> None:
+                f_pages.result()
+
+            f_md5 = ex.submit(_in_order, [wait_pages, links_by_md5], phases)
             f_md5.result()
             f_url.result()
+        pages_pool.shutdown()
         _fault.point("bulk.after_links_by_url")
         for out in outs.values():
             out.close()
         _fault.point("bulk.after_links_by_md5")
         lap("write", "tables written")
     except BaseException:
+        halt.set()
+        pages_pool.shutdown()  # no thread writes into the tables' files once they are aborted
         for out in outs.values():
             out.abort()
         raise
