@@ -569,6 +569,58 @@ done:
     return out;
 }
 
+/* ---- hash_values: the bulk load's url hashes (webdb/bulkarrow.py _url_hashes) --------------- */
+
+PyDoc_STRVAR(hash_values_doc,
+             "hash_values(data, offs) -> bytes of n uint64 (native order): a 64-bit hash of each "
+             "value data[offs[i]:offs[i+1]] (offs: n+1 int64), the one bulkarrow._url_hashes "
+             "computes with numpy.  Runs without the GIL.");
+
+static PyObject *c_hash_values(PyObject *self, PyObject *args) {
+    Py_buffer db, ob;
+    PyObject *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*y*:hash_values", &db, &ob)) return NULL;
+    Py_ssize_t n = ob.len / 8 - 1;
+    const int64_t *o = (const int64_t *)ob.buf;
+    const unsigned char *d = (const unsigned char *)db.buf;
+    if (n < 0) n = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (o[i] < 0 || o[i] > o[i + 1] || o[i + 1] > db.len) {
+            PyErr_SetString(PyExc_ValueError, "an offset outside the data");
+            goto done;
+        }
+    if (!(out = PyBytes_FromStringAndSize(NULL, 8 * n))) goto done;
+    uint64_t *h = (uint64_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS;
+    const uint64_t mul = 0x9E3779B97F4A7C15ULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *p = d + o[i];
+        int64_t len = o[i + 1] - o[i];
+        uint64_t x = (uint64_t)len * mul;
+        for (int64_t k = 0; k < len; k += 8) {
+            uint64_t w = 0;
+            if (len - k >= 8) {
+                memcpy(&w, p + k, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+                w = __builtin_bswap64(w);
+#endif
+            } else {
+                for (int64_t b = 0; b < len - k; b++) w |= (uint64_t)p[k + b] << (8 * b);
+            }
+            x = (x ^ w) * mul;
+        }
+        x ^= x >> 31;
+        x *= 0xBF58476D1CE4E5B9ULL;
+        x ^= x >> 29;
+        h[i] = x;
+    }
+    Py_END_ALLOW_THREADS;
+done:
+    PyBuffer_Release(&db);
+    PyBuffer_Release(&ob);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"find", c_find, METH_VARARGS, find_doc},
     {"get", c_get, METH_VARARGS, get_doc},
@@ -579,6 +631,7 @@ static PyMethodDef methods[] = {
     {"build", c_build, METH_VARARGS, build_doc},
     {"build_run", c_build_run, METH_VARARGS, build_run_doc},
     {"gather_blocks", c_gather_blocks, METH_VARARGS, gather_blocks_doc},
+    {"hash_values", c_hash_values, METH_VARARGS, hash_values_doc},
     {NULL, NULL, 0, NULL},
 };
 
