@@ -90,6 +90,7 @@ _LOOKUP_ROWS = 1_000_000  # link urls looked up at a time: each lookup builds a 
 _READ_BYTES = 32 << 20  # bytes of a streamed TSV parsed at a time (in parallel blocks of 4 MiB)
 _BATCH = 1 << 16  # records built and encoded at a time: bounds the memory of the write phase
 _SEP = pa.scalar(b"", pa.large_binary())  # binary_join_element_wise: no separator
+_c = block_codec._blockc  # the compiled codec (gather_blocks, hash_values), None under WEBDB_PURE_PYTHON=1
 
 
 class NotColumnar(ValueError):
@@ -277,11 +278,15 @@ _TAIL = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [2**64 - 1], np.uint64
 
 
 def _url_hashes(urls: pa.Array) -> np.ndarray:
-    """A 64-bit hash of each value's bytes, 8 bytes at a time (multiply-xor, then a final mix)."""
+    """A 64-bit hash of each value's bytes, 8 bytes at a time (multiply-xor, then a final mix);
+    ``_blockc.hash_values`` when compiled (the same hashes)."""
     n = len(urls)
     big = urls.type in (pa.large_binary(), pa.large_string())
     offs = np.frombuffer(urls.buffers()[1], np.int64 if big else np.int32)[urls.offset : urls.offset + n + 1]
     offs = offs.astype(np.int64)
+    c_hash = getattr(_c, "hash_values", None)
+    if c_hash is not None and n:  # the same hashes, one pass in C without the GIL
+        return np.frombuffer(c_hash(urls.buffers()[2] or b"", offs), np.uint64)
     lens = np.diff(offs)
     h = lens.astype(np.uint64) * _MUL
     if not n:
@@ -383,7 +388,7 @@ def _part_array(part: Part, n: int) -> pa.Array:
     """The part's bytes of records 0..n-1 as a binary array (the pure-Python path)."""
     data, offs, w, idx = part
     if offs is None:
-        rows = np.frombuffer(data, np.uint8).reshape(-1, w) if w else np.zeros((1, 0), np.uint8)
+        rows = np.frombuffer(data, np.uint8).reshape(-1, w)
         return _binary(rows[:n] if idx is None else rows[idx])
     a = pa.Array.from_buffers(pa.large_binary(), len(offs) - 1, [None, pa.py_buffer(offs), pa.py_buffer(data)])
     return a.slice(0, n) if idx is None else a.take(pa.array(idx))
@@ -411,7 +416,7 @@ def _gather_py(parts: list[Part], klen: np.ndarray, ends: np.ndarray) -> list[by
 def _gatherer() -> Callable[[list[Part], np.ndarray, np.ndarray], list[bytes]]:
     """The compiled ``gather_blocks`` (the copies without the GIL: the two writer threads run at
     once), or its pyarrow equivalent under WEBDB_PURE_PYTHON=1 or without the extension."""
-    return getattr(block_codec._blockc, "gather_blocks", None) or _gather_py
+    return getattr(_c, "gather_blocks", None) or _gather_py
 
 
 class _Out(SectionFiles):
