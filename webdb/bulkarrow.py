@@ -251,7 +251,7 @@ def tsv(path: str, cols: list[str], types: dict, *, skip: int = 0, stream: bool 
             at = mm.find(b"\n", at) + 1 or size
         return memoryview(mm), at
 
-    def chunks():
+    def windows():
         data, at = lines()
         size = len(data)
         while at < size:
@@ -260,8 +260,24 @@ def tsv(path: str, cols: list[str], types: dict, *, skip: int = 0, stream: bool 
             cut = size if end == size else data.obj.rfind(b"\n", at, end) + 1
             if cut <= at:
                 cut = data.obj.find(b"\n", end) + 1 or size
-            yield parse(data[at:cut])
+            yield data[at:cut]
             at = cut
+
+    def chunks():
+        # One window parsed ahead, in a thread (the parser releases the GIL): the caller's work
+        # on a chunk overlaps the parsing of the next one.
+        with ThreadPoolExecutor(1) as ahead:
+            nxt = None
+            try:
+                for w in windows():
+                    cur, nxt = nxt, ahead.submit(parse, w)
+                    if cur is not None:
+                        yield cur.result()
+                if nxt is not None:
+                    yield nxt.result()
+            finally:
+                if nxt is not None:
+                    nxt.cancel()
 
     if stream:
         return chunks()
@@ -597,14 +613,17 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
     ubytes = url_sorted.cast(pa.large_binary())
     ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
 
-    vpart = _var(values)
     upart = _var(ubytes)
-    md5_rows = md5_u8.reshape(-1, 16)
+    # What only the page tables need, dropped once they are written.
+    pg = {"values": values, "md5": md5_u8, "morder": morder, "status": status_b}
+    del values, md5_u8, morder, status_b
     md5_set_rows = md5_set_u8.reshape(-1, 16)
     out_rows = has_out.reshape(-1, 1)
     zero9 = np.zeros((1, 9), np.uint8)  # the \0 before a link's md5, or a domain_id of 0
 
     def pages_tables() -> None:
+        values, md5_rows, morder, status_b = pg["values"], pg["md5"], pg["morder"], pg["status"]
+        vpart = _var(values)
 
         def pbu(a: int, b: int):
             return [_var(ubytes.slice(a, b - a)), _var(values.slice(a, b - a))], ulen[a:b]
@@ -634,6 +653,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
         # md5 -> rank: a binary search of the top 64 bits (the lower ones confirm); if two page md5s
         # share their top 64 bits, a hash lookup instead.
         md5_lo_set = ls[new]
+        del hi, lo, hs, ls
         by_hi = M < 2 or bool(np.all(md5_hi_set[1:] != md5_hi_set[:-1]))
 
         def md5_ranks(fid: pa.Array) -> np.ndarray:
@@ -745,6 +765,11 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
         pa.default_memory_pool().release_unused()  # the parser's buffers, before the sorts
         _fault.point("bulk.after_read")
         lap("read_links", f"{n_links} link rows")
+        # The page tables were written while the links were read (at 1M pages, in about a third
+        # of the time): their columns go before the sorts.
+        f_pages.result()
+        pages_pool.shutdown()
+        pg.clear()
 
         dom_rows = None if dom_all is None else dom_all.astype("<i8", copy=False).view(np.uint8).reshape(-1, 8)
         # ---- the link keys, last call wins: sort (md5 rank, url rank) stably, keep the last --
@@ -795,14 +820,9 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
 
         with ThreadPoolExecutor(2) as ex:
             f_url = ex.submit(_in_order, [links_by_url], phases)
-
-            def wait_pages() -> None:
-                f_pages.result()
-
-            f_md5 = ex.submit(_in_order, [wait_pages, links_by_md5], phases)
+            f_md5 = ex.submit(_in_order, [links_by_md5], phases)
             f_md5.result()
             f_url.result()
-        pages_pool.shutdown()
         _fault.point("bulk.after_links_by_url")
         for out in outs.values():
             out.close()
