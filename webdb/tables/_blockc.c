@@ -621,6 +621,63 @@ done:
     return out;
 }
 
+/* ---- unhex, has_control: the bulk load's TSV checks (webdb/bulkarrow.py) ------------------ */
+
+PyDoc_STRVAR(unhex_doc,
+             "unhex(data) -> the bytes the hex digits of data (an even number of 0-9a-fA-F) stand "
+             "for, or None for any other byte or an odd length.  Runs without the GIL.");
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static PyObject *c_unhex(PyObject *self, PyObject *args) {
+    Py_buffer db;
+    PyObject *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*:unhex", &db)) return NULL;
+    if (db.len & 1) {
+        PyBuffer_Release(&db);
+        Py_RETURN_NONE;
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, db.len / 2))) goto done;
+    const unsigned char *d = (const unsigned char *)db.buf;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out);
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < db.len / 2; i++) {
+        int hi = hexval(d[2 * i]), lo = hexval(d[2 * i + 1]);
+        bad |= (hi | lo) < 0;
+        o[i] = (unsigned char)((hi << 4) | (lo & 15));
+    }
+    Py_END_ALLOW_THREADS;
+    if (bad) {
+        Py_CLEAR(out);
+        out = Py_NewRef(Py_None);
+    }
+done:
+    PyBuffer_Release(&db);
+    return out;
+}
+
+PyDoc_STRVAR(has_control_doc,
+             "has_control(data) -> True if data holds a byte <= 0x20 (a control or a space) or 0x7f.  "
+             "Runs without the GIL.");
+
+static PyObject *c_has_control(PyObject *self, PyObject *args) {
+    Py_buffer db;
+    if (!PyArg_ParseTuple(args, "y*:has_control", &db)) return NULL;
+    const unsigned char *d = (const unsigned char *)db.buf;
+    int bad = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    for (Py_ssize_t i = 0; i < db.len; i++) bad |= (d[i] <= 0x20) | (d[i] == 0x7f);
+    Py_END_ALLOW_THREADS;
+    PyBuffer_Release(&db);
+    return PyBool_FromLong(bad);
+}
+
 static PyMethodDef methods[] = {
     {"find", c_find, METH_VARARGS, find_doc},
     {"get", c_get, METH_VARARGS, get_doc},
@@ -632,6 +689,8 @@ static PyMethodDef methods[] = {
     {"build_run", c_build_run, METH_VARARGS, build_run_doc},
     {"gather_blocks", c_gather_blocks, METH_VARARGS, gather_blocks_doc},
     {"hash_values", c_hash_values, METH_VARARGS, hash_values_doc},
+    {"unhex", c_unhex, METH_VARARGS, unhex_doc},
+    {"has_control", c_has_control, METH_VARARGS, has_control_doc},
     {NULL, NULL, 0, NULL},
 };
 
