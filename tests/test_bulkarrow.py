@@ -298,7 +298,7 @@ def test_compiled_and_pure_blocks_are_the_same(tmp_path, small_steps, monkeypatc
     """The blocks gathered and the urls hashed by _blockc (gather_blocks, hash_values) and by
     their pyarrow/numpy fallback: the same files byte for byte (and both equal bulk_load)."""
     if bulkarrow._c is None:
-        pytest.skip("webdb.tables._blockc is not built")
+        pytest.skip("the compiled codec is off (not built, or WEBDB_PURE_PYTHON=1)")
     pages, links = random_calls(random.Random(seed), 300)
     a, b = both(tmp_path / "c", 2, pages, links, block_size=200)
     assert_same(a, b)
@@ -322,7 +322,7 @@ def test_gather_blocks_and_hash_values_match_python(values: list[bytes], width: 
 
     c = bulkarrow._c
     if c is None:
-        pytest.skip("webdb.tables._blockc is not built")
+        pytest.skip("the compiled codec is off (not built, or WEBDB_PURE_PYTHON=1)")
     arr = pa.array(values, pa.large_binary())
     n = rnd.randrange(1, 30)
     idx = np.array([rnd.randrange(len(values)) for _ in range(n)], np.int64)
@@ -368,3 +368,22 @@ def test_a_bad_link_while_the_page_tables_are_written(tmp_path, monkeypatch):
     assert not os.path.isdir(tmp) or not os.listdir(tmp)
     m = bulk_load_arrow(db, page_table(pages), link_tables(links))  # and the db loads afterwards
     assert m["generation"] == 1
+
+
+@given(st.binary(max_size=40) | st.text("0123456789abcdefABCDEF g", max_size=40).map(str.encode))
+@settings(max_examples=200, deadline=None)
+def test_unhex_and_has_control_match_python(data: bytes) -> None:
+    """``_blockc.unhex`` decodes what ``bytes.fromhex`` decodes without whitespace, and refuses
+    the rest; ``has_control`` is the numpy check of _check_urls."""
+    import numpy as np
+
+    c = bulkarrow._c
+    if c is None:
+        pytest.skip("the compiled codec is off (not built, or WEBDB_PURE_PYTHON=1)")
+    try:
+        want = bytes.fromhex(data.decode("ascii")) if not set(data) & set(b" \t\n\r\x0b\x0c") else None
+    except (ValueError, UnicodeDecodeError):
+        want = None
+    assert c.unhex(data) == want
+    u8 = np.frombuffer(data, np.uint8)
+    assert c.has_control(data) == bool(len(u8) and (u8.min() <= 0x20 or (u8 == 0x7F).any()))

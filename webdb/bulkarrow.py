@@ -149,7 +149,7 @@ def _check_urls(urls: pa.Array, max_url: int, what: str) -> None:
         raise NotColumnar(f"{what}: a url without a scheme in its first characters")
     offs = np.frombuffer(urls.buffers()[1], np.int32)
     data = np.frombuffer(urls.buffers()[2], np.uint8)[offs[urls.offset] : offs[urls.offset + len(urls)]]
-    if len(data) and (data.min() <= 0x20 or (data == 0x7F).any()):
+    if len(data) and (_c.has_control(data) if _c is not None else data.min() <= 0x20 or (data == 0x7F).any()):
         raise NotColumnar(f"{what}: a url holds a control or space character")
 
 
@@ -192,7 +192,7 @@ def _binary(u8: np.ndarray) -> pa.Array:
 
 def unhex16(col: pa.Array) -> np.ndarray:
     """Cells of 32 hex digits (a string array) as an (n, 16) uint8 array; NotColumnar for
-    any other cell (``bytes.fromhex`` then decides)."""
+    any other cell (``bytes.fromhex`` then decides).  ``_blockc.unhex`` when compiled."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     n = len(col)
     if not n:
@@ -200,6 +200,11 @@ def unhex16(col: pa.Array) -> np.ndarray:
     if col.null_count or pc.min_max(pc.binary_length(col)).as_py() != {"min": 32, "max": 32}:
         raise NotColumnar("an md5 that is not 32 hex digits")
     start = int(np.frombuffer(col.buffers()[1], np.int32)[col.offset])
+    if _c is not None:  # the same bytes or refusal, in C without the GIL
+        raw = _c.unhex(memoryview(col.buffers()[2])[start : start + 32 * n])
+        if raw is None:
+            raise NotColumnar("an md5 that is not 32 hex digits")
+        return np.frombuffer(raw, np.uint8).reshape(n, 16)
     try:
         # One call for the column: its cells are contiguous, 32 characters each.  fromhex skips
         # spaces between digit pairs: a space shows as a short result.
