@@ -7,9 +7,11 @@ key wins, links from an md5 no page carries and links to a url with no page are 
 Python object per record: pages and links arrive as Arrow columns, every join is a hash
 lookup (``index_in``) that turns a link's url and from_id into the rank of its page in url
 order and of its md5 in md5 order, both link tables are sorts of those integer ranks (numpy),
-and blocks are cut and encoded from the records' concatenated bytes (``pyarrow.compute``
-joins them), the same bytes ``TableWriter`` writes record by record.  The two link tables
-are written by two threads (compression and checksums release the GIL).
+and blocks are cut and encoded from the records' fields (``_blockc.gather_blocks`` copies
+them without the GIL; ``pyarrow.compute`` joins them without the compiled codec), the same
+bytes ``TableWriter`` writes record by record.  The page tables are written by a thread while
+the links are read, the two link tables by two threads (copies, compression and checksums
+release the GIL).
 
 Input it cannot vouch for with vectorized checks (a url with a space, a NaN score, ...)
 raises ``NotColumnar`` before anything is written; the caller then loads the same input
