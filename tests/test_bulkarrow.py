@@ -290,7 +290,18 @@ def test_stable_argsort_is_numpys_stable_argsort(keys: list[int], bound: int) ->
     import numpy as np
 
     k = np.array(keys, np.int64)
-    assert bulkarrow._stable_argsort(k, bound).tolist() == np.argsort(k, kind="stable").tolist()
+    o = np.argsort(k, kind="stable")
+    assert bulkarrow._stable_argsort(k, bound).tolist() == o.tolist()
+    # The last position of each run of equal keys, in sorted order (the last call wins).
+    want = [int(o[i]) for i in range(len(o)) if i == len(o) - 1 or k[o[i + 1]] != k[o[i]]]
+    assert bulkarrow._last_of_runs(k.copy(), bound).tolist() == want
+    step = bulkarrow._STEP
+    try:
+        bulkarrow._STEP = 3  # slices of 3: every slice boundary of the loops
+        assert bulkarrow._last_of_runs(k.copy(), bound).tolist() == want
+        assert bulkarrow._stable_argsort(k, bound).tolist() == o.tolist()
+    finally:
+        bulkarrow._STEP = step
 
 
 @pytest.mark.parametrize("seed", [1, 2])

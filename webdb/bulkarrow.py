@@ -617,7 +617,7 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
     outs = {
         t: _Out(db.path, gen, t, s, tables) for t in ("pages_by_url", "pages_by_md5", "links_by_url", "links_by_md5")
     }
-    ubytes = url_sorted.cast(pa.large_binary())
+    ubytes = url_sorted  # (the parts take int32 offsets as they are: no large_binary copy)
     ulen = _np(pc.binary_length(ubytes)).astype(np.int64)
 
     upart = _var(ubytes)
@@ -780,17 +780,11 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
 
         dom_rows = None if dom_all is None else dom_all.astype("<i8", copy=False).view(np.uint8).reshape(-1, 8)
         # ---- the link keys, last call wins: sort (md5 rank, url rank) stably, keep the last --
-        key = lm.astype(np.int64) * max(P, 1) + lu
-        o = _stable_argsort(key, max(M, 1) * max(P, 1))
-        last = np.ones(len(o), bool)
-        step = 1 << 22  # the sorted keys a slice at a time: no third array of L int64
-        for a in range(0, len(o) - 1, step):
-            b = min(len(o) - 1, a + step)
-            ks = key[o[a : b + 1]]
-            last[a:b] = ks[1:] != ks[:-1]
+        key = lm.astype(np.int64)
+        key *= max(P, 1)
+        key += lu
+        om = _last_of_runs(key, max(M, 1) * max(P, 1))  # links in links_by_md5 order (key consumed)
         del key
-        om = o[last].astype(np.int32 if len(o) < 2**31 else np.int64)  # links in links_by_md5 order
-        del o, last
         lap("sort_links", f"{len(om)} links kept")
 
         def link_value(sel: np.ndarray, ur: np.ndarray) -> list[Part]:
@@ -868,11 +862,57 @@ def _stable_argsort(key: np.ndarray, bound: int) -> np.ndarray:
     if bound << bits > 1 << 64:
         return np.argsort(key, kind="stable")
     k = key.astype(np.uint64)
-    k <<= np.uint64(bits)
-    k |= np.arange(n, dtype=np.uint64)
+    _pack_positions(k, bits)
     k.sort()
     k &= np.uint64((1 << bits) - 1)
     return k.view(np.int64)
+
+
+_STEP = 1 << 22  # elements of an L-long array handled at a time: no extra L-long temporary
+
+
+def _pack_positions(k: np.ndarray, bits: int) -> None:
+    """k = k << bits | position, in place (uint64), a slice at a time."""
+    k <<= np.uint64(bits)
+    for a in range(0, len(k), _STEP):
+        b = min(len(k), a + _STEP)
+        k[a:b] |= np.arange(a, b, dtype=np.uint64)
+
+
+def _last_of_runs(key: np.ndarray, bound: int) -> np.ndarray:
+    """The positions of ``np.argsort(key, kind="stable")`` that end a run of equal keys (the
+    last call of each key), as int32 (int64 past 2^31 keys); keys in 0..bound-1, int64.  Sorts
+    ``key``'s own buffer when key and position pack into 64 bits (``key`` is then consumed):
+    one L-long array of uint64 and the bool marks, where an argsort and a gather of the sorted
+    keys would hold three."""
+    n = len(key)
+    dt = np.int32 if n < 2**31 else np.int64
+    if n == 0:
+        return np.zeros(0, dt)
+    bits = max(1, (n - 1).bit_length())
+    last = np.ones(n, bool)
+    if bound << bits > 1 << 64:
+        o = np.argsort(key, kind="stable")
+        for a in range(0, n - 1, _STEP):
+            b = min(n - 1, a + _STEP)
+            ks = key[o[a : b + 1]]
+            last[a:b] = ks[1:] != ks[:-1]
+        return o[last].astype(dt)
+    k = key.view(np.uint64)
+    _pack_positions(k, bits)
+    k.sort()
+    sh = np.uint64(bits)
+    for a in range(0, n - 1, _STEP):
+        b = min(n - 1, a + _STEP)
+        last[a:b] = (k[a + 1 : b + 1] >> sh) != (k[a:b] >> sh)
+    out = np.empty(int(np.count_nonzero(last)), dt)
+    mask, at = np.uint64((1 << bits) - 1), 0
+    for a in range(0, n, _STEP):
+        b = min(n, a + _STEP)
+        kept = k[a:b][last[a:b]] & mask
+        out[at : at + len(kept)] = kept
+        at += len(kept)
+    return out
 
 
 def _first_at_least(ranks: np.ndarray, order: np.ndarray, x: int) -> int:
