@@ -760,17 +760,27 @@ def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: C
             pool.shutdown()  # after a failure too: no thread writes into tmp once this returns
             af.close()
         url_index = None  # its tables are not needed any more
-        lu = np.concatenate(us) if us else np.zeros(0, np.int32)
-        lm = np.concatenate(ms) if ms else np.zeros(0, np.int32)
         dom_all = None
         if any_dom:
             dom_all = np.concatenate([np.zeros(len(u), np.int64) if d is None else d for u, d in zip(us, doms)])
+        doms.clear()
+        # The chunks' arrays moved into whole-load arrays one chunk at a time, each freed once
+        # copied: never all of them twice.
+        n_kept = sum(len(u) for u in us)
+        lu, lm = np.empty(n_kept, np.int32), np.empty(n_kept, np.int32)
+        aoffs = np.zeros(n_kept + 1, np.int64)
+        at = 0
+        for i in range(len(us)):
+            u, m, al = us[i], ms[i], alens[i]
+            us[i] = ms[i] = alens[i] = None
+            e = at + len(u)
+            lu[at:e], lm[at:e] = u, m
+            np.cumsum(al, dtype=np.int64, out=aoffs[at + 1 : e + 1])
+            aoffs[at + 1 : e + 1] += aoffs[at]
+            at = e
+        u = m = al = None
         us.clear()
         ms.clear()
-        doms.clear()
-        aoffs = np.zeros(len(lu) + 1, np.int64)
-        if alens:
-            np.cumsum(np.concatenate(alens), out=aoffs[1:])
         alens.clear()
         adata = np.memmap(anchor_path, np.uint8, "r") if aoffs[-1] else np.zeros(0, np.uint8)
         # The anchors stay in the file (the page cache), out of the process's own memory.
