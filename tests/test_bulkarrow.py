@@ -290,4 +290,111 @@ def test_stable_argsort_is_numpys_stable_argsort(keys: list[int], bound: int) ->
     import numpy as np
 
     k = np.array(keys, np.int64)
-    assert bulkarrow._stable_argsort(k, bound).tolist() == np.argsort(k, kind="stable").tolist()
+    o = np.argsort(k, kind="stable")
+    assert bulkarrow._stable_argsort(k, bound).tolist() == o.tolist()
+    # The last position of each run of equal keys, in sorted order (the last call wins).
+    want = [int(o[i]) for i in range(len(o)) if i == len(o) - 1 or k[o[i + 1]] != k[o[i]]]
+    assert bulkarrow._last_of_runs(k.copy(), bound).tolist() == want
+    step = bulkarrow._STEP
+    try:
+        bulkarrow._STEP = 3  # slices of 3: every slice boundary of the loops
+        assert bulkarrow._last_of_runs(k.copy(), bound).tolist() == want
+        assert bulkarrow._stable_argsort(k, bound).tolist() == o.tolist()
+    finally:
+        bulkarrow._STEP = step
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_compiled_and_pure_blocks_are_the_same(tmp_path, small_steps, monkeypatch, seed):
+    """The blocks gathered and the urls hashed by _blockc (gather_blocks, hash_values) and by
+    their pyarrow/numpy fallback: the same files byte for byte (and both equal bulk_load)."""
+    if bulkarrow._c is None:
+        pytest.skip("the compiled codec is off (not built, or WEBDB_PURE_PYTHON=1)")
+    pages, links = random_calls(random.Random(seed), 300)
+    a, b = both(tmp_path / "c", 2, pages, links, block_size=200)
+    assert_same(a, b)
+    monkeypatch.setattr(bulkarrow, "_c", None)
+    assert bulkarrow._gatherer() is bulkarrow._gather_py
+    _, p = both(tmp_path / "p", 2, pages, links, block_size=200)
+    assert files(p) == files(b) and raw(p) == raw(b)
+
+
+@given(
+    st.lists(st.binary(max_size=20), min_size=1, max_size=40),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+)
+@settings(max_examples=80, deadline=None)
+def test_gather_blocks_and_hash_values_match_python(values: list[bytes], width: int, rnd) -> None:
+    """``_blockc.gather_blocks`` against ``_gather_py`` and ``hash_values`` against numpy, on
+    random parts (a variable one taken by index, a fixed one in order), key lengths and cuts;
+    rows, offsets and key lengths outside the parts are refused."""
+    import numpy as np
+
+    c = bulkarrow._c
+    if c is None:
+        pytest.skip("the compiled codec is off (not built, or WEBDB_PURE_PYTHON=1)")
+    arr = pa.array(values, pa.large_binary())
+    n = rnd.randrange(1, 30)
+    idx = np.array([rnd.randrange(len(values)) for _ in range(n)], np.int64)
+    fixed = np.frombuffer(bytes(rnd.randrange(256) for _ in range(n * width)), np.uint8).reshape(n, width)
+    parts = [bulkarrow._var(arr, idx), bulkarrow._fixed(fixed)]
+    rlen = bulkarrow._part_lens(parts[0], n) + width
+    klen = np.array([rnd.randrange(int(x) + 1) for x in rlen], np.int64)
+    ends = np.array(sorted({rnd.randrange(1, n + 1) for _ in range(3)} | {n}), np.int64)
+    assert c.gather_blocks(parts, klen, ends) == bulkarrow._gather_py(parts, klen, ends)
+    offs = parts[0][1]
+    assert np.frombuffer(c.hash_values(arr.buffers()[2] or b"", offs), np.uint64).tolist() == [
+        int(x) for x in _numpy_hashes(arr)
+    ]
+    with pytest.raises(ValueError):
+        c.gather_blocks([bulkarrow._var(arr, np.full(n, len(values), np.int64))], klen * 0, ends)
+    with pytest.raises(ValueError):
+        c.gather_blocks(parts, rlen + 1, ends)  # a key longer than its record
+    with pytest.raises(ValueError):
+        c.hash_values(b"", offs + 1)  # past the end of the data
+
+
+def _numpy_hashes(arr):
+    saved = bulkarrow._c
+    try:
+        bulkarrow._c = None
+        return bulkarrow._url_hashes(arr)
+    finally:
+        bulkarrow._c = saved
+
+
+@pytest.mark.timeout(600)
+def test_a_bad_link_while_the_page_tables_are_written(tmp_path, monkeypatch):
+    """The page tables are written while the links are read: a link refused in a late chunk
+    stops that writer, and nothing is left (no table file, no tmp)."""
+    monkeypatch.setattr(bulkarrow, "_BATCH", 5)
+    pages, links = random_calls(random.Random(5), 600)
+    bad = Link(pages[0].md5, "http://a.test/\x7f")
+    db = webdb.create(str(tmp_path / "db"), block_size=64)
+    with pytest.raises(NotColumnar, match="links"):
+        bulk_load_arrow(db, page_table(pages), link_tables([*links, bad], n=50))
+    assert db.manifest()["generation"] == 0 and files(db) == {}
+    tmp = os.path.join(db.path, "tmp")
+    assert not os.path.isdir(tmp) or not os.listdir(tmp)
+    m = bulk_load_arrow(db, page_table(pages), link_tables(links))  # and the db loads afterwards
+    assert m["generation"] == 1
+
+
+@given(st.binary(max_size=40) | st.text("0123456789abcdefABCDEF g", max_size=40).map(str.encode))
+@settings(max_examples=200, deadline=None)
+def test_unhex_and_has_control_match_python(data: bytes) -> None:
+    """``_blockc.unhex`` decodes what ``bytes.fromhex`` decodes without whitespace, and refuses
+    the rest; ``has_control`` is the numpy check of _check_urls."""
+    import numpy as np
+
+    c = bulkarrow._c
+    if c is None:
+        pytest.skip("the compiled codec is off (not built, or WEBDB_PURE_PYTHON=1)")
+    try:
+        want = bytes.fromhex(data.decode("ascii")) if not set(data) & set(b" \t\n\r\x0b\x0c") else None
+    except (ValueError, UnicodeDecodeError):
+        want = None
+    assert c.unhex(data) == want
+    u8 = np.frombuffer(data, np.uint8)
+    assert c.has_control(data) == bool(len(u8) and (u8.min() <= 0x20 or (u8 == 0x7F).any()))
