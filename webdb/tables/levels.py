@@ -335,6 +335,9 @@ class LevelCursor:
             return [], []
         if len(found) == 1 and found[0][0] == self._nruns:
             return found[0][1]  # only the base holds records here: the common case
+        m = merge_sorted([(ks, vs, i != self._nruns) for i, (ks, vs) in found])  # in C, newest first
+        if m is not None:
+            return m
         d: dict[bytes, bytes] = {}
         for i, (ks, vs) in reversed(found):  # oldest first, so newer versions overwrite
             if i == self._nruns:
@@ -494,6 +497,14 @@ def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, 
             ok, ov = [], []
         else:
             ok, ov = cur.take_until(ub if ub is not None else base.last_keys[-1] + b"\x00")
+        if apply:
+            # In C (newest first, the runs' ops applied); None for a bad op byte, which the
+            # Python code below names.
+            m = merge_sorted([(ks, vs, True) for _, (ks, vs) in reversed(found)] + [(ok, ov, False)])
+            if m is not None:
+                if m[0]:
+                    out.add_many(*m)
+                continue
         d = dict(zip(ok, ov))
         for s, (ks, vs) in found:
             if not apply:
