@@ -464,9 +464,8 @@ def written(
 def compact(view: Levels, out: TableWriter) -> MergeCursor:
     """Merge every run of ``view`` into its base, written to ``out`` (a table of the base's
     kind), tombstones dropped.  A base block no run touches is copied raw; a touched one is
-    merged as a whole — its records and the runs' records in its key range go through one dict,
-    newest last, and out sorted — so the per-record work is C-level but for one step per run
-    record.  Returns the cursor (its block counters); ``out`` is left open for the caller."""
+    merged as a whole with the runs' records in its key range (``merge_sorted``: one C call;
+    else one dict, newest last, out sorted).  Returns the cursor (its block counters); ``out`` is left open for the caller."""
     return _merge(view.base, view.runs, out, True)
 
 
