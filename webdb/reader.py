@@ -235,9 +235,10 @@ class Reader:
         Links that lie in a few blocks of each file of the table (all but the most linked URLs)
         take ``short_range``, a shorter path than ``ranges`` with the same effect: each file
         whose index does not rule the URL out costs one C call per block, the levels are merged
-        in one C call, and the links are built in another.  The blocks are read through the cache but do not fill it.  Filling
-        it costs more than it saves: at 1M pages LinksByURL is ~40k blocks, and keeping each
-        block read means fresh memory (page faults) for every read."""
+        in one C call, and the links are built in another.  The blocks are read through the
+        cache but do not fill it.  Filling it costs more than it saves: at 1M pages LinksByURL
+        is ~40k blocks, and keeping each block read means fresh memory (page faults) for every
+        read."""
         self._live()
         url_b = _url_key(url)
         t = self._links_by_url[bisect_right(self._url_bounds, url_b)]
