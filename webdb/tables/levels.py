@@ -306,7 +306,6 @@ class LevelCursor:
         self.view, self.out = view, out
         # Newest first; the base last.  Each one read forward as the edits go.
         self._seek = [Seeker(r) for r in view.runs] + ([Seeker(view.base)] if view.base is not None else [])
-        self._nruns = len(view.runs)
         self.live = 0
         self.raw_blocks = self.patched_blocks = 0
 
@@ -315,42 +314,23 @@ class LevelCursor:
         return sum(s.decoded for s in self._seek)
 
     def _get(self, key: bytes) -> bytes | None:
-        for i, s in enumerate(self._seek):
+        for s in self._seek:
             v = s.get(key)
             if v is not None:
-                if i == self._nruns:
+                if s.t is self.view.base:
                     return v
                 return v[1:] if _op(v, s.t, key) == _PUT else None
         return None
 
     def _range(self, lo: bytes, hi: bytes) -> tuple[list[bytes], list[bytes]]:
         found = []
-        for i, s in enumerate(self._seek):
+        for s in self._seek:
             if s.nxt >= hi:
                 continue  # nothing of this level before hi (ranges come in increasing order)
             kv = s.range(lo, hi)
             if kv[0]:
-                found.append((i, kv))
-        if not found:
-            return [], []
-        if len(found) == 1 and found[0][0] == self._nruns:
-            return found[0][1]  # only the base holds records here: the common case
-        m = merge_sorted([(ks, vs, i != self._nruns) for i, (ks, vs) in found])  # in C, newest first
-        if m is not None:
-            return m
-        d: dict[bytes, bytes] = {}
-        for i, (ks, vs) in reversed(found):  # oldest first, so newer versions overwrite
-            if i == self._nruns:
-                d.update(zip(ks, vs))
-                continue
-            t = self._seek[i].t
-            for k, v in zip(ks, vs):
-                if _op(v, t, k) == _PUT:
-                    d[k] = v[1:]
-                else:
-                    d.pop(k, None)
-        ks = sorted(d)
-        return ks, [d[k] for k in ks]
+                found.append((s.t, kv))
+        return self.view._merged(found)  # newest first, as the seekers are
 
     def _put(self, key: bytes, old: bytes | None, new: bytes | None) -> None:
         if new is None:
