@@ -2,7 +2,8 @@
 
 Records are ``bytes`` whose byte order is the wanted order (edit records carry a unique
 sequence number, docs/format.md *Edit records*), so the in-memory sort is a plain
-``list.sort()`` and sorted files merge a block at a time (``merge_chunks``).
+``list.sort()`` (``sort_records``: in C when the compiled codec is built) and sorted files merge
+a block at a time (``merge_chunks``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,26 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 
+from webdb.tables import block
 from webdb.tables.format import KIND_RUN
 from webdb.tables.table import TableReader, TableWriter
 
 # Bytes a record costs in memory beyond its length: bytes header (33), allocator rounding and
 # the list slot with over-allocation (measured: ~56 for records of 60-200 bytes).
 RECORD_OVERHEAD = 56
+
+
+def sort_records(recs: list[bytes]) -> None:
+    """``recs.sort()`` for a list of bytes.  With the compiled codec (``_blockc.sort_records``)
+    a multikey sort: the records are ordered by 8 bytes at a time read as one integer, past
+    the prefix they share (``http://``, a host), so most compares are one integer compare
+    instead of a call through bytes' rich compare (measured: ~3x less CPU on edit records).
+    Cost: O(n log n) compares, 16 bytes per record of scratch while it runs."""
+    c = block._blockc
+    if c is not None:
+        c.sort_records(recs)
+    else:
+        recs.sort()
 
 
 class SortBuffer:
@@ -54,7 +69,7 @@ class SortBuffer:
     def spill(self) -> None:
         if not self.recs:
             return
-        self.recs.sort()
+        sort_records(self.recs)
         if self.spill_to is not None:
             self.spill_to(self.recs)
             self.recs, self.bytes = [], 0
@@ -67,12 +82,13 @@ class SortBuffer:
         self.runs.append(path)
         self.recs, self.bytes = [], 0
 
-    def sorted(self) -> Iterator[bytes]:
-        """All records in order (consumes the buffer)."""
-        self.recs.sort()
+    def sorted(self) -> Iterable[bytes]:
+        """All records in order (consumes the buffer): the list itself when nothing was spilled
+        to a run (so a consumer such as ``write_routed`` can take it whole), else an iterator."""
+        sort_records(self.recs)
         if not self.runs:
             recs, self.recs = self.recs, []
-            return iter(recs)
+            return recs
         its: list[Iterable[list[bytes]]] = [read_chunks(p) for p in self.runs]
         if self.recs:
             recs, self.recs = self.recs, []

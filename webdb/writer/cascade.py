@@ -23,13 +23,14 @@ import bisect
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from itertools import chain, islice, repeat
 
 from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
+from webdb.tables import block
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
@@ -128,21 +129,19 @@ def incoming_dir(root: str, section: int, batch: str, stage: int) -> str:
     return os.path.join(section_path(root, section), "edits", batch, f"st{stage}")
 
 
-def write_routed(job: dict, stage: int, recs: Iterator[bytes] | list[bytes], producer: str) -> dict[int, int]:
+def write_routed(job: dict, stage: int, recs: Iterable[bytes], producer: str) -> dict[int, int]:
     """Write a sorted record stream into one edit file per target section; returns counts.
 
-    The split is a range split in the stream's own order, so routing is a bisect per chunk."""
+    The split is a range split in the stream's own order, so routing is a bisect per chunk.
+    A list (a sort buffer's spill) is one chunk; an iterator is read 65536 records at a time."""
     secs = Sections.from_json(job["sections"])
     s = job["settings"]
     bounds = secs.key_bounds(E.STAGE_BY_URL[stage])
     counts: dict[int, int] = {}
     writers: dict[int, TableWriter] = {}
-    it = iter(recs)
+    chunks = [recs] if isinstance(recs, list) else _chunks(iter(recs), 65536)
     try:
-        while True:
-            chunk = list(islice(it, 65536))
-            if not chunk:
-                break
+        for chunk in chunks:
             lo = 0
             for j in range(secs.k):
                 hi = bisect.bisect_left(chunk, bounds[j], lo) if j < len(bounds) else len(chunk)
@@ -160,14 +159,29 @@ def write_routed(job: dict, stage: int, recs: Iterator[bytes] | list[bytes], pro
                         )
                     # The records are sorted already (a sort buffer's output): handed over as
                     # one run of bytes, keys with empty values, not checked record by record.
-                    recs = chunk[lo:hi]
-                    w.add_run(b"".join(recs), list(chain.from_iterable(zip(map(len, recs), repeat(0)))))
+                    w.add_run(*join_run(chunk, lo, hi))
                     counts[j] = counts.get(j, 0) + hi - lo
                 lo = hi
     finally:
         for w in writers.values():
             w.close()
     return counts
+
+
+def _chunks(it: Iterator[bytes], n: int) -> Iterator[list[bytes]]:
+    while chunk := list(islice(it, n)):
+        yield chunk
+
+
+def join_run(recs: list[bytes], lo: int, hi: int) -> tuple[bytes, list[int]]:
+    """``recs[lo:hi]`` as ``TableWriter.add_run``'s arguments (keys with empty values): their
+    bytes back to back and their lengths, each followed by 0.  In C (``_blockc.join_run``) when
+    the compiled codec is built."""
+    c = block._blockc
+    if c is not None:
+        return c.join_run(recs, lo, hi)
+    part = recs[lo:hi]
+    return b"".join(part), list(chain.from_iterable(zip(map(len, part), repeat(0))))
 
 
 def _records(job: dict) -> Iterator[tuple[bytes, bytes]]:

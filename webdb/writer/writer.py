@@ -11,7 +11,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tqdm import tqdm
@@ -22,6 +22,7 @@ from webdb.schedule import FetchResult
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.sortbuf import GroupFeed, SortBuffer
+from webdb.tables import block
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
@@ -44,8 +45,6 @@ from webdb.writer.executor import LocalExecutor
 __all__ = ["EditLog", "Writer"]
 
 _STATUSES = frozenset(int(s) for s in Status)
-# Every u16, little-endian: a record's trailer by index (cheaper than a to_bytes call).
-U16 = [i.to_bytes(2, "little") for i in range(1 << 16)]
 # Below this many edits a batch runs its sections in this process, one after the other (the
 # local executor's fast path).
 PARALLEL_MIN_EDITS = 200_000
@@ -309,7 +308,7 @@ class EditLog:
         # Checks first, records after: a refused block records nothing (the calls then redo it).
         import numpy as np
 
-        from webdb.writer.columns import link_urls_ok, split_at
+        from webdb.writer.columns import link_records, link_urls_ok
 
         iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
         amax, prefix, n = self._anchor_max, self._seq.prefix, self._seq.n
@@ -358,6 +357,12 @@ class EditLog:
         us, ue = np.asarray(b.url_start, np.int64), np.asarray(b.url_end, np.int64)
         as_, ae = np.asarray(b.anchor_start, np.int64), np.asarray(b.anchor_end, np.int64)
         buf = np.frombuffer(data, np.uint8)
+        nd = len(data)
+        if len(as_) != len(us):
+            return False
+        for s, e in ((us, ue), (as_, ae)):  # slices in bounds (else the calls slice as Python does)
+            if len(s) != len(e) or (len(s) and (s.min() < 0 or e.max() > nd or (e < s).any())):
+                return False
         if not link_urls_ok(buf, us, ue, self._max_url):
             return False
         nl = len(us)
@@ -374,28 +379,23 @@ class EditLog:
             as_[long], ae[long] = ends - [len(c) for c in cut], ends
             data += b"".join(cut)
             buf = np.frombuffer(data, np.uint8)
-        # Seq numbers: a fetch takes one, then each outlink two (its page edit, its link edit).
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        k = np.arange(nl, dtype=np.int64) - first
-        pseq = np.repeat(np.asarray(seqs, np.int64), counts) + 1 + 2 * k
-        # The records themselves: one concatenation each (C-level bytes joins beat a numpy
-        # scatter of variable-length slices, measured), every check above done in bulk.
         precs: list[bytes] = []
         lrecs: list[bytes] = []
         if nl:
-            cnt = counts.tolist()
-            ub = split_at(data, us.tolist(), ue.tolist())
-            ab = split_at(data, as_.tolist(), ae.tolist())
-            pq = pseq.tolist()
-            pp, lp = b"\x00\x03" + prefix, b"\x00" + prefix
-            tails_l = [t for t, c in zip(tail_of, cnt) for _ in range(c)]
-            keys_l = [m + b"\x01" for m, c in zip(md5s, cnt) for _ in range(c)]
-            precs = [u + pp + q.to_bytes(5, "big") + t + U16[len(u) + 10] for u, q, t in zip(ub, pq, tails_l)]
-            lrecs = [
-                k + u + lp + (q + 1).to_bytes(5, "big") + link_pre + a + U16[len(u) + 26]
-                for k, u, q, a in zip(keys_l, ub, pq, ab)
-            ]
-            psize, lsize = list(map(len, precs)), list(map(len, lrecs))
+            precs, lrecs, psize, lsize = link_records(
+                data,
+                us,
+                ue,
+                as_,
+                ae,
+                counts,
+                md5s,
+                tail_of,
+                np.asarray(seqs, np.int64),
+                b"\x00\x03" + prefix,
+                b"\x00" + prefix,
+                link_pre,
+            )
         # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
         # 3's buffer its link edits (add_outlinks): groups in call order, 3 positions per row.
         recs: list[bytes] = []
@@ -461,9 +461,17 @@ class EditLog:
             shutil.rmtree(self.tmp)
 
 
-def first_ifn_only(recs):
+def first_ifn_only(recs: Iterable[bytes]) -> Iterable[bytes]:
     """Drop every add_page_if_not_present edit of a url but its first: only the first can win
-    (docs/semantics.md), and an update adds one per outlink, so most targets repeat."""
+    (docs/semantics.md), and an update adds one per outlink, so most targets repeat.  A list
+    (a spill) is filtered in one C call (``_blockc.ifn_first``) with the compiled codec."""
+    c = block._blockc
+    if c is not None and isinstance(recs, list):
+        return c.ifn_first(recs, E.OP_IFN)
+    return _first_ifn_only(recs)
+
+
+def _first_ifn_only(recs: Iterable[bytes]) -> Iterator[bytes]:
     prev = b""
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)
