@@ -26,7 +26,8 @@ def sort_records(recs: list[bytes]) -> None:
     """``recs.sort()`` for a list of bytes.  With the compiled codec (``_blockc.sort_records``)
     a multikey sort: the records are ordered by 8 bytes at a time read as one integer, past
     the prefix they share (``http://``, a host), so most compares are one integer compare
-    instead of a call through bytes' rich compare (measured: ~3x less CPU on edit records).
+    instead of a call through bytes' rich compare (measured: half the CPU of list.sort on a
+    spill of page edits).
     Cost: O(n log n) compares, 16 bytes per record of scratch while it runs."""
     c = block._blockc
     if c is not None:
@@ -82,9 +83,13 @@ class SortBuffer:
         self.runs.append(path)
         self.recs, self.bytes = [], 0
 
-    def sorted(self) -> Iterable[bytes]:
-        """All records in order (consumes the buffer): the list itself when nothing was spilled
-        to a run (so a consumer such as ``write_routed`` can take it whole), else an iterator."""
+    def sorted(self) -> Iterator[bytes]:
+        """All records in order (consumes the buffer)."""
+        return iter(self.sorted_records())
+
+    def sorted_records(self) -> Iterable[bytes]:
+        """``sorted()``, but the list itself when nothing was spilled to a run (so a consumer
+        such as ``write_routed`` can take it whole instead of a chunk at a time)."""
         sort_records(self.recs)
         if not self.runs:
             recs, self.recs = self.recs, []

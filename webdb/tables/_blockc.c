@@ -984,9 +984,38 @@ typedef struct {
     PyObject *o;
 } SortItem;
 
-static int sort_cmp_key(const void *a, const void *b) {
-    uint64_t x = ((const SortItem *)a)->k, y = ((const SortItem *)b)->k;
-    return (x > y) - (x < y);
+/* Sort it[0:n] by k: a quicksort (median of three, the smaller side by recursion) with an
+ * insertion sort for short ranges; compares inline, no call through a function pointer. */
+static void sort_by_key(SortItem *it, Py_ssize_t n) {
+    while (n > 16) {
+        SortItem t, *a = it, *m = it + n / 2, *z = it + n - 1;
+        if (m->k < a->k) t = *m, *m = *a, *a = t;
+        if (z->k < a->k) t = *z, *z = *a, *a = t;
+        if (z->k < m->k) t = *z, *z = *m, *m = t;
+        uint64_t pv = m->k;
+        Py_ssize_t i = 0, j = n - 1;
+        for (;;) {
+            while (it[i].k < pv) i++;
+            while (pv < it[j].k) j--;
+            if (i >= j) break;
+            t = it[i], it[i] = it[j], it[j] = t;
+            i++, j--;
+        }
+        /* it[0:j+1] <= pv <= it[j+1:n] */
+        if (j + 1 < n - j - 1) {
+            sort_by_key(it, j + 1);
+            it += j + 1, n -= j + 1;
+        } else {
+            sort_by_key(it + j + 1, n - j - 1);
+            n = j + 1;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        SortItem x = it[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && it[j - 1].k > x.k; j--) it[j] = it[j - 1];
+        it[j] = x;
+    }
 }
 
 static int sort_cmp_bytes(const void *a, const void *b) {
@@ -1023,7 +1052,7 @@ static void sort_level(SortItem *it, Py_ssize_t n, Py_ssize_t off) {
         }
         it[i].k = k;
     }
-    qsort(it, (size_t)n, sizeof(SortItem), sort_cmp_key);
+    sort_by_key(it, n);
     for (Py_ssize_t i = 0; i < n;) {
         Py_ssize_t j = i + 1;
         while (j < n && it[j].k == it[i].k) j++;

@@ -448,8 +448,8 @@ class EditLog:
     def route(self, job: dict) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
         counts = {
-            "pages": self._route_run(job, E.ST_PBU, self._pbu.sorted()),
-            "links": self._route_run(job, E.ST_LBM, self._lbm.sorted()),
+            "pages": self._route_run(job, E.ST_PBU, self._pbu.sorted_records()),
+            "links": self._route_run(job, E.ST_LBM, self._lbm.sorted_records()),
         }
         self.discard()
         return counts
