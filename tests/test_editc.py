@@ -1,0 +1,114 @@
+"""Step 0's compiled helpers (webdb/tables/_blockc.c: ``sort_records``, ``ifn_first``,
+``join_run``, ``link_records``) against their pure-Python references, on random input (hypothesis):
+the same lists, the same bytes.  tests/test_columns.py checks whole edit files of both paths."""
+
+from __future__ import annotations
+
+import importlib
+from array import array
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from webdb.tables import block as codec
+from webdb.writer import edits as E
+from webdb.writer import writer
+from webdb.writer.cascade import join_run
+from webdb.writer.columns import link_records_py
+
+np = pytest.importorskip("numpy")
+try:
+    _blockc = importlib.import_module("webdb.tables._blockc")
+except ImportError:
+    _blockc = None
+pytestmark = pytest.mark.skipif(_blockc is None, reason="webdb.tables._blockc is not built (no gcc/python3-dev)")
+
+# Records sharing long prefixes (as URLs do), prefixes of each other, zero bytes, duplicates.
+_piece = st.sampled_from([b"", b"\x00", b"\xff", b"http://", b"www.a.com/", b"x" * 9, b"\x00" * 8, b"ab"])
+_rec = st.lists(_piece | st.binary(max_size=12), max_size=8).map(b"".join)
+
+
+@given(st.lists(_rec, max_size=300))
+def test_sort_records_equals_list_sort(recs: list[bytes]) -> None:
+    got = list(recs)
+    _blockc.sort_records(got)
+    assert got == sorted(recs)
+
+
+def test_sort_records_refuses_what_is_not_bytes() -> None:
+    with pytest.raises(TypeError, match="item 1 is str"):
+        _blockc.sort_records([b"a", "b"])
+    with pytest.raises(TypeError, match="needs a list"):
+        _blockc.sort_records((b"a",))
+
+
+@st.composite
+def edit_records(draw) -> list[bytes]:
+    """Sorted edit records (key, seq, value, u16 key length), keys ending in an op code."""
+    out = []
+    for _ in range(draw(st.integers(0, 60))):
+        url = draw(st.sampled_from([b"http://a/", b"http://b/x", b"http://c/"]))
+        op = draw(st.sampled_from([E.OP_IFN, E.OP_FETCH, E.OP_ADD, E.OP_DEL]))
+        key = url + b"\x00" + bytes((op,))
+        seq = draw(st.integers(0, 1 << 30)).to_bytes(8, "big")
+        out.append(key + seq + draw(st.binary(max_size=5)) + (len(key) + 8).to_bytes(2, "little"))
+    return sorted(out)
+
+
+@given(edit_records())
+def test_ifn_first_equals_the_python_filter(recs: list[bytes]) -> None:
+    assert _blockc.ifn_first(recs, E.OP_IFN) == list(writer._first_ifn_only(recs))
+    assert writer.first_ifn_only(recs) == list(writer._first_ifn_only(iter(recs)))
+
+
+def test_ifn_first_refuses_what_is_not_an_edit_record() -> None:
+    with pytest.raises(ValueError, match="item 0 is not an edit record"):
+        _blockc.ifn_first([b"\xff\xff"], E.OP_IFN)
+
+
+@given(st.lists(st.binary(max_size=300), max_size=40), st.integers(-3, 45), st.integers(-3, 45))
+def test_join_run_equals_join_and_lengths(recs: list[bytes], lo: int, hi: int) -> None:
+    lo, hi = max(lo, 0), max(hi, 0)
+    part = recs[lo:hi]
+    want = (b"".join(part), [x for r in part for x in (len(r), 0)])
+    assert _blockc.join_run(recs, lo, hi) == want
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(codec, "_blockc", None)
+        assert join_run(recs, lo, hi) == want
+
+
+@st.composite
+def link_blocks(draw):
+    """A fetch block's outlink columns as _fetch_block hands them over."""
+    rows = draw(st.integers(0, 6))
+    counts = [draw(st.integers(0, 5)) for _ in range(rows)]
+    data = bytearray()
+    us, ue, as_, ae = [], [], [], []
+    for _ in range(sum(counts)):
+        u, a = draw(st.binary(min_size=1, max_size=40)), draw(st.binary(max_size=30))
+        us.append(len(data))
+        data += u
+        ue.append(len(data))
+        as_.append(len(data))
+        data += a
+        ae.append(len(data))
+    md5s = [draw(st.binary(min_size=16, max_size=16)) for _ in range(rows)]
+    tail = draw(st.binary(min_size=1, max_size=20))
+    seqs = [draw(st.integers(0, (1 << 39) - 100)) for _ in range(rows)]
+    arr = lambda x: np.asarray(x, np.int64)  # noqa: E731
+    return (bytes(data), arr(us), arr(ue), arr(as_), arr(ae), arr(counts), md5s, [tail] * rows, arr(seqs))
+
+
+@given(link_blocks(), st.binary(min_size=3, max_size=3), st.binary(max_size=20))
+def test_link_records_equal_the_python_records(cols, prefix: bytes, link_pre: bytes) -> None:
+    args = (*cols, b"\x00\x03" + prefix, b"\x00" + prefix, link_pre)
+    assert _blockc.link_records(*args) == link_records_py(*args)
+
+
+def test_link_records_refuse_offsets_outside_the_data() -> None:
+    a = lambda *x: np.asarray(x, np.int64)  # noqa: E731
+    with pytest.raises(ValueError, match="link 0 has offsets outside the data"):
+        _blockc.link_records(b"abc", a(0), a(9), a(0), a(1), a(1), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
+    with pytest.raises(ValueError, match="counts must be 1 int64"):
+        _blockc.link_records(b"abc", a(0), a(1), a(0), a(1), array("i", [1]), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
