@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webdb.tables import block as codec
+from webdb.writer import columns, writer
 from webdb.writer import edits as E
-from webdb.writer import writer
 from webdb.writer.cascade import join_run
 from webdb.writer.columns import link_records_py
 
@@ -112,3 +112,23 @@ def test_link_records_refuse_offsets_outside_the_data() -> None:
         _blockc.link_records(b"abc", a(0), a(9), a(0), a(1), a(1), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
     with pytest.raises(ValueError, match="counts must be 1 int64"):
         _blockc.link_records(b"abc", a(0), a(1), a(0), a(1), array("i", [1]), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
+
+
+@given(
+    st.lists(
+        st.sampled_from([b"a", b":", b"/", b"://", b" ", b"\x7f", b"\xc3\xa9", b"http://", b"x" * 30]), max_size=40
+    ),
+    st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=8),
+    st.integers(0, 40),
+)
+def test_urls_ok_equals_the_numpy_checks(pieces: list[bytes], slices: list[tuple[int, int]], max_url: int) -> None:
+    data = b"".join(pieces)
+    starts = [min(a, len(data)) for a, _ in slices]
+    us = np.asarray(starts, np.int64)
+    ue = np.asarray([min(a + n, len(data)) for a, (_, n) in zip(starts, slices)], np.int64)
+    buf = np.frombuffer(data, np.uint8)
+    want = columns.link_urls_ok(buf, us, ue, max_url)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(codec, "_blockc", None)
+        assert columns.link_urls_ok(buf, us, ue, max_url) == want
+    assert _blockc.urls_ok(buf, us, ue, max_url) == want

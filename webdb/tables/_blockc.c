@@ -1356,6 +1356,55 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(urls_ok_doc,
+             "urls_ok(data, us, ue, max_url) -> bool: columns.link_urls_ok for the url slices "
+             "data[us[i]:ue[i]] (int64 offsets, in bounds): at most max_url bytes, no byte <= 0x20 or "
+             "0x7f, '://' first found after the start and ending within its first 32 bytes.");
+
+static PyObject *c_urls_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "urls_ok takes 4 arguments");
+        return NULL;
+    }
+    Py_ssize_t max_url = PyLong_AsSsize_t(args[3]);
+    if (max_url == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer db, bs = {0}, be = {0};
+    if (PyObject_GetBuffer(args[0], &db, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    Py_ssize_t n = PyObject_Length(args[1]);
+    if (n < 0 || get_i64(args[1], &bs, n, "us") < 0 || get_i64(args[2], &be, n, "ue") < 0) goto done;
+    const unsigned char *d = db.buf;
+    const int64_t *us = bs.buf, *ue = be.buf;
+    int ok = 1;
+    for (Py_ssize_t i = 0; i < n && ok; i++) {
+        int64_t a = us[i], e = ue[i];
+        if (a < 0 || e < a || e > db.len) {
+            PyErr_Format(PyExc_ValueError, "urls_ok: url %zd has offsets outside the data", i);
+            goto done;
+        }
+        if (e - a > max_url) {
+            ok = 0;
+            break;
+        }
+        for (int64_t j = a; j < e; j++)
+            if (d[j] <= 0x20 || d[j] == 0x7f) {
+                ok = 0;
+                break;
+            }
+        /* the first "://" at or after a (the numpy code searches the whole buffer) must start
+         * after a and end by a + 32 and by e */
+        int64_t lim = e < a + 32 ? e : a + 32, p = a;
+        while (p + 3 <= lim && !(d[p] == ':' && d[p + 1] == '/' && d[p + 2] == '/')) p++;
+        if (p + 3 > lim || p == a) ok = 0;
+    }
+    out = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&db);
+    if (bs.obj) PyBuffer_Release(&bs);
+    if (be.obj) PyBuffer_Release(&be);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1378,6 +1427,7 @@ static PyMethodDef methods[] = {
     {"ifn_first", c_ifn_first, METH_VARARGS, ifn_first_doc},
     {"join_run", c_join_run, METH_VARARGS, join_run_doc},
     {"link_records", (PyCFunction)(void (*)(void))c_link_records, METH_FASTCALL, link_records_doc},
+    {"urls_ok", (PyCFunction)(void (*)(void))c_urls_ok, METH_FASTCALL, urls_ok_doc},
     {NULL, NULL, 0, NULL},
 };
 
