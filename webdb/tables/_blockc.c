@@ -1109,6 +1109,13 @@ static PyObject *c_sort_records(PyObject *self, PyObject *arg) {
         }
         it[i].o = o;
     }
+    /* Sorted already (an emitter fed in key order): nothing to do, as for list.sort. */
+    Py_ssize_t i = 1;
+    while (i < n && sort_cmp_bytes(&it[i - 1], &it[i]) <= 0) i++;
+    if (i == n) {
+        PyMem_Free(it);
+        Py_RETURN_NONE;
+    }
     /* No Python code runs from here on: the list keeps its references, only their order
      * changes. */
     sort_level(it, n, 0);
