@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import accumulate
 
 from webdb.tables import block
@@ -113,12 +113,16 @@ class GroupFeed:
     """Groups of records bound for one ``SortBuffer``, fed as one ``extend`` call per group
     would feed them: the buffer spills after the same groups, so its runs are the same, with a
     bisect per spill instead of a call per group.  ``recs`` hold the groups back to back (group g
-    ends before ``recs[ends[g]]``), ``sizes`` are the records' lengths.  Two feeds of two
-    buffers interleave their spills in call order through ``next_spill``/``spill_next``."""
+    ends before ``recs[ends[g]]``), ``sizes`` are the records' lengths (a list, or a numpy
+    integer array: then summed in numpy, no Python int per record).  Two feeds of two buffers
+    interleave their spills in call order through ``next_spill``/``spill_next``."""
 
-    def __init__(self, buf: SortBuffer, recs: list[bytes], ends: list[int], sizes: list[int]):
+    def __init__(self, buf: SortBuffer, recs: list[bytes], ends: list[int], sizes: Sequence[int]):
         self.buf, self.recs, self.ends = buf, recs, ends
-        self.cum = list(accumulate(map(RECORD_OVERHEAD.__add__, sizes)))
+        if hasattr(sizes, "cumsum"):
+            self.cum = (sizes + RECORD_OVERHEAD).cumsum()  # bisect reads it by index
+        else:
+            self.cum = list(accumulate(map(RECORD_OVERHEAD.__add__, sizes)))
         self.lo = self.base = self.g = 0
 
     def next_spill(self) -> int | None:
@@ -133,8 +137,9 @@ class GroupFeed:
             b = self.buf
             b.recs += self.recs[self.lo : hi]
             b.count += hi - self.lo
-            b.bytes += self.cum[hi - 1] - self.base
-            self.base, self.lo = self.cum[hi - 1], hi
+            top = int(self.cum[hi - 1])
+            b.bytes += top - self.base
+            self.base, self.lo = top, hi
 
     def spill_next(self, g: int) -> None:
         """Add the groups up to ``g`` (``next_spill``) and spill."""

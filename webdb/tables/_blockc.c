@@ -1238,7 +1238,7 @@ static inline char *put_be40(char *w, int64_t q) {
 PyDoc_STRVAR(link_records_doc,
              "link_records(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre) -> "
              "(precs, lrecs, psize, lsize): columns.link_records_py in one call (the page and link edit "
-             "records of a fetch block's outlinks).");
+             "records of a fetch block's outlinks; their lengths as native int64 bytes).");
 
 static PyObject *c_link_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 12) {
@@ -1276,9 +1276,10 @@ static PyObject *c_link_records(PyObject *self, PyObject *const *args, Py_ssize_
     const char *d = db.buf;
     precs = PyList_New(nl);
     lrecs = PyList_New(nl);
-    psize = PyList_New(nl);
-    lsize = PyList_New(nl);
+    psize = PyBytes_FromStringAndSize(NULL, 8 * nl);
+    lsize = PyBytes_FromStringAndSize(NULL, 8 * nl);
     if (!precs || !lrecs || !psize || !lsize) goto done;
+    int64_t *psz = (int64_t *)PyBytes_AS_STRING(psize), *lsz = (int64_t *)PyBytes_AS_STRING(lsize);
     Py_ssize_t l = 0;
     for (Py_ssize_t r = 0; r < rows; r++) {
         PyObject *md5 = PyList_GET_ITEM(md5s, r), *tail = PyList_GET_ITEM(tails, r);
@@ -1334,14 +1335,8 @@ static PyObject *c_link_records(PyObject *self, PyObject *const *args, Py_ssize_
             Py_ssize_t kl = mn + 1 + un + 1 + 8;
             w[0] = (char)(kl & 0xff);
             w[1] = (char)(kl >> 8);
-            PyObject *a = PyLong_FromSsize_t(pn), *b = PyLong_FromSsize_t(ln);
-            if (a == NULL || b == NULL) {
-                Py_XDECREF(a);
-                Py_XDECREF(b);
-                goto done;
-            }
-            PyList_SET_ITEM(psize, l, a);
-            PyList_SET_ITEM(lsize, l, b);
+            psz[l] = pn;
+            lsz[l] = ln;
         }
     }
     out = PyTuple_Pack(4, precs, lrecs, psize, lsize);

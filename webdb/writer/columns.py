@@ -98,7 +98,7 @@ def link_records(
     pp: bytes,
     lp: bytes,
     link_pre: bytes,
-) -> tuple[list[bytes], list[bytes], list[int], list[int]]:
+) -> tuple[list[bytes], list[bytes], np.ndarray, np.ndarray]:
     """The page and link edit records of a fetch block's outlinks, and their lengths.
 
     Row r (a fetched page with outlinks: md5 ``md5s[r]``, page tail ``tails[r]``, its fetch
@@ -106,16 +106,18 @@ def link_records(
     ``data`` (int64 offsets ``us``/``ue``, ``as_``/``ae``, in bounds).  Link k of the row gets
     seq ``seqs[r] + 1 + 2k`` for its page edit (add_page_if_not_present: url, ``pp``, seq,
     tail) and the next for its link edit (md5 0x01 url, ``lp``, seq, ``link_pre``, anchor).
-    One C call (``_blockc.link_records``) with the compiled codec, else ``link_records_py``."""
+    Returns the page records, the link records and their lengths (int64 arrays).  One C call
+    (``_blockc.link_records``) with the compiled codec, else ``link_records_py``."""
     c = block._blockc
-    if c is not None:
-        return c.link_records(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre)
-    return link_records_py(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre)
+    f = c.link_records if c is not None else link_records_py
+    precs, lrecs, psize, lsize = f(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre)
+    return precs, lrecs, np.frombuffer(psize, np.int64), np.frombuffer(lsize, np.int64)
 
 
 def link_records_py(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre):
-    """``link_records`` in Python: one concatenation per record (C-level bytes joins beat a
-    numpy scatter of variable-length slices, measured)."""
+    """``link_records`` in Python (the lengths as bytes of native int64, as the C function
+    gives them): one concatenation per record (C-level bytes joins beat a numpy scatter of
+    variable-length slices, measured)."""
     cnt = counts.tolist()
     ub = split_at(data, us.tolist(), ue.tolist())
     ab = split_at(data, as_.tolist(), ae.tolist())
@@ -129,7 +131,8 @@ def link_records_py(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, li
         k + u + lp + (q + 1).to_bytes(5, "big") + link_pre + a + U16[len(u) + 26]
         for k, u, q, a in zip(keys_l, ub, pq, ab)
     ]
-    return precs, lrecs, list(map(len, precs)), list(map(len, lrecs))
+    sizes = (np.fromiter(map(len, r), np.int64, len(r)).tobytes() for r in (precs, lrecs))
+    return precs, lrecs, *sizes
 
 
 def link_urls_ok(buf, start, end, max_url: int) -> bool:

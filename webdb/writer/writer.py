@@ -400,25 +400,33 @@ class EditLog:
         # 3's buffer its link edits (add_outlinks): groups in call order, 3 positions per row.
         recs: list[bytes] = []
         ends: list[int] = []
-        sizes: list[int] = []
         ppos: list[int] = []
         lpos: list[int] = []
         lo, rows_it = 0, iter(zip(rows, counts.tolist()))
         nxt = next(rows_it, None)
         for i, fr in enumerate(frecs):
             recs.append(fr)
-            sizes.append(len(fr))
             ends.append(len(recs))
             ppos.append(3 * i)
             if nxt is not None and nxt[0] == i:
                 hi = lo + nxt[1]
                 recs += precs[lo:hi]
-                sizes += psize[lo:hi]
                 ends.append(len(recs))
                 ppos.append(3 * i + 1)
                 lpos.append(3 * i + 2)
                 lo = hi
                 nxt = next(rows_it, None)
+        # The records' lengths in that order, in numpy: a fetch record, then its row's links.
+        sizes = np.fromiter(map(len, frecs), np.int64, len(frecs))
+        if nl:
+            per_row = np.zeros(len(frecs), np.int64)
+            per_row[rows] = counts
+            at = np.arange(len(frecs)) + np.cumsum(per_row) - per_row
+            both = np.empty(len(frecs) + nl, np.int64)
+            links = np.ones(len(both), bool)
+            links[at] = False
+            both[at], both[links] = sizes, psize
+            sizes = both
         feeds = [(GroupFeed(self._pbu, recs, ends, sizes), ppos)]
         if nl:
             feeds.append((GroupFeed(self._lbm, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
