@@ -39,6 +39,16 @@ def test_sort_records_equals_list_sort(recs: list[bytes]) -> None:
     assert got == sorted(recs + recs[:1])
 
 
+def test_sort_records_of_long_shared_prefixes() -> None:
+    """Records alike for 5000 bytes and more: the levels give way to whole compares."""
+    base = b"p" * 5000
+    recs = [base + bytes([i % 7]) * (i % 40) + bytes([i % 251]) for i in range(3000)]
+    recs += [base[: 4090 + i % 20] for i in range(50)]
+    got = list(reversed(recs))
+    _blockc.sort_records(got)
+    assert got == sorted(recs)
+
+
 def test_sort_records_refuses_what_is_not_bytes() -> None:
     with pytest.raises(TypeError, match="item 1 is str"):
         _blockc.sort_records([b"a", "b"])

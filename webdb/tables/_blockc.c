@@ -1042,6 +1042,10 @@ static void sort_by_key(SortItem *it, Py_ssize_t n) {
  * integer compares, not calls through bytes' rich compare, and each level reads each record
  * once). */
 static void sort_level(SortItem *it, Py_ssize_t n, Py_ssize_t off) {
+    if (off >= 4096) { /* records alike this far are rare: whole compares bound the recursion */
+        qsort(it, (size_t)n, sizeof(SortItem), sort_cmp_bytes);
+        return;
+    }
     for (;;) {
         int shorter = 0, same = 1; /* shorter: a record ends within these 16 bytes */
         for (Py_ssize_t i = 0; i < n; i++) {
