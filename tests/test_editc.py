@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from webdb import sortbuf
 from webdb.tables import block as codec
 from webdb.writer import columns, writer
 from webdb.writer import edits as E
@@ -50,6 +51,9 @@ def test_sort_records_of_long_shared_prefixes() -> None:
 
 
 def test_sort_records_refuses_what_is_not_bytes() -> None:
+    recs = [b"b", bytearray(b"a"), b"c"]
+    sortbuf.sort_records(recs)  # the wrapper then sorts as list.sort does
+    assert recs == [b"a", b"b", b"c"]
     with pytest.raises(TypeError, match="item 1 is str"):
         _blockc.sort_records([b"a", "b"])
     with pytest.raises(TypeError, match="needs a list"):

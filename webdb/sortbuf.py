@@ -31,9 +31,12 @@ def sort_records(recs: list[bytes]) -> None:
     Cost: O(n log n) compares, 16 bytes per record of scratch while it runs."""
     c = block._blockc
     if c is not None:
-        c.sort_records(recs)
-    else:
-        recs.sort()
+        try:
+            c.sort_records(recs)
+            return
+        except TypeError:  # an item that is not bytes (the list is untouched): list.sort's order
+            pass
+    recs.sort()
 
 
 class SortBuffer:
