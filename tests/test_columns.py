@@ -134,6 +134,27 @@ def test_a_bad_link_url_is_named_and_what_came_before_it_stays(tmp_path: Path) -
 
 
 @pytest.mark.timeout(120)
+def test_offsets_outside_the_data_go_call_by_call(tmp_path: Path) -> None:
+    """A link whose offsets fall outside ``data``: the block path declines and the calls (which
+    slice as Python does) name the link, after the same edits as the calls."""
+    rng = random.Random(6)
+    b = block(rng, 30)
+    bad = next(i for i, m in enumerate(b.nlinks) if m)
+    first = sum(b.nlinks[:bad])
+    b.url_end = list(b.url_end)
+    b.url_end[first] = len(b.data) + 5  # the url runs into its anchor (0x1f): refused
+
+    def apply(how):
+        def run(log: EditLog) -> None:
+            with pytest.raises(webdb.BadInput):
+                how([b])(log)
+
+        return run
+
+    assert edit_files(tmp_path, "numpy", apply(by_blocks)) == edit_files(tmp_path, "calls", apply(by_calls))
+
+
+@pytest.mark.timeout(120)
 def test_round_tsv_blocks_equal_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """bench/roundtsv.py a block at a time and line by line: the same edit files; a bad line
     is named by its line number either way."""
