@@ -346,6 +346,24 @@ def merge_sorted(parts: list[tuple[list[bytes], list[bytes], bool]]) -> tuple[li
     return _blockc.merge(parts) if _blockc is not None else None
 
 
+def range_diff(
+    ok: list[bytes], ov: list[bytes], new, lo: bytes, hi: bytes, out_k: list[bytes], out_v: list[bytes]
+) -> int | None:
+    """One range's step of ``LevelCursor.merge_ranges`` in C (``_blockc.diff``): the changes
+    from the stored records (``ok``, ``ov``) to ``new`` (a ``Splice`` or the range's new (keys,
+    values)) appended to ``out_k``, ``out_v`` as delta records; returns the change in live
+    records.  None, nothing appended, when not compiled or for input it declines (keys out of
+    order or range: the Python code names them)."""
+    return _blockc.diff(ok, ov, new, lo, hi, out_k, out_v) if _blockc is not None else None
+
+
+def pack_edits(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes] | None:
+    """Edit records ``key + prefix + seq counter (n0 + 1, ...; 5 bytes BE) + value + key length``
+    (``webdb.writer.edits.pack``) in C (``_blockc.pack_edits``); None when not compiled or for
+    input it declines (the Python code raises)."""
+    return _blockc.pack_edits(keys, values, prefix, n0) if _blockc is not None else None
+
+
 def make_links(
     keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
 ) -> list | None:

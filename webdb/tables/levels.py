@@ -22,7 +22,7 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import merge_sorted
+from webdb.tables.block import merge_sorted, range_diff
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
@@ -366,7 +366,10 @@ class LevelCursor:
             for lo, hi, payload in groups:
                 ok, ov = self._range(lo, hi)
                 r = combine(lo, ok, lambda ov=ov: ov, payload)
-                if type(r) is Splice:
+                d = range_diff(ok, ov, r, lo, hi, out_k, out_v)  # in C when compiled
+                if d is not None:
+                    live += d
+                elif type(r) is Splice:
                     old = dict(zip(ok, ov)) if ok else {}
                     prev = None
                     for k, v in r:

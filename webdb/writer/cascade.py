@@ -30,6 +30,7 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
+from webdb.tables.block import pack_edits
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
@@ -94,13 +95,14 @@ class Emitter:
     def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
         """``add`` for many edits at once (one list comprehension instead of n calls)."""
         n0, pre = self.n, self.prefix
-        self.n += len(keys)
-        self.buf.extend(
-            [
+        recs = pack_edits(keys, values, pre, n0)  # in C when compiled
+        if recs is None:
+            recs = [
                 k + pre + (n0 + i).to_bytes(5, "big") + v + (len(k) + 8).to_bytes(2, "little")
                 for i, (k, v) in enumerate(zip(keys, values), 1)
             ]
-        )
+        self.n += len(keys)
+        self.buf.extend(recs)
 
     def _route(self, recs: Iterator[bytes] | list[bytes]) -> None:
         self.files += 1
