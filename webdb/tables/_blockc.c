@@ -1138,6 +1138,37 @@ static PyObject *c_pack_edits(PyObject *self, PyObject *const *args, Py_ssize_t 
     return res;
 }
 
+PyDoc_STRVAR(span_doc,
+             "span(raw, n, lo, hi) -> (keys, values, next): the records with lo <= key < hi (hi None: to "
+             "the end of the block) and the key of the first record past them, None if none is (Seeker."
+             "range on one block, without splitting out the block's keys).");
+
+static PyObject *c_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Block b;
+    PyObject *keys = NULL, *vals = NULL, *nxt;
+    if (nargs != 4 || !PyBytes_Check(args[2]) || (args[3] != Py_None && !PyBytes_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "span(raw: bytes, n: int, lo: bytes, hi: bytes | None)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (block_of(args[0], n, &b) < 0) return NULL;
+    Py_ssize_t j1 = lower_bound(&b, 0, PyBytes_AS_STRING(args[2]), PyBytes_GET_SIZE(args[2]));
+    Py_ssize_t j2 = args[3] == Py_None ? n : lower_bound(&b, j1, PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]));
+    if (split_into(&b, j1, j2, &keys, &vals) < 0) goto fail;
+    if (j2 < n) {
+        if (!(nxt = slice(&b, rec_start(&b, j2), key_end(&b, j2)))) goto fail;
+    } else {
+        nxt = Py_None;
+        Py_INCREF(nxt);
+    }
+    return Py_BuildValue("(NNN)", keys, vals, nxt);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1158,6 +1189,7 @@ static PyMethodDef methods[] = {
     {"has_control", c_has_control, METH_VARARGS, has_control_doc},
     {"diff", (PyCFunction)(void (*)(void))c_diff, METH_FASTCALL, diff_doc},
     {"pack_edits", (PyCFunction)(void (*)(void))c_pack_edits, METH_FASTCALL, pack_edits_doc},
+    {"span", (PyCFunction)(void (*)(void))c_span, METH_FASTCALL, span_doc},
     {NULL, NULL, 0, NULL},
 };
 

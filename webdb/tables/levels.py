@@ -22,7 +22,7 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import merge_sorted, range_diff
+from webdb.tables.block import _blockc, merge_sorted, range_diff
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
@@ -30,6 +30,7 @@ from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
 T = TypeVar("T")
+_span = _blockc.span if _blockc is not None else None
 
 PUT = b"\x01"
 DEL = b"\x00"
@@ -81,12 +82,17 @@ class Seeker:
         # left), so the caller can skip a file with nothing in the next range without a call.
         self.nxt = b""
 
-    def _at(self, b: int) -> list[bytes]:
-        if b != self.bi or self.keys is None:
+    def _block(self, b: int):
+        if b != self.bi or self.rb is None:
             self.rb = self.t.raw(b, fill_cache=False)
-            self.keys = self.rb.keys()
+            self.keys = None
             self.bi = b
             self.decoded += 1
+        return self.rb
+
+    def _at(self, b: int) -> list[bytes]:
+        if b != self.bi or self.keys is None:
+            self.keys = self._block(b).keys()
         return self.keys
 
     def get(self, key: bytes) -> bytes | None:
@@ -105,6 +111,24 @@ class Seeker:
         b = bisect_left(lk, lo, self.bi)
         ks: list[bytes] = []
         vs: list[bytes] = []
+        if _span is not None:
+            # Compiled: one C call per block searches the block's offsets in place, so the keys of
+            # the records no range asks for are never split out.
+            while b < n and (hi is None or fk[b] < hi):
+                rb = self._block(b)
+                k, v, nx = _span(rb.raw, rb.n, lo, hi)
+                if k:
+                    if ks:
+                        ks += k
+                        vs += v
+                    else:
+                        ks, vs = k, v
+                if nx is not None:
+                    self.nxt = nx
+                    return ks, vs
+                b += 1
+            self.nxt = fk[b] if b < n else _END
+            return ks, vs
         while b < n and (hi is None or fk[b] < hi):
             keys = self._at(b)
             j1 = bisect_left(keys, lo)
