@@ -1169,6 +1169,107 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(lbu_groups_doc,
+             "lbu_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
+             "key = url 0x00 tag [fromID(16) op], E.pack layout) cut into one group per url: (url + "
+             "0x00, url + 0x01, (url, notice or None, [(fromID, op, value)])), the last notice of a url "
+             "winning.  Unless final, the last url's group is left (it may go on in the next records): "
+             "used is the index of its first record.  None for a record the Python code would fail on.");
+
+static PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "lbu_groups(recs: list, final: bool)");
+        return NULL;
+    }
+    PyObject *recs = args[0];
+    int final = PyObject_IsTrue(args[1]);
+    if (final < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(recs);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *r = PyList_GET_ITEM(recs, j);
+        if (!PyBytes_Check(r)) Py_RETURN_NONE;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(r);
+        Py_ssize_t L = PyBytes_GET_SIZE(r);
+        if (L < 2) Py_RETURN_NONE;
+        Py_ssize_t kl = p[L - 2] | (p[L - 1] << 8);
+        const unsigned char *z = memchr(p, 0, (size_t)L);
+        if (!z) Py_RETURN_NONE;
+        Py_ssize_t i = z - p;
+        if (i + 1 >= L) Py_RETURN_NONE;
+        if (p[i + 1] == 0 ? kl >= L : i + 18 >= L) Py_RETURN_NONE;
+    }
+    /* Nothing below calls Python code: the list cannot change under the loop. */
+    PyObject *groups = PyList_New(0), *url = NULL, *ledits = NULL, *notice = NULL;
+    Py_ssize_t gstart = 0;
+    if (!groups) return NULL;
+    for (Py_ssize_t j = 0; j <= n; j++) {
+        const unsigned char *p = NULL;
+        Py_ssize_t L = 0, i = 0;
+        if (j < n) {
+            PyObject *r = PyList_GET_ITEM(recs, j);
+            p = (const unsigned char *)PyBytes_AS_STRING(r);
+            L = PyBytes_GET_SIZE(r);
+            i = (const unsigned char *)memchr(p, 0, (size_t)L) - p;
+        }
+        int same = url && j < n && PyBytes_GET_SIZE(url) == i && memcmp(PyBytes_AS_STRING(url), p, (size_t)i) == 0;
+        if (url && !same && (j < n || final)) {
+            /* The group of url ends here. */
+            Py_ssize_t ul = PyBytes_GET_SIZE(url);
+            PyObject *a = PyBytes_FromStringAndSize(NULL, ul + 1), *b = a ? PyBytes_FromStringAndSize(NULL, ul + 1) : NULL;
+            if (!b) {
+                Py_XDECREF(a);
+                goto fail;
+            }
+            memcpy(PyBytes_AS_STRING(a), PyBytes_AS_STRING(url), (size_t)ul);
+            memcpy(PyBytes_AS_STRING(b), PyBytes_AS_STRING(url), (size_t)ul);
+            PyBytes_AS_STRING(a)[ul] = 0;
+            PyBytes_AS_STRING(b)[ul] = 1;
+            PyObject *g = Py_BuildValue("(NN(OOO))", a, b, url, notice ? notice : Py_None, ledits);
+            if (!g || PyList_Append(groups, g) < 0) {
+                Py_XDECREF(g);
+                goto fail;
+            }
+            Py_DECREF(g);
+            Py_CLEAR(url);
+            Py_CLEAR(ledits);
+            Py_CLEAR(notice);
+        }
+        if (j == n) break;
+        if (!same) {
+            gstart = j;
+            if (!(url = PyBytes_FromStringAndSize((const char *)p, i)) || !(ledits = PyList_New(0))) goto fail;
+        }
+        Py_ssize_t kl = p[L - 2] | (p[L - 1] << 8);
+        if (p[i + 1] == 0) {
+            Py_XSETREF(notice, PyLong_FromLong(p[kl]));
+            if (!notice) goto fail;
+        } else {
+            Py_ssize_t fs = i + 2, fe = i + 18, vs = kl, ve = L - 2;
+            if (vs > L) vs = L;
+            if (ve < vs) ve = vs;
+            PyObject *t = Py_BuildValue("(y#iy#)", (const char *)p + fs, fe - fs, (int)p[i + 18], (const char *)p + vs,
+                                        ve - vs);
+            if (!t || PyList_Append(ledits, t) < 0) {
+                Py_XDECREF(t);
+                goto fail;
+            }
+            Py_DECREF(t);
+        }
+    }
+    /* Not final: the last url's group (still in url) is left for the next call. */
+    Py_ssize_t used = url ? gstart : n;
+    Py_XDECREF(url);
+    Py_XDECREF(ledits);
+    Py_XDECREF(notice);
+    return Py_BuildValue("(Nn)", groups, used);
+fail:
+    Py_XDECREF(url);
+    Py_XDECREF(ledits);
+    Py_XDECREF(notice);
+    Py_DECREF(groups);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1190,6 +1291,7 @@ static PyMethodDef methods[] = {
     {"diff", (PyCFunction)(void (*)(void))c_diff, METH_FASTCALL, diff_doc},
     {"pack_edits", (PyCFunction)(void (*)(void))c_pack_edits, METH_FASTCALL, pack_edits_doc},
     {"span", (PyCFunction)(void (*)(void))c_span, METH_FASTCALL, span_doc},
+    {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -364,6 +364,13 @@ def pack_edits(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -
     return _blockc.pack_edits(keys, values, prefix, n0) if _blockc is not None else None
 
 
+def lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
+    """Stage 4's edit records cut into groups per url in C (``_blockc.lbu_groups``; the
+    reference is ``webdb.writer.cascade._lbu_groups``); None when not compiled or for a record
+    it declines."""
+    return _blockc.lbu_groups(recs, final) if _blockc is not None else None
+
+
 def make_links(
     keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
 ) -> list | None:

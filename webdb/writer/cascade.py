@@ -30,7 +30,7 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables.block import pack_edits
+from webdb.tables.block import lbu_groups, pack_edits
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
@@ -569,32 +569,65 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
-    def groups():
-        gu: bytes | None = None
-        notice: int | None = None
-        ledits: list[tuple[bytes, int, bytes]] = []
-        notice_tag = E.TAG4_NOTICE[0]
-        for rec in merge_files(job["inputs"], KIND_EDITS):
-            # The edit record read in place (E.pack): key = url 0x00 tag [fromID op], value at kl.
-            kl = rec[-2] | (rec[-1] << 8)
-            i = rec.index(b"\x00")
-            url_b = rec[:i]
-            if url_b != gu:
-                if gu is not None:
-                    yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
-                gu, notice, ledits = url_b, None, []
-            if rec[i + 1] == notice_tag:
-                notice = rec[kl]
-            else:
-                ledits.append((rec[i + 2 : i + 18], rec[i + 18], rec[kl:-2]))
-        if gu is not None:
-            yield gu + b"\x00", gu + b"\x01", (gu, notice, ledits)
-
-    cur.merge_ranges(groups(), combine)
+    cur.merge_ranges(_batched_groups(job, lbu_groups, _lbu_groups), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
+
+
+def _lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
+    """Stage 4's edit records cut into one group per url, ``(url 0x00, url 0x01, (url, notice,
+    [(fromID, op, value)]))`` (the last notice of a url wins).  Unless ``final`` the last url's
+    group is left, as it may go on in the next records: returns the groups and the index of its
+    first record.  (``_blockc.lbu_groups`` is this in C.)"""
+    out = []
+    gu: bytes | None = None
+    notice: int | None = None
+    ledits: list[tuple[bytes, int, bytes]] = []
+    start = 0
+    notice_tag = E.TAG4_NOTICE[0]
+    for j, rec in enumerate(recs):
+        # The edit record read in place (E.pack): key = url 0x00 tag [fromID op], value at kl.
+        kl = rec[-2] | (rec[-1] << 8)
+        i = rec.index(b"\x00")
+        url_b = rec[:i]
+        if url_b != gu:
+            if gu is not None:
+                out.append((gu + b"\x00", gu + b"\x01", (gu, notice, ledits)))
+            gu, notice, ledits, start = url_b, None, [], j
+        if rec[i + 1] == notice_tag:
+            notice = rec[kl]
+        else:
+            ledits.append((rec[i + 2 : i + 18], rec[i + 18], rec[kl:-2]))
+    if gu is None:
+        return out, len(recs)
+    if not final:
+        return out, start
+    out.append((gu + b"\x00", gu + b"\x01", (gu, notice, ledits)))
+    return out, len(recs)
+
+
+def _batched_groups(job: dict, cut, cut_py, n: int = 512) -> Iterator:
+    """The groups of a stage's incoming edits, cut a few thousand records at a time by ``cut``
+    (in C; None: declined) or ``cut_py`` (the reference, which also names what is wrong): one
+    call per batch instead of Python work per record.  Batches are small (512 records) so that
+    most groups are consumed before the garbage collector's next young-generation pass: a batch
+    of thousands keeps thousands of containers alive across passes and costs more in the
+    collector than it saves (measured: −0.6 CPU s of stage 4 at 512 against 4096)."""
+    it = merge_files(job["inputs"], KIND_EDITS)
+    rest: list[bytes] = []
+    while True:
+        m = max(n, len(rest))  # a url's group longer than a batch: copied O(log) times, not O(len)
+        new = list(islice(it, m))
+        final = len(new) < m
+        recs = rest + new if rest else new
+        r = cut(recs, final)
+        groups, used = r if r is not None else cut_py(recs, final)
+        yield from groups
+        if final:
+            return
+        rest = recs[used:]
 
 
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
