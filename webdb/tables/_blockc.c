@@ -1270,6 +1270,99 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(lbm_groups_doc,
+             "lbm_groups(recs, final) -> (groups, used): stage 3's edit records (webdb.writer.cascade, "
+             "key = md5(16) tag [url 0x00], E.pack layout) cut into one group per md5: (md5, the end of "
+             "the md5's key range, (delete_all, [(url, value)])), of several adds of a url the last.  "
+             "Unless final, the last md5's group is left (it may go on in the next records): used is "
+             "the index of its first record.  None for a record the Python code would fail on.");
+
+static PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "lbm_groups(recs: list, final: bool)");
+        return NULL;
+    }
+    PyObject *recs = args[0];
+    int final = PyObject_IsTrue(args[1]);
+    if (final < 0) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(recs);
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *r = PyList_GET_ITEM(recs, j);
+        if (!PyBytes_Check(r)) Py_RETURN_NONE;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(r);
+        Py_ssize_t L = PyBytes_GET_SIZE(r);
+        if (L < 17) Py_RETURN_NONE;
+        Py_ssize_t kl = p[L - 2] | (p[L - 1] << 8);
+        if (p[16] != 0 && (kl - 9 < 17 || kl > L - 2)) Py_RETURN_NONE;
+    }
+    /* Nothing below calls Python code: the list cannot change under the loop. */
+    PyObject *groups = PyList_New(0), *md5 = NULL, *adds = NULL;
+    Py_ssize_t gstart = 0;
+    int del_all = 0;
+    if (!groups) return NULL;
+    for (Py_ssize_t j = 0; j <= n; j++) {
+        const unsigned char *p = NULL;
+        Py_ssize_t L = 0;
+        if (j < n) {
+            PyObject *r = PyList_GET_ITEM(recs, j);
+            p = (const unsigned char *)PyBytes_AS_STRING(r);
+            L = PyBytes_GET_SIZE(r);
+        }
+        int same = md5 && j < n && memcmp(PyBytes_AS_STRING(md5), p, 16) == 0;
+        if (md5 && !same && (j < n || final)) {
+            /* The group of md5 ends here; its range ends at the next prefix (_prefix_end). */
+            unsigned char e[17];
+            Py_ssize_t el = 16;
+            memcpy(e, PyBytes_AS_STRING(md5), 16);
+            while (el && e[el - 1] == 0xff) el--;
+            if (el) e[el - 1]++;
+            else {
+                memset(e, 0xff, 17);
+                el = 17;
+            }
+            PyObject *g = Py_BuildValue("(Oy#(OO))", md5, (const char *)e, el, del_all ? Py_True : Py_False, adds);
+            if (!g || PyList_Append(groups, g) < 0) {
+                Py_XDECREF(g);
+                goto fail;
+            }
+            Py_DECREF(g);
+            Py_CLEAR(md5);
+            Py_CLEAR(adds);
+        }
+        if (j == n) break;
+        if (!same) {
+            gstart = j;
+            del_all = 0;
+            if (!(md5 = PyBytes_FromStringAndSize((const char *)p, 16)) || !(adds = PyList_New(0))) goto fail;
+        }
+        if (p[16] == 0) {
+            del_all = 1;
+            continue;
+        }
+        Py_ssize_t kl = p[L - 2] | (p[L - 1] << 8), na = PyList_GET_SIZE(adds);
+        PyObject *t = Py_BuildValue("(y#y#)", (const char *)p + 17, kl - 9 - 17, (const char *)p + kl, L - 2 - kl);
+        if (!t) goto fail;
+        PyObject *last = na ? PyTuple_GET_ITEM(PyList_GET_ITEM(adds, na - 1), 0) : NULL;
+        if (last && bytes_eq(last, PyTuple_GET_ITEM(t, 0))) {
+            PyList_SetItem(adds, na - 1, t); /* the last add of a url wins; steals t */
+        } else {
+            int e = PyList_Append(adds, t);
+            Py_DECREF(t);
+            if (e < 0) goto fail;
+        }
+    }
+    /* Not final: the last md5's group (still in md5) is left for the next call. */
+    Py_ssize_t used = md5 ? gstart : n;
+    Py_XDECREF(md5);
+    Py_XDECREF(adds);
+    return Py_BuildValue("(Nn)", groups, used);
+fail:
+    Py_XDECREF(md5);
+    Py_XDECREF(adds);
+    Py_DECREF(groups);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1292,6 +1385,7 @@ static PyMethodDef methods[] = {
     {"pack_edits", (PyCFunction)(void (*)(void))c_pack_edits, METH_FASTCALL, pack_edits_doc},
     {"span", (PyCFunction)(void (*)(void))c_span, METH_FASTCALL, span_doc},
     {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
+    {"lbm_groups", (PyCFunction)(void (*)(void))c_lbm_groups, METH_FASTCALL, lbm_groups_doc},
     {NULL, NULL, 0, NULL},
 };
 

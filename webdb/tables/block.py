@@ -371,6 +371,13 @@ def lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
     return _blockc.lbu_groups(recs, final) if _blockc is not None else None
 
 
+def lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
+    """Stage 3's edit records cut into groups per md5 in C (``_blockc.lbm_groups``; the
+    reference is ``webdb.writer.cascade._lbm_groups``); None when not compiled or for a record
+    it declines."""
+    return _blockc.lbm_groups(recs, final) if _blockc is not None else None
+
+
 def make_links(
     keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
 ) -> list | None:

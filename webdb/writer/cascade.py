@@ -30,7 +30,7 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables.block import lbu_groups, pack_edits
+from webdb.tables.block import lbm_groups, lbu_groups, pack_edits
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
@@ -477,31 +477,7 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
 
-    def groups():
-        gm: bytes | None = None
-        del_all = False
-        adds: list[tuple[bytes, bytes]] = []
-        del_tag = E.TAG3_DEL_ALL[0]
-        for rec in merge_files(job["inputs"], KIND_EDITS):
-            # The edit record read in place (E.pack): key = md5 tag [url 0x00], value at kl.
-            kl = rec[-2] | (rec[-1] << 8)
-            md5 = rec[:16]
-            if md5 != gm:
-                if gm is not None:
-                    yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
-                gm, del_all, adds = md5, False, []
-            if rec[16] == del_tag:
-                del_all = True
-            else:
-                u = rec[17 : kl - 9]
-                if adds and adds[-1][0] == u:
-                    adds[-1] = (u, rec[kl:-2])
-                else:
-                    adds.append((u, rec[kl:-2]))
-        if gm is not None:
-            yield gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)
-
-    cur.merge_ranges(groups(), combine)
+    cur.merge_ranges(_batched_groups(job, lbm_groups, _lbm_groups), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {4: em4.finish()}
@@ -574,6 +550,40 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
+
+
+def _lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
+    """Stage 3's edit records cut into one group per md5, ``(md5, end of its key range,
+    (delete_all, [(url, value)]))``, of several adds of a url the last; the rest as
+    ``_lbu_groups``.  (``_blockc.lbm_groups`` is this in C.)"""
+    out = []
+    gm: bytes | None = None
+    del_all = False
+    adds: list[tuple[bytes, bytes]] = []
+    start = 0
+    del_tag = E.TAG3_DEL_ALL[0]
+    for j, rec in enumerate(recs):
+        # The edit record read in place (E.pack): key = md5 tag [url 0x00], value at kl.
+        kl = rec[-2] | (rec[-1] << 8)
+        md5 = rec[:16]
+        if md5 != gm:
+            if gm is not None:
+                out.append((gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
+            gm, del_all, adds, start = md5, False, [], j
+        if rec[16] == del_tag:
+            del_all = True
+        else:
+            u = rec[17 : kl - 9]
+            if adds and adds[-1][0] == u:
+                adds[-1] = (u, rec[kl:-2])
+            else:
+                adds.append((u, rec[kl:-2]))
+    if gm is None:
+        return out, len(recs)
+    if not final:
+        return out, start
+    out.append((gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
+    return out, len(recs)
 
 
 def _lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
