@@ -384,59 +384,13 @@ class LevelCursor:
         # order check in C), not one ``_put`` call per record: this loop is stages 3-4's.
         out_k: list[bytes] = []
         out_v: list[bytes] = []
-        ak, av = out_k.append, out_v.append
         live = 0
         try:
             for lo, hi, payload in groups:
                 ok, ov = self._range(lo, hi)
                 r = combine(lo, ok, lambda ov=ov: ov, payload)
                 d = range_diff(ok, ov, r, lo, hi, out_k, out_v)  # in C when compiled
-                if d is not None:
-                    live += d
-                elif type(r) is Splice:
-                    old = dict(zip(ok, ov)) if ok else {}
-                    prev = None
-                    for k, v in r:
-                        if k < lo or k >= hi or (prev is not None and k <= prev):
-                            raise AssertionError(f"{self.out.path}: splice key {k!r:.80} out of order or range")
-                        prev = k
-                        o = old.get(k)
-                        if v is None:
-                            if o is not None:
-                                ak(k)
-                                av(DEL)
-                                live -= 1
-                        elif o is None:
-                            ak(k)
-                            av(PUT + v)
-                            live += 1
-                        elif v != o:
-                            ak(k)
-                            av(PUT + v)
-                else:
-                    rk, rv = r
-                    if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
-                        raise AssertionError(f"{self.out.path}: merged keys out of order or range at {lo!r:.80}")
-                    # Both sides sorted: walk them together, keeping only the differences.
-                    i = j = 0
-                    no, nn = len(ok), len(rk)
-                    while i < no or j < nn:
-                        if j == nn or (i < no and ok[i] < rk[j]):
-                            ak(ok[i])
-                            av(DEL)
-                            live -= 1
-                            i += 1
-                        elif i == no or rk[j] < ok[i]:
-                            ak(rk[j])
-                            av(PUT + rv[j])
-                            live += 1
-                            j += 1
-                        else:
-                            if rv[j] != ov[i]:
-                                ak(rk[j])
-                                av(PUT + rv[j])
-                            i += 1
-                            j += 1
+                live += d if d is not None else diff_py(ok, ov, r, lo, hi, out_k, out_v, self.out.path)
                 if len(out_k) >= 4096:
                     self.out.add_many(out_k, out_v)
                     out_k.clear()
@@ -447,6 +401,63 @@ class LevelCursor:
 
     def finish(self) -> None:
         pass  # nothing is carried over: what is not in the run is in the levels below it
+
+
+def diff_py(
+    ok: list[bytes], ov: list[bytes], r, lo: bytes, hi: bytes, out_k: list[bytes], out_v: list[bytes], path: str
+) -> int:
+    """One range's step of ``LevelCursor.merge_ranges``: the changes from the stored records
+    (``ok``, ``ov``) to a combine's result ``r`` — a ``Splice`` or the range's new (keys,
+    values) — appended to ``out_k``, ``out_v`` as a delta run holds them (PUT + value, DEL for
+    a removed key, an unchanged record not at all); returns the change in live records.  The
+    reference of ``_blockc.diff`` (``block.range_diff``); ``path`` names the run in errors."""
+    ak, av = out_k.append, out_v.append
+    live = 0
+    if type(r) is Splice:
+        old = dict(zip(ok, ov)) if ok else {}
+        prev = None
+        for k, v in r:
+            if k < lo or k >= hi or (prev is not None and k <= prev):
+                raise AssertionError(f"{path}: splice key {k!r:.80} out of order or range")
+            prev = k
+            o = old.get(k)
+            if v is None:
+                if o is not None:
+                    ak(k)
+                    av(DEL)
+                    live -= 1
+            elif o is None:
+                ak(k)
+                av(PUT + v)
+                live += 1
+            elif v != o:
+                ak(k)
+                av(PUT + v)
+        return live
+    rk, rv = r
+    if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
+        raise AssertionError(f"{path}: merged keys out of order or range at {lo!r:.80}")
+    # Both sides sorted: walk them together, keeping only the differences.
+    i = j = 0
+    no, nn = len(ok), len(rk)
+    while i < no or j < nn:
+        if j == nn or (i < no and ok[i] < rk[j]):
+            ak(ok[i])
+            av(DEL)
+            live -= 1
+            i += 1
+        elif i == no or rk[j] < ok[i]:
+            ak(rk[j])
+            av(PUT + rv[j])
+            live += 1
+            j += 1
+        else:
+            if rv[j] != ov[i]:
+                ak(rk[j])
+                av(PUT + rv[j])
+            i += 1
+            j += 1
+    return live
 
 
 def written(
