@@ -238,3 +238,25 @@ def test_pure_python_env_has_no_compiled_helpers():
         assert block.pack_edits([], [], b"abc", 0) is None
         assert block.lbu_groups([], True) is None
         assert block.lbm_groups([], True) is None
+
+
+_link = st.binary(max_size=14)
+
+
+@given(st.dictionaries(_url, _link, max_size=12), st.dictionaries(_url, _link, max_size=12), st.data())
+def test_lbm_adds_c_matches_python(stored, added, data):
+    md5 = data.draw(_md5)
+    ok = [md5 + u for u in sorted(stored)]
+    ov = [stored[u] for u in sorted(stored)]
+    # Some adds re-add a stored link with only its flag byte changed (not emitted).
+    for u in data.draw(st.lists(st.sampled_from(sorted(stored)), max_size=4) if stored else st.just([])):
+        v = stored[u]
+        added[u] = v[:8] + bytes(((v[8] ^ 1) if len(v) > 8 else 0,)) + v[9:] if len(v) > 8 else v
+    adds = sorted(added.items())
+    tail = E.lbu_link_tail(md5, E.OP4_ADD)
+    want = cascade._lbm_adds(md5, ok, ov, adds, tail)
+    assert want[2] == [(md5 + k[: -len(tail)], v) for k, v in zip(want[0], want[1])]
+    if _blockc is not None:
+        assert _blockc.lbm_adds(md5, ok, ov, adds, tail) == want
+        assert _blockc.lbm_adds(md5, ok, ov, adds[::-1], tail) is None or len(adds) < 2
+        assert _blockc.lbm_adds(md5, [b"x" + k for k in ok], ov, adds, tail) is None or not ok

@@ -1363,6 +1363,88 @@ fail:
     return NULL;
 }
 
+/* pagecodec.link_same_but_flag: a[:8] == b[:8] and a[9:] == b[9:] (Python's clamped slices). */
+static int same_but_flag(PyObject *a, PyObject *b) {
+    Py_ssize_t la = PyBytes_GET_SIZE(a), lb = PyBytes_GET_SIZE(b);
+    const char *pa = PyBytes_AS_STRING(a), *pb = PyBytes_AS_STRING(b);
+    Py_ssize_t ha = la < 8 ? la : 8, hb = lb < 8 ? lb : 8, ta = la > 9 ? la - 9 : 0, tb = lb > 9 ? lb - 9 : 0;
+    return ha == hb && ta == tb && memcmp(pa, pb, (size_t)ha) == 0 && (ta == 0 || memcmp(pa + 9, pb + 9, (size_t)ta) == 0);
+}
+
+PyDoc_STRVAR(lbm_adds_doc,
+             "lbm_adds(md5, ok, ov, adds, tail) -> (emit_keys, emit_values, splice): stage 3's link adds of "
+             "one md5 (cascade._lbm_adds in C).  ok, ov: the md5's stored links (keys md5 + url, "
+             "sorted); adds: (url, value) in increasing url order.  An add whose url is not stored, or "
+             "whose value differs from the stored one but in the flag byte, is emitted (url + tail, "
+             "value) and spliced (md5 + url, value).  None for input it declines (not sorted, a key "
+             "without the md5, an item that is not bytes): the Python code runs.");
+
+static PyObject *c_lbm_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2]) ||
+        !PyList_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "lbm_adds(md5: bytes, ok: list, ov: list, adds: list, tail: bytes)");
+        return NULL;
+    }
+    PyObject *md5 = args[0], *ok = args[1], *ov = args[2], *adds = args[3], *tail = args[4];
+    Py_ssize_t ml = PyBytes_GET_SIZE(md5), no = PyList_GET_SIZE(ok), na = PyList_GET_SIZE(adds);
+    Py_ssize_t tl = PyBytes_GET_SIZE(tail);
+    if (PyList_GET_SIZE(ov) != no || !sorted_bytes(ok)) Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < no; i++) {
+        PyObject *k = PyList_GET_ITEM(ok, i);
+        if (!PyBytes_Check(PyList_GET_ITEM(ov, i)) || PyBytes_GET_SIZE(k) < ml ||
+            memcmp(PyBytes_AS_STRING(k), PyBytes_AS_STRING(md5), (size_t)ml) != 0)
+            Py_RETURN_NONE;
+    }
+    for (Py_ssize_t j = 0; j < na; j++) {
+        PyObject *t = PyList_GET_ITEM(adds, j);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(t, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(t, 1)))
+            Py_RETURN_NONE;
+        if (j && bytes_cmp(PyTuple_GET_ITEM(PyList_GET_ITEM(adds, j - 1), 0), PyTuple_GET_ITEM(t, 0)) >= 0)
+            Py_RETURN_NONE;
+    }
+    /* Nothing below calls Python code: the lists cannot change under the loop. */
+    PyObject *ek = PyList_New(0), *ev = PyList_New(0), *sp = PyList_New(0);
+    if (!ek || !ev || !sp) goto fail;
+    Py_ssize_t i = 0;
+    for (Py_ssize_t j = 0; j < na; j++) {
+        PyObject *t = PyList_GET_ITEM(adds, j), *u = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
+        Py_ssize_t ul = PyBytes_GET_SIZE(u);
+        int c = 1;
+        /* The stored key's url part (key[ml:]) against u. */
+        while (i < no) {
+            PyObject *k = PyList_GET_ITEM(ok, i);
+            Py_ssize_t kl = PyBytes_GET_SIZE(k) - ml, m = kl < ul ? kl : ul;
+            c = m ? memcmp(PyBytes_AS_STRING(k) + ml, PyBytes_AS_STRING(u), (size_t)m) : 0;
+            if (!c) c = kl < ul ? -1 : (kl > ul ? 1 : 0);
+            if (c >= 0) break;
+            i++;
+        }
+        if (i < no && c == 0 && same_but_flag(PyList_GET_ITEM(ov, i), v)) continue;
+        PyObject *a = PyBytes_FromStringAndSize(NULL, ul + tl), *b = a ? PyBytes_FromStringAndSize(NULL, ml + ul) : NULL;
+        if (!b) {
+            Py_XDECREF(a);
+            goto fail;
+        }
+        memcpy(PyBytes_AS_STRING(a), PyBytes_AS_STRING(u), (size_t)ul);
+        memcpy(PyBytes_AS_STRING(a) + ul, PyBytes_AS_STRING(tail), (size_t)tl);
+        memcpy(PyBytes_AS_STRING(b), PyBytes_AS_STRING(md5), (size_t)ml);
+        memcpy(PyBytes_AS_STRING(b) + ml, PyBytes_AS_STRING(u), (size_t)ul);
+        PyObject *pair = PyTuple_Pack(2, b, v);
+        int e = !pair || PyList_Append(ek, a) < 0 || PyList_Append(ev, v) < 0 || PyList_Append(sp, pair) < 0;
+        Py_DECREF(a);
+        Py_DECREF(b);
+        Py_XDECREF(pair);
+        if (e) goto fail;
+    }
+    return Py_BuildValue("(NNN)", ek, ev, sp);
+fail:
+    Py_XDECREF(ek);
+    Py_XDECREF(ev);
+    Py_XDECREF(sp);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1386,6 +1468,7 @@ static PyMethodDef methods[] = {
     {"span", (PyCFunction)(void (*)(void))c_span, METH_FASTCALL, span_doc},
     {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
     {"lbm_groups", (PyCFunction)(void (*)(void))c_lbm_groups, METH_FASTCALL, lbm_groups_doc},
+    {"lbm_adds", (PyCFunction)(void (*)(void))c_lbm_adds, METH_FASTCALL, lbm_adds_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -378,6 +378,14 @@ def lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
     return _blockc.lbm_groups(recs, final) if _blockc is not None else None
 
 
+def lbm_adds(
+    md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
+) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]] | None:
+    """Stage 3's new or changed links of one md5 in C (``_blockc.lbm_adds``; the reference is
+    ``webdb.writer.cascade._lbm_adds``); None when not compiled or for input it declines."""
+    return _blockc.lbm_adds(md5, ok, ov, adds, tail) if _blockc is not None else None
+
+
 def make_links(
     keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
 ) -> list | None:

@@ -30,7 +30,7 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables.block import lbm_groups, lbu_groups, pack_edits
+from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, pack_edits
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
@@ -441,23 +441,18 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
             adds = []
         if not adds and not del_all:
             return Splice()
-        old = dict(zip([k[16:] for k in ok], old_values()))
         tail = E.lbu_link_tail(md5, E.OP4_ADD)
-        ek: list[bytes] = []
-        ev: list[bytes] = []
         if not del_all:
             # Only new or changed links are written; the stored ones stay as bytes (a re-add of
-            # the same link keeps the stored flag and emits nothing).
-            sp = Splice()
-            for u, v in adds:  # in url order; the last add of a url won already
-                prev = old.get(u)
-                if prev is None or not link_same_but_flag(prev, v):
-                    ek.append(u + tail)
-                    ev.append(v)
-                    sp.append((md5 + u, v))
+            # the same link keeps the stored flag and emits nothing).  In C when compiled.
+            r = lbm_adds(md5, ok, old_values(), adds, tail)
+            ek, ev, sp = r if r is not None else _lbm_adds(md5, ok, old_values(), adds, tail)
             if ek:
                 em4.add_many(ek, ev)
-            return sp
+            return Splice(sp)
+        old = dict(zip([k[16:] for k in ok], old_values()))
+        ek: list[bytes] = []
+        ev: list[bytes] = []
         new: dict[bytes, bytes] = {}
         for u, v in adds:
             prev = old.get(u)
@@ -550,6 +545,26 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
+
+
+def _lbm_adds(
+    md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
+) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]]:
+    """Stage 3's link adds of an md5 without a delete-all: the new or changed ones (a url not
+    stored, or a value that differs but in the flag) as the edits to emit (url + ``tail``,
+    value) and the splice of the md5's range (md5 + url, value).  ``ok``, ``ov``: the md5's
+    stored links; ``adds`` in url order, one per url.  (``_blockc.lbm_adds`` is this in C.)"""
+    old = dict(zip([k[16:] for k in ok], ov))
+    ek: list[bytes] = []
+    ev: list[bytes] = []
+    sp: list[tuple[bytes, bytes]] = []
+    for u, v in adds:
+        prev = old.get(u)
+        if prev is None or not link_same_but_flag(prev, v):
+            ek.append(u + tail)
+            ev.append(v)
+            sp.append((md5 + u, v))
+    return ek, ev, sp
 
 
 def _lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
