@@ -1445,6 +1445,114 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(lbu_splice_doc,
+             "lbu_splice(start, url, ledits, state_of, tail) -> (state, splice, fix): stage 4's link edits "
+             "of a url without a target notice (cascade._lbu_splice in C).  ledits: (fromID, op, value) "
+             "in fromID order; the last edit of a fromID wins (op 1 adds, 0 deletes).  If any link is "
+             "added, state = state_of(url) (the target's state, called once), else -1.  State 0 (absent): "
+             "(0, None, []).  Else the splice [(start + fromID, value or None)], each added link's flag "
+             "byte set to the target's (1 if state is 2, else 0) where it differs, and fix the fromID + "
+             "tail of each link whose flag was set.  None for input it declines (fromIDs out of order, "
+             "an added value without a flag byte, an item of the wrong type).");
+
+static PyObject *c_lbu_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[2]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "lbu_splice(start: bytes, url: bytes, ledits: list, state_of, tail: bytes)");
+        return NULL;
+    }
+    PyObject *start = args[0], *tail = args[4], *res = NULL, *sp = NULL, *fix = NULL;
+    /* state_of runs Python code: the edits are read from a tuple copy, which it cannot change. */
+    PyObject *ed = PyList_AsTuple(args[2]);
+    if (!ed) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(ed), sl = PyBytes_GET_SIZE(start), tl = PyBytes_GET_SIZE(tail);
+    int any_add = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *t = PyTuple_GET_ITEM(ed, j);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3 || !PyBytes_Check(PyTuple_GET_ITEM(t, 0)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(t, 1)) || !PyBytes_Check(PyTuple_GET_ITEM(t, 2)))
+            goto decline;
+        if (j && bytes_cmp(PyTuple_GET_ITEM(PyTuple_GET_ITEM(ed, j - 1), 0), PyTuple_GET_ITEM(t, 0)) > 0) goto decline;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *t = PyTuple_GET_ITEM(ed, j);
+        long op = PyLong_AsLong(PyTuple_GET_ITEM(t, 1));
+        if (op == -1 && PyErr_Occurred()) goto done;
+        int last = j + 1 == n || !bytes_eq(PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(PyTuple_GET_ITEM(ed, j + 1), 0));
+        if (op == 1 && last) {
+            any_add = 1;
+            if (PyBytes_GET_SIZE(PyTuple_GET_ITEM(t, 2)) < 9) goto decline;
+        }
+    }
+    long state = -1;
+    if (any_add) {
+        PyObject *st = PyObject_CallOneArg(args[3], args[1]);
+        if (!st) goto done;
+        state = PyLong_AsLong(st);
+        Py_DECREF(st);
+        if (state == -1 && PyErr_Occurred()) goto done;
+    }
+    if (!(fix = PyList_New(0))) goto done;
+    if (state == 0) {
+        res = Py_BuildValue("(lOO)", state, Py_None, fix);
+        goto done;
+    }
+    unsigned char flag = state == 2 ? 1 : 0;
+    if (!(sp = PyList_New(0))) goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *t = PyTuple_GET_ITEM(ed, j), *fid = PyTuple_GET_ITEM(t, 0);
+        /* The last edit of a fromID wins: skip all but it. */
+        if (j + 1 < n && bytes_eq(fid, PyTuple_GET_ITEM(PyTuple_GET_ITEM(ed, j + 1), 0))) continue;
+        Py_ssize_t fl = PyBytes_GET_SIZE(fid);
+        PyObject *v = PyTuple_GET_ITEM(t, 2), *nv, *k = PyBytes_FromStringAndSize(NULL, sl + fl);
+        if (!k) goto fail;
+        memcpy(PyBytes_AS_STRING(k), PyBytes_AS_STRING(start), (size_t)sl);
+        memcpy(PyBytes_AS_STRING(k) + sl, PyBytes_AS_STRING(fid), (size_t)fl);
+        if (PyLong_AsLong(PyTuple_GET_ITEM(t, 1)) != 1) {
+            nv = Py_None;
+            Py_INCREF(nv);
+        } else if (state > 0 && (PyBytes_AS_STRING(v)[8] & 1) != flag) {
+            /* pagecodec.link_with_flags: the flags byte replaced; and a fix-up for stage 5. */
+            Py_ssize_t vl = PyBytes_GET_SIZE(v);
+            PyObject *fk = PyBytes_FromStringAndSize(NULL, fl + tl);
+            nv = fk ? PyBytes_FromStringAndSize(PyBytes_AS_STRING(v), vl) : NULL;
+            if (!nv || PyList_Append(fix, fk) < 0) {
+                Py_XDECREF(fk);
+                Py_XDECREF(nv);
+                Py_DECREF(k);
+                goto fail;
+            }
+            memcpy(PyBytes_AS_STRING(fk), PyBytes_AS_STRING(fid), (size_t)fl);
+            memcpy(PyBytes_AS_STRING(fk) + fl, PyBytes_AS_STRING(tail), (size_t)tl);
+            Py_DECREF(fk);
+            PyBytes_AS_STRING(nv)[8] = (char)flag;
+        } else {
+            nv = v;
+            Py_INCREF(nv);
+        }
+        PyObject *pair = PyTuple_Pack(2, k, nv);
+        Py_DECREF(k);
+        Py_DECREF(nv);
+        if (!pair || PyList_Append(sp, pair) < 0) {
+            Py_XDECREF(pair);
+            goto fail;
+        }
+        Py_DECREF(pair);
+    }
+    res = Py_BuildValue("(lOO)", state, sp, fix);
+    goto done;
+decline:
+    res = Py_None;
+    Py_INCREF(res);
+    goto done;
+fail:
+    res = NULL;
+done:
+    Py_DECREF(ed);
+    Py_XDECREF(sp);
+    Py_XDECREF(fix);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1469,6 +1577,7 @@ static PyMethodDef methods[] = {
     {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
     {"lbm_groups", (PyCFunction)(void (*)(void))c_lbm_groups, METH_FASTCALL, lbm_groups_doc},
     {"lbm_adds", (PyCFunction)(void (*)(void))c_lbm_adds, METH_FASTCALL, lbm_adds_doc},
+    {"lbu_splice", (PyCFunction)(void (*)(void))c_lbu_splice, METH_FASTCALL, lbu_splice_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -386,6 +386,13 @@ def lbm_adds(
     return _blockc.lbm_adds(md5, ok, ov, adds, tail) if _blockc is not None else None
 
 
+def lbu_splice(start: bytes, url: bytes, ledits: list, state_of: Callable[[bytes], int], tail: bytes) -> tuple | None:
+    """Stage 4's link edits of a url without a target notice in C (``_blockc.lbu_splice``; the
+    reference is ``webdb.writer.cascade._lbu_splice``); None when not compiled or for input it
+    declines (``state_of`` not called then)."""
+    return _blockc.lbu_splice(start, url, ledits, state_of, tail) if _blockc is not None else None
+
+
 def make_links(
     keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
 ) -> list | None:

@@ -23,14 +23,14 @@ import bisect
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain, islice, repeat
 
 from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, pack_edits
+from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, lbu_splice, pack_edits
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import Splice
@@ -488,6 +488,9 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
     probe = Probe(TableReader(pbu) if pbu else None)
     dangling = 0
 
+    def state_of(url_b: bytes) -> int:
+        return E.target_state(probe.get(url_b))
+
     def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
         url_b, notice, ledits = payload
@@ -495,22 +498,13 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         if notice is None:
             # The target did not change: stored links have the right flag and stay as they are
             # (spliced as bytes).  Added links need the target's state; deletes need nothing.
-            fin: dict[bytes, bytes | None] = {}  # the last edit of each fromID wins
-            for fid, op, v in ledits:
-                fin[fid] = v if op == E.OP4_ADD else None
-            added = {fid: v for fid, v in fin.items() if v is not None}
-            state = E.target_state(probe.get(url_b)) if added else -1
-            if state != E.TARGET_ABSENT:
-                if state >= 0:
-                    flag = LINK_OUT if state == E.TARGET_OUT else 0
-                    fb = bytes((flag,))
-                    fix = [fid for fid, v in added.items() if (v[LINK_FLAGS] & LINK_OUT) != flag]
-                    if fix:
-                        for fid in fix:
-                            fin[fid] = link_with_flags(fin[fid], fb)
-                        tail = E.lbm2_tail(url_b, E.OP5_FLAG)
-                        em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
-                return Splice([(start + fid, v) for fid, v in fin.items()])
+            tail = E.lbm2_tail(url_b, E.OP5_FLAG)
+            r = lbu_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
+            state, sp, fix = r if r is not None else _lbu_splice(start, url_b, ledits, state_of, tail)
+            if sp is not None:
+                if fix:
+                    em5.add_many(fix, [bytes((LINK_OUT if state == E.TARGET_OUT else 0,))] * len(fix))
+                return Splice(sp)
         n0 = len(start)
         links = dict(zip([k[n0:] for k in ok], old_values()))
         added = {}  # value as stage 3 wrote it to LinksByMD5
@@ -545,6 +539,33 @@ def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
+
+
+def _lbu_splice(
+    start: bytes, url_b: bytes, ledits: list[tuple[bytes, int, bytes]], state_of: Callable[[bytes], int], tail: bytes
+) -> tuple[int, list[tuple[bytes, bytes | None]] | None, list[bytes]]:
+    """Stage 4's link edits of a url with no target notice: ``(state, splice, fix)``.  The last
+    edit of each fromID wins; if a link is added, ``state = state_of(url_b)`` (else -1).  For an
+    absent target ``(0, None, [])`` (the caller deletes every link).  Else the splice of the
+    url's range (``start`` + fromID, value or None), each added link's flag set to the target's
+    where it differs, and ``fix`` the fromID + ``tail`` of those links (stage 5 sets the same
+    flag in LinksByMD5).  (``_blockc.lbu_splice`` is this in C.)"""
+    fin: dict[bytes, bytes | None] = {}
+    for fid, op, v in ledits:
+        fin[fid] = v if op == E.OP4_ADD else None
+    added = {fid: v for fid, v in fin.items() if v is not None}
+    state = state_of(url_b) if added else -1
+    if state == E.TARGET_ABSENT:
+        return state, None, []
+    fix: list[bytes] = []
+    if state >= 0:
+        flag = LINK_OUT if state == E.TARGET_OUT else 0
+        fb = bytes((flag,))
+        fids = [fid for fid, v in added.items() if (v[LINK_FLAGS] & LINK_OUT) != flag]
+        for fid in fids:
+            fin[fid] = link_with_flags(fin[fid], fb)
+        fix = [fid + tail for fid in fids]
+    return state, [(start + fid, v) for fid, v in fin.items()], fix
 
 
 def _lbm_adds(
