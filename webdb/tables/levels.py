@@ -100,6 +100,8 @@ class Seeker:
         b = bisect_left(t.last_keys, key, self.bi)
         if b == t.nblocks or t.first_keys[b] > key:
             return None
+        if _span is not None:
+            return self._block(b).get(key)  # compiled: a search of the offsets, no key list
         keys = self._at(b)
         j = bisect_left(keys, key)
         return self.rb.value(j) if keys[j] == key else None
