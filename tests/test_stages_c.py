@@ -70,6 +70,7 @@ def test_diff_declines_what_python_names():
         ([b"d", b"c"], [b"1", b"2"]),  # out of order
         ([b"c"], [b"1", b"2"]),  # lengths differ
         ([b"y"], [b"1"]),  # past the end
+        [(b"c", b"1")],  # a plain list, not a Splice
     ]
     for r in bad:
         out_k: list[bytes] = []

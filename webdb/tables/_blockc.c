@@ -1024,6 +1024,7 @@ static PyObject *c_diff(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (PyList_GET_SIZE(ov) != no || !sorted_bytes(ok)) Py_RETURN_NONE;
     for (Py_ssize_t a = 0; a < no; a++)
         if (!PyBytes_Check(PyList_GET_ITEM(ov, a))) Py_RETURN_NONE;
+    if (PyList_CheckExact(nw)) Py_RETURN_NONE; /* a plain list is not a Splice (a subclass) */
     if (PyList_Check(nw)) {
         /* A Splice: point edits.  Checked whole first, so a bad one appends nothing. */
         Py_ssize_t nn = PyList_GET_SIZE(nw);
