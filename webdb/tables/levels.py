@@ -22,7 +22,7 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import merge_sorted
+from webdb.tables.block import _blockc, merge_sorted, range_diff
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
@@ -30,6 +30,7 @@ from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
 T = TypeVar("T")
+_span = _blockc.span if _blockc is not None else None
 
 PUT = b"\x01"
 DEL = b"\x00"
@@ -81,12 +82,17 @@ class Seeker:
         # left), so the caller can skip a file with nothing in the next range without a call.
         self.nxt = b""
 
-    def _at(self, b: int) -> list[bytes]:
-        if b != self.bi or self.keys is None:
+    def _block(self, b: int):
+        if b != self.bi or self.rb is None:
             self.rb = self.t.raw(b, fill_cache=False)
-            self.keys = self.rb.keys()
+            self.keys = None
             self.bi = b
             self.decoded += 1
+        return self.rb
+
+    def _at(self, b: int) -> list[bytes]:
+        if b != self.bi or self.keys is None:
+            self.keys = self._block(b).keys()
         return self.keys
 
     def get(self, key: bytes) -> bytes | None:
@@ -94,6 +100,8 @@ class Seeker:
         b = bisect_left(t.last_keys, key, self.bi)
         if b == t.nblocks or t.first_keys[b] > key:
             return None
+        if _span is not None:
+            return self._block(b).get(key)  # compiled: a search of the offsets, no key list
         keys = self._at(b)
         j = bisect_left(keys, key)
         return self.rb.value(j) if keys[j] == key else None
@@ -105,6 +113,24 @@ class Seeker:
         b = bisect_left(lk, lo, self.bi)
         ks: list[bytes] = []
         vs: list[bytes] = []
+        if _span is not None:
+            # Compiled: one C call per block searches the block's offsets in place, so the keys of
+            # the records no range asks for are never split out.
+            while b < n and (hi is None or fk[b] < hi):
+                rb = self._block(b)
+                k, v, nx = _span(rb.raw, rb.n, lo, hi)
+                if k:
+                    if ks:
+                        ks += k
+                        vs += v
+                    else:
+                        ks, vs = k, v
+                if nx is not None:
+                    self.nxt = nx
+                    return ks, vs
+                b += 1
+            self.nxt = fk[b] if b < n else _END
+            return ks, vs
         while b < n and (hi is None or fk[b] < hi):
             keys = self._at(b)
             j1 = bisect_left(keys, lo)
@@ -360,56 +386,13 @@ class LevelCursor:
         # order check in C), not one ``_put`` call per record: this loop is stages 3-4's.
         out_k: list[bytes] = []
         out_v: list[bytes] = []
-        ak, av = out_k.append, out_v.append
         live = 0
         try:
             for lo, hi, payload in groups:
                 ok, ov = self._range(lo, hi)
                 r = combine(lo, ok, lambda ov=ov: ov, payload)
-                if type(r) is Splice:
-                    old = dict(zip(ok, ov)) if ok else {}
-                    prev = None
-                    for k, v in r:
-                        if k < lo or k >= hi or (prev is not None and k <= prev):
-                            raise AssertionError(f"{self.out.path}: splice key {k!r:.80} out of order or range")
-                        prev = k
-                        o = old.get(k)
-                        if v is None:
-                            if o is not None:
-                                ak(k)
-                                av(DEL)
-                                live -= 1
-                        elif o is None:
-                            ak(k)
-                            av(PUT + v)
-                            live += 1
-                        elif v != o:
-                            ak(k)
-                            av(PUT + v)
-                else:
-                    rk, rv = r
-                    if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
-                        raise AssertionError(f"{self.out.path}: merged keys out of order or range at {lo!r:.80}")
-                    # Both sides sorted: walk them together, keeping only the differences.
-                    i = j = 0
-                    no, nn = len(ok), len(rk)
-                    while i < no or j < nn:
-                        if j == nn or (i < no and ok[i] < rk[j]):
-                            ak(ok[i])
-                            av(DEL)
-                            live -= 1
-                            i += 1
-                        elif i == no or rk[j] < ok[i]:
-                            ak(rk[j])
-                            av(PUT + rv[j])
-                            live += 1
-                            j += 1
-                        else:
-                            if rv[j] != ov[i]:
-                                ak(rk[j])
-                                av(PUT + rv[j])
-                            i += 1
-                            j += 1
+                d = range_diff(ok, ov, r, lo, hi, out_k, out_v)  # in C when compiled
+                live += d if d is not None else diff_py(ok, ov, r, lo, hi, out_k, out_v, self.out.path)
                 if len(out_k) >= 4096:
                     self.out.add_many(out_k, out_v)
                     out_k.clear()
@@ -420,6 +403,63 @@ class LevelCursor:
 
     def finish(self) -> None:
         pass  # nothing is carried over: what is not in the run is in the levels below it
+
+
+def diff_py(
+    ok: list[bytes], ov: list[bytes], r, lo: bytes, hi: bytes, out_k: list[bytes], out_v: list[bytes], path: str
+) -> int:
+    """One range's step of ``LevelCursor.merge_ranges``: the changes from the stored records
+    (``ok``, ``ov``) to a combine's result ``r`` — a ``Splice`` or the range's new (keys,
+    values) — appended to ``out_k``, ``out_v`` as a delta run holds them (PUT + value, DEL for
+    a removed key, an unchanged record not at all); returns the change in live records.  The
+    reference of ``_blockc.diff`` (``block.range_diff``); ``path`` names the run in errors."""
+    ak, av = out_k.append, out_v.append
+    live = 0
+    if type(r) is Splice:
+        old = dict(zip(ok, ov)) if ok else {}
+        prev = None
+        for k, v in r:
+            if k < lo or k >= hi or (prev is not None and k <= prev):
+                raise AssertionError(f"{path}: splice key {k!r:.80} out of order or range")
+            prev = k
+            o = old.get(k)
+            if v is None:
+                if o is not None:
+                    ak(k)
+                    av(DEL)
+                    live -= 1
+            elif o is None:
+                ak(k)
+                av(PUT + v)
+                live += 1
+            elif v != o:
+                ak(k)
+                av(PUT + v)
+        return live
+    rk, rv = r
+    if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
+        raise AssertionError(f"{path}: merged keys out of order or range at {lo!r:.80}")
+    # Both sides sorted: walk them together, keeping only the differences.
+    i = j = 0
+    no, nn = len(ok), len(rk)
+    while i < no or j < nn:
+        if j == nn or (i < no and ok[i] < rk[j]):
+            ak(ok[i])
+            av(DEL)
+            live -= 1
+            i += 1
+        elif i == no or rk[j] < ok[i]:
+            ak(rk[j])
+            av(PUT + rv[j])
+            live += 1
+            j += 1
+        else:
+            if rv[j] != ov[i]:
+                ak(rk[j])
+                av(PUT + rv[j])
+            i += 1
+            j += 1
+    return live
 
 
 def written(

@@ -1,0 +1,311 @@
+"""The compiled helpers of cascade stages 3 and 4 (end of webdb/tables/_blockc.c) against their
+Python references, on hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``),
+``span`` (``Seeker.range`` on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``),
+``lbu_groups`` / ``lbm_groups`` (a batch of edit records cut into groups,
+``cascade._lbu_groups`` / ``_lbm_groups``), including the input each declines (None, so the
+Python code runs and names the fault) and the carry of a group across batches.  Whole stages
+with and without the compiled codec are compared by the model tests under
+``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from bisect import bisect_left
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webdb.tables import block
+from webdb.tables.levels import Seeker, diff_py
+from webdb.tables.merge import Splice
+from webdb.tables.table import TableReader, TableWriter
+from webdb.writer import cascade
+from webdb.writer import edits as E
+
+try:
+    _blockc = importlib.import_module("webdb.tables._blockc")
+except ImportError:
+    _blockc = None
+needs_c = pytest.mark.skipif(_blockc is None, reason="webdb.tables._blockc is not built (no gcc/python3-dev)")
+
+_key = st.binary(min_size=0, max_size=6)
+_val = st.binary(max_size=5)
+
+
+def _records(min_size: int = 0):
+    return st.dictionaries(_key, _val, min_size=min_size, max_size=30).map(lambda d: sorted(d.items()))
+
+
+@needs_c
+@given(_records(), _records(), st.data())
+def test_diff_matches_python(old, new, data):
+    ok, ov = [k for k, _ in old], [v for _, v in old]
+    lo, hi = b"", b"\xff" * 7
+    # A range's new records, and a splice: point edits (None deletes) over some of the keys.
+    rk, rv = [k for k, _ in new], [v for _, v in new]
+    keys = sorted(set(ok) | set(rk))
+    picked = data.draw(st.lists(st.sampled_from(keys), unique=True) if keys else st.just([]))
+    sp = Splice((k, data.draw(st.none() | _val)) for k in sorted(picked))
+    for r in ((rk, rv), sp, Splice(), ([], [])):
+        want_k: list[bytes] = [b"x"]
+        want_v: list[bytes] = [b"y"]
+        got_k, got_v = list(want_k), list(want_v)
+        live = diff_py(ok, ov, r, lo, hi, want_k, want_v, "run")
+        assert _blockc.diff(ok, ov, r, lo, hi, got_k, got_v) == live
+        assert (got_k, got_v) == (want_k, want_v)
+
+
+@needs_c
+def test_diff_declines_what_python_names():
+    ok, ov = [b"b", b"d"], [b"1", b"2"]
+    bad = [
+        Splice([(b"c", b"1"), (b"c", None)]),  # a key twice
+        Splice([(b"a", b"1")]),  # below the range
+        Splice([(b"z", b"1")]),  # at or past its end
+        Splice([(b"c", 5)]),  # not bytes
+        ([b"d", b"c"], [b"1", b"2"]),  # out of order
+        ([b"c"], [b"1", b"2"]),  # lengths differ
+        ([b"y"], [b"1"]),  # past the end
+        [(b"c", b"1")],  # a plain list, not a Splice
+    ]
+    for r in bad:
+        out_k: list[bytes] = []
+        out_v: list[bytes] = []
+        assert _blockc.diff(ok, ov, r, b"b", b"y", out_k, out_v) is None
+        assert out_k == out_v == []
+        if (
+            type(r) is Splice
+            and all(isinstance(v, bytes | None) for _, v in r)
+            or type(r) is tuple
+            and len(r[0]) == len(r[1])
+        ):
+            with pytest.raises(AssertionError, match="run: "):
+                diff_py(ok, ov, r, b"b", b"y", out_k, out_v, "run")
+    # Stored records out of order (no sound table gives them): declined too.
+    assert _blockc.diff([b"d", b"b"], ov, Splice(), b"", b"z", [], []) is None
+
+
+def _table(tmp_path, recs, block_size):
+    p = str(tmp_path / "t.lbu")
+    w = TableWriter(p, 7, block_size, "lz4", sync=False)
+    for k, v in recs:
+        w.add(k, v)
+    w.close()
+    return TableReader(p, 7)
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(_records(min_size=1), st.lists(st.tuples(_key, _key), max_size=8), st.sampled_from([64, 256, 4096]))
+def test_span_matches_python_reads(tmp_path_factory, recs, ranges, bs):
+    t = _table(tmp_path_factory.mktemp("span"), recs, bs)
+    try:
+        for b in range(t.nblocks):
+            rb = t.raw(b)
+            keys = rb.keys()
+            for lo, hi in ranges + [(b"", None)]:
+                j1 = bisect_left(keys, lo)
+                j2 = len(keys) if hi is None else max(j1, bisect_left(keys, hi, j1))
+                want = (keys[j1:j2], rb.values(j1, j2), keys[j2] if j2 < len(keys) else None)
+                assert _blockc.span(rb.raw, rb.n, lo, hi) == want
+    finally:
+        t.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(_records(min_size=1), st.lists(st.tuples(_key, _key).map(sorted), max_size=8), st.sampled_from([64, 4096]))
+def test_seeker_ranges_are_the_records_in_range(tmp_path_factory, recs, ranges, bs):
+    """Forward range reads (compiled: ``span`` per block) give what a scan gives."""
+    t = _table(tmp_path_factory.mktemp("seek"), recs, bs)
+    try:
+        s = Seeker(t)
+        last = b""
+        for lo, hi in sorted(ranges):
+            lo = max(lo, last)
+            hi = max(hi, lo)
+            want = [(k, v) for k, v in recs if lo <= k < hi]
+            ks, vs = s.range(lo, hi)
+            assert list(zip(ks, vs)) == want
+            nxt = [k for k, _ in recs if k >= hi]
+            assert s.nxt <= (nxt[0] if nxt else b"\xff" * 65536)
+            last = hi
+    finally:
+        t.close()
+
+
+@needs_c
+@given(st.lists(st.tuples(_key, _val), max_size=20), st.integers(0, 2**40 - 100), st.binary(min_size=3, max_size=3))
+def test_pack_edits_is_edits_pack(kv, n0, prefix):
+    keys, vals = [k for k, _ in kv], [v for _, v in kv]
+    want = [E.pack(k, prefix + (n0 + i).to_bytes(5, "big"), v) for i, (k, v) in enumerate(kv, 1)]
+    assert _blockc.pack_edits(keys, vals, prefix, n0) == want
+    assert _blockc.pack_edits(keys, vals, prefix, 2**40) is None  # the counter overflows 5 bytes
+    assert _blockc.pack_edits([b"k" * 65528], [b""], prefix, 0) is None  # E.pack's u16 overflows
+
+
+_url = st.binary(min_size=1, max_size=6).map(lambda b: b.replace(b"\x00", b"a"))
+_fid = st.binary(min_size=16, max_size=16)
+
+
+def _lbu_records(draw_list):
+    """Stage 4's edit records (E.pack layout), sorted as the producers sort them."""
+    recs = []
+    for n, (url, kind, fid, op, v) in enumerate(draw_list):
+        if kind == 0:
+            key, val = E.lbu_notice_key(url), bytes((op % 3,))
+        else:
+            key, val = url + E.lbu_link_tail(fid, op % 2), v
+        recs.append(E.pack(key, b"\x03\x00\x01" + n.to_bytes(5, "big"), val))
+    return sorted(recs)
+
+
+_lbu_edit = st.tuples(st.sampled_from([b"a", b"ab", b"b"]) | _url, st.integers(0, 3), _fid, st.integers(0, 5), _val)
+
+
+def _cut_all(cut, recs, n):
+    """Every group of ``recs`` as ``cascade._batched_groups`` cuts them, n records a batch."""
+    out, rest = [], []
+    for i in range(0, len(recs) + 1, n):
+        new = recs[i : i + n]
+        final = i + n > len(recs)
+        batch = rest + new
+        gs, used = cut(batch, final)
+        out += gs
+        rest = batch[used:]
+        if final:
+            assert rest == [] or used == len(batch)
+            break
+    return out
+
+
+@given(st.lists(_lbu_edit, max_size=40), st.integers(1, 9))
+def test_lbu_groups_c_and_python_and_batches(edits, n):
+    recs = _lbu_records(edits)
+    whole, used = cascade._lbu_groups(recs, True)
+    assert used == len(recs)
+    assert _cut_all(cascade._lbu_groups, recs, n) == whole
+    assert [g[2][0] for g in whole] == sorted({r[: r.index(b"\x00")] for r in recs})
+    if _blockc is not None:
+        for final in (True, False):
+            assert _blockc.lbu_groups(recs, final) == cascade._lbu_groups(recs, final)
+        assert _cut_all(_blockc.lbu_groups, recs, n) == whole
+
+
+def _lbm_records(draw_list):
+    recs = []
+    for n, (md5, kind, url, v) in enumerate(draw_list):
+        key = E.lbm_del_all_key(md5) if kind == 0 else E.lbm_add_key(md5, url)
+        recs.append(E.pack(key, b"\x02\x00\x01" + n.to_bytes(5, "big"), b"" if kind == 0 else v))
+    return sorted(recs)
+
+
+_md5 = st.sampled_from([b"\x00" * 16, b"\x01" * 15 + b"\xff", b"\xff" * 16]) | st.binary(min_size=16, max_size=16)
+_lbm_edit = st.tuples(_md5, st.integers(0, 3), st.sampled_from([b"u", b"v"]) | _url, _val)
+
+
+@given(st.lists(_lbm_edit, max_size=40), st.integers(1, 9))
+def test_lbm_groups_c_and_python_and_batches(edits, n):
+    recs = _lbm_records(edits)
+    whole, used = cascade._lbm_groups(recs, True)
+    assert used == len(recs)
+    assert _cut_all(cascade._lbm_groups, recs, n) == whole
+    for md5, end, (_, adds) in whole:
+        assert end > md5 and (end == b"\xff" * 17 or not end.startswith(md5))  # _prefix_end, or past 0xff..
+        assert [u for u, _ in adds] == sorted({u for u, _ in adds})  # one add per url, the last
+    if _blockc is not None:
+        for final in (True, False):
+            assert _blockc.lbm_groups(recs, final) == cascade._lbm_groups(recs, final)
+        assert _cut_all(_blockc.lbm_groups, recs, n) == whole
+
+
+@needs_c
+def test_groups_decline_records_python_fails_on():
+    assert _blockc.lbu_groups([b"no zero byte\x05\x00"], True) is None
+    assert _blockc.lbu_groups([b"u\x00"], True) is None  # no tag
+    assert _blockc.lbu_groups([b"u\x00\x01short\x09\x00"], True) is None  # no op byte
+    with pytest.raises(IndexError):
+        cascade._lbu_groups([b"u\x00\x01short\x09\x00"], True)
+    assert _blockc.lbm_groups([b"0123456789abcde"], True) is None  # shorter than an md5 and tag
+    with pytest.raises(IndexError):
+        cascade._lbm_groups([b"0123456789abcde"], True)
+    assert _blockc.lbm_groups([b"0123456789abcdef\x01u\x00" + b"s" * 8 + b"\x05\x00"], True) is None
+
+
+def test_pure_python_env_has_no_compiled_helpers():
+    if os.environ.get("WEBDB_PURE_PYTHON", "") not in ("", "0"):
+        assert block.range_diff([], [], Splice(), b"", b"z", [], []) is None
+        assert block.pack_edits([], [], b"abc", 0) is None
+        assert block.lbu_groups([], True) is None
+        assert block.lbm_groups([], True) is None
+
+
+_link = st.binary(max_size=14)
+
+
+@given(st.dictionaries(_url, _link, max_size=12), st.dictionaries(_url, _link, max_size=12), st.data())
+def test_lbm_adds_c_matches_python(stored, added, data):
+    md5 = data.draw(_md5)
+    ok = [md5 + u for u in sorted(stored)]
+    ov = [stored[u] for u in sorted(stored)]
+    # Some adds re-add a stored link with only its flag byte changed (not emitted).
+    for u in data.draw(st.lists(st.sampled_from(sorted(stored)), max_size=4) if stored else st.just([])):
+        v = stored[u]
+        added[u] = v[:8] + bytes(((v[8] ^ 1) if len(v) > 8 else 0,)) + v[9:] if len(v) > 8 else v
+    adds = sorted(added.items())
+    tail = E.lbu_link_tail(md5, E.OP4_ADD)
+    want = cascade._lbm_adds(md5, ok, ov, adds, tail)
+    assert want[2] == [(md5 + k[: -len(tail)], v) for k, v in zip(want[0], want[1])]
+    if _blockc is not None:
+        assert _blockc.lbm_adds(md5, ok, ov, adds, tail) == want
+        assert _blockc.lbm_adds(md5, ok, ov, adds[::-1], tail) is None or len(adds) < 2
+        assert _blockc.lbm_adds(md5, [b"x" + k for k in ok], ov, adds, tail) is None or not ok
+
+
+_ledit = st.tuples(st.sampled_from([b"f" * 16, b"g" * 16, b"h" * 16]) | _fid, st.integers(0, 1), st.binary(max_size=12))
+
+
+@given(st.lists(_ledit, max_size=10).map(sorted), st.integers(0, 2))
+def test_lbu_splice_c_matches_python(ledits, state):
+    calls: list[bytes] = []
+
+    def state_of(url: bytes) -> int:
+        calls.append(url)
+        return state
+
+    tail = E.lbm2_tail(b"u", E.OP5_FLAG)
+    try:
+        want = cascade._lbu_splice(b"u\x00", b"u", ledits, state_of, tail)
+    except IndexError:  # an added value without a flags byte: C declines it
+        want = None
+    n_py, calls[:] = len(calls), []
+    if _blockc is None:
+        return
+    got = _blockc.lbu_splice(b"u\x00", b"u", ledits, state_of, tail)
+    if got is None:
+        # Declined (an added value without a flags byte) before asking for the target's state,
+        # so the Python code that runs instead asks once.
+        assert calls == [] and any(op == 1 and len(v) < 9 for _, op, v in ledits)
+        return
+    assert got == want and len(calls) == n_py <= 1
+    if ledits:
+        assert _blockc.lbu_splice(b"u\x00", b"u", ledits[::-1], state_of, tail) in (None, want)
+
+
+@pytest.mark.timeout(900)
+def test_pure_python_stages_pass_the_level_tests(tmp_path):
+    """tests/test_levels.py (stages 3-5 over levels: model, crash, compaction) and this file in a
+    child pytest with WEBDB_PURE_PYTHON=1, so the Python references run whole stages too."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, WEBDB_PURE_PYTHON="1")
+    env["PYTHONPATH"] = os.pathsep.join([root, os.path.join(root, "tests"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist", "-m", "not slow"]
+    files = ["tests/test_levels.py", "tests/test_stages_c.py::test_pure_python_env_has_no_compiled_helpers"]
+    out = subprocess.run(
+        [*cmd, f"--basetemp={tmp_path / 'pt'}", *files], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout
