@@ -974,6 +974,351 @@ static PyObject *c_has_control(PyObject *self, PyObject *args) {
     return PyBool_FromLong(bad);
 }
 
+/* ---- lz4 pieces (codec 3, docs/format.md §1.1): a block's records compressed in pieces ------
+ *
+ * Body: m (u32), then m x (compressed length u32, record count u32), then the first key of
+ * pieces 1..m-1 (length u32, bytes), then the m pieces back to back, each an lz4 block with its
+ * u32 size prefix whose raw bytes are a block (§1.1) of the piece's records.  A lookup
+ * decompresses only the pieces its range reaches; a whole-block read gets the same raw bytes as
+ * an lz4 block of those records. */
+
+typedef struct {
+    Py_ssize_t m;
+    const unsigned char *tab;  /* m x (clen, count) */
+    const unsigned char **key; /* first key of piece i (i >= 1) */
+    Py_ssize_t *klen;
+    Py_ssize_t *at; /* offset of piece i in the body */
+    Py_ssize_t total; /* sum of counts */
+} Pieces;
+
+static void pieces_release(Pieces *ps) {
+    PyMem_Free(ps->key);
+    PyMem_Free(ps->klen);
+    PyMem_Free(ps->at);
+    ps->key = NULL;
+    ps->klen = NULL;
+    ps->at = NULL;
+}
+
+/* Parse the piece table of body p[0:end]: 1 if sound, 0 if not (declined), -1 on error. */
+static int pieces_of(const unsigned char *p, Py_ssize_t end, Pieces *ps) {
+    ps->key = NULL;
+    ps->klen = NULL;
+    ps->at = NULL;
+    if (end < 4) return 0;
+    Py_ssize_t m = (Py_ssize_t)rd32(p);
+    if (m < 1 || m > (end - 4) / 12) return 0;
+    ps->m = m;
+    ps->tab = p + 4;
+    ps->key = PyMem_Malloc(sizeof(*ps->key) * (size_t)m);
+    ps->klen = PyMem_Malloc(sizeof(*ps->klen) * (size_t)m);
+    ps->at = PyMem_Malloc(sizeof(*ps->at) * (size_t)(m + 1));
+    if (!ps->key || !ps->klen || !ps->at) {
+        pieces_release(ps);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t q = 4 + 8 * m;
+    ps->key[0] = NULL;
+    ps->klen[0] = 0;
+    for (Py_ssize_t i = 1; i < m; i++) {
+        if (q + 4 > end) goto bad;
+        Py_ssize_t kl = (Py_ssize_t)rd32(p + q);
+        if (kl > end - q - 4) goto bad;
+        ps->key[i] = p + q + 4;
+        ps->klen[i] = kl;
+        q += 4 + kl;
+    }
+    ps->total = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t cl = (Py_ssize_t)rd32(ps->tab + 8 * i);
+        ps->at[i] = q;
+        if (cl < 4 || cl > end - q) goto bad;
+        q += cl;
+        ps->total += (Py_ssize_t)rd32(ps->tab + 8 * i + 4);
+    }
+    ps->at[m] = q;
+    if (q != end) goto bad;
+    return 1;
+bad:
+    pieces_release(ps);
+    return 0;
+}
+
+/* The checksum of block data (its body p[0:end] and codec byte): 1 sound, 0 not, -1 error. */
+static int crc_ok(PyObject *crc32, const unsigned char *p, Py_ssize_t end) {
+    PyObject *body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ), *c;
+    if (!body) return -1;
+    c = PyObject_CallOneArg(crc32, body);
+    Py_DECREF(body);
+    if (!c) return -1;
+    unsigned long got = PyLong_AsUnsignedLong(c);
+    Py_DECREF(c);
+    if (got == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    return crc32_byte((uint32_t)got, p[end]) == rd32(p + end + 1);
+}
+
+/* Piece i decompressed into *raw (a new reference) as a Block: 1 if sound (its count is the
+ * table's), 0 if not, -1 on error. */
+static int piece_block(PyObject *decompress, const unsigned char *p, const Pieces *ps, Py_ssize_t i, PyObject **raw, Block *b) {
+    const unsigned char *s = p + ps->at[i];
+    Py_ssize_t cl = ps->at[i + 1] - ps->at[i];
+    if (rd32(s) > MAX_BLOCK_BYTES) return 0;
+    PyObject *view = PyMemoryView_FromMemory((char *)s, cl, PyBUF_READ);
+    if (!view) return -1;
+    *raw = PyObject_CallOneArg(decompress, view);
+    Py_DECREF(view);
+    if (!*raw) return damaged_error() ? 0 : -1;
+    if (!PyBytes_Check(*raw)) goto bad;
+    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(*raw);
+    Py_ssize_t rl = PyBytes_GET_SIZE(*raw), n = rl < 4 ? 0 : (Py_ssize_t)rd32(r + rl - 4);
+    if (rl < 4 || n < 1 || 8 * n > rl - 4 || (Py_ssize_t)rd32(r + rl - 8) != rl - 4 - 8 * n ||
+        n != (Py_ssize_t)rd32(ps->tab + 8 * i + 4))
+        goto bad;
+    b->raw = r;
+    b->len = rl;
+    b->n = n;
+    b->kends = r + rl - 4 - 8 * n;
+    b->rends = b->kends + 4 * n;
+    return 1;
+bad:
+    Py_CLEAR(*raw);
+    return 0;
+}
+
+/* Check the trailer, codec 3 and the piece table of data (args: data, crc32, ...). */
+static int pieces_data(PyObject *const *args, const unsigned char **p, Py_ssize_t *end, Pieces *ps) {
+    PyObject *data = args[0];
+    if (!PyBytes_Check(data)) return 0;
+    *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    if (len < 5 || (*p)[len - 5] != 3) return 0;
+    *end = len - 5;
+    int r = crc_ok(args[1], *p, *end);
+    if (r <= 0) return r;
+    return pieces_of(*p, *end, ps);
+}
+
+PyDoc_STRVAR(unpack_pieces_doc,
+             "unpack_pieces(data, crc32, decompress) -> (raw, n): an lz4-pieces block (codec 3) whose "
+             "checksum, piece table, pieces and first keys are sound, as the raw bytes of one block of "
+             "its records (what unpack gives for an lz4 block); None for anything else.");
+
+static PyObject *c_unpack_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const unsigned char *p;
+    Py_ssize_t end;
+    Pieces ps;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "unpack_pieces(data, crc32, decompress) takes 3 arguments");
+        return NULL;
+    }
+    int r = pieces_data(args, &p, &end, &ps);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyObject **raws = PyMem_Calloc((size_t)ps.m, sizeof(PyObject *)), *out = NULL, *res = NULL;
+    Block *bs = PyMem_Malloc(sizeof(Block) * (size_t)ps.m);
+    Py_ssize_t rec = 0, n = 0;
+    int sound = 1;
+    if (!raws || !bs) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < ps.m && sound; i++) {
+        int k = piece_block(args[2], p, &ps, i, &raws[i], &bs[i]);
+        if (k < 0) goto done;
+        sound = k && (i == 0 || cmp_key(&bs[i], 0, (const char *)ps.key[i], ps.klen[i]) == 0);
+        if (sound) {
+            rec += rec_end(&bs[i], bs[i].n - 1);
+            n += bs[i].n;
+        }
+    }
+    if (!sound || n != ps.total || rec + 8 * n + 4 > (Py_ssize_t)MAX_BLOCK_BYTES) {
+        res = Py_None;
+        Py_INCREF(res);
+        goto done;
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, rec + 8 * n + 4))) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(out), *ko = o + rec, *ro = ko + 4 * n;
+    Py_ssize_t base = 0;
+    for (Py_ssize_t i = 0; i < ps.m; i++) {
+        Py_ssize_t len = rec_end(&bs[i], bs[i].n - 1);
+        memcpy(o + base, bs[i].raw, (size_t)len);
+        for (Py_ssize_t j = 0; j < bs[i].n; j++) {
+            wr32(ko, (uint32_t)(base + key_end(&bs[i], j)));
+            wr32(ro, (uint32_t)(base + rec_end(&bs[i], j)));
+            ko += 4;
+            ro += 4;
+        }
+        base += len;
+    }
+    wr32(o + rec + 8 * n, (uint32_t)n);
+    res = Py_BuildValue("(Nn)", out, n);
+done:
+    if (raws)
+        for (Py_ssize_t i = 0; i < ps.m; i++) Py_XDECREF(raws[i]);
+    PyMem_Free(raws);
+    PyMem_Free(bs);
+    pieces_release(&ps);
+    return res;
+}
+
+/* key[0:kl] compared with the piece key of piece i (i >= 1), as bytes compare. */
+static inline int cmp_piece(const Pieces *ps, Py_ssize_t i, const char *key, Py_ssize_t kl) {
+    Py_ssize_t pl = ps->klen[i], m = pl < kl ? pl : kl;
+    int c = m ? memcmp(ps->key[i], key, (size_t)m) : 0;
+    if (c) return c;
+    return pl < kl ? -1 : (pl > kl ? 1 : 0);
+}
+
+PyDoc_STRVAR(unpack_range_pieces_doc,
+             "unpack_range_pieces(data, crc32, decompress, start, stop) -> (keys, values, n): "
+             "unpack_range of an lz4-pieces block (codec 3), decompressing only the pieces that can "
+             "hold keys in [start, stop); None where unpack_pieces would decline them.");
+
+static PyObject *c_unpack_range_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const unsigned char *p;
+    Py_ssize_t end;
+    Pieces ps;
+    if (nargs != 5 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "unpack_range_pieces(data, crc32, decompress, start: bytes, stop: bytes)");
+        return NULL;
+    }
+    int r = pieces_data(args, &p, &end, &ps);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    const char *sk = PyBytes_AS_STRING(args[3]), *ek = PyBytes_AS_STRING(args[4]);
+    Py_ssize_t sl = PyBytes_GET_SIZE(args[3]), el = PyBytes_GET_SIZE(args[4]), p0 = 0, p1 = 0;
+    /* p0: the last piece whose first key is <= start; p1: the last whose first key is < stop. */
+    for (Py_ssize_t i = 1; i < ps.m; i++) {
+        if (cmp_piece(&ps, i, sk, sl) <= 0) p0 = i;
+        if (cmp_piece(&ps, i, ek, el) < 0) p1 = i;
+    }
+    PyObject *keys = PyList_New(0), *vals = PyList_New(0), *res = NULL;
+    if (!keys || !vals) goto done;
+    for (Py_ssize_t i = p0; i <= p1; i++) {
+        PyObject *raw = NULL, *k = NULL, *v = NULL;
+        Block b;
+        int s = piece_block(args[2], p, &ps, i, &raw, &b);
+        if (s <= 0) {
+            if (s == 0) {
+                res = Py_None;
+                Py_INCREF(res);
+            }
+            goto done;
+        }
+        Py_ssize_t lo = i == p0 ? lower_bound(&b, 0, sk, sl) : 0;
+        Py_ssize_t hi = i == p1 ? lower_bound(&b, lo, ek, el) : b.n;
+        int e = split_into(&b, lo, hi, &k, &v);
+        Py_DECREF(raw);
+        if (e == 0 && i == p0) {
+            Py_SETREF(keys, k);
+            Py_SETREF(vals, v);
+            continue;
+        }
+        e = e || PyList_SetSlice(keys, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, k) < 0 ||
+            PyList_SetSlice(vals, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, v) < 0;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (e) goto done;
+    }
+    res = Py_BuildValue("(OOn)", keys, vals, ps.total);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    pieces_release(&ps);
+    return res;
+}
+
+PyDoc_STRVAR(seal_pieces_doc,
+             "seal_pieces(raw, compress, piece_bytes) -> body: the lz4-pieces body (codec 3) of the raw "
+             "block raw: m = len(raw) // piece_bytes pieces, cut at the first record boundary where a "
+             "piece's records and offsets reach ceil(len(raw) / m), each compressed by compress "
+             "(lz4.block.compress); None if m < 2 or that gives one piece (then: plain lz4).");
+
+static PyObject *c_seal_pieces(PyObject *self, PyObject *args) {
+    PyObject *raw, *compress;
+    Py_ssize_t pb;
+    Block b;
+    if (!PyArg_ParseTuple(args, "SOn", &raw, &compress, &pb)) return NULL;
+    Py_ssize_t len = PyBytes_GET_SIZE(raw);
+    if (len < 4) Py_RETURN_NONE;
+    if (block_of(raw, (Py_ssize_t)rd32((const unsigned char *)PyBytes_AS_STRING(raw) + len - 4), &b) < 0) return NULL;
+    /* As many pieces as piece_bytes fits in the block (at least two), of equal shares. */
+    if (b.n < 2 || pb < 1 || len / pb < 2) Py_RETURN_NONE;
+    pb = (len + len / pb - 1) / (len / pb);
+    /* The cuts: piece i holds records cut[i]..cut[i+1]-1. */
+    Py_ssize_t *cut = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(b.n + 1)), m = 0, acc = 0;
+    if (!cut) return PyErr_NoMemory();
+    cut[m++] = 0;
+    for (Py_ssize_t j = 0; j < b.n - 1; j++) {
+        acc += rec_end(&b, j) - rec_start(&b, j) + 8;
+        if (acc >= pb) {
+            cut[m++] = j + 1;
+            acc = 0;
+        }
+    }
+    cut[m] = b.n;
+    PyObject *parts = NULL, *res = NULL;
+    if (m < 2) {
+        res = Py_None;
+        Py_INCREF(res);
+        goto done;
+    }
+    if (!(parts = PyList_New(m))) goto done;
+    Py_ssize_t head = 4 + 8 * m, body = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t s = cut[i], e = cut[i + 1], k = e - s, rs = rec_start(&b, s), re = rec_start(&b, e);
+        if (e == b.n) re = rec_end(&b, e - 1);
+        if (i) head += 4 + key_end(&b, s) - rs;
+        PyObject *pr = PyBytes_FromStringAndSize(NULL, re - rs + 8 * k + 4), *c;
+        if (!pr) goto done;
+        unsigned char *o = (unsigned char *)PyBytes_AS_STRING(pr);
+        memcpy(o, b.raw + rs, (size_t)(re - rs));
+        for (Py_ssize_t j = 0; j < k; j++) {
+            wr32(o + re - rs + 4 * j, (uint32_t)(key_end(&b, s + j) - rs));
+            wr32(o + re - rs + 4 * (k + j), (uint32_t)(rec_end(&b, s + j) - rs));
+        }
+        wr32(o + re - rs + 8 * k, (uint32_t)k);
+        c = PyObject_CallOneArg(compress, pr);
+        Py_DECREF(pr);
+        if (!c) goto done;
+        if (!PyBytes_Check(c)) {
+            Py_DECREF(c);
+            PyErr_SetString(PyExc_TypeError, "compress must return bytes");
+            goto done;
+        }
+        body += PyBytes_GET_SIZE(c);
+        PyList_SET_ITEM(parts, i, c);
+    }
+    if (!(res = PyBytes_FromStringAndSize(NULL, head + body))) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(res), *q = o + 4 + 8 * m;
+    wr32(o, (uint32_t)m);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        wr32(o + 4 + 8 * i, (uint32_t)PyBytes_GET_SIZE(PyList_GET_ITEM(parts, i)));
+        wr32(o + 8 + 8 * i, (uint32_t)(cut[i + 1] - cut[i]));
+        if (i) {
+            Py_ssize_t rs = rec_start(&b, cut[i]), kl = key_end(&b, cut[i]) - rs;
+            wr32(q, (uint32_t)kl);
+            memcpy(q + 4, b.raw + rs, (size_t)kl);
+            q += 4 + kl;
+        }
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *c = PyList_GET_ITEM(parts, i);
+        memcpy(q, PyBytes_AS_STRING(c), (size_t)PyBytes_GET_SIZE(c));
+        q += PyBytes_GET_SIZE(c);
+    }
+done:
+    Py_XDECREF(parts);
+    PyMem_Free(cut);
+    return res;
+}
+
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -992,6 +1337,9 @@ static PyMethodDef methods[] = {
     {"hash_values", c_hash_values, METH_VARARGS, hash_values_doc},
     {"unhex", c_unhex, METH_VARARGS, unhex_doc},
     {"has_control", c_has_control, METH_VARARGS, has_control_doc},
+    {"unpack_pieces", (PyCFunction)(void (*)(void))c_unpack_pieces, METH_FASTCALL, unpack_pieces_doc},
+    {"unpack_range_pieces", (PyCFunction)(void (*)(void))c_unpack_range_pieces, METH_FASTCALL, unpack_range_pieces_doc},
+    {"seal_pieces", c_seal_pieces, METH_VARARGS, seal_pieces_doc},
     {NULL, NULL, 0, NULL},
 };
 

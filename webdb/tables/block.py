@@ -27,8 +27,10 @@ from webdb.errors import CorruptionError
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
     CODEC_LZ4,
+    CODEC_LZ4_PIECES,
     CODEC_NONE,
     CODEC_ZLIB,
+    PIECE_BYTES,
 )
 
 CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
@@ -61,7 +63,98 @@ def _compress(codec: int, raw: bytes) -> bytes:
 MAX_BLOCK_BYTES = 64 << 20
 
 
+_U32 = struct.Struct("<I")
+_U32X2 = struct.Struct("<II")
+
+
+def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
+    """The lz4-pieces body (codec 3, format.md §1.1) of the raw block ``raw``: m =
+    len(raw) // piece_bytes pieces of equal shares, cut at the first record boundary where a
+    piece's records and offsets reach ceil(len(raw) / m), each piece a block of its own,
+    lz4-compressed; None if m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
+    if _blockc is not None:
+        return _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes)
+    n = int.from_bytes(raw[-4:], "little")
+    m = len(raw) // piece_bytes
+    if n < 2 or m < 2:
+        return None
+    piece_bytes = -(-len(raw) // m)
+    kends, rends = _offsets(raw, n)
+    cuts, acc, start = [0], 0, 0
+    for j in range(n - 1):
+        acc += rends[j] - start + 8
+        start = rends[j]
+        if acc >= piece_bytes:
+            cuts.append(j + 1)
+            acc = 0
+    if len(cuts) < 2:
+        return None
+    cuts.append(n)
+    table, keys, bodies = [], [], []
+    for i, (s, e) in enumerate(zip(cuts, cuts[1:])):
+        rs = rends[s - 1] if s else 0
+        if i:
+            keys.append(_U32.pack(kends[s] - rs) + raw[rs : kends[s]])
+        offs = array("I", [k - rs for k in kends[s:e]])
+        offs.extend(r - rs for r in rends[s:e])
+        offs.append(e - s)
+        if _BIG:
+            offs.byteswap()
+        body = lz4.block.compress(raw[rs : rends[e - 1]] + offs.tobytes(), store_size=True)
+        table.append(_U32X2.pack(len(body), e - s))
+        bodies.append(body)
+    return b"".join([_U32.pack(len(bodies)), *table, *keys, *bodies])
+
+
+def _unpieces(body: bytes | memoryview) -> bytes:
+    """The raw block of an lz4-pieces body: every piece decompressed and checked (its size,
+    count and offsets, its first key against the piece table), the records joined and their
+    offsets moved by where each piece starts.  ValueError names what is wrong."""
+    end = len(body)
+    if end < 4:
+        raise ValueError("lz4-pieces body shorter than its piece count")
+    (m,) = _U32.unpack_from(body, 0)
+    if m < 1 or 12 * m > end - 4:
+        raise ValueError(f"piece count {m} does not fit the block's {end} bytes")
+    tab = [_U32X2.unpack_from(body, 4 + 8 * i) for i in range(m)]
+    q, first = 4 + 8 * m, [None]
+    for i in range(1, m):
+        if q + 4 > end or _U32.unpack_from(body, q)[0] > end - q - 4:
+            raise ValueError(f"first key of piece {i} runs past the block")
+        (kl,) = _U32.unpack_from(body, q)
+        first.append(bytes(body[q + 4 : q + 4 + kl]))
+        q += 4 + kl
+    if q + sum(c for c, _ in tab) != end or min(c for c, _ in tab) < 4:
+        raise ValueError("piece lengths do not match the block's size")
+    records, kends, rends, base = [], array("I"), array("I"), 0
+    for i, (cl, count) in enumerate(tab):
+        raw = _decompress(CODEC_LZ4, body[q : q + cl])
+        q += cl
+        n = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else -1
+        if n != count or n < 1 or 8 * n > len(raw) - 4:
+            raise ValueError(f"piece {i}: record count does not match the piece table")
+        k, r = _offsets(raw, n)
+        if r[-1] != len(raw) - 4 - 8 * n:
+            raise ValueError(f"piece {i}: offsets do not match its size")
+        if i and raw[: k[0]] != first[i]:
+            raise ValueError(f"piece {i}: first key does not match the piece table")
+        records.append(raw[: r[-1]])
+        kends.extend(x + base for x in k)
+        rends.extend(x + base for x in r)
+        base += r[-1]
+    n = len(kends)
+    if base + 8 * n + 4 > MAX_BLOCK_BYTES:
+        raise ValueError(f"pieces exceed the {MAX_BLOCK_BYTES}-byte block limit")
+    kends.extend(rends)
+    kends.append(n)
+    if _BIG:
+        kends.byteswap()
+    return b"".join(records) + kends.tobytes()
+
+
 def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_LZ4_PIECES:
+        return _unpieces(data)
     if codec == CODEC_LZ4:
         if len(data) < 4:
             raise ValueError("lz4 body shorter than its size prefix")
@@ -123,8 +216,14 @@ def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
 
 
 def seal_block(raw: bytes, codec: int) -> bytes:
-    """An uncompressed block, compressed by ``codec`` and followed by its trailer."""
-    body = _compress(codec, raw)
+    """An uncompressed block, compressed by ``codec`` and followed by its trailer.  Codec
+    lz4-pieces falls back to plain lz4 for a block too small for two pieces."""
+    if codec == CODEC_LZ4_PIECES:
+        body = _seal_pieces(raw)
+        if body is None:
+            codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw)
+    else:
+        body = _compress(codec, raw)
     return body + _TRAILER.pack(codec, zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)))
 
 
@@ -282,6 +381,8 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     which raises the CorruptionError naming what is wrong."""
     if _blockc is not None:
         r = _blockc.unpack(data, _crc32, _lz4_decompress)
+        if r is None and data[-5:-4] == b"\x03":
+            r = _blockc.unpack_pieces(data, _crc32, _lz4_decompress)
         if r is not None:
             return _CRawBlock(*r)
     if not isinstance(where, str):
@@ -321,7 +422,11 @@ def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], l
     """``unpack_block(data).split(find(start), find(stop))`` and the block's record count in one
     C call (``_blockc.unpack_range``): no block object, one call per block of a short lookup.
     None when not compiled or when the block is not sound (``unpack_block`` names the fault)."""
-    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop) if _blockc is not None else None
+    if _blockc is None:
+        return None
+    if data[-5:-4] == b"\x03":  # lz4 pieces: only the pieces the range reaches
+        return _blockc.unpack_range_pieces(data, _crc32, _lz4_decompress, start, stop)
+    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop)
 
 
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:

@@ -36,8 +36,12 @@ from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webd
 )
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
+    CODEC_LZ4,
+    CODEC_LZ4_PIECES,
     CODEC_NONE,
+    DELTA_KINDS,
     FOOTER_SIZE,
+    KIND_LINKS_BY_URL,
     TABLE_MAGIC,
     TABLE_VERSION,
 )
@@ -64,6 +68,10 @@ class TableWriter:
     def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
         self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
         self.codec = CODECS[codec]
+        # LinksByURL blocks in lz4 pieces: an inlinks lookup decompresses one piece (format.md §1.1).
+        self.index_codec = self.codec
+        if self.codec == CODEC_LZ4 and kind in (KIND_LINKS_BY_URL, DELTA_KINDS["links_by_url"]):
+            self.codec = CODEC_LZ4_PIECES
         self._f = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
         self._keys: list[bytes] = []
         self._vals: list[bytes] = []
@@ -242,7 +250,7 @@ class TableWriter:
         """Write index, meta block and footer; returns {records, bytes, first, last}."""
         self._flush()
         index_off = self._offset
-        index = encode_block(self.index_keys, self.index_vals, self.codec) if self.index_keys else b""
+        index = encode_block(self.index_keys, self.index_vals, self.index_codec) if self.index_keys else b""
         self._write(index)
         meta_off = index_off + len(index)
         info = dict(
