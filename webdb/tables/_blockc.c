@@ -1319,6 +1319,154 @@ done:
 }
 
 
+/* ---- a table's index searched in place (TableReader._ix): no lists of keys built ------------
+ *
+ * An index block (format.md §1.2) has one record per data block: key = first key, value = offset
+ * u64, length u32, count u32, then the last key.  A reader that only looks up short ranges keeps
+ * the decompressed index block as it is and searches it here. */
+
+#include <unistd.h> /* pread */
+
+static inline uint64_t rd64(const unsigned char *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
+
+/* The last key of index entry j (its value past the 16 fixed bytes) compared with key. */
+static inline int cmp_last(const Block *b, Py_ssize_t j, const char *key, Py_ssize_t klen) {
+    Py_ssize_t s = key_end(b, j) + 16, e = rec_end(b, j);
+    clamp(b, &s, &e);
+    Py_ssize_t l = e - s, m = l < klen ? l : klen;
+    int c = m ? memcmp(b->raw + s, key, (size_t)m) : 0;
+    if (c) return c;
+    return l < klen ? -1 : (l > klen ? 1 : 0);
+}
+
+/* Index of the first entry in lo..hi-1 whose first key is > key (bisect_right), or >= key
+ * when right is 0 (bisect_left). */
+static Py_ssize_t bisect_first(const Block *b, Py_ssize_t lo, Py_ssize_t hi, const char *key, Py_ssize_t klen, int right) {
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        int c = cmp_key(b, mid, key, klen);
+        if (right ? c <= 0 : c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+PyDoc_STRVAR(index_check_doc,
+             "index_check(raw, n, data_end, count) -> bool: every entry of the index block raw (n "
+             "entries) as TableReader's index load checks it: a value of at least 16 bytes, blocks "
+             "back to back from offset 0 to data_end, each at least a trailer long, keys in order "
+             "within and across blocks, counts adding up to count.");
+
+static PyObject *c_index_check(PyObject *self, PyObject *args) {
+    PyObject *raw;
+    Py_ssize_t n;
+    unsigned long long data_end, count, pos = 0, total = 0;
+    Block b;
+    if (!PyArg_ParseTuple(args, "OnKK", &raw, &n, &data_end, &count) || block_of(raw, n, &b) < 0) return NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t s = rec_start(&b, j), ke = key_end(&b, j), re = rec_end(&b, j);
+        if (s > ke || ke + 16 > re || re > b.len - 4 - 8 * n) Py_RETURN_FALSE;
+        const unsigned char *v = b.raw + ke;
+        if (rd64(v) != pos || rd32(v + 8) < 5) Py_RETURN_FALSE;
+        pos += rd32(v + 8);
+        total += rd32(v + 12);
+        /* last key >= first key; first key > the previous entry's last key */
+        if (cmp_last(&b, j, (const char *)b.raw + s, ke - s) < 0) Py_RETURN_FALSE;
+        if (j) {
+            Py_ssize_t ps = key_end(&b, j - 1) + 16, pe = rec_end(&b, j - 1);
+            if (cmp_key(&b, j, (const char *)b.raw + ps, pe - ps) <= 0) Py_RETURN_FALSE;
+        }
+    }
+    if (pos != data_end || total != count) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
+PyDoc_STRVAR(short_file_doc,
+             "short_file(raw, n, fd, start, stop, most, crc32, decompress) -> (keys, values) | None | "
+             "False: TableReader.short_range of a table whose index block is raw (n entries, checked "
+             "by index_check): the blocks that can hold keys in [start, stop) found in the index, each "
+             "read from fd and unpacked (unpack_range, unpack_range_pieces); None if more than most "
+             "blocks; False if a block is not sound (the caller's Python path names the fault).");
+
+static PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Block ix;
+    if (nargs != 8 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "short_file(raw, n, fd, start: bytes, stop: bytes, most, crc32, decompress)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]), most = PyLong_AsSsize_t(args[5]);
+    long fd = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred() || block_of(args[0], n, &ix) < 0) return NULL;
+    if (fd < 0 || fd > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "short_file: bad file descriptor");
+        return NULL;
+    }
+    const char *sk = PyBytes_AS_STRING(args[3]), *ek = PyBytes_AS_STRING(args[4]);
+    Py_ssize_t sl = PyBytes_GET_SIZE(args[3]), el = PyBytes_GET_SIZE(args[4]);
+    /* TableReader.blocks_of_range */
+    Py_ssize_t b0 = bisect_first(&ix, 0, n, sk, sl, 1) - 1;
+    if (b0 < 0)
+        b0 = 0;
+    else if (cmp_last(&ix, b0, sk, sl) < 0)
+        b0++;
+    Py_ssize_t hi = b0 + most + 1 < n ? b0 + most + 1 : n;
+    Py_ssize_t b1 = b0 < hi ? bisect_first(&ix, b0, hi, ek, el, 0) : b0;
+    if (b1 - b0 > most) Py_RETURN_NONE;
+    PyObject *keys = NULL, *vals = NULL, *res = NULL;
+    for (Py_ssize_t i = b0; i < b1; i++) {
+        const unsigned char *v = ix.raw + key_end(&ix, i);
+        uint64_t off = rd64(v);
+        Py_ssize_t len = (Py_ssize_t)rd32(v + 8), got;
+        PyObject *data = PyBytes_FromStringAndSize(NULL, len), *r;
+        if (!data) goto done;
+        Py_BEGIN_ALLOW_THREADS got = pread((int)fd, PyBytes_AS_STRING(data), (size_t)len, (off_t)off);
+        Py_END_ALLOW_THREADS if (got < 0) {
+            Py_DECREF(data);
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto done;
+        }
+        PyObject *a[5] = {data, args[6], args[7], args[3], args[4]};
+        if (got != len)
+            r = (Py_INCREF(Py_None), Py_None);
+        else if (len >= 5 && PyBytes_AS_STRING(data)[len - 5] == 3)
+            r = c_unpack_range_pieces(NULL, a, 5);
+        else
+            r = c_unpack_range(NULL, a, 5);
+        Py_DECREF(data);
+        if (!r) goto done;
+        if (r == Py_None || PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 2)) != (Py_ssize_t)rd32(v + 12)) {
+            Py_DECREF(r);
+            res = Py_False;
+            Py_INCREF(res);
+            goto done;
+        }
+        if (!keys) {
+            keys = PyTuple_GET_ITEM(r, 0);
+            vals = PyTuple_GET_ITEM(r, 1);
+            Py_INCREF(keys);
+            Py_INCREF(vals);
+        } else if (PyList_SetSlice(keys, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, PyTuple_GET_ITEM(r, 0)) < 0 ||
+                   PyList_SetSlice(vals, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, PyTuple_GET_ITEM(r, 1)) < 0) {
+            Py_DECREF(r);
+            goto done;
+        }
+        Py_DECREF(r);
+    }
+    if (!keys) {
+        keys = PyList_New(0);
+        vals = PyList_New(0);
+        if (!keys || !vals) goto done;
+    }
+    res = PyTuple_Pack(2, keys, vals);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return res;
+}
+
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -1340,6 +1488,8 @@ static PyMethodDef methods[] = {
     {"unpack_pieces", (PyCFunction)(void (*)(void))c_unpack_pieces, METH_FASTCALL, unpack_pieces_doc},
     {"unpack_range_pieces", (PyCFunction)(void (*)(void))c_unpack_range_pieces, METH_FASTCALL, unpack_range_pieces_doc},
     {"seal_pieces", c_seal_pieces, METH_VARARGS, seal_pieces_doc},
+    {"index_check", c_index_check, METH_VARARGS, index_check_doc},
+    {"short_file", (PyCFunction)(void (*)(void))c_short_file, METH_FASTCALL, short_file_doc},
     {NULL, NULL, 0, NULL},
 };
 

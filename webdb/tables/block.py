@@ -429,6 +429,28 @@ def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], l
     return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop)
 
 
+def index_in_place(rb: RawBlock, data_end: int, count: int) -> tuple[bytes, int] | None:
+    """(raw, n) of a table's index block ``rb`` whose every entry passes the checks of the
+    index load (``_blockc.index_check``): what ``short_file`` searches in place, with no list
+    of keys built.  None when not compiled or when a check fails (the load then names it)."""
+    if _blockc is None or not _blockc.index_check(rb.raw, rb.n, data_end, count):
+        return None
+    return rb.raw, rb.n
+
+
+def in_place_block(ix: tuple[bytes, int]) -> RawBlock:
+    """The RawBlock of an index block kept by ``index_in_place``."""
+    return _CRawBlock(*ix)
+
+
+def short_file(ix: tuple[bytes, int], fd: int, start: bytes, stop: bytes, most: int):
+    """``TableReader.short_range`` of a table file in one C call (``_blockc.short_file``): its
+    index ``ix`` (``index_in_place``) searched in place, each block read from ``fd`` and
+    unpacked.  (keys, values); None if the range reaches more than ``most`` blocks; False if a
+    block is not sound (the Python path then names the fault)."""
+    return _blockc.short_file(ix[0], ix[1], fd, start, stop, most, _crc32, _lz4_decompress)
+
+
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:
     """A table index block's entries: (first keys, last keys, the fixed fields) — each value is
     ``size`` bytes of fields then the block's last key; the fields of all entries are returned
