@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import webdb
 from webdb import Link, Page, url_md5
 from webdb.errors import BadInput, ClosedError, CorruptionError
-from webdb.tables.block import encode_block
+from webdb.tables.block import COMPILED, encode_block
 from webdb.tables.format import CODEC_LZ4, FOOTER_SIZE, KIND_PAGES_BY_URL
 from webdb.tables.table import BlockCache, TableReader, TableWriter
 
@@ -452,3 +452,87 @@ def test_a_bad_op_byte_in_a_run_is_named_on_every_read_path(tmp_path):
                 read()
     finally:
         v.close()
+
+
+# ---- LinksByURL blocks in lz4 pieces; the index searched in place ------------------------------
+
+
+def _pieced_db(path):
+    """A db of one section whose LinksByURL blocks (4 KiB, pieces of 1 KiB) hold many URLs."""
+    urls = [f"http://h/{i:04d}" for i in range(300)]
+    links = [(urls[(i * 7) % 300], urls[(i * 13) % 300]) for i in range(3000)]
+    db = webdb.create(str(path), sections=1, sync=False, block_size=4096)
+    with db.writer() as w:
+        for u in urls:
+            w.add_page(Page(u))
+        for src, dst in links:
+            w.add_link(Link(url_md5(src), dst, f"from {src}"))
+    return db, urls
+
+
+def _reseal_block(path: str, off: int, length: int, edit) -> None:
+    """Block at ``off`` replaced by ``edit(body)`` (same length), its checksum recomputed."""
+    import zlib
+
+    data = bytearray(open(path, "rb").read())
+    body = bytearray(data[off : off + length - 5])
+    edit(body)
+    codec = data[off + length - 5]
+    data[off : off + length] = bytes(body) + struct.pack("<BI", codec, zlib.crc32(bytes(body) + bytes((codec,))))
+    open(path, "wb").write(bytes(data))
+
+
+def test_inlinks_of_a_pieced_table_equal_a_full_scan_and_damage_is_named(tmp_path):
+    """Blocks in pieces read by every path (the C path of a lazy reader, the index in place, the
+    Python lists) as a full scan does; a flipped byte (checksum) and a crafted piece count
+    (checksum recomputed) are CorruptionErrors naming the file and the block's offset, on
+    ``inlinks`` and on ``check``."""
+    db, urls = _pieced_db(tmp_path / "db")
+    with db.reader() as r:
+        t = r.tables["links_by_url"][0]
+        base = t.base if hasattr(t, "base") else t
+        path = base.path
+        assert {base.raw_block(b)[-5] for b in range(base.nblocks - 1)} == {3}
+        inl: dict[str, list[Link]] = {}
+        for lk in r.links():
+            inl.setdefault(lk.url, []).append(lk)
+        offsets, lengths = list(base.offsets), list(base.lengths)
+    with db.reader() as r:  # a fresh reader: the index in place (compiled), never the lists
+        for u in [*urls, "http://h/", "http://h/9999"]:
+            assert list(r.inlinks(u)) == inl.get(u, []), u
+        base = r.tables["links_by_url"][0]
+        base = getattr(base, "base", base)
+        if COMPILED:
+            assert base._ix is not None and "first_keys" not in vars(base)
+    with db.reader() as r:
+        r.check()
+    good = open(path, "rb").read()
+    b = 2
+    u = next(u for u in urls if inl.get(u) and _in_block(db, u, b))
+    for edit, why in (
+        (lambda body: body.__setitem__(len(body) // 2, body[len(body) // 2] ^ 0x20), "checksum mismatch"),
+        (lambda body: body.__setitem__(8, body[8] ^ 0x01), "record count"),
+    ):
+        if why == "checksum mismatch":
+            data = bytearray(good)
+            data[offsets[b] + lengths[b] // 2] ^= 0x20
+            open(path, "wb").write(bytes(data))
+        else:
+            open(path, "wb").write(good)
+            _reseal_block(path, offsets[b], lengths[b], edit)
+        where = rf"{os.path.basename(path)}: block {b} at offset {offsets[b]}"
+        with db.reader() as r:
+            for _ in range(2):
+                with pytest.raises(CorruptionError, match=where):
+                    list(r.inlinks(u))
+            with pytest.raises(CorruptionError, match=where):
+                r.check()
+    open(path, "wb").write(good)
+
+
+def _in_block(db, url: str, b: int) -> bool:
+    with db.reader() as r:
+        t = r.tables["links_by_url"][0]
+        t = getattr(t, "base", t)
+        p = url.encode() + b"\x00"
+        return t.blocks_of_range(p, p[:-1] + b"\x01") == (b, b + 1)

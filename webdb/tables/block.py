@@ -74,6 +74,11 @@ def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
     lz4-compressed; None if m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
     if _blockc is not None:
         return _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes)
+    return _seal_pieces_py(raw, piece_bytes)
+
+
+def _seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
+    """``_seal_pieces`` in Python (the reference the tests compare the C code with)."""
     n = int.from_bytes(raw[-4:], "little")
     m = len(raw) // piece_bytes
     if n < 2 or m < 2:
@@ -175,9 +180,9 @@ def _decompress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown codec {codec}")
 
 
-def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
+def encode_block(keys: list[bytes], vals: list[bytes], codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
     """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
-    return seal_block(_blockc.build(keys, vals) if _blockc is not None else _build(keys, vals), codec)
+    return seal_block(_blockc.build(keys, vals) if _blockc is not None else _build(keys, vals), codec, piece_bytes)
 
 
 def _build(keys: list[bytes], vals: list[bytes]) -> bytes:
@@ -192,14 +197,16 @@ def _build(keys: list[bytes], vals: list[bytes]) -> bytes:
     return b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
 
 
-def encode_run(data: bytes, lens: list[int], codec: int) -> tuple[bytes, bytes, bytes, int]:
+def encode_run(
+    data: bytes, lens: list[int], codec: int, piece_bytes: int = PIECE_BYTES
+) -> tuple[bytes, bytes, bytes, int]:
     """``encode_block`` of records given as a run: ``data`` holds their keys and values back to
     back, ``lens`` their lengths (key, value, key, value, ...).  Returns the same block bytes as
     ``encode_block`` of those records, with the first key, the last key and the count.  Cost:
     one copy of the bytes and C-level passes over ``lens``; no Python code per record."""
     raw, total = _blockc.build_run(data, lens) if _blockc is not None else _build_run(data, lens)
     last = total - lens[-1]
-    return seal_block(raw, codec), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
+    return seal_block(raw, codec, piece_bytes), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
 
 
 def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
@@ -215,11 +222,12 @@ def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
     return data + offs.tobytes(), ends[-1] if ends else 0
 
 
-def seal_block(raw: bytes, codec: int) -> bytes:
+def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
     """An uncompressed block, compressed by ``codec`` and followed by its trailer.  Codec
-    lz4-pieces falls back to plain lz4 for a block too small for two pieces."""
+    lz4-pieces cuts pieces of about ``piece_bytes`` and falls back to plain lz4 for a block
+    too small for two."""
     if codec == CODEC_LZ4_PIECES:
-        body = _seal_pieces(raw)
+        body = _seal_pieces(raw, piece_bytes)
         if body is None:
             codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw)
     else:

@@ -42,7 +42,6 @@ from webdb.tables.format import (
     CODEC_LZ4,
     CODEC_LZ4_PIECES,
     CODEC_NONE,
-    DELTA_KINDS,
     FOOTER_SIZE,
     KIND_LINKS_BY_URL,
     TABLE_MAGIC,
@@ -71,9 +70,11 @@ class TableWriter:
     def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
         self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
         self.codec = CODECS[codec]
-        # LinksByURL blocks in lz4 pieces: an inlinks lookup decompresses one piece (format.md §1.1).
+        # LinksByURL blocks in lz4 pieces of a quarter block: an inlinks lookup decompresses
+        # one piece, not the block (format.md §1.1, design.md §2.1).
         self.index_codec = self.codec
-        if self.codec == CODEC_LZ4 and kind in (KIND_LINKS_BY_URL, DELTA_KINDS["links_by_url"]):
+        self.piece_bytes = max(1, block_size // 4)
+        if self.codec == CODEC_LZ4 and kind == KIND_LINKS_BY_URL:
             self.codec = CODEC_LZ4_PIECES
         self._f = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
         self._keys: list[bytes] = []
@@ -240,12 +241,12 @@ class TableWriter:
         if self._chunks:
             if self._keys:
                 self._runify()
-            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec))
+            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec, self.piece_bytes))
             self._chunks, self._lens, self._size = [], [], 0
             return
         if not self._keys:
             return
-        data = encode_block(self._keys, self._vals, self.codec)
+        data = encode_block(self._keys, self._vals, self.codec, self.piece_bytes)
         self._emit(data, self._keys[0], self._keys[-1], len(self._keys))
         self._keys, self._vals, self._size = [], [], 0
 
