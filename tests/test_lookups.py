@@ -484,9 +484,10 @@ def _reseal_block(path: str, off: int, length: int, edit) -> None:
 
 def test_inlinks_of_a_pieced_table_equal_a_full_scan_and_damage_is_named(tmp_path):
     """Blocks in pieces read by every path (the C path of a lazy reader, the index in place, the
-    Python lists) as a full scan does; a flipped byte (checksum) and a crafted piece count
-    (checksum recomputed) are CorruptionErrors naming the file and the block's offset, on
-    ``inlinks`` and on ``check``."""
+    Python lists) as a full scan does; a flipped byte of the header (its checksum) and a crafted
+    piece count (checksums recomputed) are CorruptionErrors naming the file and the block's
+    offset, on ``inlinks`` and on ``check``; a flipped byte in a piece a lookup does not read is
+    found by ``check``, which reads every block whole."""
     db, urls = _pieced_db(tmp_path / "db")
     with db.reader() as r:
         t = r.tables["links_by_url"][0]
@@ -509,25 +510,38 @@ def test_inlinks_of_a_pieced_table_equal_a_full_scan_and_damage_is_named(tmp_pat
     good = open(path, "rb").read()
     b = 2
     u = next(u for u in urls if inl.get(u) and _in_block(db, u, b))
-    for edit, why in (
-        (lambda body: body.__setitem__(len(body) // 2, body[len(body) // 2] ^ 0x20), "checksum mismatch"),
-        (lambda body: body.__setitem__(8, body[8] ^ 0x01), "record count"),
+    where = rf"{os.path.basename(path)}: block {b} at offset {offsets[b]}"
+    header_byte = offsets[b] + lengths[b] - 5 - 8 - 3  # in the last first key of the header
+    middle = offsets[b] + lengths[b] // 2  # in a piece the lookup may not read
+    for flip, edit, lookup_sees in (
+        (header_byte, None, True),
+        (None, _piece_count_changed, True),
+        (middle, None, False),
     ):
-        if why == "checksum mismatch":
-            data = bytearray(good)
-            data[offsets[b] + lengths[b] // 2] ^= 0x20
-            open(path, "wb").write(bytes(data))
-        else:
-            open(path, "wb").write(good)
+        data = bytearray(good)
+        if flip is not None:
+            data[flip] ^= 0x20
+        open(path, "wb").write(bytes(data))
+        if edit is not None:
             _reseal_block(path, offsets[b], lengths[b], edit)
-        where = rf"{os.path.basename(path)}: block {b} at offset {offsets[b]}"
         with db.reader() as r:
             for _ in range(2):
-                with pytest.raises(CorruptionError, match=where):
-                    list(r.inlinks(u))
-            with pytest.raises(CorruptionError, match=where):
+                if lookup_sees:
+                    with pytest.raises(CorruptionError, match=where):
+                        list(r.inlinks(u))
+            with pytest.raises(CorruptionError, match=where):  # check reads every block whole
                 r.check()
     open(path, "wb").write(good)
+
+
+def _piece_count_changed(body: bytearray) -> None:
+    """The record count of piece 0 in a pieces header, the header's CRC recomputed."""
+    import zlib
+
+    hlen = struct.unpack_from("<I", body, len(body) - 8)[0]
+    at = len(body) - 8 - hlen
+    body[at + 8] ^= 0x01
+    struct.pack_into("<I", body, len(body) - 4, zlib.crc32(bytes(body[at : at + hlen])))
 
 
 def _in_block(db, url: str, b: int) -> bool:

@@ -976,18 +976,20 @@ static PyObject *c_has_control(PyObject *self, PyObject *args) {
 
 /* ---- lz4 pieces (codec 3, docs/format.md §1.1): a block's records compressed in pieces ------
  *
- * Body: m (u32), then m x (compressed length u32, record count u32), then the first key of
- * pieces 1..m-1 (length u32, bytes), then the m pieces back to back, each an lz4 block with its
- * u32 size prefix whose raw bytes are a block (§1.1) of the piece's records.  A lookup
- * decompresses only the pieces its range reaches; a whole-block read gets the same raw bytes as
- * an lz4 block of those records. */
+ * Body: the m pieces back to back (each an lz4 block with its u32 size prefix whose raw bytes
+ * are a block (§1.1) of the piece's records), then the header: m (u32), m x (compressed length,
+ * record count, CRC-32 of the compressed piece) (u32 each), the first key of pieces 1..m-1
+ * (length u32, bytes); then the header's length and its CRC-32 (u32 each).  The header is at
+ * the end so that a lookup reads the block's tail (trailer, header), then only the pieces its
+ * range reaches, each checked by its own CRC; a whole-block read checks the block's CRC, the
+ * header's and every piece's, and gets the same raw bytes as an lz4 block of those records. */
 
 typedef struct {
     Py_ssize_t m;
-    const unsigned char *tab;  /* m x (clen, count) */
+    const unsigned char *tab;  /* m x (clen, count, crc) */
     const unsigned char **key; /* first key of piece i (i >= 1) */
     Py_ssize_t *klen;
-    Py_ssize_t *at; /* offset of piece i in the body */
+    Py_ssize_t *at;   /* offset of piece i in the body; at[m] = where the header starts */
     Py_ssize_t total; /* sum of counts */
 } Pieces;
 
@@ -1000,16 +1002,31 @@ static void pieces_release(Pieces *ps) {
     ps->at = NULL;
 }
 
-/* Parse the piece table of body p[0:end]: 1 if sound, 0 if not (declined), -1 on error. */
-static int pieces_of(const unsigned char *p, Py_ssize_t end, Pieces *ps) {
+/* CRC-32 (zlib.crc32, called) of p[0:len] into *out: 0, or -1 on error. */
+static int crc_of(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out) {
+    PyObject *view = PyMemoryView_FromMemory((char *)p, len, PyBUF_READ), *c;
+    if (!view) return -1;
+    c = PyObject_CallOneArg(crc32, view);
+    Py_DECREF(view);
+    if (!c) return -1;
+    unsigned long got = PyLong_AsUnsignedLong(c);
+    Py_DECREF(c);
+    if (got == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    *out = (uint32_t)got;
+    return 0;
+}
+
+/* Parse the header h[0:hlen] (its CRC already checked) of a body whose pieces take the
+ * body's first `pieces` bytes: 1 if sound, 0 if not (declined), -1 on error. */
+static int pieces_of(const unsigned char *h, Py_ssize_t hlen, Py_ssize_t pieces, Pieces *ps) {
     ps->key = NULL;
     ps->klen = NULL;
     ps->at = NULL;
-    if (end < 4) return 0;
-    Py_ssize_t m = (Py_ssize_t)rd32(p);
-    if (m < 1 || m > (end - 4) / 12) return 0;
+    if (hlen < 4) return 0;
+    Py_ssize_t m = (Py_ssize_t)rd32(h);
+    if (m < 1 || m > (hlen - 4) / 12) return 0;
     ps->m = m;
-    ps->tab = p + 4;
+    ps->tab = h + 4;
     ps->key = PyMem_Malloc(sizeof(*ps->key) * (size_t)m);
     ps->klen = PyMem_Malloc(sizeof(*ps->klen) * (size_t)m);
     ps->at = PyMem_Malloc(sizeof(*ps->at) * (size_t)(m + 1));
@@ -1018,52 +1035,67 @@ static int pieces_of(const unsigned char *p, Py_ssize_t end, Pieces *ps) {
         PyErr_NoMemory();
         return -1;
     }
-    Py_ssize_t q = 4 + 8 * m;
+    Py_ssize_t q = 4 + 12 * m;
     ps->key[0] = NULL;
     ps->klen[0] = 0;
     for (Py_ssize_t i = 1; i < m; i++) {
-        if (q + 4 > end) goto bad;
-        Py_ssize_t kl = (Py_ssize_t)rd32(p + q);
-        if (kl > end - q - 4) goto bad;
-        ps->key[i] = p + q + 4;
+        if (q + 4 > hlen) goto bad;
+        Py_ssize_t kl = (Py_ssize_t)rd32(h + q);
+        if (kl > hlen - q - 4) goto bad;
+        ps->key[i] = h + q + 4;
         ps->klen[i] = kl;
         q += 4 + kl;
     }
+    if (q != hlen) goto bad;
     ps->total = 0;
+    Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
-        Py_ssize_t cl = (Py_ssize_t)rd32(ps->tab + 8 * i);
-        ps->at[i] = q;
-        if (cl < 4 || cl > end - q) goto bad;
-        q += cl;
-        ps->total += (Py_ssize_t)rd32(ps->tab + 8 * i + 4);
+        Py_ssize_t cl = (Py_ssize_t)rd32(ps->tab + 12 * i);
+        ps->at[i] = at;
+        if (cl < 4 || cl > pieces - at) goto bad;
+        at += cl;
+        ps->total += (Py_ssize_t)rd32(ps->tab + 12 * i + 4);
     }
-    ps->at[m] = q;
-    if (q != end) goto bad;
+    ps->at[m] = at;
+    if (at != pieces) goto bad;
     return 1;
 bad:
     pieces_release(ps);
     return 0;
 }
 
-/* The checksum of block data (its body p[0:end] and codec byte): 1 sound, 0 not, -1 error. */
-static int crc_ok(PyObject *crc32, const unsigned char *p, Py_ssize_t end) {
-    PyObject *body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ), *c;
-    if (!body) return -1;
-    c = PyObject_CallOneArg(crc32, body);
-    Py_DECREF(body);
-    if (!c) return -1;
-    unsigned long got = PyLong_AsUnsignedLong(c);
-    Py_DECREF(c);
-    if (got == (unsigned long)-1 && PyErr_Occurred()) return -1;
-    return crc32_byte((uint32_t)got, p[end]) == rd32(p + end + 1);
+/* The header of body p[0:end] (the body's tail: its last 8 bytes are the header's length and
+ * CRC), checked and parsed; `pieces` is where the header starts in the whole body.  Returns as
+ * pieces_of. */
+static int header_of(PyObject *crc32, const unsigned char *p, Py_ssize_t end, Py_ssize_t body_len, Pieces *ps) {
+    ps->key = NULL;
+    ps->klen = NULL;
+    ps->at = NULL;
+    if (end < 8) return 0;
+    Py_ssize_t hlen = (Py_ssize_t)rd32(p + end - 8);
+    uint32_t c;
+    if (hlen > end - 8) return 0;
+    if (crc_of(crc32, p + end - 8 - hlen, hlen, &c) < 0) return -1;
+    if (c != rd32(p + end - 4)) return 0;
+    return pieces_of(p + end - 8 - hlen, hlen, body_len - 8 - hlen, ps);
 }
 
-/* Piece i decompressed into *raw (a new reference) as a Block: 1 if sound (its count is the
- * table's), 0 if not, -1 on error. */
-static int piece_block(PyObject *decompress, const unsigned char *p, const Pieces *ps, Py_ssize_t i, PyObject **raw, Block *b) {
-    const unsigned char *s = p + ps->at[i];
+/* The checksum of block data (its body p[0:end] and codec byte): 1 sound, 0 not, -1 error. */
+static int crc_ok(PyObject *crc32, const unsigned char *p, Py_ssize_t end) {
+    uint32_t c;
+    if (crc_of(crc32, p, end, &c) < 0) return -1;
+    return crc32_byte(c, p[end]) == rd32(p + end + 1);
+}
+
+/* Piece i (its compressed bytes at s, checked against its CRC) decompressed into *raw (a new
+ * reference) as a Block: 1 if sound (its count is the table's), 0 if not, -1 on error. */
+static int piece_block(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps, Py_ssize_t i,
+                       PyObject **raw, Block *b) {
     Py_ssize_t cl = ps->at[i + 1] - ps->at[i];
-    if (rd32(s) > MAX_BLOCK_BYTES) return 0;
+    uint32_t c;
+    *raw = NULL;
+    if (crc_of(crc32, s, cl, &c) < 0) return -1;
+    if (c != rd32(ps->tab + 12 * i + 8) || rd32(s) > MAX_BLOCK_BYTES) return 0;
     PyObject *view = PyMemoryView_FromMemory((char *)s, cl, PyBUF_READ);
     if (!view) return -1;
     *raw = PyObject_CallOneArg(decompress, view);
@@ -1073,7 +1105,7 @@ static int piece_block(PyObject *decompress, const unsigned char *p, const Piece
     const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(*raw);
     Py_ssize_t rl = PyBytes_GET_SIZE(*raw), n = rl < 4 ? 0 : (Py_ssize_t)rd32(r + rl - 4);
     if (rl < 4 || n < 1 || 8 * n > rl - 4 || (Py_ssize_t)rd32(r + rl - 8) != rl - 4 - 8 * n ||
-        n != (Py_ssize_t)rd32(ps->tab + 8 * i + 4))
+        n != (Py_ssize_t)rd32(ps->tab + 12 * i + 4))
         goto bad;
     b->raw = r;
     b->len = rl;
@@ -1086,23 +1118,26 @@ bad:
     return 0;
 }
 
-/* Check the trailer, codec 3 and the piece table of data (args: data, crc32, ...). */
-static int pieces_data(PyObject *const *args, const unsigned char **p, Py_ssize_t *end, Pieces *ps) {
+/* Check codec 3, the block's CRC (if whole) and the header of block data (args: data, crc32). */
+static int pieces_data(PyObject *const *args, int whole, const unsigned char **p, Py_ssize_t *end, Pieces *ps) {
     PyObject *data = args[0];
     if (!PyBytes_Check(data)) return 0;
     *p = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t len = PyBytes_GET_SIZE(data);
     if (len < 5 || (*p)[len - 5] != 3) return 0;
     *end = len - 5;
-    int r = crc_ok(args[1], *p, *end);
-    if (r <= 0) return r;
-    return pieces_of(*p, *end, ps);
+    if (whole) {
+        int r = crc_ok(args[1], *p, *end);
+        if (r <= 0) return r;
+    }
+    return header_of(args[1], *p, *end, *end, ps);
 }
 
 PyDoc_STRVAR(unpack_pieces_doc,
              "unpack_pieces(data, crc32, decompress) -> (raw, n): an lz4-pieces block (codec 3) whose "
-             "checksum, piece table, pieces and first keys are sound, as the raw bytes of one block of "
-             "its records (what unpack gives for an lz4 block); None for anything else.");
+             "checksums (the block's, the header's, every piece's), piece table, pieces and first keys "
+             "are sound, as the raw bytes of one block of its records (what unpack gives for an lz4 "
+             "block); None for anything else.");
 
 static PyObject *c_unpack_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     const unsigned char *p;
@@ -1112,7 +1147,7 @@ static PyObject *c_unpack_pieces(PyObject *self, PyObject *const *args, Py_ssize
         PyErr_SetString(PyExc_TypeError, "unpack_pieces(data, crc32, decompress) takes 3 arguments");
         return NULL;
     }
-    int r = pieces_data(args, &p, &end, &ps);
+    int r = pieces_data(args, 1, &p, &end, &ps);
     if (r <= 0) {
         if (r < 0) return NULL;
         Py_RETURN_NONE;
@@ -1126,7 +1161,7 @@ static PyObject *c_unpack_pieces(PyObject *self, PyObject *const *args, Py_ssize
         goto done;
     }
     for (Py_ssize_t i = 0; i < ps.m && sound; i++) {
-        int k = piece_block(args[2], p, &ps, i, &raws[i], &bs[i]);
+        int k = piece_block(args[1], args[2], p + ps.at[i], &ps, i, &raws[i], &bs[i]);
         if (k < 0) goto done;
         sound = k && (i == 0 || cmp_key(&bs[i], 0, (const char *)ps.key[i], ps.klen[i]) == 0);
         if (sound) {
@@ -1172,39 +1207,30 @@ static inline int cmp_piece(const Pieces *ps, Py_ssize_t i, const char *key, Py_
     return pl < kl ? -1 : (pl > kl ? 1 : 0);
 }
 
-PyDoc_STRVAR(unpack_range_pieces_doc,
-             "unpack_range_pieces(data, crc32, decompress, start, stop) -> (keys, values, n): "
-             "unpack_range of an lz4-pieces block (codec 3), decompressing only the pieces that can "
-             "hold keys in [start, stop); None where unpack_pieces would decline them.");
+/* The pieces p0..p1 that can hold keys in [start, stop): p0 the last whose first key is <=
+ * start, p1 the last whose first key is < stop. */
+static void pieces_span(const Pieces *ps, PyObject *start, PyObject *stop, Py_ssize_t *p0, Py_ssize_t *p1) {
+    *p0 = *p1 = 0;
+    for (Py_ssize_t i = 1; i < ps->m; i++) {
+        if (cmp_piece(ps, i, PyBytes_AS_STRING(start), PyBytes_GET_SIZE(start)) <= 0) *p0 = i;
+        if (cmp_piece(ps, i, PyBytes_AS_STRING(stop), PyBytes_GET_SIZE(stop)) < 0) *p1 = i;
+    }
+}
 
-static PyObject *c_unpack_range_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    const unsigned char *p;
-    Py_ssize_t end;
-    Pieces ps;
-    if (nargs != 5 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "unpack_range_pieces(data, crc32, decompress, start: bytes, stop: bytes)");
-        return NULL;
-    }
-    int r = pieces_data(args, &p, &end, &ps);
-    if (r <= 0) {
-        if (r < 0) return NULL;
-        Py_RETURN_NONE;
-    }
-    const char *sk = PyBytes_AS_STRING(args[3]), *ek = PyBytes_AS_STRING(args[4]);
-    Py_ssize_t sl = PyBytes_GET_SIZE(args[3]), el = PyBytes_GET_SIZE(args[4]), p0 = 0, p1 = 0;
-    /* p0: the last piece whose first key is <= start; p1: the last whose first key is < stop. */
-    for (Py_ssize_t i = 1; i < ps.m; i++) {
-        if (cmp_piece(&ps, i, sk, sl) <= 0) p0 = i;
-        if (cmp_piece(&ps, i, ek, el) < 0) p1 = i;
-    }
+/* The records in [start, stop) of pieces p0..p1, whose compressed bytes start at s (piece p0's
+ * first byte), as (keys, values, total count); None if a piece is not sound. */
+static PyObject *pieces_range(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps,
+                              Py_ssize_t p0, Py_ssize_t p1, PyObject *start, PyObject *stop) {
+    const char *sk = PyBytes_AS_STRING(start), *ek = PyBytes_AS_STRING(stop);
+    Py_ssize_t sl = PyBytes_GET_SIZE(start), el = PyBytes_GET_SIZE(stop);
     PyObject *keys = PyList_New(0), *vals = PyList_New(0), *res = NULL;
     if (!keys || !vals) goto done;
     for (Py_ssize_t i = p0; i <= p1; i++) {
         PyObject *raw = NULL, *k = NULL, *v = NULL;
         Block b;
-        int s = piece_block(args[2], p, &ps, i, &raw, &b);
-        if (s <= 0) {
-            if (s == 0) {
+        int r = piece_block(crc32, decompress, s + ps->at[i] - ps->at[p0], ps, i, &raw, &b);
+        if (r <= 0) {
+            if (r == 0) {
                 res = Py_None;
                 Py_INCREF(res);
             }
@@ -1225,25 +1251,50 @@ static PyObject *c_unpack_range_pieces(PyObject *self, PyObject *const *args, Py
         Py_XDECREF(v);
         if (e) goto done;
     }
-    res = Py_BuildValue("(OOn)", keys, vals, ps.total);
+    res = Py_BuildValue("(OOn)", keys, vals, ps->total);
 done:
     Py_XDECREF(keys);
     Py_XDECREF(vals);
+    return res;
+}
+
+PyDoc_STRVAR(unpack_range_pieces_doc,
+             "unpack_range_pieces(data, crc32, decompress, start, stop) -> (keys, values, n): "
+             "unpack_range of an lz4-pieces block (codec 3), checking the header's CRC and "
+             "decompressing only the pieces that can hold keys in [start, stop), each checked by its "
+             "CRC; None where one of them is not sound.");
+
+static PyObject *c_unpack_range_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const unsigned char *p;
+    Py_ssize_t end, p0, p1;
+    Pieces ps;
+    if (nargs != 5 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "unpack_range_pieces(data, crc32, decompress, start: bytes, stop: bytes)");
+        return NULL;
+    }
+    int r = pieces_data(args, 0, &p, &end, &ps);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    pieces_span(&ps, args[3], args[4], &p0, &p1);
+    PyObject *res = pieces_range(args[1], args[2], p + ps.at[p0], &ps, p0, p1, args[3], args[4]);
     pieces_release(&ps);
     return res;
 }
 
 PyDoc_STRVAR(seal_pieces_doc,
-             "seal_pieces(raw, compress, piece_bytes) -> body: the lz4-pieces body (codec 3) of the raw "
-             "block raw: m = len(raw) // piece_bytes pieces, cut at the first record boundary where a "
-             "piece's records and offsets reach ceil(len(raw) / m), each compressed by compress "
-             "(lz4.block.compress); None if m < 2 or that gives one piece (then: plain lz4).");
+             "seal_pieces(raw, compress, piece_bytes, crc32) -> body: the lz4-pieces body (codec 3) of "
+             "the raw block raw: m = len(raw) // piece_bytes pieces, cut at the first record boundary "
+             "where a piece's records and offsets reach ceil(len(raw) / m), each compressed by compress "
+             "(lz4.block.compress), then the header; None if m < 2 or that gives one piece (then: "
+             "plain lz4).");
 
 static PyObject *c_seal_pieces(PyObject *self, PyObject *args) {
-    PyObject *raw, *compress;
+    PyObject *raw, *compress, *crc32;
     Py_ssize_t pb;
     Block b;
-    if (!PyArg_ParseTuple(args, "SOn", &raw, &compress, &pb)) return NULL;
+    if (!PyArg_ParseTuple(args, "SOnO", &raw, &compress, &pb, &crc32)) return NULL;
     Py_ssize_t len = PyBytes_GET_SIZE(raw);
     if (len < 4) Py_RETURN_NONE;
     if (block_of(raw, (Py_ssize_t)rd32((const unsigned char *)PyBytes_AS_STRING(raw) + len - 4), &b) < 0) return NULL;
@@ -1269,10 +1320,9 @@ static PyObject *c_seal_pieces(PyObject *self, PyObject *args) {
         goto done;
     }
     if (!(parts = PyList_New(m))) goto done;
-    Py_ssize_t head = 4 + 8 * m, body = 0;
+    Py_ssize_t head = 4 + 12 * m, body = 0;
     for (Py_ssize_t i = 0; i < m; i++) {
-        Py_ssize_t s = cut[i], e = cut[i + 1], k = e - s, rs = rec_start(&b, s), re = rec_start(&b, e);
-        if (e == b.n) re = rec_end(&b, e - 1);
+        Py_ssize_t s = cut[i], e = cut[i + 1], k = e - s, rs = rec_start(&b, s), re = rec_end(&b, e - 1);
         if (i) head += 4 + key_end(&b, s) - rs;
         PyObject *pr = PyBytes_FromStringAndSize(NULL, re - rs + 8 * k + 4), *c;
         if (!pr) goto done;
@@ -1294,12 +1344,21 @@ static PyObject *c_seal_pieces(PyObject *self, PyObject *args) {
         body += PyBytes_GET_SIZE(c);
         PyList_SET_ITEM(parts, i, c);
     }
-    if (!(res = PyBytes_FromStringAndSize(NULL, head + body))) goto done;
-    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(res), *q = o + 4 + 8 * m;
-    wr32(o, (uint32_t)m);
+    if (!(res = PyBytes_FromStringAndSize(NULL, body + head + 8))) goto done;
+    unsigned char *o = (unsigned char *)PyBytes_AS_STRING(res), *h = o + body, *q = h + 4 + 12 * m;
+    wr32(h, (uint32_t)m);
     for (Py_ssize_t i = 0; i < m; i++) {
-        wr32(o + 4 + 8 * i, (uint32_t)PyBytes_GET_SIZE(PyList_GET_ITEM(parts, i)));
-        wr32(o + 8 + 8 * i, (uint32_t)(cut[i + 1] - cut[i]));
+        PyObject *c = PyList_GET_ITEM(parts, i);
+        uint32_t crc;
+        memcpy(o, PyBytes_AS_STRING(c), (size_t)PyBytes_GET_SIZE(c));
+        if (crc_of(crc32, o, PyBytes_GET_SIZE(c), &crc) < 0) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        o += PyBytes_GET_SIZE(c);
+        wr32(h + 4 + 12 * i, (uint32_t)PyBytes_GET_SIZE(c));
+        wr32(h + 8 + 12 * i, (uint32_t)(cut[i + 1] - cut[i]));
+        wr32(h + 12 + 12 * i, crc);
         if (i) {
             Py_ssize_t rs = rec_start(&b, cut[i]), kl = key_end(&b, cut[i]) - rs;
             wr32(q, (uint32_t)kl);
@@ -1307,17 +1366,18 @@ static PyObject *c_seal_pieces(PyObject *self, PyObject *args) {
             q += 4 + kl;
         }
     }
-    for (Py_ssize_t i = 0; i < m; i++) {
-        PyObject *c = PyList_GET_ITEM(parts, i);
-        memcpy(q, PyBytes_AS_STRING(c), (size_t)PyBytes_GET_SIZE(c));
-        q += PyBytes_GET_SIZE(c);
+    uint32_t hc;
+    if (crc_of(crc32, h, head, &hc) < 0) {
+        Py_CLEAR(res);
+        goto done;
     }
+    wr32(h + head, (uint32_t)head);
+    wr32(h + head + 4, hc);
 done:
     Py_XDECREF(parts);
     PyMem_Free(cut);
     return res;
 }
-
 
 /* ---- a table's index searched in place (TableReader._ix): no lists of keys built ------------
  *
@@ -1383,22 +1443,87 @@ static PyObject *c_index_check(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* len bytes of fd at off (the GIL released while reading): a new bytes object; Py_None (a
+ * new reference) if the file ends before; NULL on error. */
+static PyObject *read_at(int fd, uint64_t off, Py_ssize_t len) {
+    PyObject *data = PyBytes_FromStringAndSize(NULL, len);
+    Py_ssize_t got;
+    if (!data) return NULL;
+    Py_BEGIN_ALLOW_THREADS got = pread(fd, PyBytes_AS_STRING(data), (size_t)len, (off_t)off);
+    Py_END_ALLOW_THREADS if (got < 0) {
+        Py_DECREF(data);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (got != len) {
+        Py_DECREF(data);
+        Py_RETURN_NONE;
+    }
+    return data;
+}
+
+/* What a lookup reads of a block first when it expects lz4 pieces: the trailer and header. */
+#define TAIL_BYTES 1024
+
+/* The records in [start, stop) of the codec-3 block at off (len bytes on disk), reading its
+ * tail, then only the pieces the range reaches: (keys, values, n); Py_None if it is not sound;
+ * NotImplemented if it is not a codec-3 block (read it whole); NULL on error. */
+static PyObject *short_pieces(int fd, uint64_t off, Py_ssize_t len, PyObject *start, PyObject *stop, PyObject *crc32,
+                              PyObject *decompress) {
+    Py_ssize_t t = len < TAIL_BYTES ? len : TAIL_BYTES, p0, p1;
+    PyObject *tail = read_at(fd, off + (uint64_t)(len - t), t), *res = NULL;
+    Pieces ps;
+    if (!tail || tail == Py_None) return tail;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tail);
+    if (t < 13 || p[t - 5] != 3) {
+        Py_DECREF(tail);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t hlen = (Py_ssize_t)rd32(p + t - 13);
+    if (hlen + 13 > t && hlen + 13 <= len) { /* a header longer than the tail read: read it all */
+        Py_DECREF(tail);
+        t = hlen + 13;
+        if (!(tail = read_at(fd, off + (uint64_t)(len - t), t)) || tail == Py_None) return tail;
+        p = (const unsigned char *)PyBytes_AS_STRING(tail);
+    }
+    int r = header_of(crc32, p, t - 5, len - 5, &ps);
+    if (r <= 0) {
+        Py_DECREF(tail);
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    pieces_span(&ps, start, stop, &p0, &p1);
+    PyObject *span = read_at(fd, off + (uint64_t)ps.at[p0], ps.at[p1 + 1] - ps.at[p0]);
+    if (span && span != Py_None) {
+        res = pieces_range(crc32, decompress, (const unsigned char *)PyBytes_AS_STRING(span), &ps, p0, p1, start, stop);
+        Py_DECREF(span);
+    } else {
+        res = span;
+    }
+    pieces_release(&ps);
+    Py_DECREF(tail);
+    return res;
+}
+
 PyDoc_STRVAR(short_file_doc,
-             "short_file(raw, n, fd, start, stop, most, crc32, decompress) -> (keys, values) | None | "
-             "False: TableReader.short_range of a table whose index block is raw (n entries, checked "
-             "by index_check): the blocks that can hold keys in [start, stop) found in the index, each "
-             "read from fd and unpacked (unpack_range, unpack_range_pieces); None if more than most "
+             "short_file(raw, n, fd, start, stop, most, crc32, decompress, pieces) -> (keys, values) | "
+             "None | False: TableReader.short_range of a table whose index block is raw (n entries, "
+             "checked by index_check): the blocks that can hold keys in [start, stop) found in the "
+             "index; each block read from fd and unpacked (unpack_range) — or, if pieces (a file "
+             "written in lz4 pieces), its tail read first (trailer and header), then only the pieces "
+             "the range reaches, each checked by its CRC (unpack_range_pieces); None if more than most "
              "blocks; False if a block is not sound (the caller's Python path names the fault).");
 
 static PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Block ix;
-    if (nargs != 8 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "short_file(raw, n, fd, start: bytes, stop: bytes, most, crc32, decompress)");
+    if (nargs != 9 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "short_file(raw, n, fd, start: bytes, stop: bytes, most, crc32, decompress, pieces)");
         return NULL;
     }
     Py_ssize_t n = PyLong_AsSsize_t(args[1]), most = PyLong_AsSsize_t(args[5]);
     long fd = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred() || block_of(args[0], n, &ix) < 0) return NULL;
+    int pieces = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || pieces < 0 || block_of(args[0], n, &ix) < 0) return NULL;
     if (fd < 0 || fd > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "short_file: bad file descriptor");
         return NULL;
@@ -1418,23 +1543,20 @@ static PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t 
     for (Py_ssize_t i = b0; i < b1; i++) {
         const unsigned char *v = ix.raw + key_end(&ix, i);
         uint64_t off = rd64(v);
-        Py_ssize_t len = (Py_ssize_t)rd32(v + 8), got;
-        PyObject *data = PyBytes_FromStringAndSize(NULL, len), *r;
-        if (!data) goto done;
-        Py_BEGIN_ALLOW_THREADS got = pread((int)fd, PyBytes_AS_STRING(data), (size_t)len, (off_t)off);
-        Py_END_ALLOW_THREADS if (got < 0) {
-            Py_DECREF(data);
-            PyErr_SetFromErrno(PyExc_OSError);
-            goto done;
+        Py_ssize_t len = (Py_ssize_t)rd32(v + 8);
+        PyObject *r = pieces ? short_pieces((int)fd, off, len, args[3], args[4], args[6], args[7]) : Py_NotImplemented;
+        if (r == Py_NotImplemented) {
+            if (pieces) Py_DECREF(r);
+            PyObject *data = read_at((int)fd, off, len);
+            if (data && data != Py_None) {
+                PyObject *a[5] = {data, args[6], args[7], args[3], args[4]};
+                r = len >= 5 && PyBytes_AS_STRING(data)[len - 5] == 3 ? c_unpack_range_pieces(NULL, a, 5)
+                                                                        : c_unpack_range(NULL, a, 5);
+                Py_DECREF(data);
+            } else {
+                r = data;
+            }
         }
-        PyObject *a[5] = {data, args[6], args[7], args[3], args[4]};
-        if (got != len)
-            r = (Py_INCREF(Py_None), Py_None);
-        else if (len >= 5 && PyBytes_AS_STRING(data)[len - 5] == 3)
-            r = c_unpack_range_pieces(NULL, a, 5);
-        else
-            r = c_unpack_range(NULL, a, 5);
-        Py_DECREF(data);
         if (!r) goto done;
         if (r == Py_None || PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 2)) != (Py_ssize_t)rd32(v + 12)) {
             Py_DECREF(r);
@@ -1465,7 +1587,6 @@ done:
     Py_XDECREF(vals);
     return res;
 }
-
 
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},

@@ -65,15 +65,17 @@ MAX_BLOCK_BYTES = 64 << 20
 
 _U32 = struct.Struct("<I")
 _U32X2 = struct.Struct("<II")
+_U32X3 = struct.Struct("<III")
 
 
 def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
     """The lz4-pieces body (codec 3, format.md §1.1) of the raw block ``raw``: m =
     len(raw) // piece_bytes pieces of equal shares, cut at the first record boundary where a
     piece's records and offsets reach ceil(len(raw) / m), each piece a block of its own,
-    lz4-compressed; None if m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
+    lz4-compressed, then the header (piece table, first keys, its length and CRC); None if
+    m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
     if _blockc is not None:
-        return _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes)
+        return _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
     return _seal_pieces_py(raw, piece_bytes)
 
 
@@ -106,35 +108,47 @@ def _seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
         if _BIG:
             offs.byteswap()
         body = lz4.block.compress(raw[rs : rends[e - 1]] + offs.tobytes(), store_size=True)
-        table.append(_U32X2.pack(len(body), e - s))
+        table.append(_U32X3.pack(len(body), e - s, zlib.crc32(body)))
         bodies.append(body)
-    return b"".join([_U32.pack(len(bodies)), *table, *keys, *bodies])
+    header = b"".join([_U32.pack(len(bodies)), *table, *keys])
+    return b"".join([*bodies, header, _U32X2.pack(len(header), zlib.crc32(header))])
 
 
 def _unpieces(body: bytes | memoryview) -> bytes:
-    """The raw block of an lz4-pieces body: every piece decompressed and checked (its size,
-    count and offsets, its first key against the piece table), the records joined and their
-    offsets moved by where each piece starts.  ValueError names what is wrong."""
+    """The raw block of an lz4-pieces body: the header's CRC, then every piece checked (its
+    CRC, size, count and offsets, its first key against the header) and decompressed, the
+    records joined and their offsets moved by where each piece starts.  ValueError names what
+    is wrong."""
     end = len(body)
-    if end < 4:
-        raise ValueError("lz4-pieces body shorter than its piece count")
-    (m,) = _U32.unpack_from(body, 0)
-    if m < 1 or 12 * m > end - 4:
-        raise ValueError(f"piece count {m} does not fit the block's {end} bytes")
-    tab = [_U32X2.unpack_from(body, 4 + 8 * i) for i in range(m)]
-    q, first = 4 + 8 * m, [None]
+    if end < 12:
+        raise ValueError("lz4-pieces body shorter than its header")
+    hlen, hcrc = _U32X2.unpack_from(body, end - 8)
+    if hlen > end - 8:
+        raise ValueError(f"pieces header of {hlen} bytes does not fit the block's {end} bytes")
+    at = end - 8 - hlen
+    header = bytes(body[at : end - 8])
+    if zlib.crc32(header) != hcrc:
+        raise ValueError("pieces header checksum mismatch")
+    (m,) = _U32.unpack_from(header, 0) if hlen >= 4 else (0,)
+    if m < 1 or 12 * m > hlen - 4:
+        raise ValueError(f"piece count {m} does not fit the header's {hlen} bytes")
+    tab = [_U32X3.unpack_from(header, 4 + 12 * i) for i in range(m)]
+    q, first = 4 + 12 * m, [None]
     for i in range(1, m):
-        if q + 4 > end or _U32.unpack_from(body, q)[0] > end - q - 4:
-            raise ValueError(f"first key of piece {i} runs past the block")
-        (kl,) = _U32.unpack_from(body, q)
-        first.append(bytes(body[q + 4 : q + 4 + kl]))
+        if q + 4 > hlen or _U32.unpack_from(header, q)[0] > hlen - q - 4:
+            raise ValueError(f"first key of piece {i} runs past the header")
+        (kl,) = _U32.unpack_from(header, q)
+        first.append(header[q + 4 : q + 4 + kl])
         q += 4 + kl
-    if q + sum(c for c, _ in tab) != end or min(c for c, _ in tab) < 4:
+    if q != hlen or sum(c for c, _, _ in tab) != at or min(c for c, _, _ in tab) < 4:
         raise ValueError("piece lengths do not match the block's size")
-    records, kends, rends, base = [], array("I"), array("I"), 0
-    for i, (cl, count) in enumerate(tab):
-        raw = _decompress(CODEC_LZ4, body[q : q + cl])
+    records, kends, rends, base, q = [], array("I"), array("I"), 0, 0
+    for i, (cl, count, crc) in enumerate(tab):
+        piece = body[q : q + cl]
         q += cl
+        if zlib.crc32(piece) != crc:
+            raise ValueError(f"piece {i}: checksum mismatch")
+        raw = _decompress(CODEC_LZ4, piece)
         n = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else -1
         if n != count or n < 1 or 8 * n > len(raw) - 4:
             raise ValueError(f"piece {i}: record count does not match the piece table")
@@ -451,12 +465,13 @@ def in_place_block(ix: tuple[bytes, int]) -> RawBlock:
     return _CRawBlock(*ix)
 
 
-def short_file(ix: tuple[bytes, int], fd: int, start: bytes, stop: bytes, most: int):
+def short_file(ix: tuple[bytes, int], fd: int, start: bytes, stop: bytes, most: int, pieces: bool):
     """``TableReader.short_range`` of a table file in one C call (``_blockc.short_file``): its
     index ``ix`` (``index_in_place``) searched in place, each block read from ``fd`` and
-    unpacked.  (keys, values); None if the range reaches more than ``most`` blocks; False if a
-    block is not sound (the Python path then names the fault)."""
-    return _blockc.short_file(ix[0], ix[1], fd, start, stop, most, _crc32, _lz4_decompress)
+    unpacked — if ``pieces`` (a file written in lz4 pieces), its tail (trailer and header)
+    first, then only the pieces the range reaches.  (keys, values); None if the range reaches
+    more than ``most`` blocks; False if a block is not sound (the Python path then names it)."""
+    return _blockc.short_file(ix[0], ix[1], fd, start, stop, most, _crc32, _lz4_decompress, pieces)
 
 
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:

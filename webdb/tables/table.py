@@ -687,7 +687,7 @@ class TableReader:
         in one C call (``short_file``); a block that is not sound takes the path below."""
         ix = self._ix
         if ix is not None and self._fd >= 0:
-            kv = short_file(ix, self._fd, start, stop, SHORT_BLOCKS)
+            kv = short_file(ix, self._fd, start, stop, SHORT_BLOCKS, self.kind == KIND_LINKS_BY_URL)
             if kv is not False:
                 return kv
         b0, b1 = self.blocks_of_range(start, stop)
