@@ -370,7 +370,8 @@ class TableReader:
             # The index block kept as it is, searched in place by short_range: loaded (with
             # the meta block) on its own while nothing else is, so that a reader doing only
             # short lookups never builds the lists (4 LinksByURL indexes of 18k entries at 1M
-            # pages: ~2 ms each against ~10).  None once the lists came first or not compiled.
+            # pages: ~2 ms each against ~10).  None once the lists exist (one copy of an
+            # index) or when not compiled.
             if "_index_wanted" in self.__dict__:
                 self._live()
                 self._load_ix()
@@ -451,6 +452,8 @@ class TableReader:
             ikeys, ivals = rb.split() if rb is not None else ([], [])
             self.first_keys = ikeys
             self._index_each(ikeys, ivals, io)
+        # One copy of the index in memory: once the lists exist, short_range searches them.
+        self._ix = None
         self._load_meta()
         if sum(self.counts) != count:
             raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
