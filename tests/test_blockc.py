@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from webdb.errors import CorruptionError
 from webdb.tables import block
 from webdb.tables.format import KIND_PAGES_BY_URL
 from webdb.tables.table import BlockCache, TableReader, TableWriter
@@ -407,3 +408,90 @@ def test_pure_python_fallback_passes_the_table_and_lookup_tests(tmp_path):
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "skipped" not in out.stdout
+
+
+# ---- lz4 pieces (codec 3): a block's records in separately decodable pieces ------------------
+
+
+def _resealed(body: bytes, codec: int = 3) -> bytes:
+    return body + block.TRAILER.pack(codec, zlib.crc32(body + bytes((codec,))))
+
+
+@needs_c
+@given(records(), st.sampled_from([1, 16, 100, 4096]), st.lists(_bytes, min_size=2, max_size=6), st.data())
+def test_c_and_python_agree_on_lz4_pieces(recs, piece_bytes, probes, data):
+    """The same pieces built by C and Python; a whole-block read gives the raw block of the
+    records (as plain lz4 does); a range read gives what the whole block's split gives; any
+    damage is declined by C and named by the Python code."""
+    import lz4.block
+
+    keys, vals = recs
+    raw = block._build(keys, vals)
+    body = _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
+    assert body == block._seal_pieces_py(raw, piece_bytes)
+    sealed = block.seal_block(raw, block.CODEC_LZ4_PIECES, piece_bytes)
+    if body is None:  # one piece: plain lz4
+        assert sealed == block.seal_block(raw, block.CODEC_LZ4)
+        return
+    assert sealed == _resealed(body) and block._unpieces(body) == raw
+    py = _py_block(raw)
+    assert _blockc.unpack_pieces(sealed, zlib.crc32, block._lz4_decompress) == (raw, py.n)
+    assert block.unpack_block(sealed, "x").raw == raw
+    for a, b in zip(probes, probes[1:]):
+        want = (*py.split(py.find(a), py.find(b)), py.n)
+        assert _blockc.unpack_range_pieces(sealed, zlib.crc32, block._lz4_decompress, a, b) == want
+        assert block.unpack_range(sealed, a, b) == want
+    # A flipped byte: the checksum; a crafted piece table or piece (checksum recomputed): the
+    # pieces' own checks.  C declines both, the Python code names them.
+    i = data.draw(st.integers(0, len(body) - 1))
+    bad = bytearray(sealed)
+    bad[i] ^= 0x10
+    assert _blockc.unpack_pieces(bytes(bad), zlib.crc32, block._lz4_decompress) is None
+    everything = (b"", keys[-1] + b"\x00")  # a range read reads (and checks) only the pieces it reaches
+    assert _blockc.unpack_range_pieces(bytes(bad), zlib.crc32, block._lz4_decompress, *everything) is None
+    with pytest.raises(CorruptionError, match="^blk 7: checksum mismatch"):
+        block.unpack_block(bytes(bad), "blk 7")
+    crafted = _resealed(bytes(body[:i]) + bytes([body[i] ^ 0x10]) + bytes(body[i + 1 :]))
+    c = _blockc.unpack_pieces(crafted, zlib.crc32, block._lz4_decompress)
+    try:
+        py_raw = block._unpieces(crafted[:-5])
+    except (ValueError, lz4.block.LZ4BlockError):
+        py_raw = None
+    if py_raw is None:
+        assert c is None
+        with pytest.raises(CorruptionError, match="^blk 7: undecodable block"):
+            block.unpack_block(crafted, "blk 7")
+    else:  # a changed byte of a record (keys or values): a sound block of other records
+        assert c == (py_raw, int.from_bytes(py_raw[-4:], "little"))
+
+
+@needs_c
+def test_pieces_of_a_links_by_url_table(tmp_path):
+    """LinksByURL tables are written in pieces of a quarter block (other kinds, and a block too
+    small for two pieces, in plain lz4), and a file of plain lz4 blocks (written before the
+    pieces) reads the same."""
+    from webdb.tables.format import CODEC_LZ4, CODEC_LZ4_PIECES, KIND_LINKS_BY_URL
+
+    keys = [b"http://h/%03d\x00" % (i // 7) + b"%016d" % i for i in range(3000)]
+    files = {}
+    for name, old in (("new", False), ("old", True)):
+        w = TableWriter(str(tmp_path / name), KIND_LINKS_BY_URL, 4096, "lz4", sync=False)
+        if old:
+            w.codec = CODEC_LZ4
+        for k in keys:
+            w.add(k, b"\x01" * 9 + k[-5:])
+        w.close()
+        files[name] = TableReader(str(tmp_path / name), KIND_LINKS_BY_URL, None, lazy=True)
+    new, old = files["new"], files["old"]
+    codecs = {t: [t.raw_block(b)[-5] for b in range(t.nblocks)] for t in (new, old)}
+    assert set(codecs[new][:-1]) == {CODEC_LZ4_PIECES} and set(codecs[old]) == {CODEC_LZ4}
+    for u in range(0, 430, 3):
+        p = b"http://h/%03d\x00" % u
+        stop = p[:-1] + b"\x01"
+        want = [(k, v) for k, v in old.items() if p <= k < stop]
+        for t in (new, old):
+            kv = t.short_range(p, stop)
+            assert list(zip(*kv)) == want
+    assert list(new.items()) == list(old.items())
+    for t in (new, old):
+        t.close()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import webdb
 from webdb import Link, Page, url_md5
 from webdb.errors import BadInput, ClosedError, CorruptionError
-from webdb.tables.block import encode_block
+from webdb.tables.block import COMPILED, encode_block
 from webdb.tables.format import CODEC_LZ4, FOOTER_SIZE, KIND_PAGES_BY_URL
 from webdb.tables.table import BlockCache, TableReader, TableWriter
 
@@ -452,3 +452,101 @@ def test_a_bad_op_byte_in_a_run_is_named_on_every_read_path(tmp_path):
                 read()
     finally:
         v.close()
+
+
+# ---- LinksByURL blocks in lz4 pieces; the index searched in place ------------------------------
+
+
+def _pieced_db(path):
+    """A db of one section whose LinksByURL blocks (4 KiB, pieces of 1 KiB) hold many URLs."""
+    urls = [f"http://h/{i:04d}" for i in range(300)]
+    links = [(urls[(i * 7) % 300], urls[(i * 13) % 300]) for i in range(3000)]
+    db = webdb.create(str(path), sections=1, sync=False, block_size=4096)
+    with db.writer() as w:
+        for u in urls:
+            w.add_page(Page(u))
+        for src, dst in links:
+            w.add_link(Link(url_md5(src), dst, f"from {src}"))
+    return db, urls
+
+
+def _reseal_block(path: str, off: int, length: int, edit) -> None:
+    """Block at ``off`` replaced by ``edit(body)`` (same length), its checksum recomputed."""
+    import zlib
+
+    data = bytearray(open(path, "rb").read())
+    body = bytearray(data[off : off + length - 5])
+    edit(body)
+    codec = data[off + length - 5]
+    data[off : off + length] = bytes(body) + struct.pack("<BI", codec, zlib.crc32(bytes(body) + bytes((codec,))))
+    open(path, "wb").write(bytes(data))
+
+
+def test_inlinks_of_a_pieced_table_equal_a_full_scan_and_damage_is_named(tmp_path):
+    """Blocks in pieces read by every path (the C path of a lazy reader, the index in place, the
+    Python lists) as a full scan does; a flipped byte of the header (its checksum) and a crafted
+    piece count (checksums recomputed) are CorruptionErrors naming the file and the block's
+    offset, on ``inlinks`` and on ``check``; a flipped byte in a piece a lookup does not read is
+    found by ``check``, which reads every block whole."""
+    db, urls = _pieced_db(tmp_path / "db")
+    with db.reader() as r:
+        t = r.tables["links_by_url"][0]
+        base = t.base if hasattr(t, "base") else t
+        path = base.path
+        assert {base.raw_block(b)[-5] for b in range(base.nblocks - 1)} == {3}
+        inl: dict[str, list[Link]] = {}
+        for lk in r.links():
+            inl.setdefault(lk.url, []).append(lk)
+        offsets, lengths = list(base.offsets), list(base.lengths)
+    with db.reader() as r:  # a fresh reader: the index in place (compiled), never the lists
+        for u in [*urls, "http://h/", "http://h/9999"]:
+            assert list(r.inlinks(u)) == inl.get(u, []), u
+        base = r.tables["links_by_url"][0]
+        base = getattr(base, "base", base)
+        if COMPILED:
+            assert base._ix is not None and "first_keys" not in vars(base)
+    with db.reader() as r:
+        r.check()
+    good = open(path, "rb").read()
+    b = 2
+    u = next(u for u in urls if inl.get(u) and _in_block(db, u, b))
+    where = rf"{os.path.basename(path)}: block {b} at offset {offsets[b]}"
+    header_byte = offsets[b] + lengths[b] - 5 - 8 - 3  # in the last first key of the header
+    middle = offsets[b] + lengths[b] // 2  # in a piece the lookup may not read
+    for flip, edit, lookup_sees in (
+        (header_byte, None, True),
+        (None, _piece_count_changed, True),
+        (middle, None, False),
+    ):
+        data = bytearray(good)
+        if flip is not None:
+            data[flip] ^= 0x20
+        open(path, "wb").write(bytes(data))
+        if edit is not None:
+            _reseal_block(path, offsets[b], lengths[b], edit)
+        with db.reader() as r:
+            for _ in range(2):
+                if lookup_sees:
+                    with pytest.raises(CorruptionError, match=where):
+                        list(r.inlinks(u))
+            with pytest.raises(CorruptionError, match=where):  # check reads every block whole
+                r.check()
+    open(path, "wb").write(good)
+
+
+def _piece_count_changed(body: bytearray) -> None:
+    """The record count of piece 0 in a pieces header, the header's CRC recomputed."""
+    import zlib
+
+    hlen = struct.unpack_from("<I", body, len(body) - 8)[0]
+    at = len(body) - 8 - hlen
+    body[at + 8] ^= 0x01
+    struct.pack_into("<I", body, len(body) - 4, zlib.crc32(bytes(body[at : at + hlen])))
+
+
+def _in_block(db, url: str, b: int) -> bool:
+    with db.reader() as r:
+        t = r.tables["links_by_url"][0]
+        t = getattr(t, "base", t)
+        p = url.encode() + b"\x00"
+        return t.blocks_of_range(p, p[:-1] + b"\x01") == (b, b + 1)

@@ -27,8 +27,10 @@ from webdb.errors import CorruptionError
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
     CODEC_LZ4,
+    CODEC_LZ4_PIECES,
     CODEC_NONE,
     CODEC_ZLIB,
+    PIECE_BYTES,
 )
 
 CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
@@ -61,7 +63,117 @@ def _compress(codec: int, raw: bytes) -> bytes:
 MAX_BLOCK_BYTES = 64 << 20
 
 
+_U32 = struct.Struct("<I")
+_U32X2 = struct.Struct("<II")
+_U32X3 = struct.Struct("<III")
+
+
+def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
+    """The lz4-pieces body (codec 3, format.md §1.1) of the raw block ``raw``: m =
+    len(raw) // piece_bytes pieces of equal shares, cut at the first record boundary where a
+    piece's records and offsets reach ceil(len(raw) / m), each piece a block of its own,
+    lz4-compressed, then the header (piece table, first keys, its length and CRC); None if
+    m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
+    if _blockc is not None:
+        return _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
+    return _seal_pieces_py(raw, piece_bytes)
+
+
+def _seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
+    """``_seal_pieces`` in Python (the reference the tests compare the C code with)."""
+    n = int.from_bytes(raw[-4:], "little")
+    m = len(raw) // piece_bytes
+    if n < 2 or m < 2:
+        return None
+    piece_bytes = -(-len(raw) // m)
+    kends, rends = _offsets(raw, n)
+    cuts, acc, start = [0], 0, 0
+    for j in range(n - 1):
+        acc += rends[j] - start + 8
+        start = rends[j]
+        if acc >= piece_bytes:
+            cuts.append(j + 1)
+            acc = 0
+    if len(cuts) < 2:
+        return None
+    cuts.append(n)
+    table, keys, bodies = [], [], []
+    for i, (s, e) in enumerate(zip(cuts, cuts[1:])):
+        rs = rends[s - 1] if s else 0
+        if i:
+            keys.append(_U32.pack(kends[s] - rs) + raw[rs : kends[s]])
+        offs = array("I", [k - rs for k in kends[s:e]])
+        offs.extend(r - rs for r in rends[s:e])
+        offs.append(e - s)
+        if _BIG:
+            offs.byteswap()
+        body = lz4.block.compress(raw[rs : rends[e - 1]] + offs.tobytes(), store_size=True)
+        table.append(_U32X3.pack(len(body), e - s, zlib.crc32(body)))
+        bodies.append(body)
+    header = b"".join([_U32.pack(len(bodies)), *table, *keys])
+    return b"".join([*bodies, header, _U32X2.pack(len(header), zlib.crc32(header))])
+
+
+def _unpieces(body: bytes | memoryview) -> bytes:
+    """The raw block of an lz4-pieces body: the header's CRC, then every piece checked (its
+    CRC, size, count and offsets, its first key against the header) and decompressed, the
+    records joined and their offsets moved by where each piece starts.  ValueError names what
+    is wrong."""
+    end = len(body)
+    if end < 12:
+        raise ValueError("lz4-pieces body shorter than its header")
+    hlen, hcrc = _U32X2.unpack_from(body, end - 8)
+    if hlen > end - 8:
+        raise ValueError(f"pieces header of {hlen} bytes does not fit the block's {end} bytes")
+    at = end - 8 - hlen
+    header = bytes(body[at : end - 8])
+    if zlib.crc32(header) != hcrc:
+        raise ValueError("pieces header checksum mismatch")
+    (m,) = _U32.unpack_from(header, 0) if hlen >= 4 else (0,)
+    if m < 1 or 12 * m > hlen - 4:
+        raise ValueError(f"piece count {m} does not fit the header's {hlen} bytes")
+    tab = [_U32X3.unpack_from(header, 4 + 12 * i) for i in range(m)]
+    q, first = 4 + 12 * m, [None]
+    for i in range(1, m):
+        if q + 4 > hlen or _U32.unpack_from(header, q)[0] > hlen - q - 4:
+            raise ValueError(f"first key of piece {i} runs past the header")
+        (kl,) = _U32.unpack_from(header, q)
+        first.append(header[q + 4 : q + 4 + kl])
+        q += 4 + kl
+    if q != hlen or sum(c for c, _, _ in tab) != at or min(c for c, _, _ in tab) < 4:
+        raise ValueError("piece lengths do not match the block's size")
+    records, kends, rends, base, q = [], array("I"), array("I"), 0, 0
+    for i, (cl, count, crc) in enumerate(tab):
+        piece = body[q : q + cl]
+        q += cl
+        if zlib.crc32(piece) != crc:
+            raise ValueError(f"piece {i}: checksum mismatch")
+        raw = _decompress(CODEC_LZ4, piece)
+        n = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else -1
+        if n != count or n < 1 or 8 * n > len(raw) - 4:
+            raise ValueError(f"piece {i}: record count does not match the piece table")
+        k, r = _offsets(raw, n)
+        if r[-1] != len(raw) - 4 - 8 * n:
+            raise ValueError(f"piece {i}: offsets do not match its size")
+        if i and raw[: k[0]] != first[i]:
+            raise ValueError(f"piece {i}: first key does not match the piece table")
+        records.append(raw[: r[-1]])
+        kends.extend(x + base for x in k)
+        rends.extend(x + base for x in r)
+        base += r[-1]
+    n = len(kends)
+    if base + 8 * n + 4 > MAX_BLOCK_BYTES:
+        raise ValueError(f"pieces exceed the {MAX_BLOCK_BYTES}-byte block limit")
+    kends.extend(rends)
+    kends.append(n)
+    if _BIG:
+        kends.byteswap()
+    return b"".join(records) + kends.tobytes()
+
+
 def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == CODEC_LZ4_PIECES:
+        return _unpieces(data)
     if codec == CODEC_LZ4:
         if len(data) < 4:
             raise ValueError("lz4 body shorter than its size prefix")
@@ -82,9 +194,9 @@ def _decompress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown codec {codec}")
 
 
-def encode_block(keys: list[bytes], vals: list[bytes], codec: int) -> bytes:
+def encode_block(keys: list[bytes], vals: list[bytes], codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
     """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
-    return seal_block(_blockc.build(keys, vals) if _blockc is not None else _build(keys, vals), codec)
+    return seal_block(_blockc.build(keys, vals) if _blockc is not None else _build(keys, vals), codec, piece_bytes)
 
 
 def _build(keys: list[bytes], vals: list[bytes]) -> bytes:
@@ -99,14 +211,16 @@ def _build(keys: list[bytes], vals: list[bytes]) -> bytes:
     return b"".join(chain.from_iterable(zip(keys, vals))) + offs.tobytes()
 
 
-def encode_run(data: bytes, lens: list[int], codec: int) -> tuple[bytes, bytes, bytes, int]:
+def encode_run(
+    data: bytes, lens: list[int], codec: int, piece_bytes: int = PIECE_BYTES
+) -> tuple[bytes, bytes, bytes, int]:
     """``encode_block`` of records given as a run: ``data`` holds their keys and values back to
     back, ``lens`` their lengths (key, value, key, value, ...).  Returns the same block bytes as
     ``encode_block`` of those records, with the first key, the last key and the count.  Cost:
     one copy of the bytes and C-level passes over ``lens``; no Python code per record."""
     raw, total = _blockc.build_run(data, lens) if _blockc is not None else _build_run(data, lens)
     last = total - lens[-1]
-    return seal_block(raw, codec), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
+    return seal_block(raw, codec, piece_bytes), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
 
 
 def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
@@ -122,9 +236,16 @@ def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
     return data + offs.tobytes(), ends[-1] if ends else 0
 
 
-def seal_block(raw: bytes, codec: int) -> bytes:
-    """An uncompressed block, compressed by ``codec`` and followed by its trailer."""
-    body = _compress(codec, raw)
+def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
+    """An uncompressed block, compressed by ``codec`` and followed by its trailer.  Codec
+    lz4-pieces cuts pieces of about ``piece_bytes`` and falls back to plain lz4 for a block
+    too small for two."""
+    if codec == CODEC_LZ4_PIECES:
+        body = _seal_pieces(raw, piece_bytes)
+        if body is None:
+            codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw)
+    else:
+        body = _compress(codec, raw)
     return body + _TRAILER.pack(codec, zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)))
 
 
@@ -282,6 +403,8 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     which raises the CorruptionError naming what is wrong."""
     if _blockc is not None:
         r = _blockc.unpack(data, _crc32, _lz4_decompress)
+        if r is None and data[-5:-4] == b"\x03":
+            r = _blockc.unpack_pieces(data, _crc32, _lz4_decompress)
         if r is not None:
             return _CRawBlock(*r)
     if not isinstance(where, str):
@@ -321,7 +444,34 @@ def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], l
     """``unpack_block(data).split(find(start), find(stop))`` and the block's record count in one
     C call (``_blockc.unpack_range``): no block object, one call per block of a short lookup.
     None when not compiled or when the block is not sound (``unpack_block`` names the fault)."""
-    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop) if _blockc is not None else None
+    if _blockc is None:
+        return None
+    if data[-5:-4] == b"\x03":  # lz4 pieces: only the pieces the range reaches
+        return _blockc.unpack_range_pieces(data, _crc32, _lz4_decompress, start, stop)
+    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop)
+
+
+def index_in_place(rb: RawBlock, data_end: int, count: int) -> tuple[bytes, int] | None:
+    """(raw, n) of a table's index block ``rb`` whose every entry passes the checks of the
+    index load (``_blockc.index_check``): what ``short_file`` searches in place, with no list
+    of keys built.  None when not compiled or when a check fails (the load then names it)."""
+    if _blockc is None or not _blockc.index_check(rb.raw, rb.n, data_end, count):
+        return None
+    return rb.raw, rb.n
+
+
+def in_place_block(ix: tuple[bytes, int]) -> RawBlock:
+    """The RawBlock of an index block kept by ``index_in_place``."""
+    return _CRawBlock(*ix)
+
+
+def short_file(ix: tuple[bytes, int], fd: int, start: bytes, stop: bytes, most: int, pieces: bool):
+    """``TableReader.short_range`` of a table file in one C call (``_blockc.short_file``): its
+    index ``ix`` (``index_in_place``) searched in place, each block read from ``fd`` and
+    unpacked — if ``pieces`` (a file written in lz4 pieces), its tail (trailer and header)
+    first, then only the pieces the range reaches.  (keys, values); None if the range reaches
+    more than ``most`` blocks; False if a block is not sound (the Python path then names it)."""
+    return _blockc.short_file(ix[0], ix[1], fd, start, stop, most, _crc32, _lz4_decompress, pieces)
 
 
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:

@@ -25,7 +25,7 @@ from webdb.errors import CorruptionError
 from webdb.tables.block import _blockc, merge_sorted, range_diff
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
-from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
+from webdb.tables.table import TableReader, TableWriter
 
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
@@ -281,13 +281,11 @@ class Levels:
         (``merge_sorted``) when compiled."""
         parts = []
         for t in self._newest:
-            b0, b1 = t.blocks_of_range(start, stop)
-            if b1 - b0 > SHORT_BLOCKS:
+            kv = t.short_range(start, stop)
+            if kv is None:
                 return None
-            if b1 > b0:
-                kv = t.blocks_range(b0, b1, start, stop)
-                if kv[0]:
-                    parts.append((t, kv))
+            if kv[0]:
+                parts.append((t, kv))
         return self._merged(parts)
 
     def _merged(

@@ -277,7 +277,7 @@ class MergeCursor:
             if v is None or len(v) != e - a:
                 return None
             buf[a:e] = v
-        return seal_block(bytes(buf), self.out.codec)
+        return seal_block(bytes(buf), self.out.codec, self.out.piece_bytes)
 
     def merge_ranges(self, groups: Iterator[tuple[bytes, bytes, object]], combine) -> None:
         """Apply range edits, a decoded block at a time.

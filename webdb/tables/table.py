@@ -30,14 +30,20 @@ from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webd
     decode_block,
     encode_block,
     encode_run,
+    in_place_block,
     index_entries,
+    index_in_place,
+    short_file,
     unpack_block,
     unpack_range,
 )
 from webdb.tables.format import (
     BLOCK_TRAILER_SIZE,
+    CODEC_LZ4,
+    CODEC_LZ4_PIECES,
     CODEC_NONE,
     FOOTER_SIZE,
+    KIND_LINKS_BY_URL,
     TABLE_MAGIC,
     TABLE_VERSION,
 )
@@ -64,6 +70,12 @@ class TableWriter:
     def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
         self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
         self.codec = CODECS[codec]
+        # LinksByURL blocks in lz4 pieces of a quarter block: an inlinks lookup decompresses
+        # one piece, not the block (format.md §1.1, design.md §2.1).
+        self.index_codec = self.codec
+        self.piece_bytes = max(1, block_size // 4)
+        if self.codec == CODEC_LZ4 and kind == KIND_LINKS_BY_URL:
+            self.codec = CODEC_LZ4_PIECES
         self._f = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
         self._keys: list[bytes] = []
         self._vals: list[bytes] = []
@@ -229,12 +241,12 @@ class TableWriter:
         if self._chunks:
             if self._keys:
                 self._runify()
-            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec))
+            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec, self.piece_bytes))
             self._chunks, self._lens, self._size = [], [], 0
             return
         if not self._keys:
             return
-        data = encode_block(self._keys, self._vals, self.codec)
+        data = encode_block(self._keys, self._vals, self.codec, self.piece_bytes)
         self._emit(data, self._keys[0], self._keys[-1], len(self._keys))
         self._keys, self._vals, self._size = [], [], 0
 
@@ -242,7 +254,7 @@ class TableWriter:
         """Write index, meta block and footer; returns {records, bytes, first, last}."""
         self._flush()
         index_off = self._offset
-        index = encode_block(self.index_keys, self.index_vals, self.codec) if self.index_keys else b""
+        index = encode_block(self.index_keys, self.index_vals, self.index_codec) if self.index_keys else b""
         self._write(index)
         meta_off = index_off + len(index)
         info = dict(
@@ -354,6 +366,18 @@ class TableReader:
     def __getattr__(self, name: str):
         # Only reached while a lazy table's index is not loaded (loaded attributes are found
         # first, so this costs nothing after): load it, then answer.
+        if name == "_ix":
+            # The index block kept as it is, searched in place by short_range: loaded (with
+            # the meta block) on its own while nothing else is, so that a reader doing only
+            # short lookups never builds the lists (4 LinksByURL indexes of 18k entries at 1M
+            # pages: ~2 ms each against ~10).  None once the lists exist (one copy of an
+            # index) or when not compiled.
+            if "_index_wanted" in self.__dict__:
+                self._live()
+                self._load_ix()
+            else:
+                self._ix = None
+            return self._ix
         if name in _LOADED and "_index_wanted" in self.__dict__:
             self._live()
             del self._index_wanted
@@ -402,15 +426,40 @@ class TableReader:
         self.kind, self.count, self.data_end = k, count, io
         self._blocks_at = (il, mo, ml)
 
+    def _load_ix(self) -> None:
+        """``_ix``: the index block, checksummed and every entry checked in one C pass, kept
+        as it is; and the meta block.  Anything not sound loads the lists, which name it."""
+        io, il, count = self.data_end, self._blocks_at[0], self.count
+        rb = unpack_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}") if il else None
+        ix = index_in_place(rb, io, count) if rb is not None else None
+        if ix is None:
+            self.first_keys  # noqa: B018 - loads the lists (or raises naming the fault)
+            self._ix = None
+            return
+        self._load_meta()
+        self._ix = ix
+
     def _load_index(self) -> None:
         """The index and meta block (checksummed), every index entry checked."""
-        io, (il, mo, ml), count = self.data_end, self._blocks_at, self.count
-        rb = unpack_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}") if il else None
+        io, il, count = self.data_end, self._blocks_at[0], self.count
+        ix = self.__dict__.get("_ix")
+        if ix is not None:  # already read and checked: only the lists to build
+            rb = in_place_block(ix)
+        else:
+            rb = unpack_block(os.pread(self._fd, il, io), f"{self.path}: index block at offset {io}") if il else None
         ent = index_entries(rb, _INDEX_VALUE.size) if rb is not None else ([], [], b"")
         if ent is None or not self._index_bulk(*ent, io):
             ikeys, ivals = rb.split() if rb is not None else ([], [])
             self.first_keys = ikeys
             self._index_each(ikeys, ivals, io)
+        # One copy of the index in memory: once the lists exist, short_range searches them.
+        self._ix = None
+        self._load_meta()
+        if sum(self.counts) != count:
+            raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
+
+    def _load_meta(self) -> None:
+        mo, ml = self._blocks_at[1:]
         mk, mv = decode_block(os.pread(self._fd, ml, mo), f"{self.path}: meta block at offset {mo}")
         try:
             self.meta = json.loads(mv[0])
@@ -418,8 +467,6 @@ class TableReader:
             raise CorruptionError(f"{self.path}: meta block at offset {mo} is not JSON") from None
         if not isinstance(self.meta, dict):
             raise CorruptionError(f"{self.path}: meta block at offset {mo} is not a JSON object")
-        if sum(self.counts) != count:
-            raise CorruptionError(f"{self.path}: index counts {sum(self.counts)} != footer count {count}")
 
     def _index_bulk(self, ikeys: list[bytes], last_keys: list[bytes], fixed_bytes: bytes, io: int) -> bool:
         """Read the index entries (``index_entries``) into arrays and check them all with
@@ -638,7 +685,14 @@ class TableReader:
     def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
         """The records with start <= key < stop as (keys, values) if they lie in at most
         ``SHORT_BLOCKS`` blocks, else None (read them with ``ranges``, a block at a time): what a
-        lookup of a short range (one URL's inlinks) takes before the generator of ``ranges``."""
+        lookup of a short range (one URL's inlinks) takes before the generator of ``ranges``.
+        Compiled, a lazy table's index is searched in place and its blocks read and unpacked
+        in one C call (``short_file``); a block that is not sound takes the path below."""
+        ix = self._ix
+        if ix is not None and self._fd >= 0:
+            kv = short_file(ix, self._fd, start, stop, SHORT_BLOCKS, self.kind == KIND_LINKS_BY_URL)
+            if kv is not False:
+                return kv
         b0, b1 = self.blocks_of_range(start, stop)
         if b1 - b0 > SHORT_BLOCKS:
             return None
