@@ -261,6 +261,55 @@ def test_c_links_equal_link_decode(recs):
     assert _blockc.links([b"x"], [b"\x00" * 9], 5, url, Link, LINK_FIXED, LINK_OUT) == [Link(b"", url)]
 
 
+def test_c_links_fills_slots_only_of_a_plain_slots_dataclass():
+    """Link's slots are filled without its __init__; a class whose __init__ does more (a
+    subclass, a __post_init__, no slots) is called, so each gets what its constructor makes."""
+    from dataclasses import dataclass
+
+    from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
+    from webdb.tables.records import Link
+
+    url = "http://a.example/"
+    p = url.encode() + b"\x00"
+    keys, vals = [p + b"f" * 16], [LINK.pack(-5, LINK_OUT) + "ä".encode()]
+    (got,) = _blockc.links(keys, vals, len(p), url, Link, LINK_FIXED, LINK_OUT)
+    assert type(got) is Link and got == Link(b"f" * 16, url, "ä", -5, True)
+    got.anchor = "b"  # an ordinary, mutable instance
+    assert repr(got) == repr(Link(b"f" * 16, url, "b", -5, True))
+
+    class Sub(Link):
+        __slots__ = ("extra",)
+
+        def __init__(self, *a):
+            super().__init__(*a)
+            self.extra = len(a)
+
+    @dataclass(slots=True)
+    class Post:
+        from_id: bytes
+        url: str
+        anchor: str
+        domain_id: int
+        target_has_outlink: bool
+
+        def __post_init__(self):
+            self.anchor = self.anchor.upper()
+
+    @dataclass
+    class NoSlots:
+        from_id: bytes
+        url: str
+        anchor: str
+        domain_id: int
+        target_has_outlink: bool
+
+    assert _blockc.links(keys, vals, len(p), url, Sub, LINK_FIXED, LINK_OUT)[0].extra == 5
+    assert _blockc.links(keys, vals, len(p), url, Post, LINK_FIXED, LINK_OUT)[0].anchor == "Ä"
+    assert _blockc.links(keys, vals, len(p), url, NoSlots, LINK_FIXED, LINK_OUT)[0] == NoSlots(
+        b"f" * 16, url, "ä", -5, True
+    )
+
+
 # ---- damaged files: the same error in both implementations ---------------------------------
 
 

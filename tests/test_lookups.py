@@ -457,11 +457,11 @@ def test_a_bad_op_byte_in_a_run_is_named_on_every_read_path(tmp_path):
 # ---- LinksByURL blocks in lz4 pieces; the index searched in place ------------------------------
 
 
-def _pieced_db(path):
+def _pieced_db(path, **settings):
     """A db of one section whose LinksByURL blocks (4 KiB, pieces of 1 KiB) hold many URLs."""
     urls = [f"http://h/{i:04d}" for i in range(300)]
     links = [(urls[(i * 7) % 300], urls[(i * 13) % 300]) for i in range(3000)]
-    db = webdb.create(str(path), sections=1, sync=False, block_size=4096)
+    db = webdb.create(str(path), sections=1, sync=False, block_size=4096, **settings)
     with db.writer() as w:
         for u in urls:
             w.add_page(Page(u))
@@ -532,6 +532,35 @@ def test_inlinks_of_a_pieced_table_equal_a_full_scan_and_damage_is_named(tmp_pat
             with pytest.raises(CorruptionError, match=where):  # check reads every block whole
                 r.check()
     open(path, "wb").write(good)
+
+
+def test_inlinks_through_a_delta_run_in_pieces(tmp_path):
+    """A round's LinksByURL delta run is written in lz4 pieces too: lookups through base and run
+    equal a full scan, and a damaged header of a run block is named with the run's file."""
+    db, urls = _pieced_db(tmp_path / "db", level_ratio=1000.0)
+    with db.writer() as w:
+        for i in range(600):
+            w.add_link(Link(url_md5(urls[(i * 11) % 300]), urls[(i * 17) % 300], f"round 2 {i}"))
+    with db.reader() as r:
+        v = r.tables["links_by_url"][0]
+        runs = [t for t in v._newest if t is not v.base]
+        assert runs, "the batch was not written as a delta run"
+        run = runs[0]
+        assert {run.raw_block(b)[-5] for b in range(run.nblocks - 1)} == {3}
+        inl: dict[str, list[Link]] = {}
+        for lk in r.links():
+            inl.setdefault(lk.url, []).append(lk)
+        path, offsets, lengths = run.path, list(run.offsets), list(run.lengths)
+    with db.reader() as r:
+        for u in urls:
+            assert list(r.inlinks(u)) == inl.get(u, []), u
+    data = bytearray(open(path, "rb").read())
+    data[offsets[1] + lengths[1] - 5 - 8 - 3] ^= 0x20  # in the header of block 1's pieces
+    open(path, "wb").write(bytes(data))
+    with db.reader() as r:
+        with pytest.raises(CorruptionError, match=rf"{os.path.basename(path)}: block 1 at offset {offsets[1]}"):
+            for u in urls:
+                list(r.inlinks(u))
 
 
 def _piece_count_changed(body: bytearray) -> None:

@@ -14,6 +14,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h> /* T_OBJECT_EX, READONLY (links: a slots class filled in place) */
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h> /* pread (short_file) */
@@ -607,6 +608,30 @@ PyDoc_STRVAR(links_doc,
              "with errors replaced.  None if a value is shorter than fixed (the caller runs the "
              "Python code, which names the record).");
 
+/* The offsets of the 5 fields of cls (records.Link, a dataclass with slots) when an instance
+ * can be made by filling them: cls's own writable object slots, no __post_init__.  Running the
+ * dataclass's __init__ (Python code) per link was a sixth of an inlinks lookup.  0 if cls is
+ * not such a class (it is then called). */
+static int link_slots(PyObject *cls, Py_ssize_t off[5]) {
+    static const char *names[5] = {"from_id", "url", "anchor", "domain_id", "target_has_outlink"};
+    if (!PyType_Check(cls)) return 0;
+    PyTypeObject *t = (PyTypeObject *)cls;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || !t->tp_members || t->tp_base != &PyBaseObject_Type ||
+        t->tp_new != PyBaseObject_Type.tp_new || t->tp_alloc != PyType_GenericAlloc)
+        return 0;
+    for (int i = 0; i < 5; i++) off[i] = -1;
+    for (PyMemberDef *m = t->tp_members; m->name; m++)
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(m->name, names[i])) {
+                if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return 0;
+                off[i] = m->offset;
+            }
+    for (int i = 0; i < 5; i++)
+        if (off[i] < (Py_ssize_t)sizeof(PyObject)) return 0;
+    if (!PyObject_HasAttrString(cls, "__dataclass_fields__") || PyObject_HasAttrString(cls, "__post_init__")) return 0;
+    return 1;
+}
+
 static PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "links(keys: list, values: list, plen, url, cls, fixed, out)");
@@ -622,6 +647,8 @@ static PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         PyObject *k = PyList_GET_ITEM(keys, j), *v = PyList_GET_ITEM(vals, j);
         if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) < fixed) Py_RETURN_NONE;
     }
+    Py_ssize_t off[5];
+    int fill = link_slots(args[4], off);
     /* Calling cls runs Python code, which could change the lists: hold them as tuples. */
     PyObject *kt = PyList_AsTuple(keys), *vt = kt ? PyList_AsTuple(vals) : NULL, *res = NULL;
     if (!vt || !(res = PyList_New(n))) goto done;
@@ -635,7 +662,16 @@ static PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         a[2] = a[0] ? PyUnicode_DecodeUTF8((const char *)vp + fixed, PyBytes_GET_SIZE(v) - fixed, "replace") : NULL;
         a[3] = a[2] ? PyLong_FromLongLong((long long)d) : NULL;
         a[4] = (vp[8] & out) ? Py_True : Py_False;
-        PyObject *l = a[3] ? PyObject_Vectorcall(cls, a, 5, NULL) : NULL;
+        PyObject *l = NULL;
+        if (a[3] && fill) { /* what the dataclass's __init__ does: each field set once */
+            if ((l = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0)))
+                for (int i = 0; i < 5; i++) {
+                    Py_INCREF(a[i]);
+                    *(PyObject **)((char *)l + off[i]) = a[i];
+                }
+        } else if (a[3]) {
+            l = PyObject_Vectorcall(cls, a, 5, NULL);
+        }
         Py_XDECREF(a[0]);
         Py_XDECREF(a[2]);
         Py_XDECREF(a[3]);

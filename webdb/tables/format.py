@@ -14,7 +14,7 @@ CODEC_LZ4 = 2
 # lz4 in pieces: the records of a block compressed as separately decodable pieces of about
 # PIECE_BYTES, so that a lookup decompresses one piece, not the whole block (format.md §1.1).
 CODEC_LZ4_PIECES = 3
-PIECE_BYTES = 8192
+PIECE_BYTES = 4096
 
 BLOCK_TRAILER_SIZE = 5  # codec u8 + crc32 u32
 

@@ -42,8 +42,10 @@ from webdb.tables.format import (
     CODEC_LZ4,
     CODEC_LZ4_PIECES,
     CODEC_NONE,
+    DELTA_KINDS,
     FOOTER_SIZE,
     KIND_LINKS_BY_URL,
+    PIECE_BYTES,
     TABLE_MAGIC,
     TABLE_VERSION,
 )
@@ -58,6 +60,9 @@ _BIG = sys.byteorder == "big"
 _LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
 # Most blocks ``short_range`` reads of one file (more: ``ranges`` streams them, a block at a time).
 SHORT_BLOCKS = 4
+# The kinds written in lz4 pieces (LinksByURL and its delta runs), whose lookups read a block's
+# piece table first.
+PIECES_KINDS = frozenset((KIND_LINKS_BY_URL, DELTA_KINDS["links_by_url"]))
 
 
 class TableWriter:
@@ -70,11 +75,12 @@ class TableWriter:
     def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
         self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
         self.codec = CODECS[codec]
-        # LinksByURL blocks in lz4 pieces of a quarter block: an inlinks lookup decompresses
-        # one piece, not the block (format.md §1.1, design.md §2.1).
+        # LinksByURL blocks, of the base and of delta runs, in lz4 pieces of a quarter block
+        # (at most PIECE_BYTES): an inlinks lookup decompresses one piece, not the block
+        # (format.md §1.1, design.md §2.1).
         self.index_codec = self.codec
-        self.piece_bytes = max(1, block_size // 4)
-        if self.codec == CODEC_LZ4 and kind == KIND_LINKS_BY_URL:
+        self.piece_bytes = max(1, min(block_size // 4, PIECE_BYTES))
+        if self.codec == CODEC_LZ4 and kind in PIECES_KINDS:
             self.codec = CODEC_LZ4_PIECES
         self._f = open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb", buffering=1 << 20)
         self._keys: list[bytes] = []
@@ -690,7 +696,7 @@ class TableReader:
         in one C call (``short_file``); a block that is not sound takes the path below."""
         ix = self._ix
         if ix is not None and self._fd >= 0:
-            kv = short_file(ix, self._fd, start, stop, SHORT_BLOCKS, self.kind == KIND_LINKS_BY_URL)
+            kv = short_file(ix, self._fd, start, stop, SHORT_BLOCKS, self.kind in PIECES_KINDS)
             if kv is not False:
                 return kv
         b0, b1 = self.blocks_of_range(start, stop)
