@@ -431,6 +431,68 @@ def _paths(r, url: str) -> set[str]:
     return out
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_short_levels_equal_each_files_path_and_the_model(tmp_path, seed):
+    """``Levels.short_range`` in one C call (``short_levels``) gives what each file's own
+    ``short_range`` merged gives, and what a dict of the records says: a run's PUT over the
+    base, a DEL hiding a base key, keys only in a run, URLs in no file, links across blocks
+    and pieces, and None (streamed) for a URL over more than SHORT_BLOCKS blocks."""
+    from webdb.tables.format import DELTA_KINDS, KIND_LINKS_BY_URL
+    from webdb.tables.levels import DEL, PUT, open_levels
+    from webdb.tables.table import SHORT_BLOCKS
+
+    rng = random.Random(seed)
+    urls = [b"http://h/%03d" % i for i in range(60)]
+    fid = [bytes([i]) * 16 for i in range(40)]
+    model: dict[bytes, bytes] = {}
+    base = {
+        u + b"\x00" + f: b"b%d" % rng.randrange(99) for u in urls[::2] for f in rng.sample(fid, rng.randrange(1, 30))
+    }
+    model.update(base)
+    runs = []
+    for r in range(2):  # oldest first
+        keys = rng.sample(sorted({u + b"\x00" + f for u in urls for f in fid}), 300)
+        ops = {k: (PUT + b"r%d" % r if rng.random() < 0.6 else DEL) for k in keys}
+        runs.append(ops)
+        for k, v in ops.items():
+            if v == DEL:
+                model.pop(k, None)
+            else:
+                model[k] = v[1:]
+    paths = [str(tmp_path / "base")] + [str(tmp_path / f"run{r}") for r in range(2)]
+    w = TableWriter(paths[0], KIND_LINKS_BY_URL, 256, "lz4", sync=False)
+    for k in sorted(base):
+        w.add(k, base[k])
+    w.close()
+    for path, ops in zip(paths[1:], runs):
+        w = TableWriter(path, DELTA_KINDS["links_by_url"], 256, "lz4", sync=False)
+        for k in sorted(ops):
+            w.add(k, ops[k])
+        w.close()
+    fused = open_levels(paths[0], paths[:0:-1], "links_by_url", len(model))
+    each = open_levels(paths[0], paths[:0:-1], "links_by_url", len(model))
+    each._short = ()  # each file read by its own short_range
+    try:
+        seen = set()
+        for u in [*urls, b"http://a/", b"http://h/0", b"http://z/"]:
+            p, stop = u + b"\x00", u + b"\x01"
+            got = fused.short_range(p, stop)
+            assert got == each.short_range(p, stop), u
+            if got is None:
+                seen.add("streamed")
+                assert max(b1 - b0 for b0, b1 in (f.blocks_of_range(p, stop) for f in each._newest)) > SHORT_BLOCKS
+                continue
+            want = sorted((k, v) for k, v in model.items() if p <= k < stop)
+            assert list(zip(*got)) == want, u
+            seen.add("found" if want else "absent")
+        assert COMPILED is bool(fused._short)  # compiled: the one call was taken
+        assert {"found", "absent"} <= seen
+    finally:
+        fused.close()
+        each.close()
+    assert fused._short == ()
+
+
 def test_a_bad_op_byte_in_a_run_is_named_on_every_read_path(tmp_path):
     from webdb.tables.format import DELTA_KINDS, KIND_LINKS_BY_URL
     from webdb.tables.levels import PUT, open_levels

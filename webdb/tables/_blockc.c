@@ -2566,23 +2566,17 @@ PyDoc_STRVAR(short_file_doc,
              "the range reaches, each checked by its CRC (unpack_range_pieces); None if more than most "
              "blocks; False if a block is not sound (the caller's Python path names the fault).");
 
-static PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* short_file's work for one file: start and stop are bytes. */
+static PyObject *short_one(PyObject *raw, Py_ssize_t n, long fd, PyObject *start, PyObject *stop, Py_ssize_t most,
+                           PyObject *crc32, PyObject *decompress, int pieces) {
     Block ix;
-    if (nargs != 9 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "short_file(raw, n, fd, start: bytes, stop: bytes, most, crc32, decompress, pieces)");
-        return NULL;
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]), most = PyLong_AsSsize_t(args[5]);
-    long fd = PyLong_AsLong(args[2]);
-    int pieces = PyObject_IsTrue(args[8]);
-    if (PyErr_Occurred() || pieces < 0 || block_of(args[0], n, &ix) < 0) return NULL;
+    if (block_of(raw, n, &ix) < 0) return NULL;
     if (fd < 0 || fd > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "short_file: bad file descriptor");
         return NULL;
     }
-    const char *sk = PyBytes_AS_STRING(args[3]), *ek = PyBytes_AS_STRING(args[4]);
-    Py_ssize_t sl = PyBytes_GET_SIZE(args[3]), el = PyBytes_GET_SIZE(args[4]);
+    const char *sk = PyBytes_AS_STRING(start), *ek = PyBytes_AS_STRING(stop);
+    Py_ssize_t sl = PyBytes_GET_SIZE(start), el = PyBytes_GET_SIZE(stop);
     /* TableReader.blocks_of_range */
     Py_ssize_t b0 = bisect_first(&ix, 0, n, sk, sl, 1) - 1;
     if (b0 < 0)
@@ -2597,12 +2591,12 @@ static PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t 
         const unsigned char *v = ix.raw + key_end(&ix, i);
         uint64_t off = rd64(v);
         Py_ssize_t len = (Py_ssize_t)rd32(v + 8);
-        PyObject *r = pieces ? short_pieces((int)fd, off, len, args[3], args[4], args[6], args[7]) : Py_NotImplemented;
+        PyObject *r = pieces ? short_pieces((int)fd, off, len, start, stop, crc32, decompress) : Py_NotImplemented;
         if (r == Py_NotImplemented) {
             if (pieces) Py_DECREF(r);
             PyObject *data = read_at((int)fd, off, len);
             if (data && data != Py_None) {
-                PyObject *a[5] = {data, args[6], args[7], args[3], args[4]};
+                PyObject *a[5] = {data, crc32, decompress, start, stop};
                 r = len >= 5 && PyBytes_AS_STRING(data)[len - 5] == 3 ? c_unpack_range_pieces(NULL, a, 5)
                                                                         : c_unpack_range(NULL, a, 5);
                 Py_DECREF(data);
@@ -2641,6 +2635,84 @@ done:
     return res;
 }
 
+static PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "short_file(raw, n, fd, start: bytes, stop: bytes, most, crc32, decompress, pieces)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]), most = PyLong_AsSsize_t(args[5]);
+    long fd = PyLong_AsLong(args[2]);
+    int pieces = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || pieces < 0) return NULL;
+    return short_one(args[0], n, fd, args[3], args[4], most, args[6], args[7], pieces);
+}
+
+PyDoc_STRVAR(short_levels_doc,
+             "short_levels(files, start, stop, most, crc32, decompress) -> (keys, values) | None | False: "
+             "Levels.short_range in one call: files are (raw, n, fd, pieces, run) of the files of a "
+             "table's levels, newest first (short_file's arguments, run: a delta run); each file's "
+             "records in [start, stop) as short_file gives them, merged as merge does.  None if a "
+             "file's range reaches more than most blocks; False if a block is not sound or the "
+             "records are not as merge wants them (the caller's Python path names the fault).");
+
+static PyObject *c_short_levels(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyTuple_Check(args[0]) || !PyBytes_Check(args[1]) || !PyBytes_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "short_levels(files: tuple, start: bytes, stop: bytes, most, crc32, decompress)");
+        return NULL;
+    }
+    Py_ssize_t most = PyLong_AsSsize_t(args[3]), m = PyTuple_GET_SIZE(args[0]);
+    if (most == -1 && PyErr_Occurred()) return NULL;
+    if (m > MERGE_MAX) Py_RETURN_FALSE;
+    PyObject *parts = PyList_New(0), *res = NULL;
+    int base_only = 1;
+    if (!parts) return NULL;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *f = PyTuple_GET_ITEM(args[0], i);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 5) {
+            PyErr_SetString(PyExc_TypeError, "short_levels: a file is (raw, n, fd, pieces, run)");
+            goto done;
+        }
+        Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(f, 1));
+        long fd = PyLong_AsLong(PyTuple_GET_ITEM(f, 2));
+        int pieces = PyObject_IsTrue(PyTuple_GET_ITEM(f, 3)), run = PyObject_IsTrue(PyTuple_GET_ITEM(f, 4));
+        if (PyErr_Occurred() || pieces < 0 || run < 0) goto done;
+        PyObject *r = short_one(PyTuple_GET_ITEM(f, 0), n, fd, args[1], args[2], most, args[4], args[5], pieces);
+        if (!r || r == Py_None || r == Py_False) {
+            res = r;
+            goto done;
+        }
+        PyObject *k = PyTuple_GET_ITEM(r, 0), *t = NULL;
+        int e = PyList_GET_SIZE(k) &&
+                (!(t = PyTuple_Pack(3, k, PyTuple_GET_ITEM(r, 1), run ? Py_True : Py_False)) || PyList_Append(parts, t) < 0);
+        Py_XDECREF(t);
+        Py_DECREF(r);
+        if (e) goto done;
+        if (PyList_GET_SIZE(k) && run) base_only = 0;
+    }
+    Py_ssize_t np = PyList_GET_SIZE(parts);
+    if (np == 0) {
+        PyObject *a = PyList_New(0), *b = PyList_New(0);
+        if (a && b) res = PyTuple_Pack(2, a, b);
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+    } else if (np == 1 && base_only) {
+        PyObject *t = PyList_GET_ITEM(parts, 0);
+        res = PyTuple_Pack(2, PyTuple_GET_ITEM(t, 0), PyTuple_GET_ITEM(t, 1));
+    } else {
+        PyObject *a[1] = {parts};
+        res = c_merge(NULL, a, 1);
+        if (res == Py_None) {
+            Py_DECREF(res);
+            res = Py_False;
+            Py_INCREF(res);
+        }
+    }
+done:
+    Py_DECREF(parts);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
@@ -2676,6 +2748,7 @@ static PyMethodDef methods[] = {
     {"seal_pieces", c_seal_pieces, METH_VARARGS, seal_pieces_doc},
     {"index_check", c_index_check, METH_VARARGS, index_check_doc},
     {"short_file", (PyCFunction)(void (*)(void))c_short_file, METH_FASTCALL, short_file_doc},
+    {"short_levels", (PyCFunction)(void (*)(void))c_short_levels, METH_FASTCALL, short_levels_doc},
     {NULL, NULL, 0, NULL},
 };
 

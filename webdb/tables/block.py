@@ -474,6 +474,15 @@ def short_file(ix: tuple[bytes, int], fd: int, start: bytes, stop: bytes, most: 
     return _blockc.short_file(ix[0], ix[1], fd, start, stop, most, _crc32, _lz4_decompress, pieces)
 
 
+def short_levels(files: tuple, start: bytes, stop: bytes, most: int):
+    """``Levels.short_range`` in one C call (``_blockc.short_levels``): ``files`` are each file's
+    ``short_file`` arguments (raw index, entries, fd, pieces) and whether it is a delta run,
+    newest first; their records in [start, stop) merged as ``merge_sorted`` does.  None if a
+    file's range reaches more than ``most`` blocks; False if a block or a record is not sound
+    (each file's ``short_range`` then names the fault)."""
+    return _blockc.short_levels(files, start, stop, most, _crc32, _lz4_decompress)
+
+
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:
     """A table index block's entries: (first keys, last keys, the fixed fields) — each value is
     ``size`` bytes of fields then the block's last key; the fields of all entries are returned

@@ -22,10 +22,10 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import _blockc, merge_sorted, range_diff
+from webdb.tables.block import _blockc, merge_sorted, range_diff, short_levels
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
-from webdb.tables.table import TableReader, TableWriter
+from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
 
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
@@ -158,11 +158,16 @@ class Levels:
         self.base, self.runs, self.count = base, runs, count
         self.path = base.path if base is not None else runs[0].path
         self._newest = runs + ([base] if base is not None else [])  # what a read looks in, in order
+        # short_range's arguments for its one C call, made on first use (() : each file's own
+        # path).  They hold each file's index bytes, so a file that later loads its index
+        # lists keeps that copy too; closing drops them.
+        self._short: tuple | None = None
 
     def files(self) -> list[TableReader]:
         return ([self.base] if self.base is not None else []) + self.runs
 
     def close(self) -> None:
+        self._short = ()
         for t in self.files():
             t.close()
 
@@ -278,7 +283,15 @@ class Levels:
         None (read them with ``ranges``).  A file whose index rules the range out (its key
         range, or the gap between two of its blocks) is not read; the others cost a block read
         (one C call, ``unpack_range``) per block the range reaches, and the merge is one C call
-        (``merge_sorted``) when compiled."""
+        (``merge_sorted``) when compiled — all of it one C call (``short_levels``) when every
+        file's index is searched in place."""
+        files = self._short
+        if files is None:
+            files = self._short = self._short_files()
+        if files:
+            kv = short_levels(files, start, stop, SHORT_BLOCKS)
+            if kv is not False:
+                return kv
         parts = []
         for t in self._newest:
             kv = t.short_range(start, stop)
@@ -287,6 +300,16 @@ class Levels:
             if kv[0]:
                 parts.append((t, kv))
         return self._merged(parts)
+
+    def _short_files(self) -> tuple:
+        """Each file's ``short_args`` and whether it is a run, newest first; () if a file has none."""
+        out = []
+        for t in self._newest:
+            a = t.short_args() if _blockc is not None else None
+            if a is None:
+                return ()
+            out.append((*a, t is not self.base))
+        return tuple(out)
 
     def _merged(
         self, parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]]

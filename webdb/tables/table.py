@@ -688,6 +688,15 @@ class TableReader:
             vs += v
         return ks, vs
 
+    def short_args(self) -> tuple[bytes, int, int, bool] | None:
+        """What ``short_file`` reads this file with — its index in place, fd, whether its blocks
+        are in pieces — or None when the Python path must (not compiled, an index whose
+        lists were loaded, a closed file): for ``Levels.short_range``'s one C call."""
+        ix = self._ix
+        if ix is None or self._fd < 0:
+            return None
+        return ix[0], ix[1], self._fd, self.kind in PIECES_KINDS
+
     def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
         """The records with start <= key < stop as (keys, values) if they lie in at most
         ``SHORT_BLOCKS`` blocks, else None (read them with ``ranges``, a block at a time): what a
