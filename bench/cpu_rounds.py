@@ -10,7 +10,8 @@ system time (``RUSAGE_CHILDREN``: the agents wait for their section processes), 
 or settings can be compared on a machine that is not quiet.  One JSON line per round, with the
 delta runs the db holds after it and the load average.  Run it with the snapshot first on
 PYTHONPATH and from a directory that holds no other ``webdb`` (``python -m`` puts the working
-directory first on the agents' path).
+directory first on the agents' path).  Each line also holds step 0's CPU and each stage's CPU
+(all sections) and wall (the longest section), from the manifest's stage rows.
 """
 
 from __future__ import annotations
@@ -60,7 +61,17 @@ def main() -> None:
         m = db.manifest()
         runs = sum(len(e.get("runs", [])) for t in m["tables"] for e in t.values())
         row = {"label": a.label, "round": r, "wall_s": round(time.monotonic() - w0, 1), "cpu_s": round(_cpu() - c0, 1)}
-        print(json.dumps({**row, "runs": runs, "load": round(os.getloadavg()[0], 2)}), flush=True)
+        # Each stage's CPU over all sections and its longest section's wall, from the manifest.
+        stages = {
+            x["stage"]: [
+                round(sum(s["cpu_seconds"] for s in x["sections"]), 1),
+                round(max(s["seconds"] for s in x["sections"]), 1),
+            ]
+            for x in m.get("stages", [])
+        }
+        step0 = round(sum(x["cpu_seconds"] for x in m.get("distributed", {}).get("step0", [])), 1)
+        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages}
+        print(json.dumps({**row, "runs": runs, **extra, "load": round(os.getloadavg()[0], 2)}), flush=True)
     shutil.rmtree(a.work, ignore_errors=True)
 
 
