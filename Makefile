@@ -15,9 +15,9 @@ $(VPY):
 	  exit 2; }
 	$(PY) -m venv $(VENV)
 
-# Reinstalled when the package metadata or the C source changes (the Python code itself is an
+# Reinstalled when the package metadata or the C sources change (the Python code itself is an
 # editable install; the compiled block codec is built by the install).
-$(STAMP): $(VPY) setup.py pyproject.toml webdb/tables/_blockc.c
+$(STAMP): $(VPY) setup.py pyproject.toml $(wildcard webdb/tables/_blockc_src/*.[ch])
 	$(VPY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 

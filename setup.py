@@ -9,7 +9,23 @@ setup(
     # The block codec's inner loops in C (docs/design.md "Compiled block codec").  Optional: where
     # no compiler or Python headers exist (gcc, python3-dev) the build skips it and webdb runs the
     # same code in pure Python (webdb/tables/block.py).
-    ext_modules=[Extension("webdb.tables._blockc", ["webdb/tables/_blockc.c"], optional=True)],
+    # One extension of several C files, one a concern (webdb/tables/_blockc_src/blockc.h lists them).
+    ext_modules=[
+        Extension(
+            "webdb.tables._blockc",
+            sources=[
+                "webdb/tables/_blockc_src/module.c",
+                "webdb/tables/_blockc_src/codec.c",
+                "webdb/tables/_blockc_src/bulk.c",
+                "webdb/tables/_blockc_src/edits.c",
+                "webdb/tables/_blockc_src/stages.c",
+                "webdb/tables/_blockc_src/pieces.c",
+                "webdb/tables/_blockc_src/index.c",
+            ],
+            depends=["webdb/tables/_blockc_src/blockc.h"],
+            optional=True,
+        )
+    ],
     install_requires=[
         "lz4>=4.3",
         "tqdm>=4.66",

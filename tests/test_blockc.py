@@ -1,4 +1,4 @@
-"""The compiled block codec (webdb/tables/_blockc.c) against its pure-Python reference.
+"""The compiled block codec (webdb/tables/_blockc_src/) against its pure-Python reference.
 
 - hypothesis: on random blocks (empty values, one record, large records, keys that are
   prefixes of others) and on blocks with garbage offsets, every C function returns what the

@@ -1,4 +1,4 @@
-"""Step 0's compiled helpers (webdb/tables/_blockc.c: ``sort_records``, ``ifn_first``,
+"""Step 0's compiled helpers (webdb/tables/_blockc_src/edits.c: ``sort_records``, ``ifn_first``,
 ``join_run``, ``link_records``) against their pure-Python references, on random input (hypothesis):
 the same lists, the same bytes.  tests/test_columns.py checks whole edit files of both paths."""
 

@@ -1,4 +1,4 @@
-"""The compiled helpers of cascade stages 3 and 4 (end of webdb/tables/_blockc.c) against their
+"""The compiled helpers of cascade stages 3 and 4 (webdb/tables/_blockc_src/stages.c) against their
 Python references, on hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``),
 ``span`` (``Seeker.range`` on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``),
 ``lbu_groups`` / ``lbm_groups`` (a batch of edit records cut into groups,

@@ -1,0 +1,662 @@
+/* ---- a raw block read in place and built (RawBlock, encode_block, encode_run) -------------- */
+
+#include "blockc.h"
+#include <structmember.h> /* T_OBJECT_EX, READONLY (links: a slots class filled in place) */
+
+/* Parse (raw: bytes, n: int) into b; n must fit the block (unpack_block checked it already, this
+ * guards a caller that did not). */
+int block_of(PyObject *raw, Py_ssize_t n, Block *b) {
+    if (!PyBytes_Check(raw)) {
+        PyErr_SetString(PyExc_TypeError, "block must be bytes");
+        return -1;
+    }
+    b->raw = (const unsigned char *)PyBytes_AS_STRING(raw);
+    b->len = PyBytes_GET_SIZE(raw);
+    if (n < 0 || b->len < 4 || n > (b->len - 4) / 8) {
+        PyErr_Format(PyExc_ValueError, "record count %zd does not fit a block of %zd bytes", n, b->len);
+        return -1;
+    }
+    b->n = n;
+    b->kends = b->raw + b->len - 4 - 8 * n;
+    b->rends = b->kends + 4 * n;
+    return 0;
+}
+
+/* Index of the first record in lo..n-1 whose key is >= key. */
+Py_ssize_t lower_bound(const Block *b, Py_ssize_t lo, const char *key, Py_ssize_t klen) {
+    Py_ssize_t hi = b->n;
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        if (cmp_key(b, mid, key, klen) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+PyObject *slice(const Block *b, Py_ssize_t s, Py_ssize_t e) {
+    clamp(b, &s, &e);
+    return PyBytes_FromStringAndSize((const char *)b->raw + s, e - s);
+}
+
+SHARED_PYDOC(find_doc, "find(raw, n, key) -> index of the first record whose key is >= key (RawBlock.find).");
+
+PyObject *c_find(PyObject *self, PyObject *args) {
+    PyObject *raw, *res;
+    Py_ssize_t n;
+    Py_buffer key;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Sny*:find", &raw, &n, &key)) return NULL;
+    if (block_of(raw, n, &b) < 0) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    res = PyLong_FromSsize_t(lower_bound(&b, 0, key.buf, key.len));
+    PyBuffer_Release(&key);
+    return res;
+}
+
+SHARED_PYDOC(get_doc, "get(raw, n, key) -> the value of key, or None (RawBlock.get).");
+
+PyObject *c_get(PyObject *self, PyObject *args) {
+    PyObject *raw, *res;
+    Py_ssize_t n;
+    Py_buffer key;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Sny*:get", &raw, &n, &key)) return NULL;
+    if (block_of(raw, n, &b) < 0) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    Py_ssize_t j = lower_bound(&b, 0, key.buf, key.len);
+    if (j < n && cmp_key(&b, j, key.buf, key.len) == 0) {
+        res = slice(&b, key_end(&b, j), rec_end(&b, j));
+    } else {
+        res = Py_None;
+        Py_INCREF(res);
+    }
+    PyBuffer_Release(&key);
+    return res;
+}
+
+/* Records lo..hi-1 (clamped to 0..n) as a new list of keys (if keys) and/or of values (if vals). */
+int split_into(const Block *b, Py_ssize_t lo, Py_ssize_t hi, PyObject **keys, PyObject **vals) {
+    if (lo < 0) lo = 0;
+    if (lo > b->n) lo = b->n;
+    if (hi > b->n) hi = b->n;
+    if (hi < lo) hi = lo;
+    if (keys && !(*keys = PyList_New(hi - lo))) return -1;
+    if (vals && !(*vals = PyList_New(hi - lo))) return -1;
+    Py_ssize_t s = rec_start(b, lo);
+    for (Py_ssize_t j = lo; j < hi; j++) {
+        Py_ssize_t ke = key_end(b, j), re = rec_end(b, j);
+        if (keys) {
+            PyObject *k = slice(b, s, ke);
+            if (!k) return -1;
+            PyList_SET_ITEM(*keys, j - lo, k);
+        }
+        if (vals) {
+            PyObject *v = slice(b, ke, re);
+            if (!v) return -1;
+            PyList_SET_ITEM(*vals, j - lo, v);
+        }
+        s = re;
+    }
+    return 0;
+}
+
+static int parse_range(PyObject *args, const char *fmt, Block *b, Py_ssize_t *lo, Py_ssize_t *hi) {
+    PyObject *raw, *hio = Py_None;
+    Py_ssize_t n;
+    *lo = 0;
+    if (!PyArg_ParseTuple(args, fmt, &raw, &n, lo, &hio) || block_of(raw, n, b) < 0) return -1;
+    if (hio == Py_None) {
+        *hi = n;
+    } else {
+        *hi = PyLong_AsSsize_t(hio);
+        if (*hi == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+SHARED_PYDOC(split_doc, "split(raw, n, lo=0, hi=None) -> (keys, values) of records lo..hi-1 (RawBlock.split).");
+
+PyObject *c_split(PyObject *self, PyObject *args) {
+    Block b;
+    Py_ssize_t lo, hi;
+    PyObject *keys = NULL, *vals = NULL;
+    if (parse_range(args, "Sn|nO:split", &b, &lo, &hi) < 0) return NULL;
+    if (split_into(&b, lo, hi, &keys, &vals) < 0) {
+        Py_XDECREF(keys);
+        Py_XDECREF(vals);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", keys, vals);
+}
+
+SHARED_PYDOC(values_doc, "values(raw, n, lo, hi) -> values of records lo..hi-1 (RawBlock.values).");
+
+PyObject *c_values(PyObject *self, PyObject *args) {
+    Block b;
+    Py_ssize_t lo, hi;
+    PyObject *vals = NULL;
+    if (parse_range(args, "Snn|O:values", &b, &lo, &hi) < 0) return NULL;
+    if (split_into(&b, lo, hi, NULL, &vals) < 0) {
+        Py_XDECREF(vals);
+        return NULL;
+    }
+    return vals;
+}
+
+SHARED_PYDOC(keys_doc, "keys(raw, n) -> every record key (RawBlock.keys).");
+
+PyObject *c_keys(PyObject *self, PyObject *args) {
+    Block b;
+    Py_ssize_t lo, hi;
+    PyObject *keys = NULL;
+    if (parse_range(args, "Sn:keys", &b, &lo, &hi) < 0) return NULL;
+    if (split_into(&b, lo, hi, &keys, NULL) < 0) {
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    return keys;
+}
+
+SHARED_PYDOC(lens_doc, "lens(raw, n) -> key and value lengths, interleaved (RawBlock.lens).");
+
+PyObject *c_lens(PyObject *self, PyObject *args) {
+    PyObject *raw, *out;
+    Py_ssize_t n;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Sn:lens", &raw, &n) || block_of(raw, n, &b) < 0) return NULL;
+    if (!(out = PyList_New(2 * n))) return NULL;
+    Py_ssize_t s = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        /* Unclamped differences, as the Python code's map(sub, ...) (offsets checked elsewhere). */
+        Py_ssize_t ke = key_end(&b, j), re = rec_end(&b, j);
+        PyObject *kl = PyLong_FromSsize_t(ke - s), *vl = kl ? PyLong_FromSsize_t(re - ke) : NULL;
+        if (!vl) {
+            Py_XDECREF(kl);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 2 * j, kl);
+        PyList_SET_ITEM(out, 2 * j + 1, vl);
+        s = re;
+    }
+    return out;
+}
+
+/* The bytes of a bytes-like item: bytes directly, anything else through the buffer protocol. */
+typedef struct {
+    Py_buffer view;
+    int held;
+    const char *p;
+    Py_ssize_t len;
+} Item;
+
+static int item_get(PyObject *o, Item *it) {
+    it->held = 0;
+    if (PyBytes_Check(o)) {
+        it->p = PyBytes_AS_STRING(o);
+        it->len = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, &it->view, PyBUF_SIMPLE) < 0) return -1;
+    it->held = 1;
+    it->p = it->view.buf;
+    it->len = it->view.len;
+    return 0;
+}
+
+static void item_release(Item *it) {
+    if (it->held) PyBuffer_Release(&it->view);
+}
+
+PyObject *too_big(void) {
+    PyErr_SetString(PyExc_OverflowError, "block records exceed 4 GiB (u32 offsets)");
+    return NULL;
+}
+
+SHARED_PYDOC(build_doc,
+             "build(keys, vals) -> the uncompressed block of these records: records, offsets, count "
+             "(what encode_block seals).");
+
+PyObject *c_build(PyObject *self, PyObject *args) {
+    PyObject *ko, *vo, *keys = NULL, *vals = NULL, *out = NULL;
+    if (!PyArg_ParseTuple(args, "OO:build", &ko, &vo)) return NULL;
+    if (!(keys = PySequence_Fast(ko, "keys must be a sequence")) ||
+        !(vals = PySequence_Fast(vo, "values must be a sequence")))
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (PySequence_Fast_GET_SIZE(vals) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd keys but %zd values", n, PySequence_Fast_GET_SIZE(vals));
+        goto done;
+    }
+    if (n > UINT32_MAX) {
+        too_big();
+        goto done;
+    }
+    /* Items that are not bytes are read through the buffer protocol, which may run code: read
+     * them from tuples, which that code cannot resize under us. */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        if (!PyBytes_Check(PySequence_Fast_GET_ITEM(keys, j)) || !PyBytes_Check(PySequence_Fast_GET_ITEM(vals, j))) {
+            Py_SETREF(keys, PySequence_Tuple(keys));
+            if (!keys) goto done;
+            Py_SETREF(vals, PySequence_Tuple(vals));
+            if (!vals) goto done;
+            break;
+        }
+    }
+    PyObject **kv = PySequence_Fast_ITEMS(keys), **vv = PySequence_Fast_ITEMS(vals);
+    Py_ssize_t total = 0;
+    Item it;
+    for (Py_ssize_t j = 0; j < 2 * n; j++) {
+        if (item_get(j & 1 ? vv[j >> 1] : kv[j >> 1], &it) < 0) goto done;
+        total += it.len;
+        item_release(&it);
+        if (total > UINT32_MAX) {
+            too_big();
+            goto done;
+        }
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, total + 8 * n + 4))) goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out), *offs = p + total;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t j = 0; j < 2 * n; j++) {
+        if (item_get(j & 1 ? vv[j >> 1] : kv[j >> 1], &it) < 0) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        if (at + it.len > total) { /* an item grew between the passes (a bytearray) */
+            item_release(&it);
+            PyErr_SetString(PyExc_RuntimeError, "a record changed size while being encoded");
+            Py_CLEAR(out);
+            goto done;
+        }
+        memcpy(p + at, it.p, (size_t)it.len);
+        at += it.len;
+        item_release(&it);
+        wr32(offs + 4 * ((j >> 1) + (j & 1 ? n : 0)), (uint32_t)at);
+    }
+    if (at != total) {
+        PyErr_SetString(PyExc_RuntimeError, "a record changed size while being encoded");
+        Py_CLEAR(out);
+        goto done;
+    }
+    wr32(offs + 8 * n, (uint32_t)n);
+done:
+    Py_XDECREF(keys);
+    Py_XDECREF(vals);
+    return out;
+}
+
+SHARED_PYDOC(build_run_doc,
+             "build_run(data, lens) -> (raw, total): data followed by the offsets and count of the "
+             "records whose key and value lengths lens gives, interleaved (what encode_run seals); "
+             "total is the sum of lens.");
+
+PyObject *c_build_run(PyObject *self, PyObject *args) {
+    PyObject *lo, *lens = NULL, *out = NULL;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "y*O:build_run", &data, &lo)) return NULL;
+    if (!(lens = PySequence_Fast(lo, "lens must be a sequence"))) goto done;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(lens), n = m >> 1;
+    if (m & 1) {
+        PyErr_SetString(PyExc_ValueError, "lens holds an odd number of lengths");
+        goto done;
+    }
+    if (!(out = PyBytes_FromStringAndSize(NULL, data.len + 8 * n + 4))) goto done;
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out), *offs = p + data.len;
+    memcpy(p, data.buf, (size_t)data.len);
+    PyObject **lv = PySequence_Fast_ITEMS(lens);
+    Py_ssize_t at = 0;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        if (!PyLong_Check(lv[j])) { /* (an __index__ could run code that resizes lens) */
+            PyErr_SetString(PyExc_TypeError, "lens must hold ints");
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_ssize_t l = PyLong_AsSsize_t(lv[j]);
+        if (l == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        at += l;
+        if (at < 0 || at > UINT32_MAX) {
+            Py_CLEAR(out);
+            if (at < 0)
+                PyErr_SetString(PyExc_OverflowError, "negative record offset");
+            else
+                too_big();
+            goto done;
+        }
+        wr32(offs + 4 * ((j >> 1) + (j & 1 ? n : 0)), (uint32_t)at);
+    }
+    wr32(offs + 8 * n, (uint32_t)n);
+    out = Py_BuildValue("(Nn)", out, at);
+done:
+    Py_XDECREF(lens);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* ---- the read path of a lookup: unpack a block, merge levels, build links ------------------ */
+
+/* One byte more of a CRC-32 (zlib's polynomial, as zlib.crc32): the codec byte the block's
+ * checksum covers after its body. */
+uint32_t crc32_byte(uint32_t crc, unsigned char c) {
+    crc = ~crc ^ c;
+    for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    return ~crc;
+}
+
+/* An exception a damaged block can raise from the decompressor (not MemoryError, not a
+ * KeyboardInterrupt): forgotten, since the caller reruns the Python code, which raises it again
+ * as the CorruptionError naming the block. */
+int damaged_error(void) {
+    if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+        PyErr_Clear();
+        return 1;
+    }
+    return 0;
+}
+
+SHARED_PYDOC(unpack_doc,
+             "unpack(data, crc32, decompress) -> (raw, n): an lz4 or uncompressed block whose checksum, "
+             "size, record count and offsets total are sound, decompressed; None for anything else "
+             "(a damaged block, another codec): the caller runs unpack_block's Python code, which "
+             "names what is wrong.  crc32 and decompress are zlib.crc32 and lz4.block.decompress.");
+
+/* The raw bytes and record count of block data (args: data, crc32, decompress): 1 and *raw (a
+ * new reference) and *n set, 0 if declined (damaged, or a codec left to Python), -1 on error. */
+static int unpack_raw(PyObject *const *args, PyObject **raw, Py_ssize_t *n) {
+    PyObject *data = args[0], *body, *c;
+    if (!PyBytes_Check(data)) return 0;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    if (len < 5) return 0;
+    Py_ssize_t end = len - 5;
+    unsigned char codec = p[end];
+    if (codec != 0 && codec != 2) return 0; /* zlib: rare, left to Python */
+    /* data stays alive (an argument) while the view is used: the callees keep no reference. */
+    if (!(body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ))) return -1;
+    c = PyObject_CallOneArg(args[1], body);
+    if (!c) {
+        Py_DECREF(body);
+        return -1;
+    }
+    unsigned long got = PyLong_AsUnsignedLong(c);
+    Py_DECREF(c);
+    if (got == (unsigned long)-1 && PyErr_Occurred()) {
+        Py_DECREF(body);
+        return -1;
+    }
+    if (crc32_byte((uint32_t)got, codec) != rd32(p + end + 1) || (codec == 2 && (end < 4 || rd32(p) > MAX_BLOCK_BYTES))) {
+        Py_DECREF(body);
+        return 0;
+    }
+    if (codec == 2) {
+        *raw = PyObject_CallOneArg(args[2], body);
+        Py_DECREF(body);
+        if (!*raw) return damaged_error() ? 0 : -1;
+        if (!PyBytes_Check(*raw)) {
+            Py_DECREF(*raw);
+            return 0;
+        }
+    } else {
+        Py_DECREF(body);
+        if (!(*raw = PyBytes_FromStringAndSize((const char *)p, end))) return -1;
+    }
+    const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(*raw);
+    Py_ssize_t rl = PyBytes_GET_SIZE(*raw);
+    *n = rl < 4 ? 0 : (Py_ssize_t)rd32(r + rl - 4);
+    if (rl < 4 || 8 * *n > rl - 4 || (*n && (Py_ssize_t)rd32(r + rl - 8) != rl - 4 - 8 * *n)) {
+        Py_DECREF(*raw);
+        return 0;
+    }
+    return 1;
+}
+
+PyObject *c_unpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *raw;
+    Py_ssize_t n;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "unpack(data, crc32, decompress) takes 3 arguments");
+        return NULL;
+    }
+    int r = unpack_raw(args, &raw, &n);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(Nn)", raw, n);
+}
+
+SHARED_PYDOC(unpack_range_doc,
+             "unpack_range(data, crc32, decompress, start, stop) -> (keys, values, n): unpack (as "
+             "unpack) and the records with start <= key < stop split out (RawBlock.split of "
+             "RawBlock.find of both ends), n the block's record count; None where unpack declines.");
+
+PyObject *c_unpack_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *raw, *keys = NULL, *vals = NULL, *res = NULL;
+    Py_ssize_t n;
+    Block b;
+    if (nargs != 5 || !PyBytes_Check(args[3]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "unpack_range(data, crc32, decompress, start: bytes, stop: bytes)");
+        return NULL;
+    }
+    int r = unpack_raw(args, &raw, &n);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (block_of(raw, n, &b) == 0) {
+        Py_ssize_t lo = lower_bound(&b, 0, PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]));
+        Py_ssize_t hi = lower_bound(&b, lo, PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4]));
+        if (split_into(&b, lo, hi, &keys, &vals) == 0) res = Py_BuildValue("(NNn)", keys, vals, n);
+        else {
+            Py_XDECREF(keys);
+            Py_XDECREF(vals);
+        }
+    }
+    Py_DECREF(raw);
+    return res;
+}
+
+SHARED_PYDOC(merge_doc,
+             "merge(parts) -> (keys, values): parts are (keys, values, ops) of the levels of a table, "
+             "newest first, each sorted; for every key the newest level's record wins; when that "
+             "level has ops (a delta run) its value is an op byte, PUT (1) + value or DEL (0), and a "
+             "DEL hides the key.  None when anything is not as a sound table gives it (keys out of "
+             "order, an unknown op byte, an item that is not bytes): the caller runs the Python code, "
+             "which names what is wrong.");
+
+PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 1 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "merge(parts: list) takes 1 argument");
+        return NULL;
+    }
+    PyObject *parts = args[0];
+    Py_ssize_t m = PyList_GET_SIZE(parts), idx[MERGE_MAX], len[MERGE_MAX];
+    PyObject *ks[MERGE_MAX], *vs[MERGE_MAX];
+    int ops[MERGE_MAX];
+    if (m > MERGE_MAX) Py_RETURN_NONE;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *t = PyList_GET_ITEM(parts, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) Py_RETURN_NONE;
+        ks[i] = PyTuple_GET_ITEM(t, 0);
+        vs[i] = PyTuple_GET_ITEM(t, 1);
+        ops[i] = PyObject_IsTrue(PyTuple_GET_ITEM(t, 2));
+        if (ops[i] < 0) return NULL;
+        if (!PyList_Check(ks[i]) || !PyList_Check(vs[i]) || PyList_GET_SIZE(ks[i]) != PyList_GET_SIZE(vs[i]))
+            Py_RETURN_NONE;
+        idx[i] = 0;
+        len[i] = PyList_GET_SIZE(ks[i]);
+        for (Py_ssize_t j = 0; j < len[i]; j++) {
+            PyObject *k = PyList_GET_ITEM(ks[i], j), *v = PyList_GET_ITEM(vs[i], j);
+            if (!PyBytes_Check(k) || !PyBytes_Check(v) || (j && bytes_cmp(PyList_GET_ITEM(ks[i], j - 1), k) >= 0))
+                Py_RETURN_NONE;
+            if (ops[i] && (PyBytes_GET_SIZE(v) == 0 || (unsigned char)PyBytes_AS_STRING(v)[0] > 1)) Py_RETURN_NONE;
+        }
+    }
+    /* Nothing below calls Python code: the lists cannot change under the loop. */
+    PyObject *ok = PyList_New(0), *ov = PyList_New(0);
+    if (!ok || !ov) goto fail;
+    for (;;) {
+        Py_ssize_t w = -1;
+        for (Py_ssize_t i = 0; i < m; i++)
+            if (idx[i] < len[i] && (w < 0 || bytes_cmp(PyList_GET_ITEM(ks[i], idx[i]), PyList_GET_ITEM(ks[w], idx[w])) < 0))
+                w = i;
+        if (w < 0) break;
+        PyObject *k = PyList_GET_ITEM(ks[w], idx[w]), *v = PyList_GET_ITEM(vs[w], idx[w]), *nv = NULL;
+        for (Py_ssize_t i = w + 1; i < m; i++)
+            if (idx[i] < len[i] && bytes_cmp(PyList_GET_ITEM(ks[i], idx[i]), k) == 0) idx[i]++;
+        idx[w]++;
+        if (ops[w]) {
+            if (PyBytes_AS_STRING(v)[0] == 0) continue; /* DEL */
+            if (!(nv = PyBytes_FromStringAndSize(PyBytes_AS_STRING(v) + 1, PyBytes_GET_SIZE(v) - 1))) goto fail;
+        } else {
+            Py_INCREF(v);
+            nv = v;
+        }
+        int e = PyList_Append(ok, k) < 0 || PyList_Append(ov, nv) < 0;
+        Py_DECREF(nv);
+        if (e) goto fail;
+    }
+    return Py_BuildValue("(NN)", ok, ov);
+fail:
+    Py_XDECREF(ok);
+    Py_XDECREF(ov);
+    return NULL;
+}
+
+SHARED_PYDOC(links_doc,
+             "links(keys, values, plen, url, cls, fixed, out) -> [cls(key[plen:], url, anchor, domain_id, "
+             "flags & out != 0)] of LinksByURL records (reader._links in C): a value is domain_id "
+             "(i64 LE), flags (u8), then the anchor in UTF-8 from byte fixed (pagecodec.LINK), decoded "
+             "with errors replaced.  None if a value is shorter than fixed (the caller runs the "
+             "Python code, which names the record).");
+
+/* The offsets of the 5 fields of cls (records.Link, a dataclass with slots) when an instance
+ * can be made by filling them: cls's own writable object slots, no __post_init__.  Running the
+ * dataclass's __init__ (Python code) per link was a sixth of an inlinks lookup.  0 if cls is
+ * not such a class (it is then called). */
+static int link_slots(PyObject *cls, Py_ssize_t off[5]) {
+    static const char *names[5] = {"from_id", "url", "anchor", "domain_id", "target_has_outlink"};
+    if (!PyType_Check(cls)) return 0;
+    PyTypeObject *t = (PyTypeObject *)cls;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || !t->tp_members || t->tp_base != &PyBaseObject_Type ||
+        t->tp_new != PyBaseObject_Type.tp_new || t->tp_alloc != PyType_GenericAlloc)
+        return 0;
+    for (int i = 0; i < 5; i++) off[i] = -1;
+    for (PyMemberDef *m = t->tp_members; m->name; m++)
+        for (int i = 0; i < 5; i++)
+            if (!strcmp(m->name, names[i])) {
+                if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return 0;
+                off[i] = m->offset;
+            }
+    for (int i = 0; i < 5; i++)
+        if (off[i] < (Py_ssize_t)sizeof(PyObject)) return 0;
+    if (!PyObject_HasAttrString(cls, "__dataclass_fields__") || PyObject_HasAttrString(cls, "__post_init__")) return 0;
+    return 1;
+}
+
+PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "links(keys: list, values: list, plen, url, cls, fixed, out)");
+        return NULL;
+    }
+    PyObject *keys = args[0], *vals = args[1], *url = args[3], *cls = args[4];
+    Py_ssize_t plen = PyLong_AsSsize_t(args[2]), fixed = PyLong_AsSsize_t(args[5]);
+    long out = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(vals) != n || plen < 0 || fixed < 9) Py_RETURN_NONE;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *k = PyList_GET_ITEM(keys, j), *v = PyList_GET_ITEM(vals, j);
+        if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) < fixed) Py_RETURN_NONE;
+    }
+    Py_ssize_t off[5];
+    int fill = link_slots(args[4], off);
+    /* Calling cls runs Python code, which could change the lists: hold them as tuples. */
+    PyObject *kt = PyList_AsTuple(keys), *vt = kt ? PyList_AsTuple(vals) : NULL, *res = NULL;
+    if (!vt || !(res = PyList_New(n))) goto done;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *k = PyTuple_GET_ITEM(kt, j), *v = PyTuple_GET_ITEM(vt, j), *a[5];
+        const unsigned char *vp = (const unsigned char *)PyBytes_AS_STRING(v);
+        Py_ssize_t kl = PyBytes_GET_SIZE(k), s = plen < kl ? plen : kl;
+        uint64_t d = (uint64_t)rd32(vp) | ((uint64_t)rd32(vp + 4) << 32);
+        a[0] = PyBytes_FromStringAndSize(PyBytes_AS_STRING(k) + s, kl - s);
+        a[1] = url;
+        a[2] = a[0] ? PyUnicode_DecodeUTF8((const char *)vp + fixed, PyBytes_GET_SIZE(v) - fixed, "replace") : NULL;
+        a[3] = a[2] ? PyLong_FromLongLong((long long)d) : NULL;
+        a[4] = (vp[8] & out) ? Py_True : Py_False;
+        PyObject *l = NULL;
+        if (a[3] && fill) { /* what the dataclass's __init__ does: each field set once */
+            if ((l = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0)))
+                for (int i = 0; i < 5; i++) {
+                    Py_INCREF(a[i]);
+                    *(PyObject **)((char *)l + off[i]) = a[i];
+                }
+        } else if (a[3]) {
+            l = PyObject_Vectorcall(cls, a, 5, NULL);
+        }
+        Py_XDECREF(a[0]);
+        Py_XDECREF(a[2]);
+        Py_XDECREF(a[3]);
+        if (!l) {
+            Py_CLEAR(res);
+            goto done;
+        }
+        PyList_SET_ITEM(res, j, l);
+    }
+done:
+    Py_XDECREF(kt);
+    Py_XDECREF(vt);
+    return res;
+}
+
+SHARED_PYDOC(index_entries_doc,
+             "index_entries(raw, n, size) -> (keys, lasts, fixed) of an index block (TableReader's "
+             "index): the record keys, each value past its first size bytes, and those first size "
+             "bytes of every value back to back; None if a value is shorter than size.");
+
+PyObject *c_index_entries(PyObject *self, PyObject *args) {
+    PyObject *raw, *keys = NULL, *lasts = NULL, *fixed = NULL;
+    Py_ssize_t n, size;
+    Block b;
+    if (!PyArg_ParseTuple(args, "Snn:index_entries", &raw, &n, &size) || block_of(raw, n, &b) < 0) return NULL;
+    if (size < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative size");
+        return NULL;
+    }
+    Py_ssize_t s;
+    for (Py_ssize_t j = 0; j < n; j++) { /* the same clamped slices as split() */
+        Py_ssize_t vs = key_end(&b, j), ve = rec_end(&b, j);
+        clamp(&b, &vs, &ve);
+        if (ve - vs < size) Py_RETURN_NONE;
+    }
+    if (!(keys = PyList_New(n)) || !(lasts = PyList_New(n)) || !(fixed = PyBytes_FromStringAndSize(NULL, n * size)))
+        goto fail;
+    char *f = PyBytes_AS_STRING(fixed);
+    s = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        Py_ssize_t ke = key_end(&b, j), re = rec_end(&b, j), vs = ke, ve = re;
+        PyObject *k = slice(&b, s, ke), *l;
+        if (!k) goto fail;
+        PyList_SET_ITEM(keys, j, k);
+        clamp(&b, &vs, &ve);
+        memcpy(f + j * size, b.raw + vs, (size_t)size);
+        if (!(l = slice(&b, vs + size, ve))) goto fail;
+        PyList_SET_ITEM(lasts, j, l);
+        s = re;
+    }
+    return Py_BuildValue("(NNN)", keys, lasts, fixed);
+fail:
+    Py_XDECREF(keys);
+    Py_XDECREF(lasts);
+    Py_XDECREF(fixed);
+    return NULL;
+}

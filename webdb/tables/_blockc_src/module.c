@@ -1,0 +1,51 @@
+/* The module webdb.tables._blockc: its method table (the functions of every C file, blockc.h). */
+#include "blockc.h"
+
+static PyMethodDef methods[] = {
+    {"index_entries", c_index_entries, METH_VARARGS, index_entries_doc},
+    {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
+    {"unpack_range", (PyCFunction)(void (*)(void))c_unpack_range, METH_FASTCALL, unpack_range_doc},
+    {"merge", (PyCFunction)(void (*)(void))c_merge, METH_FASTCALL, merge_doc},
+    {"links", (PyCFunction)(void (*)(void))c_links, METH_FASTCALL, links_doc},
+    {"find", c_find, METH_VARARGS, find_doc},
+    {"get", c_get, METH_VARARGS, get_doc},
+    {"split", c_split, METH_VARARGS, split_doc},
+    {"values", c_values, METH_VARARGS, values_doc},
+    {"keys", c_keys, METH_VARARGS, keys_doc},
+    {"lens", c_lens, METH_VARARGS, lens_doc},
+    {"build", c_build, METH_VARARGS, build_doc},
+    {"build_run", c_build_run, METH_VARARGS, build_run_doc},
+    {"gather_blocks", c_gather_blocks, METH_VARARGS, gather_blocks_doc},
+    {"hash_values", c_hash_values, METH_VARARGS, hash_values_doc},
+    {"unhex", c_unhex, METH_VARARGS, unhex_doc},
+    {"has_control", c_has_control, METH_VARARGS, has_control_doc},
+    {"sort_records", c_sort_records, METH_O, sort_records_doc},
+    {"ifn_first", c_ifn_first, METH_VARARGS, ifn_first_doc},
+    {"join_run", c_join_run, METH_VARARGS, join_run_doc},
+    {"link_records", (PyCFunction)(void (*)(void))c_link_records, METH_FASTCALL, link_records_doc},
+    {"urls_ok", (PyCFunction)(void (*)(void))c_urls_ok, METH_FASTCALL, urls_ok_doc},
+    {"diff", (PyCFunction)(void (*)(void))c_diff, METH_FASTCALL, diff_doc},
+    {"pack_edits", (PyCFunction)(void (*)(void))c_pack_edits, METH_FASTCALL, pack_edits_doc},
+    {"span", (PyCFunction)(void (*)(void))c_span, METH_FASTCALL, span_doc},
+    {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
+    {"lbm_groups", (PyCFunction)(void (*)(void))c_lbm_groups, METH_FASTCALL, lbm_groups_doc},
+    {"lbm_adds", (PyCFunction)(void (*)(void))c_lbm_adds, METH_FASTCALL, lbm_adds_doc},
+    {"lbu_splice", (PyCFunction)(void (*)(void))c_lbu_splice, METH_FASTCALL, lbu_splice_doc},
+    {"unpack_pieces", (PyCFunction)(void (*)(void))c_unpack_pieces, METH_FASTCALL, unpack_pieces_doc},
+    {"unpack_range_pieces", (PyCFunction)(void (*)(void))c_unpack_range_pieces, METH_FASTCALL, unpack_range_pieces_doc},
+    {"seal_pieces", c_seal_pieces, METH_VARARGS, seal_pieces_doc},
+    {"index_check", c_index_check, METH_VARARGS, index_check_doc},
+    {"short_file", (PyCFunction)(void (*)(void))c_short_file, METH_FASTCALL, short_file_doc},
+    {"short_levels", (PyCFunction)(void (*)(void))c_short_levels, METH_FASTCALL, short_levels_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "webdb.tables._blockc",
+    .m_doc = "The block codec's inner loops in C; webdb/tables/block.py is the reference and the fallback.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__blockc(void) { return PyModule_Create(&module); }
