@@ -196,6 +196,19 @@ fail:
     return NULL;
 }
 
+/* The arguments of lbu_groups and lbm_groups, (recs: list, final: bool): the list's length in
+ * *n and final's truth in *final; -1 with a TypeError naming `name` if they are not that. */
+static int groups_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *n, int *final) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_Format(PyExc_TypeError, "%s(recs: list, final: bool)", name);
+        return -1;
+    }
+    *final = PyObject_IsTrue(args[1]);
+    if (*final < 0) return -1;
+    *n = PyList_GET_SIZE(args[0]);
+    return 0;
+}
+
 SHARED_PYDOC(lbu_groups_doc,
              "lbu_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
              "key = url 0x00 tag [fromID(16) op], E.pack layout) cut into one group per url: (url + "
@@ -204,14 +217,10 @@ SHARED_PYDOC(lbu_groups_doc,
              "used is the index of its first record.  None for a record the Python code would fail on.");
 
 PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "lbu_groups(recs: list, final: bool)");
-        return NULL;
-    }
+    Py_ssize_t n;
+    int final;
+    if (groups_args("lbu_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
-    int final = PyObject_IsTrue(args[1]);
-    if (final < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(recs);
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *r = PyList_GET_ITEM(recs, j);
         if (!PyBytes_Check(r)) Py_RETURN_NONE;
@@ -305,14 +314,10 @@ SHARED_PYDOC(lbm_groups_doc,
              "the index of its first record.  None for a record the Python code would fail on.");
 
 PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2 || !PyList_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "lbm_groups(recs: list, final: bool)");
-        return NULL;
-    }
+    Py_ssize_t n;
+    int final;
+    if (groups_args("lbm_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
-    int final = PyObject_IsTrue(args[1]);
-    if (final < 0) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(recs);
     for (Py_ssize_t j = 0; j < n; j++) {
         PyObject *r = PyList_GET_ITEM(recs, j);
         if (!PyBytes_Check(r)) Py_RETURN_NONE;
