@@ -303,9 +303,11 @@ class Levels:
 
     def _short_files(self) -> tuple:
         """Each file's ``short_args`` and whether it is a run, newest first; () if a file has none."""
+        if _blockc is None:
+            return ()
         out = []
         for t in self._newest:
-            a = t.short_args() if _blockc is not None else None
+            a = t.short_args()
             if a is None:
                 return ()
             out.append((*a, t is not self.base))
