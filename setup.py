@@ -21,6 +21,7 @@ setup(
                 "webdb/tables/_blockc_src/stages.c",
                 "webdb/tables/_blockc_src/pieces.c",
                 "webdb/tables/_blockc_src/index.c",
+                "webdb/tables/_blockc_src/seek.c",
             ],
             depends=["webdb/tables/_blockc_src/blockc.h"],
             optional=True,

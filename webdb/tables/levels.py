@@ -22,7 +22,7 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import _blockc, merge_sorted, range_diff, short_levels
+from webdb.tables.block import _blockc, _crc32, _lz4_decompress, merge_sorted, range_diff, short_levels
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import SHORT_BLOCKS, TableReader, TableWriter
@@ -313,6 +313,15 @@ class Levels:
             out.append((*a, t is not self.base))
         return tuple(out)
 
+    def level_seek(self):
+        """A compiled ``LevelSeek`` over these files (``_blockc.levelseek``: LevelCursor's reads,
+        one C call per range or key), or None when not compiled or a file's index is not kept
+        raw."""
+        files = self._short
+        if files is None:
+            files = self._short = self._short_files()
+        return _blockc.levelseek(files, _crc32, _lz4_decompress) if files else None
+
     def _merged(
         self, parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]]
     ) -> tuple[list[bytes], list[bytes]]:
@@ -355,14 +364,30 @@ class LevelCursor:
         self.view, self.out = view, out
         # Newest first; the base last.  Each one read forward as the edits go.
         self._seek = [Seeker(r) for r in view.runs] + ([Seeker(view.base)] if view.base is not None else [])
+        # Compiled, the same reads in one call per range or key (_blockc.levelseek); on a block
+        # or record it finds unsound it is dropped, and the Seekers (from the start: reads are
+        # forward, so that only costs a longer search) read on and name the fault.
+        self._c = view.level_seek()
+        self._c_decoded = 0
         self.live = 0
         self.raw_blocks = self.patched_blocks = 0
 
     @property
     def decoded_blocks(self) -> int:
-        return sum(s.decoded for s in self._seek)
+        c = self._c.decoded if self._c is not None else 0
+        return sum(s.decoded for s in self._seek) + self._c_decoded + c
+
+    def _drop_c(self) -> None:
+        self._c_decoded += self._c.decoded
+        self._c = None
 
     def _get(self, key: bytes) -> bytes | None:
+        c = self._c
+        if c is not None:
+            v = c.get(key)
+            if v is not False:
+                return v
+            self._drop_c()
         for s in self._seek:
             v = s.get(key)
             if v is not None:
@@ -372,6 +397,12 @@ class LevelCursor:
         return None
 
     def _range(self, lo: bytes, hi: bytes) -> tuple[list[bytes], list[bytes]]:
+        c = self._c
+        if c is not None:
+            kv = c.range(lo, hi)
+            if kv is not False:
+                return kv
+            self._drop_c()
         found = []
         for s in self._seek:
             if s.nxt >= hi:

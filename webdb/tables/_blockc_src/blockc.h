@@ -8,6 +8,7 @@
  *   stages.c  the cascade's per-range loops (stages 3 and 4)
  *   pieces.c  lz4 pieces (codec 3)
  *   index.c   a table's index searched in place (TableReader._ix)
+ *   seek.c    a table's levels read forward, a range or key per call (LevelCursor)
  *   module.c  the method table and the module
  *
  * This header holds what more than one of them uses: the block layout and its inline readers,
@@ -77,6 +78,20 @@ static inline int cmp_key(const Block *b, Py_ssize_t j, const char *key, Py_ssiz
     return l < klen ? -1 : (l > klen ? 1 : 0);
 }
 
+static inline uint64_t rd64(const unsigned char *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
+
+/* An index block (format.md §1.2, index.c) has one record per data block: key = first key,
+ * value = offset u64, length u32, count u32, then the last key. */
+/* The last key of index entry j (its value past the 16 fixed bytes) compared with key. */
+static inline int cmp_last(const Block *b, Py_ssize_t j, const char *key, Py_ssize_t klen) {
+    Py_ssize_t s = key_end(b, j) + 16, e = rec_end(b, j);
+    clamp(b, &s, &e);
+    Py_ssize_t l = e - s, m = l < klen ? l : klen;
+    int c = m ? memcmp(b->raw + s, key, (size_t)m) : 0;
+    if (c) return c;
+    return l < klen ? -1 : (l > klen ? 1 : 0);
+}
+
 /* Largest uncompressed block a reader accepts (block.MAX_BLOCK_BYTES). */
 #define MAX_BLOCK_BYTES (64u << 20)
 
@@ -114,7 +129,7 @@ typedef struct {
 
 /* Helpers: a raw block's readers (codec.c; stages.c, pieces.c and index.c use them), build's
  * overflow error (codec.c; bulk.c), the read path's checks (codec.c; pieces.c), a codec-3
- * block's header and pieces (pieces.c; index.c). */
+ * block's header and pieces (pieces.c; index.c), a read at an offset (index.c; seek.c). */
 SHARED int block_of(PyObject *raw, Py_ssize_t n, Block *b);
 SHARED Py_ssize_t lower_bound(const Block *b, Py_ssize_t lo, const char *key, Py_ssize_t klen);
 SHARED PyObject *slice(const Block *b, Py_ssize_t s, Py_ssize_t e);
@@ -124,6 +139,7 @@ SHARED uint32_t crc32_byte(uint32_t crc, unsigned char c);
 SHARED int damaged_error(void);
 SHARED void pieces_release(Pieces *ps);
 SHARED int header_of(PyObject *crc32, const unsigned char *p, Py_ssize_t end, Py_ssize_t body_len, Pieces *ps);
+SHARED PyObject *read_at(int fd, uint64_t off, Py_ssize_t len);
 SHARED void pieces_span(const Pieces *ps, PyObject *start, PyObject *stop, Py_ssize_t *p0, Py_ssize_t *p1);
 SHARED PyObject *pieces_range(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps,
                               Py_ssize_t p0, Py_ssize_t p1, PyObject *start, PyObject *stop);
@@ -184,5 +200,9 @@ SHARED PyObject *c_index_check(PyObject *self, PyObject *args);
 SHARED PyObject *c_short_file(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_short_levels(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED extern const char index_check_doc[], short_file_doc[], short_levels_doc[];
+
+/* seek.c */
+SHARED PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED extern const char levelseek_doc[];
 
 #endif

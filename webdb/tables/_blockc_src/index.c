@@ -7,18 +7,6 @@
 #include "blockc.h"
 #include <unistd.h> /* pread (short_file) */
 
-static inline uint64_t rd64(const unsigned char *p) { return (uint64_t)rd32(p) | ((uint64_t)rd32(p + 4) << 32); }
-
-/* The last key of index entry j (its value past the 16 fixed bytes) compared with key. */
-static inline int cmp_last(const Block *b, Py_ssize_t j, const char *key, Py_ssize_t klen) {
-    Py_ssize_t s = key_end(b, j) + 16, e = rec_end(b, j);
-    clamp(b, &s, &e);
-    Py_ssize_t l = e - s, m = l < klen ? l : klen;
-    int c = m ? memcmp(b->raw + s, key, (size_t)m) : 0;
-    if (c) return c;
-    return l < klen ? -1 : (l > klen ? 1 : 0);
-}
-
 /* Index of the first entry in lo..hi-1 whose first key is > key (bisect_right), or >= key
  * when right is 0 (bisect_left). */
 static Py_ssize_t bisect_first(const Block *b, Py_ssize_t lo, Py_ssize_t hi, const char *key, Py_ssize_t klen, int right) {
@@ -65,7 +53,7 @@ PyObject *c_index_check(PyObject *self, PyObject *args) {
 
 /* len bytes of fd at off (the GIL released while reading): a new bytes object; Py_None (a
  * new reference) if the file ends before; NULL on error. */
-static PyObject *read_at(int fd, uint64_t off, Py_ssize_t len) {
+PyObject *read_at(int fd, uint64_t off, Py_ssize_t len) {
     PyObject *data = PyBytes_FromStringAndSize(NULL, len);
     Py_ssize_t got;
     if (!data) return NULL;

@@ -37,6 +37,7 @@ static PyMethodDef methods[] = {
     {"index_check", c_index_check, METH_VARARGS, index_check_doc},
     {"short_file", (PyCFunction)(void (*)(void))c_short_file, METH_FASTCALL, short_file_doc},
     {"short_levels", (PyCFunction)(void (*)(void))c_short_levels, METH_FASTCALL, short_levels_doc},
+    {"levelseek", (PyCFunction)(void (*)(void))c_levelseek, METH_FASTCALL, levelseek_doc},
     {NULL, NULL, 0, NULL},
 };
 
