@@ -164,9 +164,10 @@ class MergeCursor:
 
         ``groups`` yields ``(key, payload)`` in strictly increasing key order; for each,
         ``combine(key, old_value_or_None, payload)`` returns the value to write or None to
-        write nothing.  All edits that fall inside one old block are located by binary search
-        and spliced into one ``add_many`` per block, so the cost is a bisect and a call per
-        edit plus slice copies, not a method round trip per edit.
+        write nothing, or the old value object itself to leave the record as it is (it then
+        stays inside a slice of the old block's bytes).  All edits that fall inside one old
+        block are located by binary search and spliced into one ``add_run`` per block, so the
+        cost is a bisect and a call per edit plus slice copies, not a method round trip per edit.
         """
         out = self.out
         it = iter(groups)
@@ -192,20 +193,19 @@ class MergeCursor:
             lens: list[int] = []
             while True:
                 j = bisect.bisect_left(keys, key, pos)
-                if j > pos:
-                    chunks.append(raw[st[pos] : st[j]])
-                    lens += olens[2 * pos : 2 * j]
-                if j < len(keys) and keys[j] == key:
-                    v = combine(key, rb.value(j), payload)
-                    pos = j + 1
-                else:
-                    v = combine(key, None, payload)
-                    pos = j
-                if v is not None:
-                    chunks.append(key)
-                    chunks.append(v)
-                    lens.append(len(key))
-                    lens.append(len(v))
+                found = j < len(keys) and keys[j] == key
+                ov = rb.value(j) if found else None
+                v = combine(key, ov, payload)
+                if v is not ov or ov is None:  # (the old value itself: the record stays in the run)
+                    if j > pos:
+                        chunks.append(raw[st[pos] : st[j]])
+                        lens += olens[2 * pos : 2 * j]
+                    pos = j + 1 if found else j
+                    if v is not None:
+                        chunks.append(key)
+                        chunks.append(v)
+                        lens.append(len(key))
+                        lens.append(len(v))
                 g = next(it, None)
                 if g is None or g[0] > last:
                     held = g

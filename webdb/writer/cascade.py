@@ -329,6 +329,10 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 
     def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
         op, val = group[0]
+        if op == E.OP_IFN and old is not None and len(group) == 1:
+            # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
+            # is emitted, and the record stays in its block's bytes (merge_points: same object).
+            return old
         new = old
         link = None
         if op == E.OP_ADD:
