@@ -92,6 +92,22 @@ static inline int cmp_last(const Block *b, Py_ssize_t j, const char *key, Py_ssi
     return l < klen ? -1 : (l > klen ? 1 : 0);
 }
 
+/* The first j in lo..hi-1 with cmp(b, j, key) >= 0, or > 0 if right (hi if none): a binary
+ * search over entries in cmp's order — a block's record keys (cmp_key), an index's first keys
+ * (cmp_key) or last keys (cmp_last).  Inline, so each caller's comparison is inlined too. */
+static inline Py_ssize_t search(const Block *b, Py_ssize_t lo, Py_ssize_t hi, const char *key, Py_ssize_t klen,
+                                int (*cmp)(const Block *, Py_ssize_t, const char *, Py_ssize_t), int right) {
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        int c = cmp(b, mid, key, klen);
+        if (right ? c <= 0 : c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Largest uncompressed block a reader accepts (block.MAX_BLOCK_BYTES). */
 #define MAX_BLOCK_BYTES (64u << 20)
 

@@ -24,15 +24,7 @@ int block_of(PyObject *raw, Py_ssize_t n, Block *b) {
 
 /* Index of the first record in lo..n-1 whose key is >= key. */
 Py_ssize_t lower_bound(const Block *b, Py_ssize_t lo, const char *key, Py_ssize_t klen) {
-    Py_ssize_t hi = b->n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) >> 1;
-        if (cmp_key(b, mid, key, klen) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return search(b, lo, b->n, key, klen, cmp_key, 0);
 }
 
 PyObject *slice(const Block *b, Py_ssize_t s, Py_ssize_t e) {

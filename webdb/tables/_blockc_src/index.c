@@ -10,15 +10,7 @@
 /* Index of the first entry in lo..hi-1 whose first key is > key (bisect_right), or >= key
  * when right is 0 (bisect_left). */
 static Py_ssize_t bisect_first(const Block *b, Py_ssize_t lo, Py_ssize_t hi, const char *key, Py_ssize_t klen, int right) {
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) >> 1;
-        int c = cmp_key(b, mid, key, klen);
-        if (right ? c <= 0 : c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return search(b, lo, hi, key, klen, cmp_key, right);
 }
 
 SHARED_PYDOC(index_check_doc,

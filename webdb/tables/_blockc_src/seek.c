@@ -44,15 +44,7 @@ static void ls_dealloc(LevelSeek *s) {
 
 /* bisect_left(last_keys, key, lo): the first entry from lo on whose last key is >= key. */
 static Py_ssize_t last_ge(const Block *ix, Py_ssize_t lo, const char *key, Py_ssize_t klen) {
-    Py_ssize_t hi = ix->n;
-    while (lo < hi) {
-        Py_ssize_t mid = (lo + hi) >> 1;
-        if (cmp_last(ix, mid, key, klen) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return search(ix, lo, ix->n, key, klen, cmp_last, 0);
 }
 
 /* Seeker._block: block b of f decompressed and verified as TableReader._read does (1), or 0 if
