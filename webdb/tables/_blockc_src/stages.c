@@ -209,6 +209,18 @@ static int groups_args(const char *name, PyObject *const *args, Py_ssize_t nargs
     return 0;
 }
 
+/* Record j of recs as an edit record (E.pack: ..., key length u16 LE at the end): its bytes in
+ * *p, its length in *L and its key length in *kl; 0 if it is not bytes of at least min bytes. */
+static int edit_rec(PyObject *recs, Py_ssize_t j, Py_ssize_t min, const unsigned char **p, Py_ssize_t *L,
+                    Py_ssize_t *kl) {
+    PyObject *r = PyList_GET_ITEM(recs, j);
+    if (!PyBytes_Check(r) || PyBytes_GET_SIZE(r) < min) return 0;
+    *p = (const unsigned char *)PyBytes_AS_STRING(r);
+    *L = PyBytes_GET_SIZE(r);
+    *kl = (*p)[*L - 2] | ((*p)[*L - 1] << 8);
+    return 1;
+}
+
 SHARED_PYDOC(lbu_groups_doc,
              "lbu_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
              "key = url 0x00 tag [fromID(16) op], E.pack layout) cut into one group per url: (url + "
@@ -222,12 +234,9 @@ PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (groups_args("lbu_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *r = PyList_GET_ITEM(recs, j);
-        if (!PyBytes_Check(r)) Py_RETURN_NONE;
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(r);
-        Py_ssize_t L = PyBytes_GET_SIZE(r);
-        if (L < 2) Py_RETURN_NONE;
-        Py_ssize_t kl = p[L - 2] | (p[L - 1] << 8);
+        const unsigned char *p;
+        Py_ssize_t L, kl;
+        if (!edit_rec(recs, j, 2, &p, &L, &kl)) Py_RETURN_NONE;
         const unsigned char *z = memchr(p, 0, (size_t)L);
         if (!z) Py_RETURN_NONE;
         Py_ssize_t i = z - p;
@@ -319,12 +328,9 @@ PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     if (groups_args("lbm_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *r = PyList_GET_ITEM(recs, j);
-        if (!PyBytes_Check(r)) Py_RETURN_NONE;
-        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(r);
-        Py_ssize_t L = PyBytes_GET_SIZE(r);
-        if (L < 17) Py_RETURN_NONE;
-        Py_ssize_t kl = p[L - 2] | (p[L - 1] << 8);
+        const unsigned char *p;
+        Py_ssize_t L, kl;
+        if (!edit_rec(recs, j, 17, &p, &L, &kl)) Py_RETURN_NONE;
         if (p[16] != 0 && (kl - 9 < 17 || kl > L - 2)) Py_RETURN_NONE;
     }
     /* Nothing below calls Python code: the list cannot change under the loop. */
