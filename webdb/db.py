@@ -56,7 +56,7 @@ from webdb.errors import (
     is_disk_full,
 )
 from webdb.manifest import empty as empty_manifest
-from webdb.manifest import table_files
+from webdb.manifest import rounds, table_files
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
@@ -222,11 +222,15 @@ class WebDB:
         checksum.  The one place a manifest file is written."""
         body = {k: v for k, v in manifest.items() if k not in ("checksum", "parent_checksum", "seconds")}
         parent = body.get("parent")
+        parent_m = None
         if parent is not None:
             try:
-                body["parent_checksum"] = self._load_manifest(parent)[1]
+                parent_m, body["parent_checksum"] = self._load_manifest(parent)
             except CorruptionError:
                 pass  # no parent here (a fresh location of a rack): nothing to chain to
+        have = body.get("rounds")
+        if not (isinstance(have, list) and have and have[-1].get("generation") == body["generation"]):
+            body["rounds"] = rounds(body, parent_m)  # the per-generation figures of `webdb serve`
         data = seal(body)
         write_atomic(self.manifest_path(manifest["generation"]), data, self.settings["sync"])
         return seal_checksum(data)[0]

@@ -14,9 +14,11 @@ from typing import Any
 from webdb.errors import WebDBError
 from webdb.sections import Sections
 
-__all__ = ["build", "check_counts", "empty", "stage_rows", "table_files"]
+__all__ = ["ROUNDS_KEPT", "build", "check_counts", "empty", "round_row", "rounds", "stage_rows", "table_files"]
 
 STAGES = range(1, 6)
+# The rows of ``rounds`` a manifest carries: the last this many generations (~200 bytes each).
+ROUNDS_KEPT = 1000
 
 
 def build(
@@ -90,3 +92,43 @@ def check_counts(m: dict) -> None:
             f"pages {total('pages_by_url')}/{total('pages_by_md5')}, "
             f"links {total('links_by_md5')}/{total('links_by_url')}"
         )
+
+
+def round_row(m: dict, parent_pages: int | None = None) -> dict:
+    """The figures of one generation for ``rounds``: its commit time, batch, pages, links,
+    bytes, pages by status, pages added since ``parent_pages`` (None: unknown) and the seconds
+    of its cascade (the slowest section of each stage, summed; None without stages).  From the
+    manifest alone: no table is read."""
+    from webdb.tables.records import Status
+
+    status: dict[str, int] = {}
+    for per in m["status"]:
+        for code, n in per.items():
+            name = Status(int(code)).name.lower()
+            status[name] = status.get(name, 0) + n
+    pages = sum(t.get("pages_by_url", {}).get("records", 0) for t in m["tables"])
+    stages = m.get("stages") or []
+    seconds = [max((r.get("seconds", 0.0) for r in s["sections"]), default=0.0) for s in stages]
+    return {
+        "generation": m["generation"],
+        "committed": m.get("committed"),
+        "batch": m.get("batch"),
+        "pages": pages,
+        "links": sum(t.get("links_by_md5", {}).get("records", 0) for t in m["tables"]),
+        "bytes": sum(size for t in m["tables"] for e in t.values() for _, size in table_files(e)),
+        "status": dict(sorted(status.items())),
+        "new_pages": None if parent_pages is None else pages - parent_pages,
+        "seconds": round(sum(seconds), 3) if seconds else None,
+    }
+
+
+def rounds(m: dict, parent: dict | None) -> list[dict]:
+    """``m``'s ``rounds``: its parent's rows (or, for a parent written without them, the row
+    of the parent itself), then ``m``'s own, the last ``ROUNDS_KEPT``.  Written at commit, so
+    the history of a crawl outlives the manifests a commit removes."""
+    if parent is None:
+        return [round_row(m)]
+    before = parent.get("rounds")
+    if not isinstance(before, list) or not before:
+        before = [round_row(parent)]
+    return [*before, round_row(m, before[-1]["pages"])][-ROUNDS_KEPT:]
