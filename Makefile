@@ -7,7 +7,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test deps lint bench clean-venv
+.PHONY: install demo test deps lint bench clean-venv screenshots
 
 $(VPY):
 	@$(PY) -c 'import venv, ensurepip' 2>/dev/null || { \
@@ -30,9 +30,11 @@ demo: install
 # Debian packages the integration tests need: real sshd and rsync on loopback, nginx for the
 # fetcher's tests against a real web server; gcc and the headers of the python that makes the
 # venv, so that `pip install` builds the compiled block codec (optional elsewhere, required by
-# CI: tests/test_blockc.py).  Installs only what is missing (needs root).
+# CI: tests/test_blockc.py); chromium and its driver for the dashboard's browser test
+# (tests/test_serve.py).  Installs only what is missing (needs root).
 PY_H := $(shell $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)/Python.h
-DEB_DEPS := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/sbin/nginx:nginx /usr/bin/gcc:gcc $(PY_H):python3-dev
+DEB_DEPS := /usr/sbin/sshd:openssh-server /usr/bin/rsync:rsync /usr/sbin/nginx:nginx /usr/bin/gcc:gcc $(PY_H):python3-dev \
+  /usr/bin/chromium:chromium /usr/bin/chromedriver:chromium-driver
 deps:
 	@missing=$$(for d in $(DEB_DEPS); do test -e "$${d%%:*}" || echo "$${d#*:}"; done); \
 	if [ -n "$$missing" ]; then \
@@ -45,6 +47,10 @@ deps:
 PYTEST_ARGS ?= -n auto
 test: deps install
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# The README's pictures of `webdb serve` (docs/img/serve-*.png), taken by its browser test.
+screenshots: deps install
+	WEBDB_SCREENSHOTS=docs/img $(VPY) -m pytest -q tests/test_serve.py -k "overview or rounds or inlinks"
 
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

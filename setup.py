@@ -6,6 +6,8 @@ setup(
     description="A crawl database of pages and links in sorted, sectioned tables, and a polite crawl loop",
     python_requires=">=3.10",
     packages=find_packages(include=["webdb", "webdb.*", "fetchlist", "fetchlist.*"]),
+    # The dashboard's templates and browser files (uPlot vendored with its license).
+    package_data={"webdb.serve": ["templates/*.html", "static/*"]},
     # The block codec's inner loops in C (docs/design.md "Compiled block codec").  Optional: where
     # no compiler or Python headers exist (gcc, python3-dev) the build skips it and webdb runs the
     # same code in pure Python (webdb/tables/block.py).
@@ -59,7 +61,12 @@ setup(
             "matplotlib>=3.7",
             # The Dask transport of `webdb update --dask` (tests/test_dask.py runs a LocalCluster).
             "distributed>=2024.1",
+            # `webdb serve` (its templates), driven in a real browser by tests/test_serve.py.
+            "jinja2>=3.1",
+            "selenium>=4.20",
         ],
+        # `webdb serve`: the crawl dashboard's templates.
+        "serve": ["jinja2>=3.1"],
         # `webdb update --dask tcp://SCHEDULER:8786`: run updates on an existing Dask cluster.
         "dask": ["distributed>=2024.1"],
         # `webdb export --format parquet`.

@@ -83,6 +83,8 @@ CASES: list[tuple[str, str, tuple[str, ...], Callable[[str], list[str]]]] = [
     ("export", "--segments", INPUT_DIR, lambda p: ["export", "db", "--segments", p]),
     ("export", "--out", OUTPUT_FILE, lambda p: ["export", "db", "--out", p]),
     ("segment", "upgrade SEGMENT", INPUT_DIR, lambda p: ["segment", "upgrade", p]),
+    ("serve", "DB", INPUT_DIR, lambda p: ["serve", p, "--port", "0"]),
+    ("serve", "--mount", INPUT_DIR, lambda p: ["serve", "db", "--port", "0", "--mount", p]),
 ]
 
 

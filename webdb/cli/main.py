@@ -31,6 +31,7 @@ COMMANDS = {
     "segment": "segment",
     "import": "import_",
     "compact": "compact",
+    "serve": "serve",
 }
 
 
