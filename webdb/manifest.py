@@ -129,6 +129,8 @@ def rounds(m: dict, parent: dict | None) -> list[dict]:
     if parent is None:
         return [round_row(m)]
     before = parent.get("rounds")
-    if not isinstance(before, list) or not before:
-        before = [round_row(parent)]
+    if not (isinstance(before, list) and before and all(isinstance(r, dict) for r in before)) or not isinstance(
+        before[-1].get("pages"), int
+    ):
+        before = [round_row(parent)]  # written without rows (or rows we cannot read): start from the parent
     return [*before, round_row(m, before[-1]["pages"])][-ROUNDS_KEPT:]

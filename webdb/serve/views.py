@@ -160,7 +160,9 @@ def rounds(r: Reader) -> dict:
 
     m = r.manifest
     rows = m.get("rounds")
-    if not isinstance(rows, list) or not rows or rows[-1].get("generation") != m["generation"]:
+    if not (isinstance(rows, list) and rows and all(isinstance(x, dict) for x in rows)) or (
+        rows[-1].get("generation") != m["generation"]
+    ):
         rows = [round_row(m)]
     out = []
     prev = None
