@@ -275,6 +275,26 @@ def test_bad_requests_get_a_status_and_a_message(served, path, status, message):
         assert json.loads(text)["status"] == status
 
 
+def test_another_host_name_is_refused(served):
+    """DNS rebinding: a page elsewhere reaching 127.0.0.1 under its own name reads nothing."""
+    req = urllib.request.Request(served.url + "api/stats", headers={"Host": "evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=WAIT)
+    assert e.value.code == 400 and b"Host header" in e.value.read()
+    req = urllib.request.Request(served.url + "api/rounds", headers={"Host": "localhost:1"})
+    with urllib.request.urlopen(req, timeout=WAIT) as r:
+        assert r.status == 200
+
+
+def test_search_takes_any_text(served):
+    status, _, body = served.get("search?q=127.0.0")  # not a URL: a prefix that matches nothing
+    assert status == 200 and b'class="none"' in body
+    got = json.loads(served.get("api/search?q=http%3A%2F%2F127.0.0.2&limit=2")[2])
+    assert len(got["urls"]) == 2 and got["next"] == got["urls"][-1]
+    more = json.loads(served.get("api/search?" + urllib.parse.urlencode({"q": got["q"], "after": got["next"]}))[2])
+    assert more["urls"] and more["urls"][0] > got["urls"][-1]
+
+
 def test_read_only_methods(served):
     req = urllib.request.Request(served.url, data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as e:

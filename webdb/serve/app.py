@@ -127,7 +127,7 @@ class Dashboard:
         after = q.optional_url("after")
         limit = q.integer("limit", 100, 1, MAX_LIMIT)
         q.done()
-        if not api and after is None and text and r.get_page(text) is not None:
+        if not api and after is None and _is_url(text) and r.get_page(text) is not None:
             return _Redirect(_link("/page", url=text))
         return "search.html", views.search(r, text, after, limit)
 
@@ -256,6 +256,14 @@ class Params:
         return v
 
 
+def _is_url(text: str) -> bool:
+    try:
+        validate_url(text)
+    except BadInput:
+        return False
+    return True
+
+
 def _json(data) -> bytes:
     return json.dumps(data, ensure_ascii=False, default=str).encode()
 
@@ -312,6 +320,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self, head: bool = False) -> None:
         parts = urlsplit(self.path)
+        if not self.server.host_allowed(self.headers.get("Host", "")):
+            # DNS rebinding: a web page the operator visits must not read the db through a name
+            # of its own that resolves to loopback.
+            status, headers, body = self.server.dashboard.error(400, "Host header names another server", False)
+            self.send(status, headers, body, head)
+            return
         try:
             status, headers, body = self.server.dashboard.answer(parts.path, parts.query)
         except Exception as e:  # a bug or a damaged db: a message, never a traceback to the client
@@ -356,6 +370,18 @@ class DashboardServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.dashboard, self.log_requests = dashboard, log_requests
         super().__init__(address, _Handler)
+        # On loopback, only the names of loopback are this server; elsewhere any name may be.
+        self.hosts = {"127.0.0.1", "localhost", "::1", address[0].lower()} if is_loopback(address[0]) else None
+
+    def host_allowed(self, header: str) -> bool:
+        """Whether a request's Host header names this server (always, off loopback)."""
+        if self.hosts is None:
+            return True
+        try:
+            name = urlsplit("//" + header).hostname
+        except ValueError:
+            return False
+        return name is not None and name.lower() in self.hosts
 
 
 def make_server(db, host: str = "127.0.0.1", port: int = 0, **options) -> DashboardServer:

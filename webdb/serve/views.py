@@ -16,7 +16,7 @@ import threading
 from collections import Counter
 from urllib.parse import urlsplit
 
-from webdb.errors import BadInput
+from webdb.errors import BadInput, WebDBError
 from webdb.reader import Reader
 from webdb.stats import stats
 from webdb.tables.records import Page, Status, validate_url
@@ -118,11 +118,14 @@ class Scans:
         with self._lock:
             slot = self._by_gen.get(r.generation)
             if slot is None:
+                # Its own reader of the same manifest: the request's reader closes with the request.
+                try:
+                    mine = Reader.of_sections(self.db, r.manifest, range(r.sections.k), cache_mb=4)
+                except FileNotFoundError:  # two commits since the request began: its files are gone
+                    raise WebDBError(f"generation {r.generation} was replaced during the request; reload") from None
                 slot = self._by_gen[r.generation] = {"done": threading.Event(), "scan": None, "error": None}
                 for g in sorted(self._by_gen)[:-2]:
                     del self._by_gen[g]
-                # Its own reader of the same manifest: the request's reader closes with the request.
-                mine = Reader.of_sections(self.db, r.manifest, range(r.sections.k), cache_mb=4)
                 threading.Thread(target=self._run, args=(slot, mine), daemon=True).start()
         if not slot["done"].wait(wait):
             return None
