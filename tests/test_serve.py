@@ -295,7 +295,25 @@ def test_search_takes_any_text(served):
     assert more["urls"] and more["urls"][0] > got["urls"][-1]
 
 
+def test_before_its_scan_a_page_shows_the_manifest_numbers(crawled):
+    """What the overview and hosts views show while the scan of a new generation runs."""
+    from webdb.serve import views
+    from webdb.serve.app import Dashboard
+
+    dash = Dashboard(webdb.open(crawled["db"]))
+    with dash.db.reader() as r:
+        d = views.overview(r, None)
+        overview = dash.render("overview.html", d, "/").decode()
+        hosts = dash.render("scanning.html", {"generation": r.generation, "pages": r.num_pages}, "/hosts").decode()
+    assert d["scan"] == "running" and d["stats"] == read_stats(crawled["db"], "--quick")
+    assert 'id="scan-running"' in overview and f'data-value="{d["stats"]["pages"]}"' in overview
+    assert 'id="scan-running"' in hosts
+
+
 def test_read_only_methods(served):
+    req = urllib.request.Request(served.url + "rounds", method="HEAD")
+    with urllib.request.urlopen(req, timeout=WAIT) as r:
+        assert r.status == 200 and r.read() == b"" and int(r.headers["Content-Length"]) > 0
     req = urllib.request.Request(served.url, data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=WAIT)
