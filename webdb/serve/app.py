@@ -313,6 +313,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     protocol_version = "HTTP/1.1"
     server_version = "webdb-serve"
+    timeout = 60  # seconds a connection may sit idle (or half-sent) before its thread lets it go
 
     def log_message(self, format: str, *args) -> None:
         if self.server.log_requests:
@@ -340,6 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def refuse(self) -> None:
         body = b"webdb serve is read-only: GET and HEAD only\n"
+        self.close_connection = True  # its body is not read: the connection cannot carry another request
         self.send(405, {"Content-Type": "text/plain; charset=utf-8", "Allow": "GET, HEAD"}, body, False)
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = refuse
