@@ -34,14 +34,15 @@
   function bars(id, pairs, label) {
     const el = document.getElementById(id);
     if (!el) return;
-    const x = pairs.map((p, i) => i);
-    const y = pairs.map((p) => p[1]);
+    // One empty slot on each side: the bars (even a single one) stand inside the plot.
+    const x = [-1].concat(pairs.map((p, i) => i), [pairs.length]);
+    const y = [null].concat(pairs.map((p) => p[1]), [null]);
     const ticks = pairs.map((p) => (p[0] === null ? "inf" : String(p[0])));
     const chart = new uPlot(
       {
         width: width(el),
         height: 220,
-        scales: { x: { time: false, range: (u, lo, hi) => [lo - 0.5, hi + 0.5] } },
+        scales: { x: { time: false } },
         axes: [
           { label: label, values: (u, vals) => vals.map((v) => (Number.isInteger(v) && ticks[v] !== undefined ? ticks[v] : "")) },
           { size: 60 },
