@@ -39,8 +39,9 @@ def stats(
 
     "fetched" is one number everywhere: pages whose status is FETCHED (their last fetch
     returned content).  Cost without scan: the manifests only; with it: one sequential read
-    of PagesByURL.  ``visit(url, page)`` is called on each page of the scan (its fixed
-    fields; meta is empty): a caller adding its own figures reads the table once."""
+    of PagesByURL.  ``visit(host, page)`` is called on each page of the scan (its host
+    name, as top hosts counts it, and its fixed fields; meta is empty): a caller adding its own
+    figures reads the table once."""
     from webdb.manifest import table_files
     from webdb.progress import progress_bar
     from webdb.tables.records import PAGE_FIXED
@@ -90,10 +91,11 @@ def stats(
                 next_score.add(p.next_score)
                 interval.add(p.fetch_interval)
                 retries[p.retries] += 1
-                if visit is not None:
-                    visit(url, p)
-                if top_hosts:
-                    hosts[urlsplit(url).hostname or ""] += 1
+                if top_hosts or visit is not None:
+                    host = urlsplit(url).hostname or ""
+                    hosts[host] += 1
+                    if visit is not None:
+                        visit(host, p)
                 bar.update(1)
         finally:
             bar.close()

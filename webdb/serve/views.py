@@ -14,7 +14,6 @@ import itertools
 import math
 import threading
 from collections import Counter
-from urllib.parse import urlsplit
 
 from webdb.errors import BadInput, WebDBError
 from webdb.reader import Reader
@@ -47,8 +46,7 @@ class Scan:
         score_h: Counter[int] = Counter()
         interval_h: Counter[int] = Counter()
 
-        def visit(url: str, p: Page) -> None:
-            host = urlsplit(url).hostname or ""
+        def visit(host: str, p: Page) -> None:
             row = rows.get(host)
             if row is None:
                 if len(rows) >= max_hosts and host != OTHER_HOSTS:
