@@ -107,6 +107,8 @@ class Dashboard:
         per = q.integer("per", 50, 1, MAX_LIMIT)
         q.done()
         scan = self.scans.get(r, self.api_wait if api else self.scan_wait)
+        if scan is None and api:
+            raise ScanRunning(f"the scan of generation {r.generation} is still running; ask again")
         if scan is None:
             return "scanning.html", {"generation": r.generation, "pages": r.num_pages}
         return "hosts.html", views.hosts(scan, sort, order == "desc", page_no, per)
