@@ -36,7 +36,8 @@ timeout, connection error     RETRY            also a 3xx without Location or wi
                                                different ones
 incomplete message            RETRY            head or body cut by the connection's end, a
                                                gzip/deflate stream cut short (``net``)
-address policy refuses host   GONE             no request made
+address policy refuses host   RETRY            no request made; update leaves the page as
+                                               it was (not a fetch: ``fetchlist.update``)
 robots.txt 5xx / unreachable  RETRY            no request made
 ============================  ===============  ==============================================
 """
@@ -58,7 +59,7 @@ import urllib3
 from fetchlist.net import Budget, Watchdog, location_of, new_session, read_body
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.parse import parse
-from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
+from fetchlist.robots import ROBOTS_DENIED, RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
 from webdb import Status, progress_bar
@@ -358,7 +359,7 @@ class Fetcher:
             if ok is None:
                 return FetchRecord(url, Status.RETRY, now, error=f"robots.txt {rules.state}: {rules.error}"), False
             if not ok:
-                return FetchRecord(url, Status.GONE, now, error="denied by robots.txt"), False
+                return FetchRecord(url, Status.GONE, now, error=ROBOTS_DENIED), False
         try:
             rec = self.request(entry)
         except _Aborted:
@@ -424,7 +425,9 @@ class Fetcher:
             rec.status, rec.content, rec.truncated = Status.RETRY, None, False
             rec.error = f"fetch_timeout exceeded ({s['fetch_timeout']:g}s for connect, headers and body)"
         elif budget.refused:
-            rec.status, rec.content, rec.error = Status.GONE, None, budget.refused[:300]
+            # RETRY, not GONE: the policy is this crawl's setting, not the page's fault (update
+            # leaves such a page as it was: fetchlist.update)
+            rec.status, rec.content, rec.error = Status.RETRY, None, budget.refused[:300]
         rec.elapsed = time.monotonic() - t0
         if rec.status == Status.FETCHED:
             rec.content = rec.content or b""

@@ -261,7 +261,8 @@ def test_address_policy_refuses_loopback_by_default(host):
         f.fetch([FetchEntry(url)], got.append)
         assert srv.hits == {}  # not even robots.txt was requested
     (r,) = got
-    assert r.status == Status.GONE and r.http_status == 0 and r.content is None
+    # RETRY, not GONE: the refusal is this crawl's setting; update leaves the page as it was
+    assert r.status == Status.RETRY and r.http_status == 0 and r.content is None
     assert r.error.startswith(f"address policy: {host.strip('[]')} resolves to ")
     assert r.error.endswith("; set allow_private_addresses to fetch it")
 
