@@ -12,10 +12,18 @@ resolution is not bounded here (the system resolver's own timeouts apply).
 The address policy is applied where the connection is made (``_PolicyConnection._new_conn``):
 the host name is resolved once, every address is checked, and the socket connects to a checked
 address, so a DNS answer that changes between a check and the connect (rebinding) cannot slip
-through.  By default private, loopback, link-local, multicast, unspecified and reserved
-addresses (everything ``ipaddress`` does not call global) are refused; the crawl setting
+through.  By default private, loopback, link-local, multicast, unspecified, reserved and
+site-local addresses (everything ``ipaddress`` does not call global, and 6to4 addresses of
+such IPv4 addresses) are refused; the crawl setting
 ``allow_private_addresses`` allows them (loopback test sites, the demo).  Redirects followed for
 robots.txt make new connections through the same class, so they are checked too.
+
+Incomplete messages are failures, never pages: the connections' response class
+(``_Response``) refuses a head that the connection's end cut before its blank line
+(``IncompleteHead``: http.client alone takes the end of the stream for the end of the head),
+and ``read_body`` undoes the Content-Encoding itself and checks that each gzip or deflate
+stream reached its end (``BadBody``).  ``location_of`` reads the Location lines of a redirect
+one by one: different values are no target (never one comma-joined URL).
 
 Connections are never reused (the pool closes every connection handed back): a host's
 connection does not outlive its request, and a redirect hop never meets a connection the
