@@ -300,7 +300,8 @@ def apply_segments(
 
 def refused_by_policy(record: FetchRecord) -> bool:
     """The fetcher made no request for ``record``'s URL because the address policy refused its
-    host (status RETRY, or GONE as fetchers that took the refusal for final wrote it)."""
+    host: its error names the policy and no HTTP answer came (status RETRY; a GONE record
+    with such an error, which a segment may hold, is read the same way)."""
     return record.http_status == 0 and (record.error or "").startswith(POLICY + ":")
 
 

@@ -87,7 +87,7 @@ def test_a_repeated_refusal_waits_retry_delay_and_never_becomes_gone(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_a_refusal_recorded_gone_is_not_final_either(tmp_path):
-    """Fetchers that took the refusal for final wrote it GONE: update reads it as a refusal."""
+    """A segment may hold the refusal as GONE: update reads it as a refusal all the same."""
     db = str(tmp_path / "db")
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("http://127.0.0.1:9/x\nhttp://127.0.0.1:9/y\n")
