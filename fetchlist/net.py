@@ -463,6 +463,10 @@ class _Inflater:
         while True:
             if self._obj.eof and not self._after:
                 extra = self._obj.unused_data
+                if not extra:  # the stream ended with a read: what comes next decides
+                    extra = self._source(_RAW_CHUNK)
+                    if not extra:
+                        return b""
                 if self._gzip and extra[:2] == _GZIP_MAGIC:  # another gzip member follows
                     self._obj, self._pending, self._started = self._new(zlib.MAX_WBITS), extra, False
                     continue

@@ -153,6 +153,10 @@ WHOLE_BODIES = {
     "deflate (raw)": (_head(Content_Encoding="deflate"), _deflate(TEXT, True)),
     "two gzip members": (_head(Content_Encoding="gzip"), _gzip(TEXT[:1000]) + _gzip(TEXT[1000:])),
     "gzip, then trailing bytes": (_head(Content_Encoding="gzip"), GZ + b"\r\n"),
+    "two gzip members, one per chunk": (
+        _head(Transfer_Encoding="chunked", Content_Encoding="gzip"),
+        b"".join(b"%x\r\n%s\r\n" % (len(m), m) for m in (_gzip(TEXT[:1000]), _gzip(TEXT[1000:]))) + b"0\r\n\r\n",
+    ),
     "deflate inside gzip": (_head(Content_Encoding="deflate, gzip"), _gzip(_deflate(TEXT))),
     "gzip chunked": (
         _head(Transfer_Encoding="chunked", Content_Encoding="gzip"),
