@@ -50,6 +50,7 @@ import zlib
 from collections.abc import Callable
 
 import requests
+import requests.auth
 import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -390,9 +391,19 @@ class _Session(requests.Session):
         return location_of(resp.raw.headers)[0] if resp.is_redirect else None
 
 
+class _NoAuth(requests.auth.AuthBase):
+    """No credentials, whatever a URL's userinfo or ~/.netrc says: normalized URLs carry none,
+    and a URL stored with userinfo must not make the crawler send it."""
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        return r
+
+
 def new_session() -> requests.Session:
-    """A requests Session whose connections follow the budget and address policy of the thread."""
+    """A requests Session whose connections follow the budget and address policy of the thread
+    and that never sends credentials (``Authorization``)."""
     s = _Session()
+    s.auth = _NoAuth()
     adapter = _Adapter(pool_connections=4, pool_maxsize=1)
     s.mount("http://", adapter)
     s.mount("https://", adapter)

@@ -247,3 +247,16 @@ def test_userinfo_in_a_location_is_dropped():
     route = raw(b"HTTP/1.1 301 Moved\r\nLocation: http://user:secret@other.example/x\r\nContent-Length: 0\r\n\r\n")
     recs, _, _ = _fetch({"/p": route}, ["/p"])
     assert recs["/p"].redirect == "http://other.example/x"
+
+
+@pytest.mark.timeout(60)
+def test_userinfo_in_a_stored_url_sends_no_credentials():
+    """A URL that reached a db with userinfo (before normalization dropped it) is fetched
+    without an Authorization header, its robots.txt too."""
+    with HostileServer({"/robots.txt": ROBOTS_OK, "/p": answer(body=TEXT)}) as srv:
+        got = []
+        url = srv.url("/p").replace("http://", "http://user:secret@")
+        Fetcher(**FAST).fetch([FetchEntry(url)], got.append)
+        assert srv.hits == {"/robots.txt": 1, "/p": 1}
+        assert not any(b"authorization" in h.lower() for h in srv.requests), srv.requests
+    assert got[0].status == Status.FETCHED
