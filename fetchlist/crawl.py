@@ -26,11 +26,14 @@ import webdb
 from fetchlist.fetch import Fetcher, FetchStats
 from fetchlist.generate import generate
 from fetchlist.inject import inject
+from fetchlist.net import POLICY
 from fetchlist.segment import Segment
-from fetchlist.update import apply_segments
+from fetchlist.update import REFUSED_POLICY, REFUSED_ROBOTS, apply_segments
 from webdb.errors import BadInput, NotADatabase
 
-__all__ = ["RoundSummary", "CrawlResult", "crawl", "fetch_parts", "new_segment_dir", "update_db"]
+POLICY_HINT = "set allow_private_addresses to fetch them"
+
+__all__ = ["RoundSummary", "CrawlResult", "crawl", "fetch_parts", "new_segment_dir", "refused_text", "update_db"]
 
 
 @dataclass
@@ -45,18 +48,32 @@ class RoundSummary:
     redirects: int = 0
     failed: int = 0
     new_urls: int = 0
+    # URLs not requested, by reason: "address policy" (host refused; the page stays as it was),
+    # "robots.txt" (denied: GONE)
+    refused: dict[str, int] = field(default_factory=dict)
     pages: int = 0
     links: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         s = self.seconds
+        refused = f", {refused_text(self.refused)}" if self.refused else ""
         return (
             f"round {self.round}: generated {self.generated:,}, fetched {self.fetched:,}, "
             f"not modified {self.not_modified:,}, redirects {self.redirects:,}, failed {self.failed:,}, "
-            f"new URLs {self.new_urls:,}; db {self.pages:,} pages, {self.links:,} links; "
+            f"new URLs {self.new_urls:,}{refused}; db {self.pages:,} pages, {self.links:,} links; "
             f"generate {s.get('generate', 0):.2f}s fetch {s.get('fetch', 0):.2f}s update {s.get('update', 0):.2f}s"
         )
+
+
+def refused_text(refused: dict[str, int]) -> str:
+    """``"refused 3 (address policy 2, robots.txt 1; set allow_private_addresses to fetch them)"``,
+    or "" if nothing was refused."""
+    n = sum(refused.values())
+    if not n:
+        return ""
+    why = ", ".join(f"{k} {v:,}" for k, v in sorted(refused.items()) if v)
+    return f"refused {n:,} ({why}{'; ' + POLICY_HINT if refused.get(POLICY) else ''})"
 
 
 @dataclass
@@ -66,6 +83,17 @@ class CrawlResult:
     injected: dict | None
     rounds: list[RoundSummary]
     seconds: float = 0.0
+    # why the crawl ended before its last round, if it did ("" otherwise)
+    stopped: str = ""
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """URLs not requested in all rounds, by reason (RoundSummary.refused)."""
+        total: dict[str, int] = {}
+        for r in self.rounds:
+            for k, v in r.refused.items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     def to_json(self) -> dict:
         return {
@@ -73,6 +101,8 @@ class CrawlResult:
             "segments_dir": self.segments_dir,
             "injected": self.injected,
             "rounds": [asdict(r) for r in self.rounds],
+            "refused": self.refused,
+            "stopped": self.stopped,
             "seconds": round(self.seconds, 3),
         }
 
@@ -183,6 +213,7 @@ def crawl(
         return wait_for_lock(lambda: update_db(db, [seg_dir], writer_settings, **upd_opts), lock_wait, "update")
 
     out: list[RoundSummary] = []
+    stopped = ""
     for n in range(1, rounds + 1):
         t0 = time.monotonic()
         seg_dir = new_segment_dir(segments_dir)
@@ -212,7 +243,14 @@ def crawl(
         rs.redirects = c.get("redirect_perm", 0) + c.get("redirect_temp", 0)
         rs.failed = c.get("retry", 0) + c.get("gone", 0)
         rs.new_urls, rs.pages, rs.links = c["new_urls"], c["pages"], c["links"]
+        refused = {POLICY: c.get(REFUSED_POLICY, 0), "robots.txt": c.get(REFUSED_ROBOTS, 0)}
+        rs.refused = {k: v for k, v in refused.items() if v}
         out.append(rs)
         if report:
             report(rs)
-    return CrawlResult(os.path.abspath(db_path), segments_dir, injected, out, time.monotonic() - t_start)
+        if rs.refused.get(POLICY, 0) >= rs.generated and n < rounds:
+            # Every URL of the round was refused by the address policy: the next round would
+            # generate them again and meet the same policy.
+            stopped = f"stopped after round {n}: every URL was refused by the address policy ({POLICY_HINT})"
+            break
+    return CrawlResult(os.path.abspath(db_path), segments_dir, injected, out, time.monotonic() - t_start, stopped)

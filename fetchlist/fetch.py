@@ -32,8 +32,12 @@ answer                        status           notes
 404, 410, other 4xx           GONE             except 408 and 429
 robots.txt denies             GONE             no request made
 408, 429, 5xx                 RETRY
-timeout, connection error     RETRY            also a 3xx without Location
-address policy refuses host   GONE             no request made
+timeout, connection error     RETRY            also a 3xx without Location or with several
+                                               different ones
+incomplete message            RETRY            head or body cut by the connection's end, a
+                                               gzip/deflate stream cut short (``net``)
+address policy refuses host   RETRY            no request made; update leaves the page as
+                                               it was (not a fetch: ``fetchlist.update``)
 robots.txt 5xx / unreachable  RETRY            no request made
 ============================  ===============  ==============================================
 """
@@ -52,10 +56,10 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 
-from fetchlist.net import Budget, Watchdog, location_text, new_session
+from fetchlist.net import Budget, Watchdog, location_of, new_session, read_body
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.parse import parse
-from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
+from fetchlist.robots import ROBOTS_DENIED, RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
 from webdb import Status, progress_bar
@@ -65,7 +69,6 @@ __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
 _PERM = (301, 308)
 _TEMP = (300, 302, 303, 307)
 _TRANSIENT_4XX = (408, 429)
-_CHUNK = 65536
 
 
 def status_of(http_status: int) -> Status:
@@ -356,7 +359,7 @@ class Fetcher:
             if ok is None:
                 return FetchRecord(url, Status.RETRY, now, error=f"robots.txt {rules.state}: {rules.error}"), False
             if not ok:
-                return FetchRecord(url, Status.GONE, now, error="denied by robots.txt"), False
+                return FetchRecord(url, Status.GONE, now, error=ROBOTS_DENIED), False
         try:
             rec = self.request(entry)
         except _Aborted:
@@ -398,16 +401,16 @@ class Fetcher:
                 rec.protocol = "HTTP/1.0" if resp.raw.version == 10 else "HTTP/1.1"
                 rec.request_headers = list(resp.request.headers.items())
                 rec.headers = {k: resp.headers[k] for k in s["keep_headers"] if k in resp.headers}
-                if "location" in rec.headers:
-                    rec.headers["location"] = location_text(rec.headers["location"])
+                location, problem = location_of(resp.raw.headers)
+                rec.headers.pop("location", None)  # several Location lines are never one value
+                if location is not None and "location" in s["keep_headers"]:
+                    rec.headers["location"] = location
                 ctype = resp.headers.get("content-type", "")
                 rec.content_type = ctype.split(";", 1)[0].strip().lower()
                 if rec.status == Status.FETCHED:
                     rec.content, rec.truncated = self._read_body(resp, budget)
                 elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
-                    self._redirect(rec, resp.headers.get("location"))
-        except _FetchTimeout:
-            pass  # reported below: the budget has expired
+                    self._redirect(rec, location, problem)
         except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, UnicodeError) as e:
             rec.status, rec.content, rec.error = Status.GONE, None, f"{type(e).__name__}: {e}"[:300]
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
@@ -422,7 +425,9 @@ class Fetcher:
             rec.status, rec.content, rec.truncated = Status.RETRY, None, False
             rec.error = f"fetch_timeout exceeded ({s['fetch_timeout']:g}s for connect, headers and body)"
         elif budget.refused:
-            rec.status, rec.content, rec.error = Status.GONE, None, budget.refused[:300]
+            # RETRY, not GONE: the policy is this crawl's setting, not the page's fault (update
+            # leaves such a page as it was: fetchlist.update)
+            rec.status, rec.content, rec.error = Status.RETRY, None, budget.refused[:300]
         rec.elapsed = time.monotonic() - t0
         if rec.status == Status.FETCHED:
             rec.content = rec.content or b""
@@ -443,27 +448,20 @@ class Fetcher:
         return rec
 
     def _read_body(self, resp: requests.Response, budget: Budget) -> tuple[bytes, bool]:
-        limit = int(self.settings["max_content"])
-        body = bytearray()
-        while len(body) <= limit:
-            chunk = resp.raw.read1(_CHUNK, decode_content=True)
-            if not chunk:
-                return bytes(body), False
-            body += chunk
-            if budget.remaining < 0:
-                raise _FetchTimeout
-        return bytes(body[:limit]), True
+        return read_body(resp, int(self.settings["max_content"]), budget)
 
     def _budget(self, start: float) -> Budget:
         """Start the total deadline of a request begun at ``start`` (monotonic) in this thread."""
         s = self.settings
         return self._watchdog.start(Budget(start + float(s["fetch_timeout"]), bool(s["allow_private_addresses"])))
 
-    def _redirect(self, rec: FetchRecord, location: str | None) -> None:
-        if not location or not location.strip():
+    def _redirect(self, rec: FetchRecord, location: str | None, problem: str | None) -> None:
+        if problem is not None:  # several different targets: none is followed (as browsers)
+            rec.status, rec.error = Status.RETRY, f"HTTP {rec.http_status} with {problem}"[:300]
+            return
+        if not location:
             rec.status, rec.error = Status.RETRY, f"HTTP {rec.http_status} without a Location header"
             return
-        location = location_text(location)
         rec.redirect = normalize(location, rec.url, www=self.www)
         if rec.redirect is None:
             rec.error = f"redirect to an unusable URL: {location!r}"[:300]
@@ -490,10 +488,6 @@ class Fetcher:
         if sess is not None:
             sess.close()
             self._local.session = None
-
-
-class _FetchTimeout(Exception):
-    pass
 
 
 class _Aborted(Exception):

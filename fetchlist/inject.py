@@ -14,12 +14,13 @@ optional tab-separated ``name=value`` metadata::
 default: the injected score), ``fetch_interval`` (or ``nutch.fetchInterval``) its refetch
 interval in whole seconds (ASCII digits; default: the db's ``default_interval``); any other
 ``name=value`` goes to ``page.meta``, except the keys the crawl sets itself
-(``RESERVED_META``: ``gen``, ``redirect``, ``fit``, ``etag``, ``last_modified``), which are an
-error, as are a name given twice and a control character.  A UTF-8 BOM at the start of a file
+(``RESERVED_META``: ``gen``, ``redirect``, ``fit``, ``etag``, ``last_modified``,
+``refused``), which are an error, as are a name given twice and a control character.  A UTF-8 BOM at the start of a file
 is skipped.  A line without a
 tab may separate its fields with spaces.  URLs are normalized (``fetchlist.normalize``, www
 rules if given) and filtered (``url_filter``): a URL that cannot be normalized or a malformed
-``name=value`` is an error naming file and line (``skip_bad`` counts and skips it instead); a
+``name=value`` is an error naming file and line (``skip_bad`` counts and skips it instead), and
+so is a line that is not UTF-8 (a latin-1 byte, UTF-16 text): the other lines are read; a
 URL the filter rejects is counted as ``filtered``.  New pages are due at once (``next_fetch =
 now``).
 
@@ -46,7 +47,7 @@ __all__ = ["Seed", "read_seeds", "inject_seeds", "inject"]
 _SCORE = ("score", "nutch.score")
 # Page meta keys the crawl itself sets: a seed setting one could block a page for good (``gen``),
 # fake a redirect, skip focus rules or send forged validators.
-RESERVED_META = frozenset({"gen", "redirect", "fit", "etag", "last_modified"})
+RESERVED_META = frozenset({"gen", "redirect", "fit", "etag", "last_modified", "refused"})
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 _WHOLE = re.compile(r"[0-9]{1,10}", re.ASCII)
 _INTERVAL = ("fetch_interval", "nutch.fetchInterval")
@@ -106,24 +107,37 @@ def read_seeds(
     for p in paths:
         p = os.fspath(p)
         try:
-            f = open(p, encoding="utf-8-sig")  # a BOM on the first line is not part of the URL
+            # a BOM on the first line is not part of the URL; bytes that are not UTF-8 are kept as
+            # escapes so that one such line is reported (file:line) without losing the rest
+            f = open(p, encoding="utf-8-sig", errors="surrogateescape")
         except OSError as e:
             raise BadInput(f"{p}: cannot read seed file: {e.strerror}") from None
         with f:
-            try:
-                for lineno, line in enumerate(f, 1):
-                    s = line.strip()
-                    if not s or s.startswith("#"):
-                        continue
-                    try:
-                        yield _parse_line(line.rstrip("\r\n"), f"{p}:{lineno}", www)
-                    except BadInput as e:
-                        if not skip_bad:
-                            raise
-                        if bad is not None:
-                            bad.append(str(e))
-            except UnicodeDecodeError as e:
-                raise BadInput(f"{p}: seed file is not UTF-8 ({e.reason} at byte {e.start})") from None
+            for lineno, line in enumerate(f, 1):
+                s = line.strip()
+                if not s or s.startswith("#"):
+                    continue
+                try:
+                    _check_text(line, f"{p}:{lineno}")
+                    yield _parse_line(line.rstrip("\r\n"), f"{p}:{lineno}", www)
+                except BadInput as e:
+                    if not skip_bad:
+                        raise
+                    if bad is not None:
+                        bad.append(str(e))
+
+
+def _check_text(line: str, where: str) -> None:
+    """BadInput naming ``where`` if ``line`` held bytes that are not UTF-8 (read with
+    surrogateescape) or NUL bytes (UTF-16 text read as UTF-8)."""
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError as e:
+        at = len(line[: e.start].encode("utf-8", "surrogateescape"))
+        byte = ord(line[e.start]) - 0xDC00
+        raise BadInput(f"{where}: not UTF-8 (byte 0x{byte:02x} at byte {at} of the line)") from None
+    if "\0" in line:
+        raise BadInput(f"{where}: holds NUL bytes (UTF-16 text? seed files are UTF-8)")
 
 
 def inject_seeds(

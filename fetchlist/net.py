@@ -12,10 +12,18 @@ resolution is not bounded here (the system resolver's own timeouts apply).
 The address policy is applied where the connection is made (``_PolicyConnection._new_conn``):
 the host name is resolved once, every address is checked, and the socket connects to a checked
 address, so a DNS answer that changes between a check and the connect (rebinding) cannot slip
-through.  By default private, loopback, link-local, multicast, unspecified and reserved
-addresses (everything ``ipaddress`` does not call global) are refused; the crawl setting
+through.  By default private, loopback, link-local, multicast, unspecified, reserved and
+site-local addresses (everything ``ipaddress`` does not call global, and 6to4 addresses of
+such IPv4 addresses) are refused; the crawl setting
 ``allow_private_addresses`` allows them (loopback test sites, the demo).  Redirects followed for
 robots.txt make new connections through the same class, so they are checked too.
+
+Incomplete messages are failures, never pages: the connections' response class
+(``_Response``) refuses a head that the connection's end cut before its blank line
+(``IncompleteHead``: http.client alone takes the end of the stream for the end of the head),
+and ``read_body`` undoes the Content-Encoding itself and checks that each gzip or deflate
+stream reached its end (``BadBody``).  ``location_of`` reads the Location lines of a redirect
+one by one: different values are no target (never one comma-joined URL).
 
 Connections are never reused (the pool closes every connection handed back): a host's
 connection does not outlive its request, and a redirect hop never meets a connection the
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import heapq
+import http.client
 import ipaddress
 import itertools
 import os
@@ -37,26 +46,56 @@ import select
 import socket
 import threading
 import time
+import zlib
+from collections.abc import Callable
 
 import requests
+import requests.auth
 import urllib3
 from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-__all__ = ["Budget", "Watchdog", "address_refusal", "location_text", "new_session", "current"]
+__all__ = [
+    "POLICY",
+    "Budget",
+    "BadBody",
+    "IncompleteHead",
+    "Watchdog",
+    "address_refusal",
+    "current",
+    "location_of",
+    "location_text",
+    "new_session",
+    "read_body",
+]
+
+# How the error of a request the address policy refused begins (update tells such records apart).
+POLICY = "address policy"
 
 _ctx = threading.local()
 
 
 def address_refusal(ip: str) -> str | None:
-    """Why the default policy refuses the address ``ip`` ("loopback", ...), or None if it is global."""
+    """Why the default policy refuses the address ``ip`` ("loopback", ...), or None if it is global.
+
+    An IPv6 address that carries an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``, 6to4
+    ``2002:AABB:CCDD::/48``) is judged by that IPv4 address too: a 6to4 relay delivers it there.
+    Site-local ``fec0::/10`` (deprecated, still routed inside some networks) counts as private.
+    """
     try:
         a = ipaddress.ip_address(ip.split("%", 1)[0])
     except ValueError:
         return "not an IP address"
-    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
-        a = a.ipv4_mapped
+    if isinstance(a, ipaddress.IPv6Address):
+        if a.ipv4_mapped is not None:
+            a = a.ipv4_mapped
+        elif a.sixtofour is not None:
+            inner = address_refusal(str(a.sixtofour))
+            if inner is not None:
+                return f"6to4 of {a.sixtofour}: {inner}"
+        elif a.is_site_local:
+            return "site-local"
     for name in ("loopback", "link_local", "multicast", "unspecified", "reserved", "private"):
         if getattr(a, f"is_{name}"):
             return name.replace("_", "-")
@@ -187,9 +226,50 @@ def current() -> Budget | None:
     return getattr(_ctx, "budget", None)
 
 
+class IncompleteHead(http.client.HTTPException):
+    """The connection ended inside the response's status line or header block."""
+
+
+class _HeadReader:
+    """The response's file while its head is read: notes a line that the connection's end cut
+    (http.client takes the end of the stream for the blank line that ends the head)."""
+
+    def __init__(self, fp) -> None:
+        self._fp = fp
+        self.cut = False
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._fp.readline(limit)
+        if not line.endswith(b"\n") and (limit < 0 or len(line) < limit):
+            self.cut = True
+        return line
+
+    def __getattr__(self, name: str):
+        return getattr(self._fp, name)
+
+
+class _Response(http.client.HTTPResponse):
+    """An HTTPResponse whose head must end with its blank line: a head the connection's end cut
+    is an incomplete message (IncompleteHead), never a complete answer with an empty body."""
+
+    def begin(self) -> None:
+        fp = self.fp
+        reader = self.fp = _HeadReader(fp)
+        try:
+            super().begin()
+        finally:
+            if self.fp is reader:
+                self.fp = fp
+        if reader.cut:
+            self._close_conn()
+            raise IncompleteHead("the connection closed inside the response's header block")
+
+
 class _PolicyConnection(HTTPConnection):
     """Resolves, checks the addresses against the policy, connects, and hands the socket to the
     current budget (so the watchdog can cut it)."""
+
+    response_class = _Response
 
     def _new_conn(self) -> socket.socket:
         budget = current()
@@ -204,7 +284,7 @@ class _PolicyConnection(HTTPConnection):
             (refused if why else allowed).append((info, why))
         if not allowed:
             ip, why = refused[0][0][4][0], refused[0][1]
-            msg = f"address policy: {self.host} resolves to {ip} ({why}); set allow_private_addresses to fetch it"
+            msg = f"{POLICY}: {self.host} resolves to {ip} ({why}); set allow_private_addresses to fetch it"
             if budget is not None:
                 budget.refused = msg
             raise urllib3.exceptions.NewConnectionError(self, msg)
@@ -255,6 +335,7 @@ def _connect(sock: socket.socket, sa: tuple, timeout: float | None, budget: Budg
 
 
 class _PolicyHTTPSConnection(HTTPSConnection):
+    response_class = _Response
     _new_conn = _PolicyConnection._new_conn
 
 
@@ -291,16 +372,137 @@ def location_text(value: str) -> str:
         return "".join(chr(b) if b < 0x80 else f"%{b:02X}" for b in raw)
 
 
+def location_of(headers) -> tuple[str | None, str | None]:
+    """(target, problem) of a response's ``Location`` header lines (``headers``: urllib3's
+    ``HTTPHeaderDict``, one entry per line).  Lines with the same value count once; lines
+    with different values are an error, as in Chromium (ERR_RESPONSE_HEADERS_MULTIPLE_LOCATION):
+    ``(None, "2 different Location headers ...")``.  Never joined into one target."""
+    values = list(dict.fromkeys(v.strip() for v in headers.getlist("location")))
+    if len(values) > 1:
+        shown = ", ".join(repr(location_text(v))[:100] for v in values[:3])
+        return None, f"{len(values)} different Location headers ({shown}): no target"
+    return (location_text(values[0]) if values and values[0] else None), None
+
+
 class _Session(requests.Session):
     def get_redirect_target(self, resp: requests.Response) -> str | None:
-        # requests decodes Location as strict UTF-8 and raises on anything else
-        return location_text(resp.headers["location"]) if resp.is_redirect else None
+        # requests decodes Location as strict UTF-8 (raising on anything else) and follows the
+        # comma-joined value of several Location lines: one target, or none (not followed)
+        return location_of(resp.raw.headers)[0] if resp.is_redirect else None
+
+
+class _NoAuth(requests.auth.AuthBase):
+    """No credentials, whatever a URL's userinfo or ~/.netrc says: normalized URLs carry none,
+    and a URL stored with userinfo must not make the crawler send it."""
+
+    def __call__(self, r: requests.PreparedRequest) -> requests.PreparedRequest:
+        return r
 
 
 def new_session() -> requests.Session:
-    """A requests Session whose connections follow the budget and address policy of the thread."""
+    """A requests Session whose connections follow the budget and address policy of the thread
+    and that never sends credentials (``Authorization``)."""
     s = _Session()
+    s.auth = _NoAuth()
     adapter = _Adapter(pool_connections=4, pool_maxsize=1)
     s.mount("http://", adapter)
     s.mount("https://", adapter)
     return s
+
+
+class BadBody(ValueError):
+    """A body whose content coding ends before its end (a cut gzip or deflate stream) or is not
+    the coding it claims."""
+
+
+_CODINGS = ("gzip", "x-gzip", "deflate")
+_MAX_CODINGS = 5
+_GZIP_MAGIC = b"\x1f\x8b"
+_RAW_CHUNK = 65536
+
+
+def read_body(resp: requests.Response, limit: int, budget: Budget | None = None) -> tuple[bytes, bool]:
+    """``(content, truncated)``: the body of ``resp`` with its Content-Encoding undone, at most
+    ``limit`` bytes (``truncated``: there was more).
+
+    gzip, x-gzip and deflate (zlib-wrapped or raw) are undone, chained as listed (at most 5); a
+    body in any other coding is kept as sent.  A compressed stream that the message ends before
+    its end is ``BadBody`` — a failed fetch, like a body shorter than its Content-Length
+    (urllib3's ``ProtocolError``) — never a complete page.  Bytes after the end of the stream are
+    read (the message must end) and dropped, except further gzip members, which are decoded.
+    ``TimeoutError`` when ``budget`` runs out.  Memory: O(limit) whatever the ratio of the coding
+    (each stage is asked for at most what is still wanted).
+    """
+    codings = [c.strip().lower() for c in resp.headers.get("content-encoding", "").split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+
+    def raw(n: int) -> bytes:
+        return resp.raw.read1(min(n, _RAW_CHUNK), decode_content=False)
+
+    read: Callable[[int], bytes] = raw
+    if codings and len(codings) <= _MAX_CODINGS and all(c in _CODINGS for c in codings):
+        for c in reversed(codings):  # applied in the order listed: undone last first
+            read = _Inflater(c, read).read
+    body = bytearray()
+    while len(body) <= limit:
+        piece = read(min(_RAW_CHUNK, limit + 1 - len(body)))
+        if not piece:
+            return bytes(body), False
+        body += piece
+        if budget is not None and budget.remaining < 0:
+            raise TimeoutError("fetch_timeout exceeded")
+    return bytes(body[:limit]), True
+
+
+class _Inflater:
+    """One content coding undone as a pull stage: ``read(n)`` gives at most ``n`` decoded bytes,
+    b"" at the end; BadBody if the source ends inside the stream or the data is not the coding."""
+
+    def __init__(self, coding: str, source: Callable[[int], bytes]) -> None:
+        self.coding, self._source = coding, source
+        self._gzip = coding != "deflate"
+        self._obj = self._new(zlib.MAX_WBITS)
+        self._pending = b""  # input fed but not consumed yet (unconsumed_tail)
+        self._started = False  # the current stream has had input
+        self._first: bytes | None = b"" if not self._gzip else None  # deflate: input before any output
+        self._after = False  # past the end of the last stream: the rest is dropped
+
+    def _new(self, wbits: int) -> zlib._Decompress:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS if self._gzip else wbits)
+
+    def read(self, n: int) -> bytes:
+        while True:
+            if self._obj.eof and not self._after:
+                extra = self._obj.unused_data
+                if not extra:  # the stream ended with a read: what comes next decides
+                    extra = self._source(_RAW_CHUNK)
+                    if not extra:
+                        return b""
+                if self._gzip and extra[:2] == _GZIP_MAGIC:  # another gzip member follows
+                    self._obj, self._pending, self._started = self._new(zlib.MAX_WBITS), extra, False
+                    continue
+                self._after = True  # what follows the stream is dropped, as browsers do
+            if self._after:
+                if not self._source(_RAW_CHUNK):
+                    return b""
+                continue
+            data, self._pending = self._pending, b""
+            if not data:
+                data = self._source(_RAW_CHUNK)
+                if not data:
+                    if self._started:
+                        raise BadBody(f"the {self.coding} stream ends before its end (the body was cut)")
+                    return b""
+            self._started = True
+            try:
+                out = self._obj.decompress(data, n)
+            except zlib.error as e:
+                if self._first is not None:  # "deflate" sent as a raw deflate stream (no zlib header)
+                    self._obj, self._pending, self._first = self._new(-zlib.MAX_WBITS), self._first + data, None
+                    continue
+                raise BadBody(f"the body is not valid {self.coding} data ({e})") from None
+            if self._first is not None:
+                self._first = None if out else self._first + data
+            self._pending = self._obj.unconsumed_tail
+            if out:
+                return out

@@ -6,9 +6,12 @@ splits the db into two spellings of every URL) plus what it leaves out:
 * only ``http`` and ``https`` URLs with a valid host are kept (anything else gives ``None``);
 * scheme and host lowercased, a trailing dot of the host removed;
 * default ports removed (``:80`` for http, ``:443`` for https), an invalid port (or 0) rejected;
-* an empty userinfo (``http://@host/``) dropped; an IPv4 host in any spelling the WHATWG URL
+* userinfo dropped (``http://user:pass@host/`` is ``http://host/``): credentials never reach
+  the db, a fetchlist or a log, and one page has one key; an IPv4 host in any spelling the WHATWG URL
   parser accepts (``2130706433``, ``0x7f.1``, ``0177.0.0.1``) written as a dotted quad, and a
   host whose last label is a number but that is no valid IPv4 address rejected;
+* a backslash before the query is a slash, as the WHATWG URL parser reads http(s) URLs
+  (``\\\\other.example\\x`` against ``http://host/`` is ``http://other.example/x``);
 * dot segments resolved (RFC 3986 §5.2.4), an empty path becomes ``/``;
 * fragment removed; IDN hosts in punycode; query arguments sorted; percent-encoding made
   uniform (these four by w3lib);
@@ -65,18 +68,16 @@ def normalize(url: str, base: str | None = None, *, www: WwwRules | None = None)
 
 
 def _normalize(url: str, base: str | None, www: WwwRules | None) -> str | None:
-    u = _clean(url)
+    u = _slashes(_clean(url))
     if len(u) > _MAX_INPUT:
         return None
     if base is not None:
-        u = urljoin(_clean(base), u)
+        u = urljoin(_slashes(_clean(base)), u)
     scheme = u.partition(":")[0].lower()
     if scheme not in _DEFAULT_PORT or not urlsplit(u).netloc:
         return None
     p = urlsplit(canonicalize_url(u))
-    userinfo, at, hostport = p.netloc.rpartition("@")
-    if userinfo in ("", ":"):  # http://@host/, http://:@host/: no userinfo at all (WHATWG)
-        userinfo = at = ""
+    hostport = p.netloc.rpartition("@")[2]  # userinfo dropped: one key per page, no credentials
     host, port = _split_hostport(hostport)
     if host is None:
         return None
@@ -88,7 +89,7 @@ def _normalize(url: str, base: str | None, www: WwwRules | None) -> str | None:
             port = None
     if www is not None:
         host = www.rewrite_host(host)
-    netloc = userinfo + at + host + (":" + port if port else "")
+    netloc = host + (":" + port if port else "")
     path = remove_dot_segments(p.path) or "/"
     out = urlunsplit((scheme, netloc, path, p.query, ""))
     try:
@@ -101,6 +102,19 @@ def _normalize(url: str, base: str | None, www: WwwRules | None) -> str | None:
 def _clean(s: str) -> str:
     s = s.strip(_EDGE)
     return s.translate(_TAB_NL) if ("\t" in s or "\n" in s or "\r" in s) else s
+
+
+def _slashes(s: str) -> str:
+    """Backslashes before the query or fragment as slashes: the WHATWG URL parser reads them so
+    in http(s) URLs (a URL of another scheme is refused anyway)."""
+    if "\\" not in s:
+        return s
+    end = len(s)
+    for c in "?#":
+        i = s.find(c)
+        if 0 <= i < end:
+            end = i
+    return s[:end].replace("\\", "/") + s[end:]
 
 
 def _split_hostport(hostport: str) -> tuple[str | None, str | None]:

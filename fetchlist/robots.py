@@ -10,13 +10,17 @@ redirects (followed, at most    as the      the final answer counts; more than 5
 5, to any host)                 final one   count as a 4xx
 4xx except 429                  allow_all   all allowed ("no robots.txt")
 429, 5xx                        backoff     not requested, recorded RETRY (retried next round)
-timeout, connection error       unreachable not requested, recorded RETRY
+timeout, connection error,      unreachable not requested, recorded RETRY
+incomplete answer (cut head,
+cut gzip stream)
 ==============================  ==========  ===================================================
 
 A parsed robots.txt also gives the site's Crawl-delay for our agent (None if absent).
 Parsed and allow_all answers are cached for ``robots_ttl`` seconds; backoff and unreachable
 answers only for the current fetch run (``RobotsCache.new_run``), so the next round asks again.
-At most ``robots_max_size`` bytes are read.  The request, its redirects included, runs under the
+At most ``robots_max_size`` bytes are kept (a longer file is cut there and parsed).
+Several different ``Location`` lines on a redirect are not followed (``net.location_of``): the
+answer counts as the 3xx it is (allow_all).  The request, its redirects included, runs under the
 fetcher's total deadline (``fetch_timeout``, fetchlist.net): a robots.txt cut at the deadline is
 unreachable; one whose host (or a redirect target) the address policy refuses counts as absent
 (allow_all), and the site's pages then meet the same policy when requested.
@@ -35,15 +39,26 @@ import requests
 import urllib3
 from protego import Protego
 
-from fetchlist.net import current
+from fetchlist.net import current, read_body
 
-__all__ = ["RobotsRules", "RobotsCache", "fetch_robots", "robots_url", "PARSED", "ALLOW_ALL", "BACKOFF", "UNREACHABLE"]
+__all__ = [
+    "RobotsRules",
+    "RobotsCache",
+    "fetch_robots",
+    "robots_url",
+    "PARSED",
+    "ALLOW_ALL",
+    "BACKOFF",
+    "UNREACHABLE",
+    "ROBOTS_DENIED",
+]
 
 PARSED = "parsed"
 ALLOW_ALL = "allow_all"
 BACKOFF = "backoff"
 UNREACHABLE = "unreachable"
 MAX_ROBOTS_REDIRECTS = 5
+ROBOTS_DENIED = "denied by robots.txt"  # the error of a URL robots.txt denies (recorded GONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +102,7 @@ def fetch_robots(session: requests.Session, url: str, *, timeout: tuple[float, f
     now = time.time()
     rules = _get_robots(session, robots_url(url), timeout, max_size, now)
     budget = current()
-    if budget is not None and budget.cut:  # what was read before the cut is not the file
+    if budget is not None and (budget.cut or budget.remaining < 0):  # what was read is not the file
         return RobotsRules(UNREACHABLE, 0, error="robots.txt: fetch_timeout exceeded", fetched_at=now)
     if budget is not None and budget.refused:
         return RobotsRules(ALLOW_ALL, 0, error=f"robots.txt: {budget.refused}"[:300], fetched_at=now)
@@ -100,7 +115,7 @@ def _get_robots(session: requests.Session, target: str, timeout: tuple[float, fl
         with session.get(target, timeout=timeout, allow_redirects=True, stream=True) as resp:
             code = resp.status_code
             if 200 <= code < 300:
-                body = _read_limited(resp, max_size)
+                body = read_body(resp, max_size, current())[0]
             elif code == 429 or code >= 500:
                 return RobotsRules(BACKOFF, code, error=f"robots.txt answered {code}", fetched_at=now)
             else:
@@ -115,17 +130,6 @@ def _get_robots(session: requests.Session, target: str, timeout: tuple[float, fl
     except Exception as e:  # a robots.txt Protego cannot read has no rule we could obey
         return RobotsRules(ALLOW_ALL, code, error=f"robots.txt unparseable: {e}"[:300], fetched_at=now)
     return RobotsRules(PARSED, code, parser, fetched_at=now)
-
-
-def _read_limited(resp: requests.Response, limit: int) -> bytes:
-    out = bytearray()
-    budget = current()
-    while len(out) < limit and not (budget is not None and budget.remaining < 0):
-        chunk = resp.raw.read1(min(65536, limit - len(out)), decode_content=True)
-        if not chunk:
-            break
-        out += chunk
-    return bytes(out[:limit])
 
 
 class RobotsCache:

@@ -42,9 +42,11 @@ DEFAULTS: dict[str, object] = {
     # its redirects) included; a watchdog cuts a slower one, which counts as a timeout (RETRY,
     # and a transient failure of its host).
     "fetch_timeout": 120.0,
-    # Fetch hosts that resolve to private, loopback, link-local, multicast, unspecified or
-    # reserved addresses.  Off: such a host (or a redirect to it) is refused after DNS
-    # resolution and recorded GONE.  On only for crawls of your own network (tests, the demo).
+    # Fetch hosts that resolve to private, loopback, link-local, multicast, unspecified,
+    # reserved or site-local addresses (or a 6to4 address of one).  Off: such a host (or a
+    # redirect to it) is refused after DNS resolution and recorded RETRY without a request,
+    # which update leaves the page as it was for.  On only for crawls of your own network
+    # (tests, the demo).
     "allow_private_addresses": False,
     # Content bytes kept per page; a longer body is cut there and the record marked truncated.
     "max_content": 1024 * 1024,

@@ -20,6 +20,12 @@ Per fetch record of each segment, in segment order then fetch order:
   as a new page if it is not present.  The old content's links go by the md5 cascade (when no
   page carries the old md5 any more).  Unchanged content (same md5, NOT_MODIFIED) emits no link:
   its links are already there.
+* A record the address policy refused (no request was made: ``refused_by_policy``) is not a
+  fetch: the page keeps its status, retries and content and loses its generate mark
+  (``add_page`` of the page as generated); the first refusal leaves it due, so a crawl run again
+  with ``allow_private_addresses`` fetches it at once; a repeated one (``meta["refused"]`` set)
+  puts it ``retry_delay`` ahead, so hosts that resolve to private addresses do not fill every
+  round.  Counted in ``refused_policy``; robots.txt denials (GONE) in ``refused_robots``.
 * REDIRECT_* with a target: the target is added as a new page if not present; no link is
   recorded (a link's source is a content md5, and a redirect has no content of its own: a link
   from the page's old content would attach the redirect to that content's duplicates too).
@@ -45,16 +51,33 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from fetchlist.filters import UrlFilter
 from fetchlist.generate import MARK, host_key
+from fetchlist.net import POLICY
 from fetchlist.normalize import WwwRules, normalize, registered_domain
-from fetchlist.segment import Segment
-from webdb import DEFAULT_INTERVAL, FetchResult, Link, Page, Status, check_share, domain_id
+from fetchlist.robots import ROBOTS_DENIED
+from fetchlist.segment import FetchRecord, Segment
+from webdb import DAY, DEFAULT_INTERVAL, FetchResult, Link, Page, Status, check_share, domain_id
 from webdb.errors import BadInput
 
-__all__ = ["apply_segments", "UpdateOptions", "OPTIONS"]
+__all__ = [
+    "apply_segments",
+    "refused_by_policy",
+    "UpdateOptions",
+    "OPTIONS",
+    "REFUSED",
+    "REFUSED_POLICY",
+    "REFUSED_ROBOTS",
+]
+
+REFUSED = "refused"  # page.meta key: why the last generated fetch of the page made no request
+# Counts of records whose URL was not requested: the address policy refused its host (the page
+# stays as it was), robots.txt denied it (GONE).
+REFUSED_POLICY = "refused_policy"
+REFUSED_ROBOTS = "refused_robots"
 
 # Every option of apply_segments, with its default (plain JSON values).
 OPTIONS: dict[str, Any] = {
@@ -163,6 +186,11 @@ def _new_interval(log: Any, opts: UpdateOptions) -> int:
     return int(s["default_interval"]) if s else DEFAULT_INTERVAL
 
 
+def _retry_delay(log: Any) -> int:
+    s = getattr(log, "settings", None)
+    return int(s["retry_delay"]) if s else DAY
+
+
 def _add_new(
     log: Any, src_md5: bytes | None, links: list[tuple[str, str]], dom: int, t: int, iv: int, opts: UpdateOptions
 ) -> None:
@@ -208,6 +236,7 @@ def apply_segments(
             raise BadInput(f"{d}: no such segment directory")
         segs.append(Segment.open(d))
     iv = _new_interval(log, opts)
+    retry_delay = _retry_delay(log)
     counts: Counter[str] = Counter()
     t0 = time.monotonic()
     units = [(seg, part) for seg in segs for part in seg.parts()]
@@ -215,19 +244,27 @@ def apply_segments(
         units = units[len(units) * sh[0] // sh[1] : len(units) * (sh[0] + 1) // sh[1]]
     counts["segments"] = len(segs)
     for seg, part in units:
-        old_md5 = {e.url: (e.page.md5, e.page.meta) for e in seg.fetchlist(part)}
+        generated = {e.url: e.page for e in seg.fetchlist(part)}
         for o in seg.outcomes(part):
             r = o.result
             url = r.url
             norm = normalize(url)
-            if norm is None or (norm != url and url not in old_md5):
+            if norm is None or (norm != url and url not in generated):
                 # not an http(s) URL, or neither in the fetchlist nor in normal form: never a page
                 counts["bad_records"] += 1
                 continue
-            prev_md5, prev_meta = old_md5.get(url, (None, {}))
+            page = generated.get(url)
+            if refused_by_policy(o.record):
+                counts[REFUSED_POLICY] += 1
+                if page is not None:
+                    log.add_page(_refused(page, r.fetch_time, retry_delay))
+                continue
+            prev_md5, prev_meta = (page.md5, page.meta) if page is not None else (None, {})
             meta = dict(r.meta or {})
             if MARK in prev_meta:
                 meta[MARK] = ""
+            if prev_meta.get(REFUSED):
+                meta[REFUSED] = ""
             redirect = opts.target(o.redirect) if o.redirect else None
             if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
                 meta["redirect"] = o.redirect or ""
@@ -235,6 +272,8 @@ def apply_segments(
                 meta["redirect"] = ""
             log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
             counts[Status(r.status).name.lower()] += 1
+            if r.status == Status.GONE and o.record.error == ROBOTS_DENIED:
+                counts[REFUSED_ROBOTS] += 1
             if r.status == Status.FETCHED:
                 if prev_md5 is not None and r.md5 == prev_md5:
                     counts["unchanged"] += 1
@@ -257,6 +296,25 @@ def apply_segments(
     out = dict(counts)
     out["seconds"] = round(time.monotonic() - t0, 3)
     return out
+
+
+def refused_by_policy(record: FetchRecord) -> bool:
+    """The fetcher made no request for ``record``'s URL because the address policy refused its
+    host: its error names the policy and no HTTP answer came (status RETRY; a GONE record
+    with such an error, which a segment may hold, is read the same way)."""
+    return record.http_status == 0 and (record.error or "").startswith(POLICY + ":")
+
+
+def _refused(page: Page, t: int, retry_delay: int) -> Page:
+    """``page`` (as generated) after the address policy refused its host at ``t``: its status,
+    retries and content stay, the generate mark goes; the first refusal leaves it due (the policy
+    may be changed before the next round), a repeated one puts it ``retry_delay`` ahead."""
+    meta = {k: v for k, v in page.meta.items() if k != MARK}
+    if meta.get(REFUSED):
+        nxt = max(page.next_fetch, t + retry_delay)
+    else:
+        nxt, meta[REFUSED] = page.next_fetch, POLICY
+    return replace(page, next_fetch=nxt, meta=meta)
 
 
 def _links_only(log: Any, md5: bytes, links: list[tuple[str, str]], dom: int) -> None:

@@ -151,7 +151,7 @@ def test_inject_command(tmp_path, seeds):
     bad = tmp_path / "latin1.txt"
     bad.write_bytes(b"http://example.com/caf\xe9\n")
     out = subprocess.run([*WEBDB, "inject", str(db), str(bad)], capture_output=True, text=True)
-    assert out.returncode == 2 and "latin1.txt: seed file is not UTF-8" in out.stderr
+    assert out.returncode == 2 and "latin1.txt:1: not UTF-8 (byte 0xe9 at byte 22 of the line)" in out.stderr
 
 
 def test_read_seeds_skips_comments_and_blank_lines(tmp_path, seeds):

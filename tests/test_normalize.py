@@ -37,7 +37,7 @@ CASES = [
     ("http://[::1]:80/x", "http://[::1]/x"),
     ("http://[0:0:0:0:0:0:0:1]:8080/", "http://[::1]:8080/"),
     ("http://127.0.0.1:8000", "http://127.0.0.1:8000/"),
-    ("http://u:P@Example.com/", "http://u:P@example.com/"),
+    ("http://u:P@Example.com/", "http://example.com/"),
     ("http://my_host.example.com/", "http://my_host.example.com/"),
 ]
 

@@ -100,6 +100,12 @@ def test_unusable_hrefs_give_no_outlink(href):
     assert r.outlinks == [("http://example.com/ok", "ok")]
 
 
+def test_userinfo_in_hrefs_is_dropped():
+    html = b"<a href='http://user:secret@example.org/x'>a</a><a href='//u@example.org/x'>b</a><a href='/y'>c</a>"
+    r = parse("http://me:pw@example.com/", html, "text/html")
+    assert r.outlinks == [("http://example.org/x", "a"), ("http://example.com/y", "c")]
+
+
 def test_ip_spellings_in_hrefs_are_canonical():
     html = b"<a href='http://2130706433/'>a</a><a href='http://0x7f.1/'>b</a><a href='http://@example.org/'>c</a>"
     r = parse(BASE, html, "text/html")

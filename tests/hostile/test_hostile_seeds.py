@@ -91,7 +91,7 @@ def test_utf8_bom_on_the_first_line_is_skipped(tmp_path):
 @pytest.mark.timeout(60)
 def test_not_utf8_names_the_file(tmp_path):
     out, seeds = _inject(tmp_path, b"http://a.example/\xe9\n")
-    assert_error(out, f"{seeds}: seed file is not UTF-8")
+    assert_error(out, f"{seeds}:1: not UTF-8 (byte 0xe9 at byte 17 of the line)")
 
 
 @pytest.mark.timeout(60)
@@ -119,3 +119,38 @@ def test_skip_bad_counts_reserved_keys_and_injects_the_rest(tmp_path):
 )
 def test_a_mark_already_in_a_db_never_breaks_generate(meta, want):
     assert mark_time(meta) == want
+
+
+@pytest.mark.timeout(60)
+def test_userinfo_in_seeds_is_dropped(tmp_path):
+    out, _ = _inject(tmp_path, "http://user:pass@example.com/\nhttp://example.com/\nhttp://u@example.com/a\n")
+    assert out.returncode == 0, out.stderr
+    assert sorted(_pages(tmp_path)) == ["http://example.com/", "http://example.com/a"]
+    assert "pass" not in out.stdout + out.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "text, good, bad",
+    [
+        (
+            b"http://a.example/\nhttp://caf\xe9.example/\nhttp://b.example/\n",
+            2,
+            [":2: not UTF-8 (byte 0xe9 at byte 10"],
+        ),
+        (b"http://a.example/\xff\xfe\nhttp://b.example/\n", 1, [":1: not UTF-8 (byte 0xff at byte 17"]),
+        (
+            "http://a.example/\nhttp://b.example/\n".encode("utf-16"),
+            0,
+            [":1: not UTF-8", ":2: holds NUL bytes", ":3: holds NUL bytes"],
+        ),
+    ],
+    ids=["latin-1 line", "bad bytes at the end of a line", "UTF-16 file"],
+)
+def test_skip_bad_skips_a_line_that_is_not_utf8_and_keeps_the_rest(tmp_path, text, good, bad):
+    out, seeds = _inject(tmp_path, text, "--skip-bad")
+    assert out.returncode == 0, out.stderr
+    assert f"{len(bad)} bad lines skipped" in out.stdout
+    for b in bad:
+        assert f"{seeds}{b}" in out.stdout + out.stderr
+    assert len(_pages(tmp_path)) == good

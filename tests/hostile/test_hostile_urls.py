@@ -21,7 +21,8 @@ CANONICAL = [
     ("http://1.2.3.4./x", "http://1.2.3.4/x"),
     ("http://@example.com/", "http://example.com/"),
     ("http://:@example.com/", "http://example.com/"),
-    ("http://user@example.com/", "http://user@example.com/"),
+    ("http://user@example.com/", "http://example.com/"),
+    ("http://user:pass@example.com:8080/a", "http://example.com:8080/a"),
     ("http://example.com:00080/", "http://example.com/"),
     ("https://example.com:443/", "https://example.com/"),
     ("http://example.com:8080/", "http://example.com:8080/"),
@@ -93,7 +94,32 @@ def test_rejected(url):
         ("100.64.0.1", "not global"),  # carrier-grade NAT
         ("93.184.216.34", None),
         ("2606:2800:220:1:248:1893:25c8:1946", None),
+        ("2002:7f00:1::", "6to4 of 127.0.0.1: loopback"),  # a 6to4 relay delivers it to 127.0.0.1
+        ("2002:a00:1::1", "6to4 of 10.0.0.1: private"),
+        ("2002:a9fe:a9fe::", "6to4 of 169.254.169.254: link-local"),
+        ("2002:5db8:d822::1", None),  # 6to4 of a global address
+        ("fec0::1", "site-local"),
+        ("feff:ffff::1", "site-local"),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "private"),  # Teredo
+        ("64:ff9b::7f00:1", "reserved"),  # NAT64
     ],
 )
 def test_address_policy(ip, why):
     assert address_refusal(ip) == why
+
+
+@pytest.mark.parametrize(
+    "href",
+    [
+        "http://user:pass@example.com/a",
+        "http://user@example.com/a",
+        "http://user:p%40ss@example.com:80/a",
+        "//user:pass@example.com/a",
+        "http://a@b@example.com/a",
+    ],
+)
+def test_userinfo_is_dropped_from_every_url(href):
+    """One page, one key; no credentials in the db, a fetchlist or a log (seed, outlink and
+    redirect alike go through normalize)."""
+    assert normalize(href, "http://example.com/") == "http://example.com/a"
+    assert normalize(href, "http://u:p@other.example/") == "http://example.com/a"

@@ -89,7 +89,7 @@ def split_settings(pairs: list[str] | None) -> tuple[dict, dict, dict]:
 
 
 def run(args) -> int:
-    from fetchlist.crawl import crawl
+    from fetchlist.crawl import crawl, refused_text
     from fetchlist.filters import UrlFilter
     from fetchlist.focus import FocusRules
     from fetchlist.normalize import WwwRules
@@ -141,4 +141,8 @@ def run(args) -> int:
             f"{inj_line}{len(res.rounds)} round(s) in {res.seconds:.1f}s; {size}; segments in {res.segments_dir}",
             file=sys.stdout,
         )
+        if res.refused:
+            print(f"in all rounds: {refused_text(res.refused)}", file=sys.stdout)
+        if res.stopped:
+            print(res.stopped, file=sys.stdout)
     return 0
