@@ -5,7 +5,7 @@
         [--repeat 3] [--only getpage|inlinks] [--profile] [--cache-mb 128] [--warm]
 
 Runs ``lookups.txt`` through ``get_page`` and ``inlinks.txt`` through ``inlinks`` exactly as
-``../shared/peers/driver.py`` does (the calls of bench/peer_webdb.py, a fresh reader each
+``bench/driver.py`` does (the calls of bench/peer_webdb.py, a fresh reader each
 repeat, so the first pass starts with a cold block cache as in the harness) and prints the
 rates (per wall second, and per CPU second of this process: steadier on a shared machine),
 the found/inlink counts (compare them before and after a change), the peak RSS, the load
