@@ -3,13 +3,15 @@
 
     python bench/run.py --pages 100000                    # N=100k, F=10k, one round, every peer
     python bench/run.py --pages 1000000 --runs 3          # N=1M, F=100k, medians of three runs
-    python bench/run.py --pages 1000000 --rounds 10 --peers webdb,sortmerge --png docs/img/rounds.png
+    python bench/run.py --pages 1000000,3000000 --round 100000 --rounds 10 --peers webdb,sortmerge,sqlite \
+        --png docs/img/rounds.png                         # 10 rounds in a row at two scales, and the plot
     make bench N=100000                                   # the same as the first, from a fresh clone
 
-Steps: ``webgraph.py`` writes the seeded workload into ``--data`` (cached per N, F, rounds and
-seed); every peer runs ``driver.py`` in its own process, ``--runs`` times, runs interleaved
-across peers (run 1 also hashes the four tables); then the results file is written (default
-``bench/results.md``, git-ignored: the committed figures are the tables of docs/performance.md).
+Steps, for each N of ``--pages`` in turn: ``webgraph.py`` writes the seeded workload into
+``--data`` (cached per N, F, rounds and seed); every peer runs ``driver.py`` in its own process,
+``--runs`` times, runs interleaved across peers (run 1 also hashes the four tables); then the
+results file is written (default ``bench/results.md``, git-ignored: the committed figures are
+the tables of docs/performance.md).
 
 Peers (``--peers``, comma-separated; ``name:opt`` passes ``--opt opt`` to the driver, e.g.
 ``webdb:round=writer`` or ``webdb:sections=1``): ``webdb`` (bench/peer_webdb.py), ``sortmerge``
@@ -56,16 +58,21 @@ def positive(s: str) -> int:
     return n
 
 
-def workload(a: argparse.Namespace) -> str:
+def scales(s: str) -> list[int]:
+    return [positive(x) for x in s.split(",")]
+
+
+def workload(a: argparse.Namespace, n: int) -> str:
     """The data folder for (N, F, rounds, seed), generated unless it is there already."""
-    name = f"n{a.pages}" if a.rounds == 1 else f"r{a.rounds}-n{a.pages}-f{a.round}"
-    if a.round != a.pages // 10 and a.rounds == 1:
-        name += f"-f{a.round}"
+    f = a.round or max(1, n // 10)
+    name = f"n{n}" if a.rounds == 1 else f"r{a.rounds}-n{n}-f{f}"
+    if f != n // 10 and a.rounds == 1:
+        name += f"-f{f}"
     if a.seed != 42:
         name += f"-s{a.seed}"
     out = os.path.join(a.data, name)
     if not os.path.exists(os.path.join(out, "meta.json")):
-        cmd = [sys.executable, os.path.join(HERE, "webgraph.py"), "--pages", str(a.pages), "--round", str(a.round)]
+        cmd = [sys.executable, os.path.join(HERE, "webgraph.py"), "--pages", str(n), "--round", str(f)]
         cmd += ["--seed", str(a.seed), "--rounds", str(a.rounds), "--out", out]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     return out
@@ -95,57 +102,53 @@ def run_peer(spec: str, data: str, work: str, run: int, rounds: int, log: str) -
 
 
 def peers_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
-    """The update benchmark: load, one round (or ``--rounds``), the read test, the digests."""
-    data = workload(a)
-    meta = json.load(open(os.path.join(data, "meta.json"), encoding="utf-8"))
+    """The update benchmark: load, one round (or ``--rounds``), the read test, the digests, at
+    each scale of ``--pages`` in turn."""
     needs = {s: NEEDS.get(s.partition(":")[0]) for s in a.peers}
     missing = {s for s, mod in needs.items() if mod and importlib.util.find_spec(mod) is None}
     if "sortmerge" in [s.partition(":")[0] for s in a.peers] and not shutil.which("join"):
         missing.add("sortmerge")
     peers = [s for s in a.peers if s not in missing]
     rows: list[dict] = []
-    res = os.path.join(a.data, "results.jsonl")
-    with open(res, "w", encoding="utf-8") as out:
-        if a.phys:
-            p = subprocess.run(
-                ["bash", os.path.join(HERE, "physlimits.sh"), os.path.join(a.data, "phys"), f"{data}/links.tsv"],
-                capture_output=True,
-                text=True,
+    lines = [f"## Update: load, {a.rounds} round(s) in a row, reads (seed {a.seed})", ""]
+    with open(os.path.join(a.data, "results.jsonl"), "w", encoding="utf-8") as out:
+        for n in a.pages:
+            data = workload(a, n)
+            meta = json.load(open(os.path.join(data, "meta.json"), encoding="utf-8"))
+            lines.append(
+                f"- N = {n:,}: {meta['init']['links']:,} links, {meta['hosts']:,} hosts; round 1: "
+                f"{meta['round']:,} pages fetched, {meta['round_stats']['records']:,} records; "
+                f"expected after the last round: {(meta.get('rounds') or [meta])[-1]['expected']}"
             )
-            if p.returncode == 0:
-                rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
-        for run in range(1, a.runs + 1):
-            for spec in peers:
-                print(f"{time.strftime('%H:%M:%S')} {spec} N={a.pages} run {run}", file=sys.stderr, flush=True)
-                rec = run_peer(
-                    spec, data, os.path.join(a.data, "work"), run, a.rounds, os.path.join(a.data, "errors.log")
-                )
-                rows.append(rec)
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
-    lines = [
-        f"## Update: load, {a.rounds} round(s), reads (N = {a.pages:,}, F = {a.round:,}, seed {a.seed})",
-        "",
-        f"Workload: {meta['init']['pages']:,} pages, {meta['init']['links']:,} links, {meta['hosts']:,} hosts; "
-        f"round 1: {meta['round_stats']['records']:,} records; expected after it: {meta['expected']}.",
-        "",
-    ]
-    lines += report.peer_table(rows)
+            if a.phys and n == a.pages[-1]:
+                cmd = ["bash", os.path.join(HERE, "physlimits.sh"), os.path.join(a.data, "phys"), f"{data}/links.tsv"]
+                p = subprocess.run(cmd, capture_output=True, text=True)
+                if p.returncode == 0:
+                    rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+            for run in range(1, a.runs + 1):
+                for spec in peers:
+                    print(f"{time.strftime('%H:%M:%S')} {spec} N={n} run {run}", file=sys.stderr, flush=True)
+                    work, log = os.path.join(a.data, "work"), os.path.join(a.data, "errors.log")
+                    rec = run_peer(spec, data, work, run, a.rounds, log)
+                    rows.append(rec)
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+    lines += [""] + report.peer_table(rows)
+    driver_rows = [r for r in rows if r.get("kind") != "phys"]
     if a.rounds > 1:
-        lines += ["", "Rounds in a row:", "", plot_rounds.table([r for r in rows if r.get("kind") != "phys"])]
+        lines += ["", "Rounds in a row:", "", plot_rounds.table(driver_rows)]
         if a.png:
-            plot_rounds.plot([r for r in rows if r.get("kind") != "phys"], a.png)
+            plot_rounds.plot(driver_rows, a.png)
     if missing:
         lines += ["", "Skipped (not installed; `pip install -e '.[bench]'`): " + ", ".join(sorted(missing))]
-    verified = [r for r in rows if "checksum" in r]
-    agree = len({r["checksum"] for r in verified}) <= 1 and all(r["consistent"] for r in verified)
-    failed = any("error" in r for r in rows)
-    if not agree:
-        lines += [
-            "",
-            "**The verified peers do not agree**: " + ", ".join(f"{r['peer']} {r['checksum']}" for r in verified),
-        ]
-    return lines, agree and not failed
+    ok = not any("error" in r for r in driver_rows)
+    for n in a.pages:
+        verified = [r for r in driver_rows if "checksum" in r and r["N"] == n]
+        if len({r["checksum"] for r in verified}) > 1 or not all(r["consistent"] for r in verified):
+            ok = False
+            detail = ", ".join(f"{r['peer']} {r['checksum']} (state ok: {r['consistent']})" for r in verified)
+            lines += ["", f"**At N = {n:,} the verified peers do not agree**: {detail}"]
+    return lines, ok
 
 
 SUITES: dict[str, Callable[[argparse.Namespace], tuple[list[str], bool]]] = {"peers": peers_suite}
@@ -161,7 +164,9 @@ def commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--pages", type=positive, default=100_000, help="N, pages in the initial db (default 100000)")
+    ap.add_argument(
+        "--pages", type=scales, default=[100_000], help="N, pages in the initial db; several: 1000000,3000000"
+    )
     ap.add_argument("--round", type=positive, help="F, pages fetched per round (default N/10)")
     ap.add_argument("--rounds", type=positive, default=1, help="rounds in a row (default 1)")
     ap.add_argument("--seed", type=int, default=42)
@@ -173,7 +178,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--png", help="with --rounds > 1: the plot of round times (matplotlib)")
     ap.add_argument("--phys", action="store_true", help="also measure dd and sort throughput (writes 2 GiB)")
     a = ap.parse_args(argv)
-    a.round = a.round or max(1, a.pages // 10)
     a.peers = [p for p in a.peers.split(",") if p]
     unknown = [p for p in a.peers if p.partition(":")[0] not in PEERS]
     suites = [s for s in a.suites.split(",") if s]
