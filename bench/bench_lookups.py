@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The peer harness's read test on an existing db, without reloading it.
 
-    PYTHONPATH=.:bench python bench/bench_lookups.py --db /tmp/w-lk/db --data /work/bdata/n1000000 \
+    PYTHONPATH=.:bench python bench/bench_lookups.py --db /tmp/w-lk/db --data bench/data/n1000000 \
         [--repeat 3] [--only getpage|inlinks] [--profile] [--cache-mb 128] [--warm]
 
 Runs ``lookups.txt`` through ``get_page`` and ``inlinks.txt`` through ``inlinks`` exactly as

@@ -37,7 +37,7 @@ def test_table_and_plot(tmp_path):
     p = _run(str(res), "--png", str(png))
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    # mean 32 at 1M, 40 at 3M: the ratio P2 is judged by
+    # mean 32 at 1M, 40 at 3M: the ratio to the smallest N
     assert "| webdb-k2 | 1,000,000 | 3 | 100.0 | 32.0 | 30.0 | 32.0 | 1.00x |" in p.stdout
     assert "| webdb-k2 | 3,000,000 | 3 | 300.0 | 40.0 | 40.0 | 39.0 | 1.25x |" in p.stdout
     assert "| sortmerge | 1,000,000 | 1 | 14.0 | 14.0 |" in p.stdout
