@@ -74,7 +74,11 @@ def workload(a: argparse.Namespace, n: int) -> str:
     if not os.path.exists(os.path.join(out, "meta.json")):
         cmd = [sys.executable, os.path.join(HERE, "webgraph.py"), "--pages", str(n), "--round", str(f)]
         cmd += ["--seed", str(a.seed), "--rounds", str(a.rounds), "--out", out]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if p.returncode:
+            why = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+            print(f"run.py: the workload N={n}, F={f} into {out}: {why}", file=sys.stderr)
+            sys.exit(2)
     return out
 
 
@@ -185,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--peers: unknown peer {', '.join(unknown) or '(none)'}; expected some of {', '.join(PEERS)}")
     if [s for s in suites if s not in SUITES] or not suites:
         ap.error(f"--suites: expected some of {', '.join(SUITES)}")
-    os.makedirs(a.data, exist_ok=True)
+    try:
+        os.makedirs(a.data, exist_ok=True)
+    except OSError as e:
+        ap.error(f"--data {a.data}: {e.strerror}")
     lines = [
         "# webdb benchmark results",
         "",
