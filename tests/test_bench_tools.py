@@ -121,3 +121,18 @@ def test_run_bad_arguments(tmp_path, args, why):
     assert why in p.stderr
     assert "Traceback" not in p.stderr
     assert not (tmp_path / "results.md").exists()
+
+
+def test_report_names_a_bad_line(tmp_path):
+    res = tmp_path / "results.jsonl"
+    _write(res, [{"peer": "sqlite", "N": 10, "F": 1, "run": 1, "error": "OSError: disk full"}, '{"peer": "x"}'])
+    report = os.path.join(os.path.dirname(HERE), "bench", "report.py")
+    p = subprocess.run([sys.executable, report, str(res)], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert f"{res}:2: not a driver result" in p.stderr
+    assert "Traceback" not in p.stderr
+    res.write_text(res.read_text().splitlines()[0] + "\n")
+    p = subprocess.run([sys.executable, report, str(res)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "| sqlite | 10 | 1 | 0 | failed |" in p.stdout
+    assert "- sqlite N=10 run 1: OSError: disk full" in p.stdout
