@@ -52,6 +52,14 @@ test: deps install
 screenshots: deps install
 	WEBDB_SCREENSHOTS=docs/img $(VPY) -m pytest -q tests/test_serve.py -k "overview or rounds or inlinks"
 
+# The benchmark (bench/run.py): the workload, webdb and its peers side by side, bench/results.md.
+# N pages (default 100000); BENCH_ARGS adds run.py options, e.g. BENCH_ARGS='--runs 3 --rounds 10'.
+N ?= 100000
+BENCH_ARGS ?=
+bench: install
+	$(VPY) -m pip install -q --disable-pip-version-check -e '.[bench]'
+	$(VPY) bench/run.py --pages $(N) $(BENCH_ARGS)
+
 lint: install
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 

@@ -73,6 +73,9 @@ setup(
         "export": ["pyarrow>=14"],
         # The columnar bulk load (webdb.bulkarrow; `webdb import` without it loads record by record).
         "bulk": ["pyarrow>=14", "numpy>=1.24"],
+        # bench/run.py: the peers (RocksDB, DuckDB; SQLite and GNU sort come with the system), the
+        # driver's memory sampling, the columnar load webdb runs there and the steady-state plot.
+        "bench": ["duckdb>=1.0", "rocksdict>=0.3", "psutil>=5.9", "pyarrow>=14", "numpy>=1.24", "matplotlib>=3.7"],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark of the distributed update: one round of the shared WebDB workload
-(/work/shared/peers/webgraph.py) applied by k section writers, locally and over ssh.
+(bench/webgraph.py) applied by k section writers, locally and over ssh.
 
     python bench/bench_distributed.py --data bench/data/n1000000 --work /tmp/bench-dist \\
         --local 1,2,4 --ssh 2,4 --single 1,2 --dask 2

@@ -4,7 +4,7 @@
     python bench/bench_export.py --data bench/data/n100000 --work /tmp/bench-export
     python bench/bench_export.py --db /tmp/bench-export/db --work /tmp/bench-export   # reuse the db
 
-The workload (``../shared/peers/webgraph.py``, as bench/run_bench.sh makes it) is loaded into a
+The workload (``bench/webgraph.py``, as bench/run.py makes it) is loaded into a
 fresh db with bench/peer_webdb.py's ``load_tsv`` unless ``--db`` is given.  Then each command
 runs in its own process, output to a file in ``--work``, one JSON line each: seconds, pages/s
 (records written / seconds; and the db's pages / seconds, the rate at which an indexer

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The peer harness's read test on an existing db, without reloading it.
 
-    PYTHONPATH=.:bench python bench/bench_lookups.py --db /tmp/w-lk/db --data /work/bdata/n1000000 \
+    PYTHONPATH=.:bench python bench/bench_lookups.py --db /tmp/w-lk/db --data bench/data/n1000000 \
         [--repeat 3] [--only getpage|inlinks] [--profile] [--cache-mb 128] [--warm]
 
 Runs ``lookups.txt`` through ``get_page`` and ``inlinks.txt`` through ``inlinks`` exactly as
-``../shared/peers/driver.py`` does (the calls of bench/peer_webdb.py, a fresh reader each
+``bench/driver.py`` does (the calls of bench/peer_webdb.py, a fresh reader each
 repeat, so the first pass starts with a cold block cache as in the harness) and prints the
 rates (per wall second, and per CPU second of this process: steadier on a shared machine),
 the found/inlink counts (compare them before and after a change), the peak RSS, the load

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""webdb as a peer of ../shared/peers/driver.py: the same workload, through webdb's public API.
+"""webdb as a peer of bench/driver.py: the same workload, through webdb's public API.
 
-    PYTHONPATH=bench python3 ../shared/peers/driver.py --peer webdb --data DATA/n100000 --work /tmp/w \
+    python3 bench/driver.py --peer webdb --data DATA/n100000 --work /tmp/w \
         --opt sections=2,sync=1
 
 Load (the default, ``load=bulk``): ``bulk_load_tsv``, the bulk load from Arrow columns
@@ -15,7 +15,7 @@ the j-th contiguous share of round.tsv (apply_fetch per fetched page, add_outlin
 outlinks), one atomic commit.  ``round=writer`` applies it instead as one batch of the
 in-process Writer (the writer phase then runs serially in this process).
 Options (--opt k=v,...): sections (default 2, one per core), sync (1), memory_mb (512), codec,
-round (update | writer; in run_peers.sh's PEERS: ``webdb:writer``), load (bulk | writer; default bulk).
+round (update | writer; in bench/run.py's --peers: ``webdb:round=writer``), load (bulk | writer; default bulk).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _opts(opt: str) -> dict:
             out[k] = int(v)
         elif k in ("codec", "round", "load"):
             out[k] = v
-        elif k == "engine" and v in ("update", "writer"):  # run_peers.sh's "webdb:writer"
+        elif k == "engine" and v in ("update", "writer"):  # the form "webdb:engine=writer"
             out["round"] = v
     return out
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Steady-state results (bench/run_steady.sh's steady.jsonl) as a markdown table and a plot.
+"""Steady-state results (driver result lines) as a markdown table and a plot.
 
-    python bench/plot_rounds.py bench/data/steady.jsonl --png docs/img/rounds-2026-11-24.png
+    python bench/plot_rounds.py bench/data/results.jsonl --png docs/img/rounds.png
 
-One line of steady.jsonl is one ``driver.py --rounds R`` run: a peer at one scale N, with its
-``rounds_s`` (seconds of each round, in order).  The table gives per peer and N the load, the mean
-round, the first and last round and the ratio of the mean to the same peer's mean at the smallest N
-(goal P2: ≤ 1.3 at 3M, ≤ 2 at 10M, against 1M); the plot has round time against round number
-(left) and mean round time against db size (right).  Rows with an error are listed, never dropped.
+``bench/run.py --rounds R`` calls ``table`` and ``plot``. One result line is one ``driver.py
+--rounds R`` run: a peer at one scale N, with its ``rounds_s`` (seconds of each round, in order).
+The table gives per peer and N the load, the mean round, the first and last round and the ratio of
+the mean to the same peer's mean at the smallest N (how a round's cost follows the db's size); the
+plot has round time against round number (left) and mean round time against db size (right). Rows
+with an error are listed, never dropped.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def plot(rows: list[dict], png: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("results", help="steady.jsonl from bench/run_steady.sh")
+    ap.add_argument("results", help="driver result lines, e.g. bench/data/results.jsonl from bench/run.py")
     ap.add_argument("--png", help="write the plot here (matplotlib)")
     a = ap.parse_args(argv)
     rows = load_rows(a.results)

@@ -24,7 +24,7 @@ first line (``# webdb-filter-kind: regex``; ``webdb filters`` writes it), else c
 name (``…prefix…`` → prefix, ``…suffix…`` → suffix, anything else → regex).
 
 ``reload_if_changed()`` re-reads the files whose mtime or size changed (the focused-crawl rules
-of seed 001 are edited while the crawl runs).  A bad rule raises ``BadInput`` naming the file
+of a focused crawl are edited while it runs).  A bad rule raises ``BadInput`` naming the file
 and line; on reload the previous rules are then kept.
 
 Runtime cost of ``accept``: O(rules) regex searches / string comparisons per URL, stopping at

@@ -1,4 +1,4 @@
-"""Inject: seed URLs into the database, each added only if not present (reference §7).
+"""Inject: seed URLs into the database, each added only if not present (as the original WebDB's inject).
 
     counts = inject(db, ["seeds.txt"], score=1.0)
 

@@ -15,7 +15,7 @@ splits the db into two spellings of every URL) plus what it leaves out:
 * dot segments resolved (RFC 3986 §5.2.4), an empty path becomes ``/``;
 * fragment removed; IDN hosts in punycode; query arguments sorted; percent-encoding made
   uniform (these four by w3lib);
-* optionally, the per-domain www/non-www rule of a ``WwwRules`` (seed 003): a registered domain
+* optionally, the per-domain www/non-www rule of a ``WwwRules``: a registered domain
   is crawled either as ``www.example.com`` or as ``example.com``, never both.
 
 ``normalize`` is idempotent: ``normalize(normalize(u)) == normalize(u)`` (property-tested).

@@ -1,4 +1,4 @@
-"""Update: apply crawl segments to the database as writer calls (reference §7, Nutch 1.x rules).
+"""Update: apply crawl segments to the database as writer calls (the original WebDB's update, Nutch 1.x rules).
 
     with db.writer() as w:
         counts = apply_segments(w, ["segments/20240601120000"], ignore_internal=False)

@@ -37,7 +37,7 @@ def test_table_and_plot(tmp_path):
     p = _run(str(res), "--png", str(png))
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    # mean 32 at 1M, 40 at 3M: the ratio P2 is judged by
+    # mean 32 at 1M, 40 at 3M: the ratio to the smallest N
     assert "| webdb-k2 | 1,000,000 | 3 | 100.0 | 32.0 | 30.0 | 32.0 | 1.00x |" in p.stdout
     assert "| webdb-k2 | 3,000,000 | 3 | 300.0 | 40.0 | 40.0 | 39.0 | 1.25x |" in p.stdout
     assert "| sortmerge | 1,000,000 | 1 | 14.0 | 14.0 |" in p.stdout
@@ -57,3 +57,82 @@ def test_bad_line_is_named(tmp_path, bad, why):
     assert p.returncode != 0
     assert f"{res}:2: {why}" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+# ---- bench/run.py: the workload and the peers from the repo alone -------------------------------
+
+RUN = os.path.join(os.path.dirname(HERE), "bench", "run.py")
+GEN = os.path.join(os.path.dirname(HERE), "bench", "webgraph.py")
+# The checksums of the original peers (the sort pipeline and SQLite, as they stood before they came
+# into bench/) on the workload N=2000, F=200, seed 42, after round 1 and after round 2: the
+# generator and the peers in bench/ must keep making these.
+CHECKSUM_ROUND1 = "1fbf8940ee12"
+CHECKSUM_ROUND2 = "55edf6a2c223"
+
+
+def _bench(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, RUN, "--data", str(tmp_path / "data"), "--out", str(tmp_path / "results.md"), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("rounds, checksum", [(1, CHECKSUM_ROUND1), (2, CHECKSUM_ROUND2)])
+def test_run_from_the_repo_digests_agree(tmp_path, rounds, checksum):
+    p = _bench(tmp_path, "--pages", "2000", "--rounds", str(rounds), "--peers", "webdb,sortmerge,sqlite")
+    assert p.returncode == 0, p.stderr + (tmp_path / "data" / "errors.log").read_text()
+    rows = [json.loads(line) for line in (tmp_path / "data" / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["peer"].split("-")[0] for r in rows) == ["sortmerge", "sqlite", "webdb"]
+    for r in rows:
+        assert "error" not in r, r
+        assert r["consistent"], r
+        assert r["checksum"] == checksum, r
+        assert r["read_check"] == rows[0]["read_check"]
+    results = (tmp_path / "results.md").read_text()
+    assert "| sortmerge | 2,000 | 200 | 1 |" in results
+    assert checksum in results
+    assert ("Rounds in a row" in results) == (rounds > 1)
+
+
+def test_generator_is_seeded(tmp_path):
+    def gen(out, seed):
+        cmd = [sys.executable, GEN, "--pages", "500", "--round", "50", "--seed", str(seed), "--out", str(out)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+        return {f: (out / f).read_bytes() for f in ("pages.tsv", "links.tsv", "round.tsv", "lookups.txt")}
+
+    a, b, c = gen(tmp_path / "a", 7), gen(tmp_path / "b", 7), gen(tmp_path / "c", 8)
+    assert a == b
+    assert a["pages.tsv"] != c["pages.tsv"]
+    meta = json.loads((tmp_path / "a" / "meta.json").read_text())
+    assert meta["init"]["pages"] == 500 and meta["round"] == 50
+    assert len(a["pages.tsv"].splitlines()) == 500
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["--peers", "webdb,oracle"], "--peers: unknown peer oracle"),
+        (["--pages", "0"], "0: expected a positive number"),
+        (["--suites", "nope"], "--suites: expected some of peers"),
+    ],
+)
+def test_run_bad_arguments(tmp_path, args, why):
+    p = _bench(tmp_path, *args)
+    assert p.returncode == 2
+    assert why in p.stderr
+    assert "Traceback" not in p.stderr
+    assert not (tmp_path / "results.md").exists()
+
+
+def test_report_names_a_bad_line(tmp_path):
+    res = tmp_path / "results.jsonl"
+    _write(res, [{"peer": "sqlite", "N": 10, "F": 1, "run": 1, "error": "OSError: disk full"}, '{"peer": "x"}'])
+    report = os.path.join(os.path.dirname(HERE), "bench", "report.py")
+    p = subprocess.run([sys.executable, report, str(res)], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert f"{res}:2: not a driver result" in p.stderr
+    assert "Traceback" not in p.stderr
+    res.write_text(res.read_text().splitlines()[0] + "\n")
+    p = subprocess.run([sys.executable, report, str(res)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "| sqlite | 10 | 1 | 0 | failed |" in p.stdout
+    assert "- sqlite N=10 run 1: OSError: disk full" in p.stdout

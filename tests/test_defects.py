@@ -1,5 +1,5 @@
-"""One regression test per defect of the original WebDB (reference §8) that a single host can
-show, and the invariants the original's own tests checked (§9).
+"""One regression test per defect of the original WebDB (docs/semantics.md, *Defects of the
+original, fixed*) that a single host can show, and the invariants the original's own tests checked.
 
 Each test names its defect.  Defect 5 (distributed crash recovery) belongs to the distributed
 tests.  Results are also compared with the reference model (tests/model.py).

@@ -1,6 +1,6 @@
 """One engine: the same calls through ``Writer`` (the local transport, one process) and through
 ``webdb update`` on a local rack (one process per section, ndfs share groups) give byte-identical
-tables and the same manifest, at k = 1, 2, 3 (issue 9: one section protocol, two transports)."""
+tables and the same manifest, at k = 1, 2, 3 (one section protocol, two transports)."""
 
 from __future__ import annotations
 

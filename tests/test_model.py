@@ -1,7 +1,7 @@
 """Unit tests of the reference model (tests/model.py) against hand-worked examples.
 
-Each example is worked out by hand from docs/semantics.md and the reference page
-(shared/reference/nutch-webdb-semantics.md §3, §4, §8, §9), so the model can be trusted as the
+Each example is worked out by hand from docs/semantics.md (the calls, the clarifications and
+the defects of the original it fixes), so the model can be trusted as the
 oracle of the property tests.
 """
 

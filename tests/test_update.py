@@ -1,4 +1,4 @@
-"""Update (fetchlist.update.apply_segments): the WebDB semantics of reference §7 and Nutch 1.x's
+"""Update (fetchlist.update.apply_segments): the WebDB semantics of the original update tool and Nutch 1.x's
 status rules, on segments written by hand (no HTTP), and ``webdb update`` on a segment."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ graph).  Dangling pages (no outlinks) give nothing, and so do unfetched pages, e
 are stored under their url md5 (their outlinks are not known until they are fetched); pages
 with no inlinks get ``1 - d``.
 
-The original ran in one process only (reference §8 defect 8).  Here PagesByMD5 and LinksByMD5
+The original ran in one process only (defect 8 of docs/semantics.md).  Here PagesByMD5 and LinksByMD5
 share the md5 split, so each section's contributions come from a merge-join of its two md5
 tables alone; sections run independently (``workers`` processes) and each emits sorted runs of
 ``url 0x00 md5 share`` records.  The runs merge by url against PagesByURL and every page is written

@@ -1,4 +1,4 @@
-"""ndfs: the shared file namespace of a distributed WebDB (seed 004's NutchDistributedFileSystem).
+"""ndfs: the shared file namespace of a distributed WebDB (Nutch's NutchDistributedFileSystem).
 
 A NutchFile ``(db, share group, name)`` lives at ``<root>/<db>/<group>/<name>`` on every
 location (host or local path) that hosts.ini assigns to the group.  Transports copy files in

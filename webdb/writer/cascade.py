@@ -204,7 +204,7 @@ def _base(job: dict, table: str) -> str | None:
 # Tables a stage may keep as levels: the link tables, where a round's edits are a small part of
 # the table (docs/design.md §4.3).  The page tables are a tenth of the bytes and every stage
 # probes them; they are rewritten each round (as levels they were measured no faster, and
-# get_page slower: docs/performance.md, session 9).
+# get_page slower: docs/performance.md, *Designs measured and rejected*).
 LEVELED = frozenset(("links_by_md5", "links_by_url"))
 
 

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Common harness for the WebDB peers: times load and round, measures peak memory, disk size,
+the read test (getPage / inlinks) and verifies the final state with per-table checksums.
+
+A peer is a class with: load(pages_tsv, links_tsv), apply_round(round_tsv), get_page(url),
+inlinks(url), dump(table) -> iterator of text blocks of canonical lines, close().
+Canonical tables (each sorted bytewise, '\\t'-separated, '\\n'-terminated):
+  pages_by_url  url md5 status fetch_time retries interval score num_outlinks
+  pages_by_md5  md5 url
+  links_by_md5  from_md5 to_url anchor
+  links_by_url  to_url from_md5 anchor
+"""
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+
+TABLES = ("pages_by_url", "pages_by_md5", "links_by_md5", "links_by_url")
+DAY = 86400
+NEW_PAGE_VALS = ("", 0, None, 0, 2592000, 1.0, 0)  # md5 status fetch_time(=t) retries interval score nout
+
+
+def read_round(path):
+    """Yields (url, ok, md5, t, [(to_url, anchor), ...])."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            url, ok, md5, t, out = line.rstrip("\n").split("\t")
+            links = [tuple(link.split("\x1f")) for link in out.split("\x1e")] if out else []
+            yield url, ok == "1", md5, int(t), links
+
+
+class MemMonitor(threading.Thread):
+    """Samples the summed anonymous RSS (RssAnon) of this process and all descendants."""
+
+    def __init__(self, period=0.05):
+        super().__init__(daemon=True)
+        self.period, self.peak_kib, self.stop_ev = period, 0, threading.Event()
+        self.me = psutil.Process()
+
+    @staticmethod
+    def anon_kib(pid):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            try:
+                pids = [self.me.pid] + [c.pid for c in self.me.children(recursive=True)]
+            except psutil.Error:
+                pids = [self.me.pid]
+            self.peak_kib = max(self.peak_kib, sum(self.anon_kib(p) for p in pids))
+            self.stop_ev.wait(self.period)
+
+
+def du_bytes(path):
+    return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
+
+
+def digest(peer):
+    res, counts = {}, {}
+    for t in TABLES:
+        h, n, empty_md5 = hashlib.md5(), 0, 0
+        for block in peer.dump(t):
+            b = block if isinstance(block, bytes) else block.encode()
+            h.update(b)
+            n += b.count(b"\n")
+            if t == "pages_by_md5":
+                empty_md5 += b.count(b"\n\t") + b.startswith(b"\t")
+        res[t], counts[t] = h.hexdigest()[:12], n
+        if t == "pages_by_md5":
+            counts["fetched"] = n - empty_md5
+    return res, counts
+
+
+def main(peer_cls=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--peer", help="module name of the peer (peer_<name>.py)")
+    ap.add_argument("--data", required=True, help="folder made by webgraph.py")
+    ap.add_argument("--work", required=True, help="scratch folder for the peer's database (wiped)")
+    ap.add_argument("--run", type=int, default=1)
+    ap.add_argument("--no-verify", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the database after the run")
+    ap.add_argument("--opt", default="", help="peer option string, e.g. engine=rocksdb")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="apply round.tsv, round-2.tsv .. round-R.tsv (webgraph.py --rounds R) one after the other",
+    )
+    a = ap.parse_args()
+    if peer_cls is None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        mod = importlib.import_module("peer_" + a.peer.split(":")[0])
+        peer_cls = mod.Peer
+    meta = json.load(open(os.path.join(a.data, "meta.json")))
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    mon = MemMonitor()
+    mon.start()
+    rec = dict(peer=a.peer, N=meta["pages"], F=meta["round"], run=a.run, records=meta["round_stats"]["records"])
+    if os.environ.get("SM_SERIAL") == "1" and a.peer == "sortmerge":
+        rec["note"] = "SM_SERIAL=1 (LinksByMD5 and LinksByURL merged one after the other)"
+    try:
+        peer = peer_cls(a.work, meta, a.opt)
+        rec["peer"] = peer.name
+        t = time.perf_counter()
+        peer.load(os.path.join(a.data, "pages.tsv"), os.path.join(a.data, "links.tsv"))
+        rec["load_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        peer.apply_round(os.path.join(a.data, "round.tsv"))
+        rec["round_s"] = time.perf_counter() - t
+        rec["round_rps"] = rec["records"] / rec["round_s"]
+        if a.rounds > 1:
+            rounds = meta["rounds"][: a.rounds]
+            if len(rounds) < a.rounds:
+                raise SystemExit(f"{a.data} has {len(rounds)} rounds; regenerate with webgraph.py --rounds {a.rounds}")
+            rec["rounds_s"] = [rec["round_s"]]
+            for r in rounds[1:]:
+                meta["t_round"] = r["t_round"]  # the peers' new pages take the round's fetch time
+                t = time.perf_counter()
+                peer.apply_round(os.path.join(a.data, f"round-{r['round']}.tsv"))
+                rec["rounds_s"].append(time.perf_counter() - t)
+            rec["rounds_records"] = sum(r["records"] for r in rounds)
+            rec["rounds_mean_s"] = sum(rec["rounds_s"]) / len(rec["rounds_s"])
+            meta["expected"] = rounds[-1]["expected"]
+        rec["disk_mib"] = du_bytes(a.work) / 2**20
+        urls = open(os.path.join(a.data, "lookups.txt")).read().split("\n")[:-1]
+        t = time.perf_counter()
+        found = sum(peer.get_page(u) is not None for u in urls)
+        rec["lookup_s"] = time.perf_counter() - t
+        rec["lookups_per_s"] = len(urls) / rec["lookup_s"]
+        urls = open(os.path.join(a.data, "inlinks.txt")).read().split("\n")[:-1]
+        t = time.perf_counter()
+        nin = sum(len(peer.inlinks(u)) for u in urls)
+        rec["inlinks_s"] = time.perf_counter() - t
+        rec["inlinks_per_s"] = len(urls) / rec["inlinks_s"]
+        rec["read_check"] = f"{found}/{nin}"
+        rec["peak_anon_mib"] = mon.peak_kib / 1024
+        ru = max(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        )
+        rec["max_rss_mib"] = ru / 1024
+        if not a.no_verify:
+            t = time.perf_counter()
+            dig, counts = digest(peer)
+            exp = meta["expected"]
+            rec["counts"] = dict(pages=counts["pages_by_url"], fetched=counts["fetched"], links=counts["links_by_md5"])
+            rec["consistent"] = (
+                counts["pages_by_url"] == counts["pages_by_md5"] == exp["pages"]
+                and counts["links_by_md5"] == counts["links_by_url"] == exp["links"]
+                and counts["fetched"] == exp["fetched"]
+            )
+            rec["digest"] = dig
+            rec["checksum"] = hashlib.md5(json.dumps(dig, sort_keys=True).encode()).hexdigest()[:12]
+            rec["verify_s"] = time.perf_counter() - t
+        peer.close()
+    except Exception as e:  # report the failure as a result row
+        import traceback
+
+        traceback.print_exc()
+        rec["error"] = f"{type(e).__name__}: {e}"[:300]
+    finally:
+        mon.stop_ev.set()
+        if not a.keep:
+            shutil.rmtree(a.work, ignore_errors=True)
+    print(json.dumps(rec), flush=True)
+
+
+if __name__ == "__main__":
+    main()
