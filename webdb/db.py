@@ -430,8 +430,18 @@ class WriterLock:
             "pid": os.getpid(),
             "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        data = json.dumps(info).encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        except OSError as e:
+            # Let go of the flock before reporting: a descriptor kept open would hold it, and
+            # this process could never take the lock again (even once space is freed).
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            if is_disk_full(e):
+                raise DiskFull.at(self.path, len(data), e) from None
+            raise WebDBError(f"{self.path}: cannot write the writer lock ({e.strerror})") from None
         self.fd = fd
         return self
 
