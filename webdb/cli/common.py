@@ -88,6 +88,12 @@ def open_db(args):
     return webdb.open(args.db, section_dirs=dirs, mount=getattr(args, "mount", None))
 
 
+def add_quiet(p) -> None:
+    """``-q``: no progress lines on stderr, the same in every command that has it (errors and
+    the result still print)."""
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines (errors and the result still print)")
+
+
 def add_lock_wait(p) -> None:
     """``--lock-wait S``: how long a writer command waits for another writer's lock."""
     from webdb.lockwait import LOCK_WAIT
