@@ -158,8 +158,9 @@ def _unpieces(body: bytes | memoryview) -> bytes:
         if i and raw[: k[0]] != first[i]:
             raise ValueError(f"piece {i}: first key does not match the piece table")
         records.append(raw[: r[-1]])
-        kends.extend(x + base for x in k)
-        rends.extend(x + base for x in r)
+        # u32 arithmetic, as the C code: a crafted offset past 2**32 wraps rather than raising.
+        kends.extend((x + base) & 0xFFFFFFFF for x in k)
+        rends.extend((x + base) & 0xFFFFFFFF for x in r)
         base += r[-1]
     n = len(kends)
     if base + 8 * n + 4 > MAX_BLOCK_BYTES:
