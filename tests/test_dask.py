@@ -120,8 +120,8 @@ def test_no_worker_for_a_section_is_refused_before_anything_runs(cluster, tmp_pa
     with pytest.raises(DaskUnavailable, match=r"declares resource section-3"):
         update_dask(rack, cluster.scheduler_address, {}, input_fn=REPLAY)
     p = subprocess.run(
-        [sys.executable, "-m", "webdb.cli.main", "update", "crawl", "calls.jsonl",
-         "--hosts", str(tmp_path / "hosts.ini"), "--dask", cluster.scheduler_address, "--input", REPLAY],
+        [sys.executable, "-m", "webdb.cli.main", "update", "crawl", "--hosts", str(tmp_path / "hosts.ini"),
+         "--dask", cluster.scheduler_address, "--input", REPLAY],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert p.returncode == 2 and "section-3" in p.stderr and "Traceback" not in p.stderr, p.stderr
@@ -362,7 +362,6 @@ def test_cli_unreachable_scheduler_exits_2_naming_it(tmp_path: Path) -> None:
             "webdb.cli.main",
             "update",
             db.path,
-            str(tmp_path / "calls.jsonl"),
             "--dask",
             "tcp://127.0.0.1:9",
             "--connect-timeout",

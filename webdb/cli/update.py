@@ -203,10 +203,16 @@ def run(args) -> int:
     import fetchlist
 
     fetchlist.register_inputs()  # the crawl's inputs by name ("segments"); webdb does not know them
-    if not args.inputs:
+    if not args.inputs and not (args.hosts or args.dask):
         # An update of nothing would commit an empty generation: surely a slip (an unset
-        # shell variable), so it is refused.
+        # shell variable), so it is refused.  On a rack an empty batch has a use (it brings
+        # every host to the rack's generation first), so it runs, saying so.
         raise BadInput("no INPUT given: name the segment directories (or input files) to apply")
+    if not args.inputs and not args.quiet:
+        print(
+            "webdb update: no INPUT given: an empty batch (every host is brought to the rack's generation)",
+            file=sys.stderr,
+        )
     spec = input_spec(args.input)  # the hosts get MODULE:FUNCTION: they import it themselves
     fn = resolve(spec)  # a missing input module is reported here, before any host is touched
     # Sections of one host split the input into ordered shares when the input function can.
