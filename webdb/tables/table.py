@@ -33,6 +33,7 @@ from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webd
     in_place_block,
     index_entries,
     index_in_place,
+    pieces_split,
     short_file,
     unpack_block,
     unpack_range,
@@ -703,8 +704,13 @@ class TableReader:
                 return r[0], r[1]
             # Not sound: the general path below names what is wrong.
         rb = self.raw(b, False)
-        # Both ends searched over the whole block, as the C path: a crafted block whose keys are
-        # out of order (its CRC sound) reads the same records compiled or not.
+        # Both ends searched as the C path searches them (over the whole block; in lz4 pieces,
+        # in the pieces the range reaches): a crafted block whose keys are out of order (its
+        # CRCs sound) reads the same records compiled or not.
+        if not COMPILED and self.kind in PIECES_KINDS:
+            r = pieces_split(rb, self.raw_block(b), start, stop)
+            if r is not None:
+                return r
         return rb.split(rb.find(start), rb.find(stop))
 
     def blocks_range(self, b0: int, b1: int, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]]:
