@@ -77,6 +77,9 @@ def main() -> None:
     ap.add_argument("--db", help="use this existing db instead of loading one")
     ap.add_argument("--sections", type=int, default=2)
     ap.add_argument("--fetchers", type=int, default=2)
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="a writer setting for the update (JSON value)"
+    )
     args = ap.parse_args()
     with open(os.path.join(args.data, "meta.json")) as f:
         meta = json.load(f)
@@ -134,12 +137,14 @@ def main() -> None:
     t = time.monotonic()
     with db.reader() as r:
         before = (r.num_pages, r.num_links)
-    c = update_db(db, [seg_dir])
+    settings = {k: json.loads(v) for k, _, v in (x.partition("=") for x in args.set)}
+    c = update_db(db, [seg_dir], writer_settings=settings or None)
     took = time.monotonic() - t
     emit(
         {
             **base,
             "step": "update",
+            "settings": settings,
             "seconds": round(took, 2),
             "feed_seconds": c["feed_seconds"],
             "commit_seconds": c["commit_seconds"],

@@ -315,19 +315,45 @@ class _Check:
         return list(v)
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+
+
+def open_part(path: str):
+    """``path`` opened for reading if it is a regular file, never through a symlink and never
+    blocking on a FIFO (O_NOFOLLOW | O_NONBLOCK, then fstat): a planted link must not make us
+    read elsewhere, nor a FIFO hang the reader (which may hold the db's writer lock).  A missing
+    file raises FileNotFoundError; anything else is a BadInput naming the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadInput(f"{path}: is a symlink; refusing to read through it") from None
+        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise BadInput(f"{path}: cannot read: Is a directory")
+        kind = next((name for test, name in _KINDS if test(mode)), "a device")
+        raise BadInput(f"{path}: is {kind}, not a regular file; refusing to read it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
     """(line number, end offset, record) of each complete line of a JSON-lines file.
 
     A last line without its newline (torn by a crash, or being written right now) is skipped;
-    a complete line that is not a JSON object is a CorruptionError naming file and line.
-    A missing file reads as empty.
+    a complete line that is not a JSON object (or nested too deep to read) is a CorruptionError
+    naming file and line.  A missing file reads as empty; a symlink, FIFO or directory in its
+    place is refused without following or blocking (``open_part``).
     """
     try:
-        f = open(path, "rb")
+        f = open_part(path)
     except FileNotFoundError:
         return
-    except OSError as e:
-        raise CorruptionError(f"{path}: cannot read: {e.strerror}") from None
     with f:
         pos = 0
         for lineno, line in enumerate(f, 1):
@@ -338,6 +364,8 @@ def read_lines(path: str) -> Iterator[tuple[int, int, dict]]:
                 rec = json.loads(line)
             except ValueError as e:
                 raise CorruptionError(f"{path}:{lineno}: not a JSON record ({e})") from None
+            except RecursionError:
+                raise CorruptionError(f"{path}:{lineno}: not a JSON record (nested too deep)") from None
             if not isinstance(rec, dict):
                 raise CorruptionError(f"{path}:{lineno}: not a JSON object")
             yield lineno, pos, rec
@@ -391,14 +419,16 @@ class Segment:
         path = os.fspath(path)
         ident_path = os.path.join(path, SEGMENT_FILE)
         try:
-            with open(ident_path, "rb") as f:
-                ident = json.loads(f.read())
+            with open_part(ident_path) as f:
+                text = f.read(1 << 20)
         except FileNotFoundError:
             raise BadInput(f"{path}: not a segment (no {SEGMENT_FILE} file)") from None
         except OSError as e:
             raise BadInput(f"{ident_path}: cannot read: {e.strerror}") from None
-        except ValueError as e:
-            raise CorruptionError(f"{ident_path}: not JSON ({e})") from None
+        try:
+            ident = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise CorruptionError(f"{ident_path}: not JSON ({type(e).__name__}: {e})") from None
         if not isinstance(ident, dict) or ident.get("format") != SEGMENT_FORMAT:
             raise BadInput(f"{path}: {SEGMENT_FILE} does not name the format {SEGMENT_FORMAT!r}")
         if ident.get("version") not in VERSIONS or type(ident.get("version")) is not int:
@@ -511,6 +541,10 @@ class Segment:
                     if content:
                         r.content = cr.read(r)
                     yield r
+            # Parse records past the last fetch record (a crash leaves at most one) are read
+            # too, so a line there that is not a JSON record is reported, not ignored.
+            while parses.take() is not None:
+                pass
 
     def outcomes(self, part: int | None = None) -> Iterator[FetchOutcome]:
         """For each fetched URL: the ``webdb.schedule.FetchResult`` to apply, outlinks, redirect.

@@ -544,3 +544,77 @@ def test_pieces_of_a_links_by_url_table(tmp_path):
     assert list(new.items()) == list(old.items())
     for t in (new, old):
         t.close()
+
+
+# ---- crafted blocks whose CRC is sound: keys out of order, offsets past 2**32 ------------------
+
+
+@needs_c
+@given(
+    st.lists(_bytes, min_size=1, max_size=40),
+    st.lists(_bytes, min_size=2, max_size=6),
+    st.sampled_from(["none", "lz4"]),
+)
+def test_c_and_python_ranges_agree_on_keys_out_of_order(keys, probes, codec):
+    """A block whose keys are not in order (a crafted one: its CRC is sound) reads the same
+    records through the compiled range read as through the Python code's two searches."""
+    vals = [bytes([i % 256]) for i in range(len(keys))]
+    raw = block._build(keys, vals)
+    py = _py_block(raw)
+    data = block.encode_block(keys, vals, block.CODECS[codec])
+    for a, b in zip(probes, probes[1:]):
+        want = (*py.split(py.find(a), py.find(b)), py.n)
+        assert _blockc.unpack_range(data, zlib.crc32, block._lz4_decompress, a, b) == want
+        assert block.unpack_range(data, a, b) == want
+
+
+@needs_c
+@given(
+    st.lists(_bytes, min_size=2, max_size=40),
+    st.lists(_bytes, min_size=2, max_size=6),
+    st.sampled_from([1, 16, 64]),
+)
+def test_c_and_python_piece_ranges_agree_on_keys_out_of_order(keys, probes, piece_bytes):
+    """The same for a block in lz4 pieces: the Python code (``pieces_split``) reads the pieces
+    the header brackets, each searched on its own, as the compiled range read does."""
+    vals = [bytes([i % 256]) for i in range(len(keys))]
+    raw = block._build(keys, vals)
+    sealed = block.seal_block(raw, block.CODEC_LZ4_PIECES, piece_bytes)
+    if sealed[-5] != block.CODEC_LZ4_PIECES:
+        return  # one piece: plain lz4, as above
+    py = _py_block(raw)
+    for a, b in zip(probes, probes[1:]):
+        c = _blockc.unpack_range_pieces(sealed, zlib.crc32, block._lz4_decompress, a, b)
+        if c is None:
+            continue  # declined (the whole-block read then names what is wrong)
+        assert c == (*block.pieces_split(py, sealed, a, b), py.n)
+    if list(keys) == sorted(set(keys)):
+        for a, b in zip(probes, probes[1:]):
+            assert block.pieces_split(py, sealed, a, b) == py.split(py.find(a), py.find(b))
+
+
+@needs_c
+def test_c_and_python_agree_on_a_piece_offset_past_two_to_the_32():
+    """A crafted piece whose key-end offset, moved by where the piece starts, passes 2**32:
+    both wrap it (u32), the Python code no longer raises OverflowError."""
+    import lz4.block
+
+    raws = [block._build([b"a", b"b"], [b"1", b"2"]), bytearray(block._build([b"c", b"d"], [b"3", b"4"]))]
+    n = 2
+    struct_at = len(raws[1]) - 4 - 8 * n + 4  # key end of record 1 of piece 1
+    raws[1][struct_at : struct_at + 4] = (0xFFFFFFF0).to_bytes(4, "little")
+    pieces = [lz4.block.compress(bytes(r), store_size=True) for r in raws]
+    header = b"".join(
+        [
+            (2).to_bytes(4, "little"),
+            *[
+                len(p).to_bytes(4, "little") + n.to_bytes(4, "little") + zlib.crc32(p).to_bytes(4, "little")
+                for p in pieces
+            ],
+            (1).to_bytes(4, "little") + b"c",
+        ]
+    )
+    body = b"".join([*pieces, header, len(header).to_bytes(4, "little"), zlib.crc32(header).to_bytes(4, "little")])
+    sealed = _resealed(body)
+    py_raw = block._unpieces(body)
+    assert _blockc.unpack_pieces(sealed, zlib.crc32, block._lz4_decompress) == (py_raw, 4)

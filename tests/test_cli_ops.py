@@ -4,6 +4,7 @@ command, `webdb unlock` and its safety check, `crawl --set`, `inject --hosts`.""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -99,6 +100,7 @@ def test_every_writer_command_waits_for_the_lock_then_names_the_holder(tmp_path:
             err = p.stderr.strip()
             assert len(err.splitlines()) == 1, err
             assert "waited 0.2s for the writer lock" in err and f"pid {h.p.pid} on host" in err, (name, err)
+            assert "waited" not in p.stdout and "LockedError" not in p.stdout, (name, p.stdout)  # said once
     finally:
         h.release()
     # The holder gone, the same command goes through.
@@ -309,3 +311,97 @@ def test_update_progress_draws_one_bar_per_stage_on_a_terminal() -> None:
     text = out.getvalue()
     assert "stage 1/5" in text and "stage 3/5" in text and "stage 2/5" not in text
     assert "2/2" in text and text.rstrip().endswith("committed")
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_update_says_so_once(tmp_path: Path) -> None:
+    """One line on stderr; no NOT-committed line or per-host table on stdout (those are in
+    --json, and the table with -v)."""
+    db = tmp_path / "db"
+    make_db(db, sections=2)
+    p = cli("update", str(db), str(tmp_path / "nowhere"), check=2)
+    assert p.stdout == "" and len(p.stderr.strip().splitlines()) == 1, (p.stdout, p.stderr)
+    assert "nothing committed" in p.stderr and "nowhere" in p.stderr
+    p = cli("update", str(db), str(tmp_path / "nowhere"), "--json", check=2)
+    assert json.loads(p.stdout)["committed"] is False and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.timeout(300)
+def test_update_without_input_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "db"
+    make_db(db, sections=2)
+    before = webdb.open(str(db)).committed()
+    p = cli("update", str(db), check=2)
+    assert "no INPUT given" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert webdb.open(str(db)).committed() == before
+
+
+@pytest.mark.timeout(300)
+def test_read_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`webdb read … | head`: the reader went away; no BrokenPipeError, exit 0."""
+    db = tmp_path / "db"
+    make_db(db, sections=2)
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before anything is written
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "read", str(db), "--dump", "pages"],
+        stdout=w,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+    )
+    os.close(w)
+    assert p.returncode == 0 and p.stderr == "", (p.returncode, p.stderr)
+
+
+@pytest.mark.timeout(300)
+def test_create_refuses_zero_sections(tmp_path: Path) -> None:
+    p = cli("create", str(tmp_path / "db"), "--sections", "0", check=2)
+    assert "--sections" in p.stderr and "expected a whole number >= 1" in p.stderr
+    assert not (tmp_path / "db").exists()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("given", ["missing", "empty dir"])
+def test_a_failed_inject_leaves_no_db_created(tmp_path: Path, given: str) -> None:
+    db = tmp_path / "db"
+    if given == "empty dir":
+        db.mkdir()
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://ok.example/\nnot a url\n")
+    p = cli("inject", str(db), str(seeds), check=2)
+    assert f"{seeds}:2" in p.stderr and "created" not in p.stdout, (p.stdout, p.stderr)
+    assert (not db.exists()) if given == "missing" else (db.is_dir() and not list(db.iterdir()))
+    p = cli("inject", str(db), str(seeds), "--skip-bad", check=0)  # the path is still free to use
+    assert "created" in p.stdout
+
+
+@pytest.mark.timeout(300)
+def test_quiet_is_the_same_option_in_every_command_that_has_progress(tmp_path: Path) -> None:
+    """-q: no progress lines on stderr; the result still prints, in inject as in update."""
+    db = tmp_path / "db"
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://a.example/\n")
+    p = cli("inject", "-q", str(db), str(seeds), check=0)
+    assert p.stderr == "" and "injected 1 new pages" in p.stdout
+    calls = calls_file(tmp_path / "a.jsonl")
+    p = cli("update", str(db), str(calls), "--input", REPLAY, "-q", check=0)
+    assert p.stderr == "" and "committed" in p.stdout
+    p = cli("update", str(db), str(calls), "--input", REPLAY, check=0)
+    assert "stage 1/5" in p.stderr
+
+
+@pytest.mark.timeout(300)
+def test_recover_says_what_it_checked(tmp_path: Path) -> None:
+    """recover reads no table block: a damaged block is "manifest and table sizes ok" there,
+    and it says so; `webdb check` finds the damage."""
+    db = tmp_path / "db"
+    make_db(db, sections=1)
+    table = next(f for f in (db / "section-0000").iterdir() if f.name.endswith(".pbu"))
+    data = bytearray(table.read_bytes())
+    data[len(data) // 3] ^= 0x40
+    table.write_bytes(bytes(data))
+    p = cli("recover", str(db), check=0)
+    assert "manifest and table sizes ok" in p.stdout and "`webdb check" in p.stdout, p.stdout
+    p = cli("check", str(db), check=1)
+    assert str(table) in p.stdout + p.stderr

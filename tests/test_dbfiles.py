@@ -158,7 +158,7 @@ def test_current_replaced_by_older_valid_copy(pristine, db_path):
     assert "generation 2 was committed after it" in msg and "recover" in msg
     assert_cli_refuses(db_path, "CURRENT")
     p = cli("recover", db_path)
-    assert p.returncode == 2 and "generation 2 (committed): ok" in p.stdout, p.stdout
+    assert p.returncode == 2 and "generation 2 (committed): manifest and table sizes ok" in p.stdout, p.stdout
     p = cli("recover", db_path, "--to", 2)
     assert p.returncode == 0, p.stderr
     assert snapshot(webdb.open(str(db_path))) == pristine[3]

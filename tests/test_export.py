@@ -197,6 +197,33 @@ def test_mount_of_host_roots_gives_the_local_output(dbs, tmp_path):
     assert one.stdout == cli("export", src).stdout
 
 
+def test_documented_mount_command_reads_a_rack_by_its_db_name(dbs, tmp_path):
+    """docs/indexing.md's `webdb export crawl --mount /mnt/rack --out pages.jsonl`, as written,
+    on every host's root side by side (each holding the db's identity, CURRENT and gen/ with
+    its own sections): DB is the db's name, found under the mount."""
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "indexing.md"), encoding="utf-8").read()
+    line = next(ln for ln in doc.splitlines() if ln.startswith("webdb export crawl --mount /mnt/rack --out"))
+    argv = line.split("#")[0].split()[1:]
+    src = tmp_path / "src" / "crawl"
+    shutil.copytree(dbs[3].path, src)
+    mount = tmp_path / "rack"
+    for j, host in enumerate(["h0", "h1", "h2"]):
+        d = mount / host / "crawl"
+        d.mkdir(parents=True)
+        for f in ("webdb.json", "CURRENT"):
+            shutil.copy(src / f, d / f)
+        shutil.copytree(src / "gen", d / "gen")
+        shutil.copytree(src / f"section-{j:04d}", d / f"section-{j:04d}")
+    work = tmp_path / "work"
+    work.mkdir()
+    argv = [str(mount) if a == "/mnt/rack" else a for a in argv]
+    p = subprocess.run([*WEBDB, *argv], capture_output=True, cwd=work, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    assert (work / "pages.jsonl").read_bytes() == cli("export", src).stdout
+    p = cli("export", "nothere", "--mount", mount, check=False)
+    assert p.returncode == 2 and b"nothere: no such database directory, nor a copy of it under --mount" in p.stderr
+
+
 def test_out_is_atomic_and_only_replaces_a_regular_file(dbs, tmp_path):
     db = dbs[1].path
     out = tmp_path / "pages.jsonl"

@@ -14,6 +14,8 @@ import select
 import shutil
 import signal
 import struct
+import subprocess
+import sys
 import traceback
 import zlib
 
@@ -321,6 +323,7 @@ def read_db(path: str) -> None:
         list(r.links())
         list(r.links_by_md5())
         list(r.pages_by_md5())
+        r.check()  # reports what it finds, never fails on it
 
 
 @pytest.fixture(scope="module")
@@ -334,7 +337,8 @@ def none_db(tmp_path_factory):
 @FUZZ
 @given(table=st.sampled_from(["pbu", "pbm", "lbm", "lbu"]), which=st.integers(0, 1000), ops=edit_ops)
 def test_mutated_records_read_through_the_api(none_db, tmp_path, table, which, ops):
-    """Records decoded into Page/Link (short values, bad UTF-8, bad meta JSON): a clear error."""
+    """Records decoded into Page/Link (short values, bad UTF-8, bad meta JSON), and `check`
+    of them: a clear error."""
     d = tmp_path / "db"
     shutil.rmtree(d, ignore_errors=True)
     shutil.copytree(none_db, d)
@@ -355,3 +359,58 @@ def test_mutated_records_read_through_the_api(none_db, tmp_path, table, which, o
 @given(codec=st.sampled_from(["none", "lz4", "zlib"]), which=st.integers(0, 100), ops=edit_ops)
 def test_mutated_table_file_long(tables, tmp_path, region, codec, which, ops):
     fuzz_table(tables, tmp_path, codec, region, which, ops)
+
+
+# ---- crafted records that pass their CRC: `webdb check` reports them ----------------------------
+
+
+def _records(body: bytes) -> tuple[int, list[int], list[int]]:
+    """(n, key ends, record ends) of an uncompressed block (docs/format.md §1.1)."""
+    (n,) = struct.unpack_from("<I", body, len(body) - 4)
+    ends = struct.unpack_from(f"<{2 * n}I", body, len(body) - 4 - 8 * n)
+    return n, list(ends[:n]), list(ends[n:])
+
+
+def _craft(db_path, table: str, change) -> str:
+    """Apply ``change(body, n, key_ends, rec_ends, at)`` to a middle record of the first block of
+    a codec-none table file, keeping the file's size, and reseal the block; return the file."""
+    f = next(p for p in (db_path / "section-0000").iterdir() if p.suffix == "." + table)
+    data = bytearray(f.read_bytes())
+    off, length = block_spans(str(f))[0]
+    body = bytearray(data[off : off + length - 5])
+    n, kends, rends = _records(bytes(body))
+    assert n >= 3
+    change(body, n, kends, rends, n // 2)
+    data[off : off + length - 5] = body
+    reseal(data, off, length)
+    f.write_bytes(data)
+    return str(f)
+
+
+def _key_without_separator(body, n, kends, rends, i):
+    body[kends[i] - 17] = 0x01  # the 0x00 between url and fromID
+
+
+def _short_value(body, n, kends, rends, i):
+    # The key takes all but 5 bytes of the record: a value shorter than its fixed fields.
+    struct.pack_into("<I", body, len(body) - 4 - 8 * n + 4 * i, rends[i] - 5)
+
+
+@pytest.mark.parametrize(
+    "table, change, reason",
+    [
+        ("lbu", _key_without_separator, "has a key that is not of its table's layout"),
+        ("pbu", _short_value, "has a value of 5 bytes, shorter than its 59 bytes of fixed fields"),
+        ("pbm", _short_value, "has a value of 5 bytes, shorter than its 59 bytes"),
+        ("lbm", _short_value, "has a value of 5 bytes, shorter than its 9 bytes"),
+    ],
+)
+def test_check_reports_a_crafted_record_that_passes_its_crc(none_db, tmp_path, table, change, reason):
+    d = tmp_path / "db"
+    shutil.copytree(none_db, d)
+    path = _craft(d, table, change)
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "check", str(d)], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 1 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert p.stdout.startswith("FAILED: ") and path in p.stdout and reason in p.stdout, p.stdout

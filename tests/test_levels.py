@@ -389,3 +389,67 @@ def test_export_rank_rebalance_read_the_levels(tmp_path, expected):
     assert snapshot(dbs["lv"]) == snapshot(dbs["off"])
     with dbs["lv"].reader() as r:
         r.check()
+
+
+def _damage_block(path: str, b: int) -> None:
+    """Flip a byte inside data block ``b`` of a table file (its CRC left as it was)."""
+    t = TableReader(path)
+    off, length = t.offsets[b], t.lengths[b]
+    t.close()
+    with open(path, "r+b") as f:
+        f.seek(off + length // 2)
+        x = f.read(1)
+        f.seek(off + length // 2)
+        f.write(bytes([x[0] ^ 0x40]))
+
+
+def _far_round(w) -> None:
+    """A round whose edits all fall at the end of both link tables (md5 ff…, URLs of zz.example):
+    it reads no block at their start."""
+    c = b"\xff" * 16
+    w.add_page(Page("http://zz.example/a"))
+    w.apply_fetch(FetchResult("http://zz.example/a", Status.FETCHED, 5000, c, 1))
+    w.add_outlinks(c, [("http://zz.example/b", "b")])
+
+
+@pytest.mark.parametrize("table", ["links_by_md5", "links_by_url"])
+def test_damage_in_a_level_no_round_rewrites_is_found_by_the_next_writer(tmp_path, table):
+    """A round keeps the base of a table kept as levels unread where its edits do not fall; it
+    verifies the base's blocks' CRCs (``scrub_rounds``): a damaged block stops the next round
+    that changes the table, naming the block, nothing committed.  With ``scrub_rounds = 0`` the
+    same round commits and only `check` finds the damage."""
+    for setting, found in ((1, True), (0, False)):
+        db = make_db(tmp_path / f"db{setting}", sections=1, **KEEP, scrub_rounds=setting)
+        base = os.path.join(db.path, "section-0000", db.manifest()["tables"][0][table]["file"])
+        _damage_block(base, 0)
+        gen = db.committed()
+        if found:
+            with pytest.raises(CorruptionError, match=f"{base}: block 0 at offset 0: checksum mismatch"):
+                with db.writer() as w:
+                    _far_round(w)
+            assert db.committed() == gen
+            continue
+        with db.writer() as w:
+            _far_round(w)
+        assert db.committed() == gen + 1 and db.manifest()["tables"][0][table]["file"] == os.path.basename(base)
+        with db.reader() as r, pytest.raises(CorruptionError, match="block 0 at offset 0: checksum mismatch"):
+            r.check()
+
+
+def test_scrub_rounds_verifies_a_slice_a_round(tmp_path):
+    """With ``scrub_rounds = 3`` a round reads a third of the carried levels' blocks (the slice
+    of its generation): the damaged first block is found by the round whose slice holds it."""
+    db = make_db(tmp_path / "db", sections=1, **KEEP, scrub_rounds=3)
+    base = os.path.join(db.path, "section-0000", db.manifest()["tables"][0]["links_by_md5"]["file"])
+    _damage_block(base, 0)
+    found_at = None
+    for _ in range(3):
+        gen = db.committed() + 1
+        try:
+            with db.writer() as w:
+                _far_round(w)
+        except CorruptionError as e:
+            assert "block 0 at offset 0: checksum mismatch" in str(e)
+            found_at = gen
+            break
+    assert found_at is not None and found_at % 3 == 0  # slice 0 of 3: the generations 3, 6, …

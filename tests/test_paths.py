@@ -4,6 +4,7 @@ clear error naming the path (CLI: exit 2, no traceback), and the db stays at its
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -22,13 +23,11 @@ def cli(*args) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    """A 2 MiB tmpfs (the way tests/test_ndfs_ssh.py makes one); skipped only where mounting is
-    impossible (no root or CAP_SYS_ADMIN)."""
+    """A 2 MiB tmpfs (the way tests/test_ndfs_ssh.py makes one): the suite runs as root."""
     mnt = tmp_path / "tiny"
     mnt.mkdir()
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {p.stderr.strip()}")
+    assert p.returncode == 0, f"mounting a tmpfs needs root: {p.stderr}"
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], check=True)
 
@@ -65,6 +64,38 @@ def test_disk_full_cli_exit_2(tiny_fs, tmp_path):
     assert p.returncode == 2, p.stderr
     assert "no space left" in p.stderr and str(tiny_fs) in p.stderr and "Traceback" not in p.stderr
     assert snapshot(webdb.open(str(tiny_fs / "db"))) == before
+
+
+def _fill_up(path) -> None:
+    """Write ``path`` until the file system has no page left."""
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+
+
+@pytest.mark.timeout(300)
+def test_disk_full_taking_the_writer_lock_names_it_and_lets_go(tiny_fs, tmp_path):
+    """No room for the lock's holder line: DiskFull naming DB/LOCK, and the flock is let go,
+    so once space is freed the same process writes again."""
+    db = make_db(tiny_fs / "db", sync=False)
+    before = snapshot(db)
+    _fill_up(tiny_fs / "filler")
+    with pytest.raises(DiskFull, match=f"{tiny_fs / 'db' / 'LOCK'}: no space left") as e:
+        with db.writer() as w:
+            w.add_page(Page("http://after.example/"))
+    assert e.value.path == str(tiny_fs / "db" / "LOCK")
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("http://seed.example/\n")
+    p = cli("inject", tiny_fs / "db", seeds)
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1 and "LOCK: no space left" in p.stderr, p.stderr
+    os.remove(tiny_fs / "filler")
+    with db.writer() as w:  # the same process: its failed attempt holds nothing
+        w.add_page(Page("http://after.example/"))
+    assert {p.url for p in snapshot(db)["pages"]} == {p.url for p in before["pages"]} | {"http://after.example/"}
 
 
 def test_symlink_loop_proc_and_fifo_paths(tmp_path):

@@ -50,7 +50,9 @@ def test_empty_table(tmp_path):
 def test_writer_rejects_unsorted_and_never_overwrites(tmp_path):
     w = TableWriter(str(tmp_path / "u"), 1, sync=False)
     w.add(b"b", b"")
-    with pytest.raises(AssertionError):
+    with pytest.raises(
+        CorruptionError, match="keys out of order.*an input of this merge holds its records out of order"
+    ):
         w.add(b"a", b"")
     w.abort()
     build(tmp_path / "x", [b"a"])
@@ -217,8 +219,14 @@ def test_add_run_cuts_blocks_as_add_many(tmp_path, seed):
 def test_add_run_checks_order(tmp_path):
     w = TableWriter(str(tmp_path / "o"), KIND_PAGES_BY_URL, 256, sync=False)
     w.add_run(b"bxcy", [1, 1, 1, 1])
-    with pytest.raises(AssertionError):
+    with pytest.raises(CorruptionError, match="keys out of order"):
         w.add_run(b"ax", [1, 1])
+    with pytest.raises(CorruptionError, match="absorbed block out of order"):
+        w.absorb_run(b"ax", [1, 1])
+    with pytest.raises(CorruptionError, match="raw block out of order"):
+        w.add_raw_block(b"", b"a", b"a", 1)
+    with pytest.raises(CorruptionError, match="keys out of order in add_many"):
+        w.add_many([b"d", b"c"], [b"", b""])
     w.abort()
 
 

@@ -341,6 +341,20 @@ def test_any_writer_calls_and_bad_input(tmp_path, db):
         apply_segments(rec, [seg], link_mode="ip")
 
 
+@pytest.mark.timeout(60)
+def test_calls_input_refuses_a_fifo_and_a_too_deep_line(tmp_path):
+    """A FIFO among the input files is refused without blocking (the writer lock is held);
+    a line nested too deep for the JSON reader is bad input naming file and line."""
+    fifo = tmp_path / "calls.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(webdb.BadInput, match=f"{fifo}: not a regular file"):
+        replay_calls(CallRecorder(), [str(fifo)])
+    deep = tmp_path / "deep.jsonl"
+    deep.write_bytes(b"[" * 200_000 + b"\n")
+    with pytest.raises(webdb.BadInput, match=f"{deep}:1: not a JSON writer call"):
+        replay_calls(CallRecorder(), [str(deep)])
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 40])
 def test_shares_are_the_calls_in_order(tmp_path, db, m):
     """share=[j, m] of the same inputs, j = 0..m-1 one after another, makes exactly the calls

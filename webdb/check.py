@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from webdb.errors import CorruptionError
 from webdb.sortbuf import SortBuffer
 from webdb.tables.levels import DEL, PUT, Levels
-from webdb.tables.pagecodec import MD5, STATUS, link_flag, page_has_outlinks
+from webdb.tables.pagecodec import LINK_FIXED, MD5, PAGE_FIXED, STATUS, link_flag, page_has_outlinks
 
 
 def _file_blocks(t, delta: bool) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
@@ -74,6 +74,9 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
             if keys:
                 prev = keys[-1]
             for k, v in zip(keys, vals):
+                bad = _bad_record(table, k, v)
+                if bad:
+                    raise CorruptionError(f"{here}: record {k!r:.80} {bad}")
                 want = secs.of_key(table, k)
                 if want != j:
                     raise CorruptionError(f"{here}: key {k!r:.80} belongs in section {want}, found in {j}")
@@ -84,6 +87,29 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
         if n != entry["records"]:
             where = reader.db.manifest_path(reader.generation)
             raise CorruptionError(f"{t.path}: {n} live records, {where} says {entry['records']}")
+
+
+# Each table's key layout (docs/format.md §2, §3): the shortest key and value, and whether the
+# key holds the 0x00 that ends a URL before an md5 (LinksByURL: url 0x00 md5).
+_SHAPES = {
+    "pages_by_url": (1, PAGE_FIXED, False),
+    "pages_by_md5": (17, PAGE_FIXED, False),
+    "links_by_md5": (17, LINK_FIXED, False),
+    "links_by_url": (18, LINK_FIXED, True),
+}
+
+
+def _bad_record(table: str, key: bytes, value: bytes) -> str | None:
+    """What is wrong with the shape of one record (None if nothing): a crafted block may pass
+    its CRC and still hold a value shorter than its fixed fields, or a key without its
+    separator; check reports it rather than failing on it.  Cost: O(1) (one find for
+    LinksByURL)."""
+    min_key, min_value, sep = _SHAPES[table]
+    if len(key) < min_key or (sep and key.find(b"\x00", 1) != len(key) - 17):
+        return "has a key that is not of its table's layout"
+    if len(value) < min_value:
+        return f"has a value of {len(value)} bytes, shorter than its {min_value} bytes of fixed fields"
+    return None
 
 
 def _sorted_equal(a: SortBuffer, b: Iterator[bytes], what: str) -> int:

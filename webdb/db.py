@@ -326,6 +326,7 @@ class WebDB:
             if (m and int(m.group(1)) not in keep) or ".tmp." in name:
                 os.unlink(os.path.join(gdir, name))
                 removed.append(os.path.join(GEN_DIR, name))
+                _fault.point("cleanup.unlinked")
         for name in os.listdir(self.path):
             if ".tmp." in name and name.split(".tmp.")[0] in (CURRENT, DB_IDENTITY):
                 os.unlink(os.path.join(self.path, name))
@@ -387,7 +388,21 @@ class WebDB:
             have = [r["generation"] for r in self.generations()]
             raise BadInput(f"{self.manifest_path(gen)}: no manifest of generation {gen} (present: {have})")
         m = self._check_generation(gen)
-        self._point_current(gen, self._load_manifest(gen)[1], self.settings["sync"])
+        sync = self.settings["sync"]
+        # Old or new under kill -9: first the commit marks of the generations dropped go, so
+        # no moment has CURRENT naming ``gen`` beside a newer mark (a rolled-back CURRENT to
+        # every reader).  Dropping a mark newer than the old CURRENT is harmless: the old
+        # CURRENT still reads, and the dropped generations are then a killed batch's leftovers.
+        gdir = os.path.join(self.path, GEN_DIR)
+        for g in self._marks():
+            if g > gen:
+                os.unlink(os.path.join(gdir, f"{g:08d}.committed"))
+                _fault.point("recover.mark_dropped")
+        if sync:
+            fsync_dir(gdir)
+        _fault.point("recover.before_current")
+        self._point_current(gen, self._load_manifest(gen)[1], sync)
+        _fault.point("recover.after_current")
         keep = {gen: m}
         parent = m.get("parent")
         if parent is not None and os.path.exists(self.manifest_path(parent)):
@@ -434,8 +449,18 @@ class WriterLock:
             "pid": os.getpid(),
             "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(info).encode(), 0)
+        data = json.dumps(info).encode()
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        except OSError as e:
+            # Let go of the flock before reporting: a descriptor kept open would hold it, and
+            # this process could never take the lock again (even once space is freed).
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            if is_disk_full(e):
+                raise DiskFull.at(self.path, len(data), e) from None
+            raise WebDBError(f"{self.path}: cannot write the writer lock ({e.strerror})") from None
         self.fd = fd
         return self
 

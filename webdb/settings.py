@@ -48,6 +48,12 @@ DEFAULTS: dict[str, object] = {
     # into a new base.  0 turns levels off: every round rewrites the tables (the old behaviour).
     "level_ratio": 0.5,
     "level_runs": 4,
+    # A round keeps the files of those levels it does not rewrite as they are, unread.  So that
+    # damage there is found by a writer, not only by `webdb check` or the next compaction, each
+    # round verifies the CRC of every block of a ``1 / scrub_rounds`` slice of each such file
+    # (a different slice each generation): every block within ``scrub_rounds`` rounds.  1: all
+    # of them every round; 0: never.
+    "scrub_rounds": 1,
     # URL sample size used to choose section breakpoints on the first load (or a rebalance).
     "breakpoint_sample": 20000,
 }
@@ -114,5 +120,6 @@ LIMITS: dict[str, tuple[float, float]] = {
     "cache_mb": (0, 1 << 20),
     "level_ratio": (0.0, 1000.0),
     "level_runs": (1, 64),
+    "scrub_rounds": (0, 1 << 20),
     "breakpoint_sample": (1, 100_000_000),
 }

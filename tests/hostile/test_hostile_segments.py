@@ -321,3 +321,57 @@ def test_stray_files_in_part_folders_are_not_parts(tmp_path):
     for name in ("part-abcde.jsonl", "part-1.jsonl", "part-00001.jsonl.tmp.7", "notes.txt"):
         open(os.path.join(seg.path, "fetchlist", name), "w").close()
     assert Segment.open(seg.path).parts() == [0]
+
+
+def _plant_fifo(path: str) -> None:
+    if os.path.lexists(path):
+        os.remove(path)
+    os.mkfifo(path)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["fetch", "update"])
+@pytest.mark.parametrize("kind", ["fetch", "parse", "fetchlist"])
+def test_fifo_part_file_is_refused_without_blocking(db_path, tmp_path, command, kind):
+    seg = _segment(tmp_path / "seg")
+    path = seg.file(kind, 0)
+    _plant_fifo(path)
+    args = ("fetch", seg.path) if command == "fetch" else ("update", "-q", db_path, seg.path)
+    assert_error(cli(*args), path, "not a regular file")
+    with webdb.open(str(db_path)).reader() as r:
+        assert r.num_pages == 0  # nothing committed, and the writer lock was let go
+
+
+@pytest.mark.timeout(120)
+def test_fifo_segment_file_is_refused_without_blocking(db_path, tmp_path):
+    seg = _segment(tmp_path / "seg")
+    path = os.path.join(seg.path, "SEGMENT")
+    _plant_fifo(path)
+    assert_error(cli("update", "-q", db_path, seg.path), path, "is a FIFO, not a regular file")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["fetch", "parse", "fetchlist"])
+def test_symlinked_part_file_is_not_read_through(db_path, tmp_path, kind):
+    seg = _segment(tmp_path / "seg")
+    path = seg.file(kind, 0)
+    real = tmp_path / "elsewhere.jsonl"
+    os.replace(path, real)
+    os.symlink(real, path)
+    assert_error(cli("update", "-q", db_path, seg.path), path, "is a symlink; refusing to read through it")
+    with webdb.open(str(db_path)).reader() as r:
+        assert r.num_pages == 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["fetch", "parse", "fetchlist"])
+def test_deeply_nested_line_is_a_bad_record_naming_file_and_line(db_path, tmp_path, kind):
+    seg = _segment(tmp_path / "seg")
+    path = seg.file(kind, 0)
+    with open(path, "ab") as f:
+        f.write(b"[" * 200_000 + b"\n")
+    with webdb.open(str(db_path)).reader() as r:
+        before = r.generation
+    assert_error(cli("update", "-q", db_path, seg.path), f"{path}:2: not a JSON record (nested too deep)")
+    with webdb.open(str(db_path)).reader() as r:
+        assert r.generation == before and r.num_pages == 0

@@ -85,7 +85,43 @@ def open_db(args):
         if not sep or not (j.isascii() and j.isdigit()):  # isdigit alone accepts "²"
             raise BadInput(f"--section-dir {item!r}: expected J=DIR")
         dirs[int(j)] = d
-    return webdb.open(args.db, section_dirs=dirs, mount=getattr(args, "mount", None))
+    mount = getattr(args, "mount", None)
+    path = args.db
+    if mount is not None and not os.path.isdir(path) and os.sep not in path:
+        path = db_under_mount(mount, path)
+    return webdb.open(path, section_dirs=dirs, mount=mount)
+
+
+def db_under_mount(mount: str, name: str) -> str:
+    """The copy of db ``name`` under ``mount`` (``MOUNT/NAME`` or ``MOUNT/HOST/NAME``) holding
+    its identity and CURRENT, for ``--mount DIR NAME`` (every host's root side by side): of
+    several (each rack host keeps one), the one that committed last, as the master flips
+    first.  BadInput naming the mount if there is none."""
+    import webdb
+    from webdb.errors import WebDBError
+
+    if not os.path.isdir(mount):
+        raise BadInput(f"--mount {mount}: no such directory to find sections in")
+    cands = [os.path.join(mount, name)] + [os.path.join(mount, h, name) for h in sorted(os.listdir(mount))]
+    best: tuple[int, str] | None = None
+    for d in cands:
+        if not os.path.isfile(os.path.join(d, "CURRENT")):
+            continue
+        try:
+            gen = webdb.open(d).committed()
+        except WebDBError:
+            continue
+        if best is None or gen > best[0]:
+            best = (gen, d)
+    if best is None:
+        raise BadInput(f"{name}: no such database directory, nor a copy of it under --mount {mount} ({mount}/*/{name})")
+    return best[1]
+
+
+def add_quiet(p) -> None:
+    """``-q``: no progress lines on stderr, the same in every command that has it (errors and
+    the result still print)."""
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines (errors and the result still print)")
 
 
 def add_lock_wait(p) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 import webdb
-from webdb.cli.common import add_json, emit, parse_settings
+from webdb.cli.common import add_json, emit, parse_settings, positive_int
 from webdb.errors import BadInput
 
 
@@ -23,7 +23,9 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("db", help="database directory (must not exist or be empty); with --hosts, the db name")
-    p.add_argument("--sections", type=int, default=None, help="number of sections (one per machine), default 1")
+    p.add_argument(
+        "--sections", type=positive_int, default=None, help="number of sections (one per machine), default 1"
+    )
     p.add_argument("--hosts", metavar="HOSTS_INI", help="create the db on the hosts of this hosts.ini")
     p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a stored setting (see webdb/settings.py)")
     add_json(p)
@@ -46,7 +48,7 @@ def run(args) -> int:
             + ", ".join(f"{h} ({','.join(map(str, v['sections'])) or 'master'})" for h, v in hosts.items()),
         )
         return 0
-    sections = args.sections or 1
+    sections = 1 if args.sections is None else args.sections
     db = webdb.create(args.db, sections=sections, **parse_settings(args.set))
     emit(args, {"db": db.path, "sections": sections}, f"created {db.path} with {sections} section(s)")
     return 0

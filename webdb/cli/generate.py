@@ -22,7 +22,7 @@ import os
 import sys
 
 import webdb
-from webdb.cli.common import add_json, emit
+from webdb.cli.common import add_json, add_quiet, emit
 from webdb.cli.crawlopts import add_generate_args, generate_kwargs
 from webdb.writer.rack import HEARTBEAT_TIMEOUT
 
@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
         metavar="tcp://HOST:PORT",
         help="run on this Dask scheduler (default: hosts.ini's dask_scheduler, if any; docs/distributed.md)",
     )
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    add_quiet(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -86,7 +86,8 @@ def run(args) -> int:
             hb = args.heartbeat_timeout
             res = generate_rack(target, seg, progress=say, heartbeat_timeout=hb, dask=scheduler, **kw)
         except UpdateFailed as e:
-            emit(args, {"segment": None, "error": str(e), "kind": e.kind}, e.result.summary())
+            if args.json:  # the error is one line on stderr; the per-host table only in JSON
+                emit(args, {"segment": None, "error": str(e), "kind": e.kind})
             print(f"webdb generate: error: {e}", file=sys.stderr)
             return 2 if e.kind in ("BadInput", "LockedError") else 1
     data = {

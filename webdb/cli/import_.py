@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 import webdb
-from webdb.cli.common import add_json, add_lock_wait, emit
+from webdb.cli.common import add_json, add_lock_wait, add_quiet, emit
 from webdb.cli.read import LINK_COLS, PAGE_COLS, tsv_unescape
 from webdb.errors import BadInput, WebDBError
 from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     p.add_argument("--links", metavar="FILE", help="links, as `webdb read --dump links` writes")
     p.add_argument("--format", choices=("tsv", "jsonl"), default="tsv", help="file format (default tsv)")
     p.add_argument("--memory-mb", type=int, help="sort budget (default: the db's memory_mb setting)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    add_quiet(p)
     add_lock_wait(p)
     add_json(p)
     p.set_defaults(run=run)

@@ -17,7 +17,7 @@ import argparse
 import os
 
 import webdb
-from webdb.cli.common import add_json, add_lock_wait, emit
+from webdb.cli.common import add_json, add_lock_wait, add_quiet, emit
 from webdb.cli.crawlopts import existing_files, positive_int
 from webdb.errors import NotADatabase
 
@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-bad", action="store_true", help="count and skip malformed lines instead of failing")
     p.add_argument("--sections", type=positive_int, default=1, help="sections of a db created here (default 1)")
     add_lock_wait(p)
+    add_quiet(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -49,6 +50,22 @@ def open_or_create(path: str, sections: int):
         if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
             raise
         return webdb.create(path, sections=sections), True
+
+
+def remove_created(path: str, keep_dir: bool) -> None:
+    """Remove the db this command created at ``path``; ``keep_dir``: the empty directory it
+    was created in stays."""
+    import shutil
+
+    if not keep_dir:
+        shutil.rmtree(path)
+        return
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        else:
+            os.remove(full)
 
 
 def run(args) -> int:
@@ -68,10 +85,16 @@ def run(args) -> int:
         "focus": FocusRules.from_file(args.focus_rules) if args.focus_rules else None,
         "fit_score": args.fit_score,
     }
+    existed = os.path.isdir(args.db)
     db, created = open_or_create(args.db, args.sections)
     from webdb.lockwait import wait_for_lock
 
-    c = wait_for_lock(lambda: inject(db, args.files, **opts), args.lock_wait, "inject")
+    try:
+        c = wait_for_lock(lambda: inject(db, args.files, **opts), args.lock_wait, "inject")
+    except BaseException:
+        if created:  # a failed inject leaves no empty db behind: the path is as it was
+            remove_created(db.path, keep_dir=existed)
+        raise
     c["created"] = created
     text = (
         (f"created {db.path}\n" if created else "")

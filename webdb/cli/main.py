@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from webdb.errors import WebDBError
@@ -75,7 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.print_help()
         return 2
     try:
-        return int(args.run(args) or 0)
+        rc = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return rc
+    except BrokenPipeError:
+        # The reader went away (`webdb read … | head`): what it wanted was written.  Point
+        # stdout at /dev/null so the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except WebDBError as e:
         print(f"webdb {args.command}: error: {one_line(str(e))}", file=sys.stderr)
         return 2
@@ -90,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"webdb {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

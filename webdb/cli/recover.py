@@ -1,10 +1,11 @@
 """``webdb recover DB [--to N]``: show the generations present, or commit one explicitly.
 
 Without ``--to``: list every manifest in ``DB/gen/``, whether it passes the quick check
-(checksums, table files present with their recorded sizes) and whether it was committed, and
-what CURRENT says.  With ``--to N``: make generation N the committed one (after a damaged,
-missing or rolled-back CURRENT, or to drop a damaged parent manifest); newer generations and
-unreferenced files are removed.  Takes the writer lock.  docs/operations.md, *Recovery*.
+(checksums, table files present with their recorded sizes: table blocks are not read, that is
+``webdb check``) and whether it was committed, and what CURRENT says.  With ``--to N``: make
+generation N the committed one (after a damaged, missing or rolled-back CURRENT, or to drop a
+damaged parent manifest); newer generations and unreferenced files are removed, old-or-new
+under kill -9.  Takes the writer lock.  docs/operations.md, *Recovery*.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def run(args) -> int:
         gens = db.generations()
         lines = [f"CURRENT: {cur}"]
         for g in gens:
-            state = "ok" if g["ok"] else f"FAILED: {g['error']}"
+            state = "manifest and table sizes ok" if g["ok"] else f"FAILED: {g['error']}"
             lines.append(f"generation {g['generation']}{' (committed)' if g['committed'] else ''}: {state}")
+        lines.append(f"(table blocks are not read here: `webdb check {args.db}` reads every block)")
         emit(args, {"current": cur, "generations": gens}, "\n".join(lines))
         return 0 if isinstance(cur, int) else 2
     from webdb.lockwait import wait_for_lock
@@ -46,6 +48,7 @@ def run(args) -> int:
     emit(
         args,
         {"generation": args.to, "removed": removed},
-        f"CURRENT is generation {args.to}; removed {len(removed)} files",
+        f"CURRENT is generation {args.to} (its manifest and table sizes checked; `webdb check` reads every "
+        f"block); removed {len(removed)} files",
     )
     return 0

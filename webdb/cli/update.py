@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from webdb.cli.common import add_json, add_lock_wait, emit, parse_settings
+from webdb.cli.common import add_json, add_lock_wait, add_quiet, emit, parse_settings
 from webdb.errors import BadInput
 from webdb.lockwait import wait_for_lock
 from webdb.ndfs.config import check_scheduler_address
@@ -92,7 +92,7 @@ def add_parser(sub) -> None:
         help=f"longest a section waits for the others' edits of one stage (default {STAGE_TIMEOUT:g})",
     )
     add_lock_wait(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    add_quiet(p)
     p.add_argument(
         "-v", "--verbose", action="store_true", help="a progress line per section and step (default: one per stage)"
     )
@@ -203,6 +203,16 @@ def run(args) -> int:
     import fetchlist
 
     fetchlist.register_inputs()  # the crawl's inputs by name ("segments"); webdb does not know them
+    if not args.inputs and not (args.hosts or args.dask):
+        # An update of nothing would commit an empty generation: surely a slip (an unset
+        # shell variable), so it is refused.  On a rack an empty batch has a use (it brings
+        # every host to the rack's generation first), so it runs, saying so.
+        raise BadInput("no INPUT given: name the segment directories (or input files) to apply")
+    if not args.inputs and not args.quiet:
+        print(
+            "webdb update: no INPUT given: an empty batch (every host is brought to the rack's generation)",
+            file=sys.stderr,
+        )
     spec = input_spec(args.input)  # the hosts get MODULE:FUNCTION: they import it themselves
     fn = resolve(spec)  # a missing input module is reported here, before any host is touched
     # Sections of one host split the input into ordered shares when the input function can.
@@ -245,7 +255,9 @@ def run(args) -> int:
     try:
         res = wait_for_lock(attempt, args.lock_wait, "update", _locked)
     except UpdateFailed as e:
-        emit(args, _json(e.result), e.result.summary())
+        # The error is one line on stderr; the per-host table only with --json or -v.
+        if args.json or args.verbose:
+            emit(args, _json(e.result), e.result.summary())
         waited = f"waited {args.lock_wait:g}s for the writer lock: " if _locked(e) else ""
         print(f"webdb update: error: {waited}{e}", file=sys.stderr)
         # Bad input (a segment that is not there, a malformed record), a corrupt db and a lock

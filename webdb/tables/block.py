@@ -158,8 +158,9 @@ def _unpieces(body: bytes | memoryview) -> bytes:
         if i and raw[: k[0]] != first[i]:
             raise ValueError(f"piece {i}: first key does not match the piece table")
         records.append(raw[: r[-1]])
-        kends.extend(x + base for x in k)
-        rends.extend(x + base for x in r)
+        # u32 arithmetic, as the C code: a crafted offset past 2**32 wraps rather than raising.
+        kends.extend((x + base) & 0xFFFFFFFF for x in k)
+        rends.extend((x + base) & 0xFFFFFFFF for x in r)
         base += r[-1]
     n = len(kends)
     if base + 8 * n + 4 > MAX_BLOCK_BYTES:
@@ -449,6 +450,56 @@ def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], l
     if data[-5:-4] == b"\x03":  # lz4 pieces: only the pieces the range reaches
         return _blockc.unpack_range_pieces(data, _crc32, _lz4_decompress, start, stop)
     return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop)
+
+
+def pieces_split(rb: RawBlock, data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
+    """The records with start <= key < stop of ``rb``, a sound lz4-pieces block (``data``, its
+    bytes on disk), read as ``_blockc.unpack_range_pieces`` reads them: only the pieces whose
+    header first keys bracket the range, each searched on its own.  On a sound block that is
+    ``rb.split(rb.find(start), rb.find(stop))``; on a crafted one whose keys are out of order
+    (its CRCs sound) it is what the compiled read gives.  None if ``data`` is not in pieces."""
+    if data[-5:-4] != b"\x03":
+        return None
+    end = len(data) - BLOCK_TRAILER_SIZE
+    hlen = _U32.unpack_from(data, end - 8)[0]
+    header = data[end - 8 - hlen : end - 8]
+    (m,) = _U32.unpack_from(header, 0)
+    counts = [_U32X3.unpack_from(header, 4 + 12 * i)[1] for i in range(m)]
+    q, first = 4 + 12 * m, [b""]
+    for _ in range(1, m):
+        (kl,) = _U32.unpack_from(header, q)
+        first.append(header[q + 4 : q + 4 + kl])
+        q += 4 + kl
+    p0 = p1 = 0
+    for i in range(1, m):
+        if first[i] <= start:
+            p0 = i
+        if first[i] < stop:
+            p1 = i
+    keys: list[bytes] = []
+    vals: list[bytes] = []
+    at = sum(counts[:p0])
+    for i in range(p0, p1 + 1):
+        a, b = at, at + counts[i]
+        lo = _lower_bound(rb, a, b, start) if i == p0 else a
+        hi = _lower_bound(rb, a, b, stop) if i == p1 else b
+        if hi > lo:
+            k, v = rb.split(lo, hi)
+            keys += k
+            vals += v
+        at = b
+    return keys, vals
+
+
+def _lower_bound(rb: RawBlock, lo: int, hi: int, key: bytes) -> int:
+    """The first record in lo..hi-1 of ``rb`` whose key is >= ``key`` (a binary search)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if rb.key(mid) < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def index_in_place(rb: RawBlock, data_end: int, count: int) -> tuple[bytes, int] | None:

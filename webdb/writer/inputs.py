@@ -30,8 +30,9 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from webdb.errors import BadInput
 from webdb.schedule import FetchResult
@@ -131,7 +132,7 @@ def share_lines(paths: Sequence[str], share: Sequence[int] | None = None) -> Ite
     data in these files).  Line numbers count from where the share starts in the file
     (``where`` formats them for errors).  Cost: one seek per file and share."""
     sh = check_share(share)
-    sizes = [os.path.getsize(p) for p in paths]
+    sizes = [_regular_size(p) for p in paths]
     total = sum(sizes)
     lo, hi = (0, total) if sh is None else (total * sh[0] // sh[1], total * (sh[0] + 1) // sh[1])
     base = 0
@@ -140,7 +141,7 @@ def share_lines(paths: Sequence[str], share: Sequence[int] | None = None) -> Ite
         base += size
         if a >= size or b <= 0 or a >= b:
             continue
-        with open(path, "rb") as f:
+        with _open_regular(path) as f:
             pos = 0
             if a > 0:
                 f.seek(a - 1)
@@ -153,6 +154,26 @@ def share_lines(paths: Sequence[str], share: Sequence[int] | None = None) -> Ite
                 n += 1
                 pos += len(line)
                 yield path, n, line[:-1] if line.endswith(b"\n") else line
+
+
+def _open_regular(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file; a FIFO, device or directory is a
+    BadInput naming it, found without blocking (O_NONBLOCK, then fstat): a FIFO would
+    otherwise hang the update while it holds the db's writer lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(f"{path}: not a regular file; refusing to read it")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _regular_size(path: str) -> int:
+    with _open_regular(path) as f:
+        return os.fstat(f.fileno()).st_size
 
 
 def where(path: str, line: int, share: Sequence[int] | None) -> str:
@@ -313,7 +334,7 @@ def replay_calls(log: Any, paths: list[str], share: Sequence[int] | None = None,
     for path, i, line in share_lines(paths, share):
         try:
             d = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BadInput(f"{where(path, i, share)}: not a JSON writer call") from None
         apply_call(log, d)
         n += 1

@@ -254,7 +254,7 @@ PyObject *pieces_range(PyObject *crc32, PyObject *decompress, const unsigned cha
             goto done;
         }
         Py_ssize_t lo = i == p0 ? lower_bound(&b, 0, sk, sl) : 0;
-        Py_ssize_t hi = i == p1 ? lower_bound(&b, lo, ek, el) : b.n;
+        Py_ssize_t hi = i == p1 ? lower_bound(&b, 0, ek, el) : b.n; /* from 0: as unpack_range */
         int e = split_into(&b, lo, hi, &k, &v);
         Py_DECREF(raw);
         if (e == 0 && i == p0) {
