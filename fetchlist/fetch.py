@@ -52,12 +52,13 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 
+from fetchlist.hints import content_limit, finish_record, parse_fetched
 from fetchlist.net import Budget, Watchdog, location_text, new_session
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
-from fetchlist.parse import parse
 from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
+from fetchlist.sitemaps import RobotsSitemaps
 from webdb import Status, progress_bar
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
@@ -180,6 +181,7 @@ class Fetcher:
             www = WwwRules.from_file(s["www_rules"])
         self.www = www
         self.robots = RobotsCache(s["robots_ttl"])
+        self.sitemaps = RobotsSitemaps(int(s["sitemap_max_sitemaps"]))  # robots.txt Sitemap: lines
         self._local = threading.local()
         self._ready: dict[str, float] = {}  # queue key → when it may be asked again (monotonic)
         total = float(s["fetch_timeout"])
@@ -312,6 +314,7 @@ class Fetcher:
                     if budget.aborted:
                         return
                     self.robots.put(entry.url, rules)
+                    self.sitemaps.found(entry.url, rules)
                     q.stats.requests += 1
                 if rules is not q.rules:  # fresh, or cached from an earlier round
                     q.rules = rules
@@ -403,7 +406,7 @@ class Fetcher:
                 ctype = resp.headers.get("content-type", "")
                 rec.content_type = ctype.split(";", 1)[0].strip().lower()
                 if rec.status == Status.FETCHED:
-                    rec.content, rec.truncated = self._read_body(resp, budget)
+                    rec.content, rec.truncated = self._read_body(resp, budget, content_limit(entry, s))
                 elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
                     self._redirect(rec, resp.headers.get("location"))
         except _FetchTimeout:
@@ -428,22 +431,11 @@ class Fetcher:
             rec.content = rec.content or b""
             rec.md5 = hashlib.md5(rec.content).digest()
             if s["parse"]:
-                rec.parse = parse(
-                    url,
-                    rec.content,
-                    rec.headers.get("content-type"),
-                    robots_header=rec.headers.get("x-robots-tag"),
-                    robots_agent=s["robots_agent"],
-                    max_outlinks=int(s["max_outlinks"]),
-                    max_anchor=int(s["max_anchor"]),
-                    max_text=int(s["max_text"]),
-                    max_parse=int(s["max_parse"]),
-                    www=self.www,
-                )
+                rec.parse = parse_fetched(rec, entry, s, self.www)
+                finish_record(rec, s, self.sitemaps, self.www)
         return rec
 
-    def _read_body(self, resp: requests.Response, budget: Budget) -> tuple[bytes, bool]:
-        limit = int(self.settings["max_content"])
+    def _read_body(self, resp: requests.Response, budget: Budget, limit: int) -> tuple[bytes, bool]:
         body = bytearray()
         while len(body) <= limit:
             chunk = resp.raw.read1(_CHUNK, decode_content=True)
