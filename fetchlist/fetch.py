@@ -26,6 +26,7 @@ HTTP status → webdb Status (Nutch 1.x):
 answer                        status           notes
 ============================  ===============  ==============================================
 2xx                           FETCHED          content, md5, parse
+2xx with a short meta refresh REDIRECT_*       delay 0 PERM, else TEMP (``fetchlist.hints``)
 301, 308                      REDIRECT_PERM    ``redirect`` = normalized Location, not followed
 300, 302, 303, 307            REDIRECT_TEMP    idem
 304                           NOT_MODIFIED

@@ -419,7 +419,7 @@ def test_sitemap_max_age_drops_old_lastmods(tmp_path):
     max_age = time.time() - parse_lastmod("2024-05-02") + 3600
     with server:
         seeds = tmp_path / "seeds.txt"
-        seeds.write_text(site.seeds[-1] + "\n")
+        seeds.write_text(server.base(DEMO_HOSTS[-1]) + "/sitemap.xml\tsitemap=1\n")  # a seed naming a sitemap
         fetch = {
             "politeness_delay": 0.0,
             "progress": False,
@@ -428,5 +428,6 @@ def test_sitemap_max_age_drops_old_lastmods(tmp_path):
         }
         crawl(str(tmp_path / "db"), seeds=[str(seeds)], rounds=3, fetch_settings=fetch)
     with webdb.open(str(tmp_path / "db")).reader() as r:
-        known = {p.url for p in r.pages()}
-    assert hidden[0] not in known and {hidden[1], hidden[2]} <= known
+        pages = {p.url: p for p in r.pages()}
+    assert pages[server.base(DEMO_HOSTS[-1]) + "/sitemap-pages.xml.gz"].meta["sitemap"] == "2"
+    assert hidden[0] not in pages and {hidden[1], hidden[2]} <= set(pages)
