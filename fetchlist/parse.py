@@ -21,7 +21,7 @@ HTML (``text/html``, ``application/xhtml+xml``, or no content type and not binar
    non-empty anchor is kept); the first ``max_outlinks`` distinct targets kept.  Anchor text: the element's text
    with whitespace collapsed, else the ``alt`` of an image inside it, else its ``title``; cut to
    ``max_anchor`` characters.
-5. ``<link rel="canonical" href>`` (the first one, resolved against the base and normalized) is
+5. In ``<head>``: ``<link rel="canonical" href>`` (the first one, resolved against the base and normalized) is
    ``canonical``; ``<meta http-equiv="refresh" content="N; url=…">`` (the first one) gives
    ``refresh`` (its normalized target, None when it names the page itself or an unusable URL)
    and ``refresh_delay`` (N seconds).  The fetcher turns a short refresh into a redirect and
@@ -34,7 +34,8 @@ HTML (``text/html``, ``application/xhtml+xml``, or no content type and not binar
 only the md5.  The md5 (16 bytes) is always that of the whole content as given.
 
 Runtime cost: linear in the content (capped at ``max_parse`` bytes) plus about 20 µs per
-distinct link until ``max_outlinks`` are found.
+distinct link until ``max_outlinks`` are found; the canonical and refresh look only at the
+children of ``<head>``.
 """
 
 from __future__ import annotations
@@ -199,8 +200,10 @@ def _parse(
                 res.base = base
             break
     self_url = normalize(res.url)
-    res.canonical = _canonical(doc, res.base or res.url, www)
-    res.refresh, res.refresh_delay = _refresh(doc, res.base or res.url, self_url, www)
+    head = doc.find("head")
+    if head is not None:  # both live in <head>: no walk of the whole tree
+        res.canonical = _canonical(head, res.base or res.url, www)
+        res.refresh, res.refresh_delay = _refresh(head, res.base or res.url, self_url, www)
     if not nofollow:
         res.outlinks = _outlinks(doc, res.base or res.url, self_url, max_outlinks, max_anchor, www)
     if noindex:

@@ -431,3 +431,36 @@ def test_sitemap_max_age_drops_old_lastmods(tmp_path):
         pages = {p.url: p for p in r.pages()}
     assert pages[server.base(DEMO_HOSTS[-1]) + "/sitemap-pages.xml.gz"].meta["sitemap"] == "2"
     assert hidden[0] not in pages and {hidden[1], hidden[2]} <= set(pages)
+
+
+def test_dedup_canonical_keeper_and_scope(tmp_path):
+    md5 = hashlib.md5(b"same content").digest()
+    db = webdb.create(str(tmp_path / "db"))
+    with db.writer() as w:
+        for url, score, meta in (
+            ("http://a.example/x", 1.0, {}),  # named canonical by the others
+            ("http://a.example/x?utm=1", 5.0, {"canonical": "http://a.example/x"}),
+            ("http://b.example/copy", 9.0, {"canonical": "http://a.example/x"}),  # another host's copy
+            ("http://c.example/y", 8.0, {"canonical": ""}),  # a cleared canonical is none
+        ):
+            w.add_page(Page(url, md5=md5, status=Status.FETCHED, fetch_time=1, score=score, meta=meta))
+
+    def kept(**kw) -> dict[str, str]:
+        changes = []
+        dedup(db, dry_run=True, on_change=changes.append, **kw)
+        return {c.page.url: c.keeper for c in changes}
+
+    # without --canonical the best score wins (the shorter URL among equals)
+    assert set(kept(scope="global").values()) == {"http://b.example/copy"}
+    # with it the page others name canonical is kept, whatever its score
+    assert kept(scope="global", canonical=True) == {
+        "http://a.example/x?utm=1": "http://a.example/x",
+        "http://b.example/copy": "http://a.example/x",
+        "http://c.example/y": "http://a.example/x",
+    }
+    # per host: b.example's copy competes in a.example's group (its canonical's host)
+    assert kept(scope="host") == {"http://a.example/x": "http://a.example/x?utm=1"}  # the best score
+    assert kept(scope="host", canonical=True) == {
+        "http://a.example/x?utm=1": "http://a.example/x",
+        "http://b.example/copy": "http://a.example/x",
+    }
