@@ -16,7 +16,7 @@ carries ``meta["sitemap"]``) with ``fetchlist.sitemaps.parse_sitemap``, anything
 3. attaches the ``Sitemap:`` lines of the site's robots.txt, read earlier in this fetch run
    (``RobotsSitemaps``), to the parse record of the site's first parsed page.
 
-Cost: for an HTML page, two scans of the ``<link>``/``<meta>`` elements (in ``parse``) and one
+Cost: for an HTML page, a look at the children of ``<head>`` (in ``parse``) and one
 dict lookup; a sitemap costs one streaming XML pass (``fetchlist.sitemaps``).
 """
 

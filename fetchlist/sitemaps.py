@@ -193,6 +193,7 @@ class _Collector:
     def url(self, loc, lastmod=None, changefreq=None, priority=None, max_age_before=None) -> None:
         if self.full:
             self.res.skipped += 1
+            self.res.error = self.res.error or "more URLs than sitemap_max_urls; the rest is ignored"
             return
         u = self._accept(loc)
         if u is None:
@@ -235,8 +236,8 @@ def parse_sitemap(
     max_age`` are skipped."""
     res = SitemapResult()
     try:
-        _parse(res, url, bytes(content), content_type, level, max_depth, max_bytes, max_urls, max_sitemaps,
-               max_age, now, www)  # fmt: skip
+        args = (level, max_depth, max_bytes, max_urls, max_sitemaps, max_age, now, www)
+        _parse(res, url, bytes(content), content_type, *args)
     except Exception as e:  # the contract is "never raises": report what went wrong
         res.error = f"{type(e).__name__}: {e}"[:500]
     return res
@@ -293,6 +294,9 @@ def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | N
                         res.error = f"not a sitemap: root element <{name}>"
                         return
                     res.kind = name
+                elif depth == 2 and name == "url" and col.full:
+                    res.error = res.error or "more URLs than sitemap_max_urls; the rest is ignored"
+                    return
                 continue
             depth -= 1
             if depth == 2:
@@ -312,9 +316,6 @@ def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | N
                 el.clear()
                 while el.getprevious() is not None:  # keep memory flat: drop finished siblings
                     del el.getparent()[0]
-            if col.full and res.kind == "urlset":
-                res.error = res.error or "more URLs than sitemap_max_urls; the rest is ignored"
-                return
     except lxml.etree.XMLSyntaxError as e:
         msg = f"bad XML: {e}"[:300]
         res.error = f"{res.error}; {msg}" if res.error else msg

@@ -110,6 +110,11 @@ def test_caps_on_urls_and_child_sitemaps():
     data = urlset(*(url(f"http://a.example/p{i}") for i in range(100)))
     r = parse_sitemap(SM, data, max_urls=10)
     assert len(r.urls) == 10 and "sitemap_max_urls" in r.error
+    r = parse_sitemap(SM, data, max_urls=100)  # exactly the cap: nothing was left out
+    assert len(r.urls) == 100 and r.error is None
+    text = "".join(f"http://a.example/t{i}\n" for i in range(20)).encode()
+    r = parse_sitemap(SM, text, "text/plain", max_urls=5)
+    assert len(r.urls) == 5 and r.skipped == 15 and "sitemap_max_urls" in r.error
     r = parse_sitemap(SM, index(*(f"http://a.example/s{i}.xml" for i in range(100))), max_sitemaps=5)
     assert len(r.sitemaps) == 5 and r.skipped == 95
 
