@@ -248,7 +248,7 @@ def apply_segments(
             canonical = _canonical(url, parsed.canonical if parsed is not None else None, opts)
             if canonical:
                 meta[CANONICAL] = canonical
-            elif prev_meta.get(CANONICAL) and r.status == Status.FETCHED:
+            elif prev_meta.get(CANONICAL) and parsed is not None:  # no parse record: not known
                 meta[CANONICAL] = ""
             log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
             counts[Status(r.status).name.lower()] += 1
