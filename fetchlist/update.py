@@ -62,7 +62,7 @@ from fetchlist.generate import MARK, host_key
 from fetchlist.normalize import WwwRules, normalize, registered_domain
 from fetchlist.segment import Segment
 from fetchlist.sitemaps import CHANGEFREQ, SITEMAP_META, SitemapUrl, sitemap_level
-from webdb import DEFAULT_INTERVAL, MAX_URL_BYTES, FetchResult, Link, Page, Status, check_share, domain_id
+from webdb import DEFAULT_INTERVAL, FetchResult, Link, Page, Status, check_share, domain_id
 from webdb.errors import BadInput
 
 __all__ = ["apply_segments", "UpdateOptions", "OPTIONS"]
@@ -256,7 +256,13 @@ def apply_segments(
                 if parsed is not None and parsed.sitemaps and not opts.no_additions:
                     level = sitemap_level(prev_meta) + 1
                     counts["sitemaps"] += _add_sitemaps(log, url, parsed.sitemaps, level, r.fetch_time, iv, opts)
-                if parsed is not None and parsed.sitemap_urls and not opts.no_additions and r.md5 != prev_md5:
+                if (
+                    parsed is not None
+                    and parsed.sitemap_urls
+                    and sitemap_level(prev_meta)  # only a sitemap's record lists URLs
+                    and not opts.no_additions
+                    and r.md5 != prev_md5
+                ):
                     counts["sitemap_urls"] += _add_sitemap_urls(log, url, parsed.sitemap_urls, r.fetch_time, iv, opts)
                 if prev_md5 is not None and r.md5 == prev_md5:
                     counts["unchanged"] += 1
@@ -289,9 +295,7 @@ def _canonical(url: str, canonical: str | None, opts: UpdateOptions) -> str | No
     if not isinstance(canonical, str):
         return None
     c = normalize(canonical, www=opts.www)
-    if c is None or c == url or len(c.encode("utf-8")) > MAX_URL_BYTES:
-        return None
-    return c
+    return None if c == url else c
 
 
 def _add_sitemaps(log: Any, src: str, sitemaps: list[str], level: int, t: int, iv: int, opts: UpdateOptions) -> int:

@@ -258,6 +258,9 @@ def test_update_adds_sitemap_urls_scored_by_priority_and_changefreq():
     assert added["http://a.example/plain"]["score"] == 1.0
     assert all(p["next_fetch"] == 1_700_000_000 and p["meta"] == {} for p in added.values())
     assert not any(c["call"] in ("add_outlinks", "add_link", "add_links") for c in calls)  # no links from a sitemap
+    rec = CallRecorder()  # a page that is not a sitemap lists no URLs (a segment may come from anywhere)
+    calls = _apply_parse(rec, Page("http://a.example/page"), sitemap_urls=urls)
+    assert [c["call"] for c in calls] == ["apply_fetch"]
 
 
 def test_update_records_canonical_in_page_meta():
