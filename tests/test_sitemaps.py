@@ -351,9 +351,12 @@ def test_fetcher_meta_refresh_is_a_redirect_and_header_canonical(tmp_path):
             "/late": Resource(200, late),
             "/to-private": Resource(200, b'<meta http-equiv="refresh" content="0; url=http://127.0.0.9/">'),
             "/pdf": Resource(200, b"%PDF-1.4 ...", "application/pdf", {"Link": f'<{base}/doc>; rel="canonical"'}),
+            "/loop-a": Resource(200, b'<meta http-equiv="refresh" content="0; url=/loop-b">'),
+            "/loop-b": Resource(200, b'<meta http-equiv="refresh" content="0; url=/loop-a">'),
         }
         seg = Segment.create(tmp_path / "seg")
-        seg.write_fetchlist(0, [FetchEntry(base + p) for p in ("/r0", "/r2", "/late", "/to-private", "/pdf")])
+        paths = ("/r0", "/r2", "/late", "/to-private", "/pdf", "/loop-a")
+        seg.write_fetchlist(0, [FetchEntry(base + p) for p in paths])
         Fetcher(politeness_delay=0.0, progress=False, allow_private_addresses=True).fetch_segment(seg, 0)
         got = {r.url: r for r in seg.records(0)}
         assert seg.check()["responses"] == 2  # /late and /pdf: the refreshes have no content of their own
@@ -365,6 +368,9 @@ def test_fetcher_meta_refresh_is_a_redirect_and_header_canonical(tmp_path):
     # the target is not requested now: like an HTTP redirect it is fetched in a later round
     assert [x.path for x in server.log if x.path == "/target"] == []
     assert got[base + "/to-private"].redirect == "http://127.0.0.9/"
+    # a refresh loop costs one request per hop and round, as an HTTP redirect loop does
+    assert got[base + "/loop-a"].redirect == base + "/loop-b"
+    assert [x.path for x in server.log if x.path.startswith("/loop")] == ["/loop-a"]
     assert got[base + "/pdf"].parse.canonical == base + "/doc"
     outcomes = {o.result.url: o for o in seg.outcomes(0)}
     assert outcomes[base + "/r0"].redirect == base + "/target"
