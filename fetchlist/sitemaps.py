@@ -15,7 +15,8 @@ How sitemaps enter a crawl (docs/crawl.md, *Sitemaps*):
    ``sitemaps`` (its children, followed while the level is below ``sitemap_max_depth``).
 4. **Applied.**  The update adds every sitemap URL not yet in the db as a new page, due at once,
    with ``score = new_score × 2 × priority`` (priority 0.5, the protocol's default, gives
-   ``new_score``) and ``fetch_interval`` from ``changefreq`` (``CHANGEFREQ``).
+   ``new_score``) and ``fetch_interval`` from ``changefreq`` (``CHANGEFREQ``); a page already
+   in the db and last fetched before its ``lastmod`` becomes due at once (``apply_lastmod``).
 
 Bounds (hostile sitemaps are input like any other): at most ``max_bytes`` bytes of XML or text
 are read, a gzip file decompressed to no more than that (a gzip bomb stops there); at most

@@ -32,8 +32,9 @@ Per fetch record of each segment, in segment order then fetch order:
   ``Sitemap:`` lines, or an index's children) is added, if not present, as a page with
   ``meta["sitemap"]`` = its level; the URLs of a sitemap whose content changed are added, if
   not present, due at once, with ``score = new_score × 2 × priority`` (priority 0.5 when the
-  sitemap gives none) and ``fetch_interval`` from ``changefreq``.  No link is recorded for
-  either (a sitemap is a list of URLs, not a vote for them).
+  sitemap gives none) and ``fetch_interval`` from ``changefreq``; a URL with a ``lastmod`` also
+  gets ``apply_lastmod(url, lastmod, t)``: a known page last fetched before it is due at once.
+  No link is recorded for either (a sitemap is a list of URLs, not a vote for them).
 
 Every URL entering the db here passes the same path as an injected one: outlinks and redirect
 targets are normalized (``fetchlist.normalize``, with the www rules ``www_rules``); one that
@@ -315,7 +316,8 @@ def _add_sitemaps(log: Any, src: str, sitemaps: list[str], level: int, t: int, i
 
 def _add_sitemap_urls(log: Any, src: str, urls: list[SitemapUrl], t: int, iv: int, opts: UpdateOptions) -> int:
     """Add each URL of a sitemap as a page, if not present: due at ``t``, scored by its priority,
-    its interval from its changefreq (``iv`` without one); the count."""
+    its interval from its changefreq (``iv`` without one); a known page fetched before its
+    lastmod becomes due at ``t`` (``apply_lastmod``); the count."""
     n = 0
     for su in urls:
         url = opts.target(su.url)
@@ -333,6 +335,8 @@ def _add_sitemap_urls(log: Any, src: str, urls: list[SitemapUrl], t: int, iv: in
         log.add_page_if_not_present(
             Page(url, next_fetch=t, fetch_interval=interval, score=score, next_score=score, meta=meta)
         )
+        if su.lastmod is not None:  # a known page changed since it was fetched: due now
+            log.apply_lastmod(url, su.lastmod, t)
         n += 1
     return n
 

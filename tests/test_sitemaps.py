@@ -243,7 +243,7 @@ def test_parse_record_round_trip_and_checks():
 def test_update_adds_sitemap_urls_scored_by_priority_and_changefreq():
     rec = CallRecorder()
     urls = [
-        SitemapUrl("http://a.example/hi", None, "daily", 1.0),
+        SitemapUrl("http://a.example/hi", 1714521600, "daily", 1.0),
         SitemapUrl("http://a.example/lo", None, "yearly", 0.1),
         SitemapUrl("http://a.example/plain"),
         SitemapUrl("javascript:x"),
@@ -253,6 +253,8 @@ def test_update_adds_sitemap_urls_scored_by_priority_and_changefreq():
     added = {c["page"]["url"]: c["page"] for c in calls if c["call"] == "add_page_if_not_present"}
     assert set(added) == {"http://a.example/hi", "http://a.example/lo", "http://a.example/plain"}
     assert (added["http://a.example/hi"]["score"], added["http://a.example/hi"]["fetch_interval"]) == (2.0, DAY)
+    hints = [(c["url"], c["lastmod"], c["due"]) for c in calls if c["call"] == "apply_lastmod"]
+    assert hints == [("http://a.example/hi", 1714521600, 1_700_000_000)]  # only a URL with a lastmod
     lo = added["http://a.example/lo"]
     assert lo["score"] == pytest.approx(0.2) and lo["fetch_interval"] == CHANGEFREQ["yearly"]
     assert added["http://a.example/plain"]["score"] == 1.0
@@ -261,6 +263,73 @@ def test_update_adds_sitemap_urls_scored_by_priority_and_changefreq():
     rec = CallRecorder()  # a page that is not a sitemap lists no URLs (a segment may come from anywhere)
     calls = _apply_parse(rec, Page("http://a.example/page"), sitemap_urls=urls)
     assert [c["call"] for c in calls] == ["apply_fetch"]
+
+
+def test_lastmod_hint_in_the_db_as_in_the_model(tmp_path):
+    """``apply_lastmod`` through the real writer and the reference model (docs/semantics.md)."""
+    from model import Model
+
+    fetched = {"status": Status.FETCHED, "fetch_time": 1000, "next_fetch": 9000, "md5": hashlib.md5(b"c").digest()}
+    old = [
+        Page("http://a.example/changed", **fetched),  # fetched before the lastmod: due earlier
+        Page("http://a.example/older", **fetched),  # lastmod before the fetch: nothing
+        Page("http://a.example/gone", status=Status.GONE, fetch_time=1000, next_fetch=webdb.NEVER),
+        Page("http://a.example/soon", **{**fetched, "next_fetch": 3000}),  # due before `due` already
+        Page("http://a.example/refetched", **fetched),  # fetched again in the same batch: the fetch wins
+    ]
+    calls = [
+        ("apply_lastmod", "http://a.example/changed", 2000, 5000),
+        ("apply_lastmod", "http://a.example/older", 500, 5000),
+        ("apply_lastmod", "http://a.example/gone", 2000, 5000),
+        ("apply_lastmod", "http://a.example/soon", 2000, 5000),
+        ("apply_lastmod", "http://a.example/absent", 2000, 5000),
+        ("apply_lastmod", "http://a.example/refetched", 2000, 5000),
+    ]
+    refetch = webdb.FetchResult("http://a.example/refetched", Status.FETCHED, 2500, hashlib.md5(b"d").digest())
+    db = webdb.create(str(tmp_path / "db"))
+    model = Model()
+    for target in (db, model):
+        w = db.writer() if target is db else model
+        for p in old:
+            w.add_page_with_score(p)
+        if target is db:
+            w.close()
+            w = db.writer()
+        else:
+            model.commit()
+        for name, *args in calls:
+            getattr(w, name)(*args)
+        w.apply_fetch(refetch)
+        if target is db:
+            w.close()
+        else:
+            model.commit()
+    with db.reader() as r:
+        got = {p.url: p.next_fetch for p in r.pages()}
+    assert got == {p.url: p.next_fetch for p in model.pages()}
+    assert got["http://a.example/changed"] == 5000
+    assert got["http://a.example/older"] == got["http://a.example/soon"] + 6000 == 9000
+    assert got["http://a.example/gone"] == webdb.NEVER and "http://a.example/absent" not in got
+    assert got["http://a.example/refetched"] == 2500 + webdb.DEFAULT_INTERVAL
+    # through the update: a sitemap names the known page with a lastmod after its fetch
+    with db.writer() as w:
+        w.add_page_with_score(Page("http://a.example/known", **{**fetched, "next_fetch": 2_000_000_000}))
+    with tempfile.TemporaryDirectory() as d:
+        seg = Segment.create(f"{d}/seg")
+        sm = Page("http://a.example/sitemap.xml", meta={"sitemap": "1"})
+        seg.write_fetchlist(0, [FetchEntry(sm.url, sm)])
+        with seg.writer(0) as sw:
+            md5 = hashlib.md5(b"x").digest()
+            r = FetchRecord(sm.url, Status.FETCHED, 1_700_000_000, 200, {}, "application/xml", md5, b"x")
+            r.parse = ParseResult(sm.url, md5, sitemap_urls=[SitemapUrl("http://a.example/known", 1_600_000_000)])
+            sw.write(r)
+        with db.writer() as w:
+            apply_segments(w, [seg.path])
+    with db.reader() as r:
+        assert r.get_page("http://a.example/known").next_fetch == 1_700_000_000  # due when the sitemap said so
+    with pytest.raises(BadInput, match="lastmod must be whole seconds"):
+        with db.writer() as w:
+            w.apply_lastmod("http://a.example/changed", -1, 5000)
 
 
 def test_update_records_canonical_in_page_meta():
