@@ -7,8 +7,8 @@ name, and binding them would make ``import fetchlist.parse as m`` give the funct
 ``from fetchlist.normalize import normalize`` and ``from fetchlist.parse import parse``.
 
 Owns: the crawl loop — inject, generate (and generate over a rack), fetch, parse, segments,
-update (segments back into writer calls), URL normalization, filters, robots, focus rules and
-the crawl's settings.  Registers its update input with webdb (``register_inputs``).
+update (segments back into writer calls), URL normalization, filters, robots, sitemaps, focus
+rules and the crawl's settings.  Registers its update input with webdb (``register_inputs``).
 
 May import: webdb's public API only — ``webdb`` (``__all__``), ``webdb.errors``,
 ``webdb.urls``, ``webdb.rack`` (contract ``crawl-uses-public-api`` in pyproject.toml).

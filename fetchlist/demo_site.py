@@ -5,8 +5,10 @@
 ``Resource``, and logs every request (host, path, headers, start and end time).  Unknown paths
 answer 404.  ``serve_demo()`` starts servers for the bundled site: ``build_site`` generates it
 from a seed (a few hundred pages with real links between sections and hosts, robots.txt rules,
-a Crawl-delay, redirects, a redirect loop, 404/410/500 answers, a text and a binary file, a
-windows-1251 page) and records its link graph, so a crawl can be checked against it.
+a Crawl-delay, redirects, a redirect loop, a meta refresh, a page with a rel=canonical link and
+a duplicate of it, a robots.txt ``Sitemap:`` line naming a sitemap index and a gzip sitemap of
+pages nothing links to, 404/410/500 answers, a text and a binary file, a windows-1251 page) and
+records its link graph, so a crawl can be checked against it.
 
 Nothing is fetched from outside loopback.
 """
@@ -14,6 +16,7 @@ Nothing is fetched from outside loopback.
 from __future__ import annotations
 
 import email.utils
+import gzip
 import random
 import socket
 import threading
@@ -244,10 +247,17 @@ class DemoSite:
     seeds: list[str]
     disallowed: set[str]
     crawl_delay: dict[str, float]
+    # URL → (priority, changefreq) of the pages the sitemaps list that nothing links to
+    sitemapped: dict[str, tuple[float, str]] = field(default_factory=dict)
+    # meta refresh page → its target
+    refresh: dict[str, str] = field(default_factory=dict)
+    # page → the canonical URL it names
+    canonical: dict[str, str] = field(default_factory=dict)
 
     def reachable(self) -> set[str]:
-        """HTML pages a polite crawl from the seeds can fetch (robots.txt obeyed, links followed)."""
-        seen, todo = set(), list(self.seeds)
+        """HTML pages a polite crawl from the seeds can fetch (robots.txt obeyed, links, sitemaps
+        and meta refreshes followed)."""
+        seen, todo = set(), list(self.seeds) + list(self.sitemapped) + list(self.refresh.values())
         while todo:
             u = todo.pop()
             if u in seen or u in self.disallowed or u not in self.graph:
@@ -264,7 +274,11 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
     host 2 has no robots.txt (404); the others allow everything.  Each host has a home page,
     four sections, articles linking to neighbours, to other sections and to other hosts, and a
     few broken links, redirects (301, 302, a loop), a 410, a 500, ``/about.txt`` and
-    ``/logo.png``.  Deterministic for a given seed.
+    ``/logo.png``.  Host 0 also has ``/moved.html`` (a meta refresh to ``/s1/``) and ``/s0/a0``,
+    the same bytes as ``/s0/a0.html``, which names ``/s0/a0.html`` its canonical URL.  The last
+    host's robots.txt names ``/sitemap.xml``, an index listing itself (a loop) and
+    ``/sitemap-pages.xml.gz``, whose URLs include ``/hidden/h0.html`` … ``h2.html`` (linked from
+    nowhere).  Deterministic for a given seed.
     """
     rnd = random.Random(seed)
     hosts = [b.split("//", 1)[1].rsplit(":", 1)[0] for b in bases]
@@ -275,11 +289,17 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
     crawl_delays: dict[str, float] = {}
     articles = {b: [f"/s{i % 4}/a{i}.html" for i in range(per_host)] for b in bases}
 
-    def page(base: str, path: str, title: str, links: list[tuple[str, str]], charset: str = "utf-8") -> None:
+    sitemapped: dict[str, tuple[float, str]] = {}
+    refresh: dict[str, str] = {}
+    canonical: dict[str, str] = {}
+
+    def page(
+        base: str, path: str, title: str, links: list[tuple[str, str]], charset: str = "utf-8", head: str = ""
+    ) -> None:
         words = " ".join(rnd.choice(_WORDS) for _ in range(rnd.randint(30, 120)))
         items = "".join(f'<li><a href="{href}">{text}</a></li>' for href, text in links)
         html = (
-            f'<!DOCTYPE html><html><head><meta charset="{charset}"><title>{title}</title></head>'
+            f'<!DOCTYPE html><html><head><meta charset="{charset}"><title>{title}</title>{head}</head>'
             f"<body><h1>{title}</h1><p>{words}</p><ul>{items}</ul></body></html>"
         )
         ctype = f"text/html; charset={charset}"
@@ -297,7 +317,7 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
             ("/koi.html", "Кириллица"),
         ]
         if hi == 0:
-            home_links.append(("/private/secret.html", "Private"))
+            home_links += [("/private/secret.html", "Private"), ("/moved.html", "Moved"), ("/s0/a0", "Short")]
             routes[_host(base)]["/robots.txt"] = Resource(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
             page(base, "/private/secret.html", "Secret", [("/", "Home")])
             disallowed.add(base + "/private/secret.html")
@@ -306,8 +326,11 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
                 200, f"User-agent: *\nCrawl-delay: {crawl_delay}\nDisallow: /nothing-here/\n".encode(), "text/plain"
             )
             crawl_delays[base] = crawl_delay
-        elif hi > 2:
+        elif hi > 2 and hi + 1 < len(bases):
             routes[_host(base)]["/robots.txt"] = Resource(200, b"User-agent: *\nAllow: /\n", "text/plain")
+        elif hi > 2:
+            robots = f"User-agent: *\nAllow: /\nSitemap: {base}/sitemap.xml\n".encode()
+            routes[_host(base)]["/robots.txt"] = Resource(200, robots, "text/plain")
         if hi + 1 < len(bases):
             home_links.append((bases[hi + 1] + "/", f"Next host {hi + 1}"))
         page(base, "/", f"Home of host {hi}", home_links)
@@ -322,7 +345,14 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
                 links.append((target if other == base else other + target, f"See also {target}"))
             if i % 17 == 5:
                 links.append((f"/s{i % 4}/missing-{i}.html", "Broken link"))
-            page(base, a, f"Article {i} on host {hi}", links)
+            head = ""
+            if hi == 0 and i == 0:  # the same bytes are served at /s0/a0, which names this one canonical
+                head = f'<link rel="canonical" href="{a}">'
+                canonical[base + "/s0/a0"] = canonical[base + a] = base + a
+            page(base, a, f"Article {i} on host {hi}", links, head=head)
+            if head:
+                routes[_host(base)]["/s0/a0"] = routes[_host(base)][a]
+                graph[base + "/s0/a0"] = graph[base + a]
         r = routes[_host(base)]
         r["/old/a1.html"] = Resource(301, b"", None, {"Location": f"{base}{arts[1]}"})
         r["/tmp"] = Resource(302, b"", None, {"Location": "/"})
@@ -335,8 +365,42 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
             200, b"\x89PNG\r\n\x1a\n" + bytes(rnd.randrange(256) for _ in range(2048)), "image/png"
         )
         page(base, "/koi.html", "Кириллица", [("/", "Домой")], charset="windows-1251")
+        if hi == 0:
+            r["/moved.html"] = Resource(
+                200, b'<html><head><meta http-equiv="refresh" content="0; url=/s1/"></head></html>'
+            )
+            refresh[base + "/moved.html"] = base + "/s1/"
+        if hi > 2 and hi + 1 == len(bases):
+            _sitemaps(base, r, arts, sitemapped, page)
     seeds = [b + "/" for b in bases]
-    return DemoSite(routes, graph, seeds, disallowed, crawl_delays)
+    return DemoSite(routes, graph, seeds, disallowed, crawl_delays, sitemapped, refresh, canonical)
+
+
+_HIDDEN = ((1.0, "daily"), (0.1, "monthly"), (0.5, "weekly"))
+
+
+def _sitemaps(base: str, r: dict[str, Resource], arts: list[str], sitemapped: dict, page) -> None:
+    """The sitemap index ``/sitemap.xml`` (listing itself and ``/sitemap-pages.xml.gz``) and the
+    gzip urlset of three hidden pages and two articles."""
+    ns = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+    index = (
+        f'<?xml version="1.0" encoding="UTF-8"?><sitemapindex {ns}>'
+        f"<sitemap><loc>{base}/sitemap.xml</loc></sitemap>"
+        f"<sitemap><loc>{base}/sitemap-pages.xml.gz</loc><lastmod>2024-05-01</lastmod></sitemap></sitemapindex>"
+    )
+    urls = []
+    for n, (priority, freq) in enumerate(_HIDDEN):
+        path = f"/hidden/h{n}.html"
+        page(base, path, f"Hidden page {n}", [("/", "Home")])
+        sitemapped[base + path] = (priority, freq)
+        urls.append(
+            f"<url><loc>{base}{path}</loc><lastmod>2024-05-0{n + 1}</lastmod>"
+            f"<changefreq>{freq}</changefreq><priority>{priority}</priority></url>"
+        )
+    urls += [f"<url><loc>{base}{a}</loc></url>" for a in arts[:2]]
+    urlset = f'<?xml version="1.0" encoding="UTF-8"?><urlset {ns}>{"".join(urls)}</urlset>'
+    r["/sitemap.xml"] = Resource(200, index.encode(), "application/xml")
+    r["/sitemap-pages.xml.gz"] = Resource(200, gzip.compress(urlset.encode(), mtime=0), "application/gzip")
 
 
 def _host(base: str) -> str:

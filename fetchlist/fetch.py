@@ -26,6 +26,7 @@ HTTP status → webdb Status (Nutch 1.x):
 answer                        status           notes
 ============================  ===============  ==============================================
 2xx                           FETCHED          content, md5, parse
+2xx with a short meta refresh REDIRECT_*       delay 0 PERM, else TEMP (``fetchlist.hints``)
 301, 308                      REDIRECT_PERM    ``redirect`` = normalized Location, not followed
 300, 302, 303, 307            REDIRECT_TEMP    idem
 304                           NOT_MODIFIED
@@ -56,12 +57,13 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 
+from fetchlist.hints import content_limit, finish_record, parse_fetched
 from fetchlist.net import Budget, Watchdog, location_of, new_session, read_body
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
-from fetchlist.parse import parse
 from fetchlist.robots import ROBOTS_DENIED, RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
+from fetchlist.sitemaps import RobotsSitemaps
 from webdb import Status, progress_bar
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
@@ -183,6 +185,7 @@ class Fetcher:
             www = WwwRules.from_file(s["www_rules"])
         self.www = www
         self.robots = RobotsCache(s["robots_ttl"])
+        self.sitemaps = RobotsSitemaps(int(s["sitemap_max_sitemaps"]))  # robots.txt Sitemap: lines
         self._local = threading.local()
         self._ready: dict[str, float] = {}  # queue key → when it may be asked again (monotonic)
         total = float(s["fetch_timeout"])
@@ -315,6 +318,7 @@ class Fetcher:
                     if budget.aborted:
                         return
                     self.robots.put(entry.url, rules)
+                    self.sitemaps.found(entry.url, rules)
                     q.stats.requests += 1
                 if rules is not q.rules:  # fresh, or cached from an earlier round
                     q.rules = rules
@@ -408,7 +412,7 @@ class Fetcher:
                 ctype = resp.headers.get("content-type", "")
                 rec.content_type = ctype.split(";", 1)[0].strip().lower()
                 if rec.status == Status.FETCHED:
-                    rec.content, rec.truncated = self._read_body(resp, budget)
+                    rec.content, rec.truncated = self._read_body(resp, budget, content_limit(entry, s))
                 elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
                     self._redirect(rec, location, problem)
         except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, UnicodeError) as e:
@@ -433,22 +437,12 @@ class Fetcher:
             rec.content = rec.content or b""
             rec.md5 = hashlib.md5(rec.content).digest()
             if s["parse"]:
-                rec.parse = parse(
-                    url,
-                    rec.content,
-                    rec.headers.get("content-type"),
-                    robots_header=rec.headers.get("x-robots-tag"),
-                    robots_agent=s["robots_agent"],
-                    max_outlinks=int(s["max_outlinks"]),
-                    max_anchor=int(s["max_anchor"]),
-                    max_text=int(s["max_text"]),
-                    max_parse=int(s["max_parse"]),
-                    www=self.www,
-                )
+                rec.parse = parse_fetched(rec, entry, s, self.www)
+                finish_record(rec, s, self.sitemaps, self.www)
         return rec
 
-    def _read_body(self, resp: requests.Response, budget: Budget) -> tuple[bytes, bool]:
-        return read_body(resp, int(self.settings["max_content"]), budget)
+    def _read_body(self, resp: requests.Response, budget: Budget, limit: int) -> tuple[bytes, bool]:
+        return read_body(resp, limit, budget)
 
     def _budget(self, start: float) -> Budget:
         """Start the total deadline of a request begun at ``start`` (monotonic) in this thread."""

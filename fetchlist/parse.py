@@ -21,7 +21,12 @@ HTML (``text/html``, ``application/xhtml+xml``, or no content type and not binar
    non-empty anchor is kept); the first ``max_outlinks`` distinct targets kept.  Anchor text: the element's text
    with whitespace collapsed, else the ``alt`` of an image inside it, else its ``title``; cut to
    ``max_anchor`` characters.
-5. Robots directives from ``<meta name="robots">`` (or ``name=`` the crawler's robots agent)
+5. In ``<head>``: ``<link rel="canonical" href>`` (the first one, resolved against the base and normalized) is
+   ``canonical``; ``<meta http-equiv="refresh" content="N; url=…">`` (the first one) gives
+   ``refresh`` (its normalized target, None when it names the page itself or an unusable URL)
+   and ``refresh_delay`` (N seconds).  The fetcher turns a short refresh into a redirect and
+   adds the HTTP ``Link: <…>; rel="canonical"`` header (``fetchlist.hints``).
+6. Robots directives from ``<meta name="robots">`` (or ``name=`` the crawler's robots agent)
    and the ``X-Robots-Tag`` header: ``noindex`` empties title and text, ``nofollow`` drops all
    outlinks, ``none`` is both.
 
@@ -29,7 +34,8 @@ HTML (``text/html``, ``application/xhtml+xml``, or no content type and not binar
 only the md5.  The md5 (16 bytes) is always that of the whole content as given.
 
 Runtime cost: linear in the content (capped at ``max_parse`` bytes) plus about 20 µs per
-distinct link until ``max_outlinks`` are found.
+distinct link until ``max_outlinks`` are found; the canonical and refresh look only at the
+children of ``<head>``.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import lxml.html
 from w3lib.encoding import html_body_declared_encoding, http_content_type_encoding, read_bom
 
 from fetchlist.normalize import WwwRules, normalize
+from fetchlist.sitemaps import SitemapUrl
 from webdb import DEFAULT_ANCHOR_MAX
 
 __all__ = ["ParseResult", "parse", "sniff_encoding", "decode_html", "HTML_TYPES"]
@@ -89,6 +96,9 @@ _BLOCK = (
     "address",
 )
 _SNIFF = 1024
+# The content of a refresh declaration (HTML's "shared declarative refresh steps"): a delay,
+# then optionally ";" or ",", "url=" and the URL, possibly quoted.
+_REFRESH = re.compile(r"\s*(\d+)(?:\.[\d.]*)?\s*(?:[;,]\s*(?:url\s*=\s*)?(.*))?\s*$", re.I | re.S)
 
 
 @dataclass(slots=True)
@@ -105,6 +115,15 @@ class ParseResult:
     noindex: bool = False
     nofollow: bool = False
     error: str | None = None
+    # What the page says about its own URL (module docstring, step 5): the canonical URL, and a
+    # meta refresh's target and delay in seconds.
+    canonical: str | None = None
+    refresh: str | None = None
+    refresh_delay: int = 0
+    # Sitemaps: the sitemaps this record reports (robots.txt ``Sitemap:`` lines, or an index's
+    # children) and, for a sitemap, its URLs (``fetchlist.sitemaps``).
+    sitemaps: list[str] = field(default_factory=list)
+    sitemap_urls: list[SitemapUrl] = field(default_factory=list)
 
 
 def parse(
@@ -180,8 +199,13 @@ def _parse(
             if base:
                 res.base = base
             break
+    self_url = normalize(res.url)
+    head = doc.find("head")
+    if head is not None:  # both live in <head>: no walk of the whole tree
+        res.canonical = _canonical(head, res.base or res.url, www)
+        res.refresh, res.refresh_delay = _refresh(head, res.base or res.url, self_url, www)
     if not nofollow:
-        res.outlinks = _outlinks(doc, res.base or res.url, normalize(res.url), max_outlinks, max_anchor, www)
+        res.outlinks = _outlinks(doc, res.base or res.url, self_url, max_outlinks, max_anchor, www)
     if noindex:
         return
     title = next(doc.iter("title"), None)
@@ -193,6 +217,37 @@ def _parse(
             el.tail = "\n" + el.tail if el.tail else "\n"
             el.text = "\n" + el.text if el.text else "\n"
         res.text = _collapse(_limited_text(body, 2 * max_text + 1000))[:max_text]
+
+
+def _canonical(doc: lxml.html.HtmlElement, base: str, www: WwwRules | None) -> str | None:
+    """The normalized href of the first ``<link rel="canonical">``, or None."""
+    for el in doc.iter("link"):
+        if "canonical" in (el.get("rel") or "").lower().split():
+            href = (el.get("href") or "").strip()
+            return normalize(href, base, www=www) if href and not _SKIP.match(href) else None
+    return None
+
+
+def _refresh(
+    doc: lxml.html.HtmlElement, base: str, self_url: str | None, www: WwwRules | None
+) -> tuple[str | None, int]:
+    """(target, delay) of the first ``<meta http-equiv="refresh">`` naming another usable URL."""
+    for el in doc.iter("meta"):
+        if (el.get("http-equiv") or "").strip().lower() != "refresh":
+            continue
+        m = _REFRESH.match(el.get("content") or "")
+        if m is None or not m.group(2):
+            return None, 0
+        href = m.group(2).strip()
+        if href[:1] in ("'", '"'):
+            href = href[1:].split(href[0], 1)[0]
+        if not href or _SKIP.match(href):
+            return None, 0
+        target = normalize(href, base, www=www)
+        if target is None or target == self_url:
+            return None, 0
+        return target, min(int(m.group(1)[:9]), 10**9)
+    return None, 0
 
 
 def _robots(doc: lxml.html.HtmlElement, header: str | None, agent: str) -> tuple[bool, bool]:

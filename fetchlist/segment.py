@@ -43,6 +43,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
 from fetchlist.parse import ParseResult
+from fetchlist.sitemaps import CHANGEFREQ, SitemapUrl
 from fetchlist.warc import Exchange, WarcWriter, index_name, open_nofollow, read_index, read_response_at
 from webdb import NEVER, FetchResult, Page, Status
 from webdb.errors import BadInput, CorruptionError
@@ -158,7 +159,7 @@ def entry_from_json(d: dict, where: str = "fetchlist record") -> FetchEntry:
 
 
 def parse_to_json(p: ParseResult) -> dict:
-    return {
+    d = {
         "url": p.url,
         "md5": p.md5.hex(),
         "title": p.title,
@@ -170,6 +171,14 @@ def parse_to_json(p: ParseResult) -> dict:
         "nofollow": p.nofollow,
         "error": p.error,
     }
+    # Optional fields, present only when the page has them (docs/segment.md).
+    if p.canonical is not None:
+        d["canonical"] = p.canonical
+    if p.sitemaps:
+        d["sitemaps"] = list(p.sitemaps)
+    if p.sitemap_urls:
+        d["sitemap_urls"] = [u.to_json() for u in p.sitemap_urls]
+    return d
 
 
 def parse_from_json(d: dict, where: str = "parse record") -> ParseResult:
@@ -189,7 +198,31 @@ def parse_from_json(d: dict, where: str = "parse record") -> ParseResult:
         noindex=c.get("noindex", bool),
         nofollow=c.get("nofollow", bool),
         error=c.get("error", (str, type(None))),
+        canonical=c.get("canonical", str) if "canonical" in d else None,
+        sitemaps=c.strlist("sitemaps", optional=True),
+        sitemap_urls=_sitemap_urls(c, where),
     )
+
+
+def _sitemap_urls(c: _Check, where: str) -> list[SitemapUrl]:
+    if "sitemap_urls" not in c.d:
+        return []
+    out = []
+    for i, u in enumerate(c.get("sitemap_urls", list)):
+        if not (
+            isinstance(u, list)
+            and len(u) == 4
+            and isinstance(u[0], str)
+            and (u[1] is None or (type(u[1]) is int and 0 <= u[1] <= MAX_TIME))
+            and (u[2] is None or u[2] in CHANGEFREQ)
+            and (u[3] is None or (type(u[3]) in (int, float) and 0 <= u[3] <= 1))
+        ):
+            raise CorruptionError(
+                f"{where}: sitemap_urls[{i}] must be [url, lastmod seconds or null, changefreq or null, "
+                f"priority in [0, 1] or null], not {u!r:.100}"
+            )
+        out.append(SitemapUrl(u[0], u[1], u[2], None if u[3] is None else float(u[3])))
+    return out
 
 
 def record_to_json(r: FetchRecord) -> dict:

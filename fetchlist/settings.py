@@ -97,6 +97,29 @@ DEFAULTS: dict[str, object] = {
     "max_text": 100_000,
     # Content bytes handed to the HTML parser (the rest is not parsed; the md5 covers it all).
     "max_parse": 4 * 1024 * 1024,
+    # A page whose <meta http-equiv="refresh"> names another URL after at most this many seconds
+    # is recorded as a redirect to it (delay 0: REDIRECT_PERM, else REDIRECT_TEMP), as Nutch
+    # does; a longer refresh leaves the page as it is.  meta_refresh false: never.
+    "meta_refresh": True,
+    "meta_refresh_max_delay": 5,
+    # ---- sitemaps (fetchlist.sitemaps) -------------------------------------------------------------
+    # Read robots.txt Sitemap: lines (reported with the site's first parsed page, then added to
+    # the db by the update) and parse pages marked meta["sitemap"] as sitemaps.
+    "sitemaps": True,
+    # Bytes of one sitemap kept and parsed: the body as fetched (this replaces max_content for
+    # a sitemap) and the XML once a .gz file is decompressed (a gzip bomb stops here).  The
+    # protocol's limit is 50 MiB.
+    "sitemap_max_bytes": 50 * 1024 * 1024,
+    # URLs taken from one sitemap (the protocol's limit); the rest are ignored.
+    "sitemap_max_urls": 50_000,
+    # Sitemaps taken from one robots.txt, and child sitemaps from one sitemap index.
+    "sitemap_max_sitemaps": 50,
+    # Levels of sitemaps followed: 1 = those named by robots.txt or a seed; 2 = also the
+    # sitemaps an index at level 1 lists (the protocol's only nesting).  Deeper ones are ignored.
+    "sitemap_max_depth": 2,
+    # Skip sitemap URLs whose lastmod is more than this many seconds before the fetch (as
+    # StormCrawler's sitemap.filter.hours.since.modified).  0: keep them all.
+    "sitemap_max_age": 0,
     # ---- URL rules -------------------------------------------------------------------------------
     # Filter files (fetchlist.filters): paths, or (kind, path) pairs.  Empty: accept all.
     "url_filters": [],
@@ -123,6 +146,12 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "read_timeout": (int, float),
     "fetch_timeout": (int, float),
     "robots_ttl": (int, float),
+    "meta_refresh_max_delay": (int, float),
+    "sitemap_max_bytes": int,
+    "sitemap_max_urls": int,
+    "sitemap_max_sitemaps": int,
+    "sitemap_max_depth": int,
+    "sitemap_max_age": (int, float),
 }
 
 
@@ -138,7 +167,15 @@ def resolve(settings: dict | None = None, **overrides: object) -> dict:
         v = out[k]
         if isinstance(v, bool) or not isinstance(v, t) or not math.isfinite(v) or v < 0:
             raise BadInput(f"crawl setting {k} must be a number >= 0, not {v!r}")
-    for k in ("conditional", "trust_env", "robots_obey", "parse", "allow_private_addresses"):
+    for k in (
+        "conditional",
+        "trust_env",
+        "robots_obey",
+        "parse",
+        "allow_private_addresses",
+        "meta_refresh",
+        "sitemaps",
+    ):
         if not isinstance(out[k], bool):
             raise BadInput(f"crawl setting {k} must be true or false, not {out[k]!r}")
     if out["progress"] is not None and not isinstance(out["progress"], bool):
@@ -163,6 +200,8 @@ def resolve(settings: dict | None = None, **overrides: object) -> dict:
         raise BadInput(f"crawl setting www_rules must be a file name or null, not {out['www_rules']!r:.100}")
     if out["threads"] < 1:
         raise BadInput(f"crawl setting threads must be at least 1, not {out['threads']!r}")
+    if out["sitemap_max_depth"] < 1:
+        raise BadInput(f"crawl setting sitemap_max_depth must be at least 1, not {out['sitemap_max_depth']!r}")
     if out["queue_mode"] not in ("host", "domain"):
         raise BadInput(f"crawl setting queue_mode must be 'host' or 'domain', not {out['queue_mode']!r}")
     return out

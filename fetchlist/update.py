@@ -31,6 +31,17 @@ Per fetch record of each segment, in segment order then fetch order:
   from the page's old content would attach the redirect to that content's duplicates too).
   The page keeps ``meta["redirect"] = target``.
 
+* Canonical: a FETCHED page whose parse record names a canonical URL other than its own gets
+  ``meta["canonical"]`` = that URL (cleared when the page stops naming one); ``webdb dedup
+  --canonical`` reads it.
+* Sitemaps (``fetchlist.sitemaps``): each sitemap a parse record reports (robots.txt
+  ``Sitemap:`` lines, or an index's children) is added, if not present, as a page with
+  ``meta["sitemap"]`` = its level; the URLs of a sitemap whose content changed are added, if
+  not present, due at once, with ``score = new_score × 2 × priority`` (priority 0.5 when the
+  sitemap gives none) and ``fetch_interval`` from ``changefreq``; a URL with a ``lastmod`` also
+  gets ``apply_lastmod(url, lastmod, t)``: a known page last fetched before it is due at once.
+  No link is recorded for either (a sitemap is a list of URLs, not a vote for them).
+
 Every URL entering the db here passes the same path as an injected one: outlinks and redirect
 targets are normalized (``fetchlist.normalize``, with the www rules ``www_rules``); one that
 cannot be (``javascript:``, ``file:``, malformed) is counted in ``bad_urls`` and skipped, and a
@@ -60,6 +71,7 @@ from fetchlist.net import POLICY
 from fetchlist.normalize import WwwRules, normalize, registered_domain
 from fetchlist.robots import ROBOTS_DENIED
 from fetchlist.segment import FetchRecord, Segment
+from fetchlist.sitemaps import CHANGEFREQ, SITEMAP_META, SitemapUrl, sitemap_level
 from webdb import DAY, DEFAULT_INTERVAL, FetchResult, Link, Page, Status, check_share, domain_id
 from webdb.errors import BadInput
 
@@ -270,11 +282,28 @@ def apply_segments(
                 meta["redirect"] = o.redirect or ""
             elif prev_meta.get("redirect"):
                 meta["redirect"] = ""
+            parsed = o.record.parse if r.status == Status.FETCHED else None
+            canonical = _canonical(url, parsed.canonical if parsed is not None else None, opts)
+            if canonical:
+                meta[CANONICAL] = canonical
+            elif prev_meta.get(CANONICAL) and parsed is not None:  # no parse record: not known
+                meta[CANONICAL] = ""
             log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
             counts[Status(r.status).name.lower()] += 1
             if r.status == Status.GONE and o.record.error == ROBOTS_DENIED:
                 counts[REFUSED_ROBOTS] += 1
             if r.status == Status.FETCHED:
+                if parsed is not None and parsed.sitemaps and not opts.no_additions:
+                    level = sitemap_level(prev_meta) + 1
+                    counts["sitemaps"] += _add_sitemaps(log, url, parsed.sitemaps, level, r.fetch_time, iv, opts)
+                if (
+                    parsed is not None
+                    and parsed.sitemap_urls
+                    and sitemap_level(prev_meta)  # only a sitemap's record lists URLs
+                    and not opts.no_additions
+                    and r.md5 != prev_md5
+                ):
+                    counts["sitemap_urls"] += _add_sitemap_urls(log, url, parsed.sitemap_urls, r.fetch_time, iv, opts)
                 if prev_md5 is not None and r.md5 == prev_md5:
                     counts["unchanged"] += 1
                     continue
@@ -315,6 +344,59 @@ def _refused(page: Page, t: int, retry_delay: int) -> Page:
     else:
         nxt, meta[REFUSED] = page.next_fetch, POLICY
     return replace(page, next_fetch=nxt, meta=meta)
+
+
+CANONICAL = "canonical"  # page meta key: the canonical URL a page names, when not its own
+
+
+def _canonical(url: str, canonical: str | None, opts: UpdateOptions) -> str | None:
+    """The canonical URL to record for ``url``: normalized, not ``url`` itself, else None."""
+    if not isinstance(canonical, str):
+        return None
+    c = normalize(canonical, www=opts.www)
+    return None if c == url else c
+
+
+def _add_sitemaps(log: Any, src: str, sitemaps: list[str], level: int, t: int, iv: int, opts: UpdateOptions) -> int:
+    """Add each sitemap as a page marked ``meta["sitemap"] = level``, if not present; the count."""
+    n = 0
+    for u in sitemaps:
+        target = opts.target(u) if isinstance(u, str) else None
+        if target is None or target == src:
+            continue
+        meta = {SITEMAP_META: str(level)}
+        log.add_page_if_not_present(
+            Page(target, next_fetch=t, fetch_interval=iv, score=opts.new_score, next_score=opts.new_score, meta=meta)
+        )
+        n += 1
+    return n
+
+
+def _add_sitemap_urls(log: Any, src: str, urls: list[SitemapUrl], t: int, iv: int, opts: UpdateOptions) -> int:
+    """Add each URL of a sitemap as a page, if not present: due at ``t``, scored by its priority,
+    its interval from its changefreq (``iv`` without one); a known page fetched before its
+    lastmod becomes due at ``t`` (``apply_lastmod``); the count."""
+    n = 0
+    for su in urls:
+        url = opts.target(su.url)
+        if url is None or url == src:
+            continue
+        meta: dict[str, str] = {}
+        base = opts.new_score
+        if opts.focus is not None:
+            fits = opts.focus.fits(url)
+            base = opts.fit_score if fits else opts.other_score
+            if fits:
+                meta["fit"] = "1"
+        score = base * 2 * (0.5 if su.priority is None else su.priority)
+        interval = CHANGEFREQ.get(su.changefreq or "", iv)
+        log.add_page_if_not_present(
+            Page(url, next_fetch=t, fetch_interval=interval, score=score, next_score=score, meta=meta)
+        )
+        if su.lastmod is not None:  # a known page changed since it was fetched: due now
+            log.apply_lastmod(url, su.lastmod, t)
+        n += 1
+    return n
 
 
 def _links_only(log: Any, md5: bytes, links: list[tuple[str, str]], dom: int) -> None:

@@ -122,6 +122,9 @@ class Model:
             raise BadInput(f"fetch result for {result.url!r} has status FETCHED but no 16-byte md5")
         self._calls.append(("apply_fetch", copy.deepcopy(result), None))
 
+    def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
+        self._calls.append(("apply_lastmod", url, (lastmod, due)))
+
     def add_link(self, link: Link) -> None:
         self._calls.append(("add_link", copy.deepcopy(link), None))
 
@@ -147,6 +150,8 @@ class Model:
             return arg
         if op == "apply_fetch":
             return arg.url
+        if op == "apply_lastmod":
+            return arg
         return None
 
     def _new_pages(self, calls: list) -> tuple[dict[str, Page], list[Link]]:
@@ -184,6 +189,13 @@ class Model:
                 if op == "apply_fetch":
                     base = p if p is not None else Page(url, fetch_interval=self.default_interval)
                     p = self.schedule(base, result)
+            for _, op, _, hint in mine:  # lastmod hints: after every fetch of the url
+                if op == "apply_lastmod" and p is not None:
+                    lastmod, due = hint
+                    if p.status in (Status.FETCHED, Status.NOT_MODIFIED) and p.fetch_time < lastmod:
+                        if p.next_fetch > due:
+                            p = copy.deepcopy(p)
+                            p.next_fetch = due
             if p is None:
                 new.pop(url, None)
             else:

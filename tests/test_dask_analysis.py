@@ -155,3 +155,41 @@ def test_refused_and_unreachable(cluster, tmp_path: Path) -> None:
             run()
         assert "section 1" in str(e.value) and "section-0001" in str(e.value) and e.value.kind == "BadInput"
     assert [committed(r) for r in roots2] == [1, 1]
+
+
+def with_canonicals(w) -> None:
+    """``with_dups``' contents, all fetched, where a third of the pages name a page of their
+    content with a longer URL (on another host) canonical: plain dedup keeps the shortest URL
+    (the scores of one content are equal), ``dedup --canonical`` the named page."""
+    for i in range(90):
+        u = f"http://h{i % 5}.example/{'x' * (i % 3)}{i}"
+        named = _named(i % 12)
+        meta = {"canonical": named} if i % 3 == 1 and u != named else {}
+        w.add_page_with_score(Page(u, md5(f"c{i % 12}"), Status.FETCHED, score=float(i % 4), meta=meta))
+
+
+def _named(j: int) -> str:
+    return f"http://h{(j + 72) % 5}.example/{'x' * (j % 3)}{j + 72}"
+
+
+@pytest.mark.timeout(600)
+def test_dedup_canonical_on_dask_same_as_local(cluster, tmp_path: Path) -> None:
+    local, rack, roots = both(tmp_path, 2, cluster, [("a", with_canonicals)])
+    for scope in ("global", "host"):
+        seen_local: list = []
+        seen_rack: list = []
+        plain: list = []
+        counts = dedup(local, True, lambda c, seen=seen_local: seen.append((c.page.url, c.keeper)), scope, True)
+        got = dedup_rack(
+            rack,
+            True,
+            lambda c, seen=seen_rack: seen.append((c.page.url, c.keeper)),
+            scope,
+            canonical=True,
+            dask=cluster.scheduler_address,
+        )
+        assert got == counts and seen_rack == seen_local and counts["duplicate"] > 20
+        dedup(local, True, lambda c, seen=plain: seen.append((c.page.url, c.keeper)), scope)
+        assert plain != seen_local  # the canonical pages are kept instead of the shortest URLs
+        named = {_named(j) for j in range(12) if j % 3 == 1}
+        assert named <= {k for _, k in seen_local} and not named & {k for _, k in plain}

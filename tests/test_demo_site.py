@@ -8,7 +8,7 @@ import requests
 from fetchlist.demo_site import DEMO_HOSTS, build_site, loopback_ok, serve_demo
 from fetchlist.fetch import Fetcher
 from fetchlist.segment import FetchEntry, Segment
-from webdb.tables.records import Status
+from webdb.tables.records import Page, Status
 
 pytestmark = pytest.mark.skipif(not all(map(loopback_ok, DEMO_HOSTS)), reason="needs 127.0.0.x addresses")
 
@@ -31,20 +31,26 @@ def test_served_and_crawled_to_completion(tmp_path):
         assert r.status_code == 200 and "Home of host 0" in r.text
         assert requests.get(server.base(DEMO_HOSTS[0]) + "/robots.txt", timeout=5).text.startswith("User-agent")
         fetcher = Fetcher(politeness_delay=0.0, threads=4, progress=False, allow_private_addresses=True)
-        known, frontier, statuses = set(site.seeds), list(site.seeds), {}
+        known, frontier, statuses = set(site.seeds), [FetchEntry(u) for u in site.seeds], {}
         for rnd in range(12):
             if not frontier:
                 break
             seg = Segment.create(tmp_path / f"seg{rnd}")
-            seg.write_fetchlist(0, [FetchEntry(u) for u in frontier])
+            seg.write_fetchlist(0, frontier)
             fetcher.fetch_segment(seg, 0)
+            level = {e.url: int(e.page.meta.get("sitemap", 0)) for e in seg.fetchlist(0)}
             frontier = []
             for o in seg.outcomes(0):
                 statuses[o.result.url] = o.result.status
-                for u in [x for x, _ in o.outlinks] + ([o.redirect] if o.redirect else []):
+                p = o.record.parse
+                found = [(x, 0) for x, _ in o.outlinks] + ([(o.redirect, 0)] if o.redirect else [])
+                if p is not None:  # sitemaps (robots.txt, an index's children) and their URLs
+                    found += [(x, level[o.result.url] + 1) for x in p.sitemaps]
+                    found += [(x.url, 0) for x in p.sitemap_urls]
+                for u, lv in found:
                     if u not in known:
                         known.add(u)
-                        frontier.append(u)
+                        frontier.append(FetchEntry(u, Page(u, meta={"sitemap": str(lv)} if lv else {})))
         assert not frontier
         fetched_html = {u for u, s in statuses.items() if s == Status.FETCHED and u in site.graph}
         assert fetched_html == site.reachable()
@@ -55,6 +61,7 @@ def test_served_and_crawled_to_completion(tmp_path):
         assert statuses[base0 + "/old/a1.html"] == Status.REDIRECT_PERM
         assert statuses[base0 + "/loop/a"] == statuses[base0 + "/loop/b"] == Status.REDIRECT_TEMP
         assert statuses[base0 + "/gone.html"] == Status.GONE and statuses[base0 + "/error.html"] == Status.RETRY
+        assert statuses[base0 + "/moved.html"] == Status.REDIRECT_PERM  # a meta refresh
         assert statuses[base0 + "/logo.png"] == Status.FETCHED and statuses[base0 + "/koi.html"] == Status.FETCHED
         gaps = [
             b.start - a.end for a, b in zip(server.requests_to(DEMO_HOSTS[1]), server.requests_to(DEMO_HOSTS[1])[1:])

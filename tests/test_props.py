@@ -125,6 +125,7 @@ def batch_calls(held: list[bytes]) -> st.SearchStrategy[list[tuple[str, tuple]]]
         st.tuples(st.just("add_page_if_not_present"), ifn_args(link)),
         st.tuples(st.just("delete_page"), st.tuples(urls)),
         st.tuples(st.just("apply_fetch"), st.tuples(fetch_results(md5))),
+        st.tuples(st.just("apply_lastmod"), st.tuples(urls, times, times)),
         st.tuples(st.just("add_link"), st.tuples(link)),
         st.tuples(st.just("add_link"), st.tuples(link)),
         st.tuples(st.just("delete_links"), st.tuples(md5)),

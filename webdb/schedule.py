@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from webdb.errors import BadInput
 from webdb.tables.records import DAY, DEFAULT_INTERVAL, NEVER, Page, Status
 
-__all__ = ["FetchResult", "Schedule", "apply_fetch"]
+__all__ = ["FetchResult", "Schedule", "apply_fetch", "apply_lastmod"]
 
 
 @dataclass(slots=True)
@@ -81,3 +81,12 @@ def apply_fetch(page: Page | None, r: FetchResult, s: Schedule) -> Page:
     if r.meta:
         p.meta.update(r.meta)
     return p
+
+
+def apply_lastmod(page: Page, lastmod: int, due: int) -> Page:
+    """Return the page after the hint "it changed at ``lastmod``" (a sitemap's lastmod): a page
+    last fetched (FETCHED or NOT_MODIFIED) before ``lastmod`` and due after ``due`` becomes due at
+    ``due``; any other page is returned as it is."""
+    if page.status in (Status.FETCHED, Status.NOT_MODIFIED) and page.fetch_time < lastmod and page.next_fetch > due:
+        return replace(page, meta=dict(page.meta), next_fetch=due)
+    return page

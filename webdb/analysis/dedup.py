@@ -6,6 +6,12 @@ smallest url (bytes).  Unfetched pages carry ``url_md5(url)`` and are never dupl
 default), ``domain`` (the pages of one registered domain) or ``host`` (of one host), so with
 ``domain`` the same content on two sites is kept on both.
 
+With ``canonical`` (``webdb dedup --canonical``) a page's canonical URL, ``meta["canonical"]``
+(the ``<link rel="canonical">`` or ``Link`` header the crawl recorded), is its URL for dedup:
+in a group, a page that another page names canonical is kept first, and the scope groups
+pages by the host (domain) of that URL, so a copy naming another site's page canonical
+competes with it there.
+
 Pages already DUPLICATE compete again, so the result does not depend on earlier runs: a keeper
 that is DUPLICATE (its better twin was deleted or lost score) is restored, and a second run
 finds nothing to change.  A page marked DUPLICATE remembers its status in ``meta["dup_status"]``
@@ -30,6 +36,7 @@ __all__ = ["SCOPES", "Change", "apply_change", "dedup", "find_duplicates"]
 
 SCOPES = ("global", "domain", "host")
 DUP_STATUS = "dup_status"  # meta key: the status a page had before it was marked DUPLICATE
+CANONICAL = "canonical"  # meta key: the canonical URL a page names (set by the crawl's update)
 
 
 @dataclass(slots=True)
@@ -49,21 +56,26 @@ def _rank_key(p: Page) -> tuple[float, int, bytes]:
     return (-p.score, len(p.url), p.url.encode("utf-8"))
 
 
-def _scope_key(scope: str) -> Callable[[Page], str]:
+def _dedup_url(p: Page) -> str:
+    return p.meta.get(CANONICAL) or p.url
+
+
+def _scope_key(scope: str, canonical: bool = False) -> Callable[[Page], str]:
     if scope == "global":
         return lambda p: ""
     from webdb.urls import host_of, registered_domain
 
+    url = _dedup_url if canonical else (lambda p: p.url)
     if scope == "host":
-        return lambda p: host_of(p.url) or ""
-    return lambda p: registered_domain(host_of(p.url) or "")
+        return lambda p: host_of(url(p)) or ""
+    return lambda p: registered_domain(host_of(url(p)) or "")
 
 
-def find_duplicates(reader, scope: str = "global") -> Iterator[Change]:
+def find_duplicates(reader, scope: str = "global", canonical: bool = False) -> Iterator[Change]:
     """Every status change dedup makes, streamed in (md5, url) order (see the module doc)."""
     if scope not in SCOPES:
         raise BadInput(f"dedup scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-    key = _scope_key(scope)
+    key = _scope_key(scope, canonical)
     for _, grp in itertools.groupby(reader.items("pages_by_md5"), key=lambda kv: kv[0][:16]):
         run = [Page.decode(k[16:].decode("utf-8"), v) for k, v in grp]
         if len(run) == 1 and run[0].status != Status.DUPLICATE:
@@ -76,7 +88,11 @@ def find_duplicates(reader, scope: str = "global") -> Iterator[Change]:
         for fetched in groups.values():
             if len(fetched) < 2 and not any(p.status == Status.DUPLICATE for p in fetched):
                 continue
-            keeper = min(fetched, key=_rank_key)
+            if canonical:
+                named = {p.meta.get(CANONICAL) for p in fetched}
+                keeper = min(fetched, key=lambda p: (p.url not in named, *_rank_key(p)))
+            else:
+                keeper = min(fetched, key=_rank_key)
             for p in fetched:
                 if p is keeper:
                     if p.status == Status.DUPLICATE:
@@ -87,9 +103,14 @@ def find_duplicates(reader, scope: str = "global") -> Iterator[Change]:
 
 
 def dedup(
-    db, dry_run: bool = False, on_change: Callable[[Change], None] | None = None, scope: str = "global"
+    db,
+    dry_run: bool = False,
+    on_change: Callable[[Change], None] | None = None,
+    scope: str = "global",
+    canonical: bool = False,
 ) -> dict[str, int]:
-    """Apply (with ``dry_run`` only find) the changes of ``find_duplicates``, in one batch.
+    """Apply (with ``dry_run`` only find) the changes of ``find_duplicates``, in one batch
+    (``canonical``: canonical URLs count as the pages' URLs, see the module doc).
 
     ``on_change`` sees each change as it is found.  Returns counts of pages marked DUPLICATE
     and keepers restored to FETCHED.
@@ -98,7 +119,7 @@ def dedup(
     with contextlib.ExitStack() as stack:
         w = None if dry_run else stack.enter_context(db.writer())
         r = stack.enter_context(db.reader())
-        for c in find_duplicates(r, scope):
+        for c in find_duplicates(r, scope, canonical):
             counts["duplicate" if c.status == Status.DUPLICATE else "restored"] += 1
             if on_change is not None:
                 on_change(c)

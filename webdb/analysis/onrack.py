@@ -53,7 +53,7 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
             rec = CallRecorder()
             rows = []
             with Reader.of_sections(ctx.db, ctx.manifest, [j], ("pages_by_md5",)) as r:
-                for c in find_duplicates(r, req["scope"]):
+                for c in find_duplicates(r, req["scope"], bool(req.get("canonical"))):
                     rows.append([c.page.url, int(c.status), c.keeper])
                     apply_change(c, rec)
             path = None
@@ -140,6 +140,7 @@ def dedup_rack(
     on_change: Callable[[Change], None] | None = None,
     scope: str = "global",
     *,
+    canonical: bool = False,
     dask: str | None = None,
     heartbeat_timeout: float | None = None,
 ) -> dict[str, int]:
@@ -154,7 +155,7 @@ def dedup_rack(
     def before_batch(session):
         got.clear()
         counts.update(duplicate=0, restored=0)
-        req = {"op": "dedup", "scope": scope, "dry_run": dry_run}
+        req = {"op": "dedup", "scope": scope, "dry_run": dry_run, "canonical": canonical}
         for parts in session.ask(lambda p: req if p.sections else None).values():
             for part in parts:
                 g = got.setdefault(part["section"], {"calls": None, "changes": []})

@@ -1,8 +1,10 @@
-"""``webdb dedup DB [--scope global|domain|host] [--dry-run] [--json]``: mark duplicate content.
+"""``webdb dedup DB [--scope global|domain|host] [--canonical] [--dry-run] [--json]``: mark duplicate content.
 
 Of the fetched pages carrying one content md5 the one with the highest score (then the
 shortest url, then the smallest) is kept; the others become status DUPLICATE, in one batch.
 ``--scope domain`` (``host``) keeps one page per content in each registered domain (host).
+``--canonical`` uses each page's recorded canonical URL (``meta["canonical"]``) as its URL:
+the page others name canonical is kept, and scopes group by the canonical URL's host.
 ``--dry-run`` lists the changes (url, new status, kept url) and writes nothing.
 
 With --hosts (DB is then the db name) each location finds its own sections' duplicates (the
@@ -34,6 +36,11 @@ def add_parser(sub) -> None:
         default="global",
         help="keep one page per content among all pages (global, the default), per registered domain or per host",
     )
+    p.add_argument(
+        "--canonical",
+        action="store_true",
+        help="a page's rel=canonical URL is its URL for dedup: the page others name canonical is kept",
+    )
     add_lock_wait(p)
     add_rack_args(p, "dedup")
     add_json(p)
@@ -63,7 +70,13 @@ def run(args) -> int:
         try:
             counts = wait_for_lock(
                 lambda: dedup_rack(
-                    rack, args.dry_run, on_change, args.scope, dask=scheduler, heartbeat_timeout=args.heartbeat_timeout
+                    rack,
+                    args.dry_run,
+                    on_change,
+                    args.scope,
+                    canonical=args.canonical,
+                    dask=scheduler,
+                    heartbeat_timeout=args.heartbeat_timeout,
                 ),
                 args.lock_wait,
                 "dedup",
@@ -76,7 +89,9 @@ def run(args) -> int:
     else:
         db = webdb.open(args.db)
         counts = wait_for_lock(
-            lambda: dedup(db, dry_run=args.dry_run, on_change=on_change, scope=args.scope), args.lock_wait, "dedup"
+            lambda: dedup(db, dry_run=args.dry_run, on_change=on_change, scope=args.scope, canonical=args.canonical),
+            args.lock_wait,
+            "dedup",
         )
     if args.dry_run and args.json:
         return 0  # the JSON lines above are the output

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice, repeat
 
 from webdb import _fault
-from webdb.schedule import FetchResult, Schedule, apply_fetch
+from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables import block
@@ -59,6 +59,13 @@ def encode_fetch(r: FetchResult) -> bytes:
     if r.meta:
         v += json.dumps(r.meta, separators=(",", ":"), sort_keys=True).encode("utf-8", "replace")
     return v
+
+
+_LASTMOD = __import__("struct").Struct("<qq")  # lastmod, due
+
+
+def encode_lastmod(lastmod: int, due: int) -> bytes:
+    return _LASTMOD.pack(lastmod, due)
 
 
 def decode_fetch(url: str, v: bytes) -> FetchResult:
@@ -365,13 +372,15 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
                     link = (lf, lv)
         elif op == E.OP_DEL:
             new = None
-        if group[-1][0] == E.OP_FETCH:
+        if group[-1][0] >= E.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
             url = url_b.decode("utf-8")
             p = Page.decode(url, new) if new is not None else None
             for o, fv in group:
                 if o == E.OP_FETCH:
                     p = apply_fetch(p, decode_fetch(url, fv), sched)
-            new = p.encode_value()
+                elif o == E.OP_LASTMOD and p is not None:
+                    p = apply_lastmod(p, *_LASTMOD.unpack(fv))
+            new = p.encode_value() if p is not None else None
         if old is not None and new is not None:
             if old[MD5] != new[MD5]:
                 em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))

@@ -30,7 +30,7 @@ STAGE_TABLE = {
 STAGE_BY_URL = {ST_PBU: True, ST_PBM: False, ST_LBM: False, ST_LBU: True, ST_LBM2: False}
 
 # Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last.
-OP_ADD, OP_ADD_SCORE, OP_IFN, OP_DEL, OP_FETCH = 1, 2, 3, 4, 5
+OP_ADD, OP_ADD_SCORE, OP_IFN, OP_DEL, OP_FETCH, OP_LASTMOD = 1, 2, 3, 4, 5, 6
 # Stage 2 (PagesByMD5) and stage 5 (LinksByMD5 fix-ups), stage 4 link edits.
 OP2_DEL, OP2_ADD = 0, 1
 OP5_DEL, OP5_FLAG = 0, 1

@@ -268,6 +268,9 @@ class CallRecorder:
     def apply_fetch(self, result: FetchResult) -> None:
         self._rec("apply_fetch", result=_fetch(result))
 
+    def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
+        self._rec("apply_lastmod", url=url, lastmod=lastmod, due=due)
+
     def add_link(self, link: Link) -> None:
         self._rec("add_link", link=_link(link))
 
@@ -310,6 +313,8 @@ def apply_call(log: Any, d: dict) -> None:
         log.delete_page(d["url"])
     elif c == "apply_fetch":
         log.apply_fetch(_to_fetch(d["result"]))
+    elif c == "apply_lastmod":
+        log.apply_lastmod(d["url"], d["lastmod"], d["due"])
     elif c == "add_link":
         log.add_link(_to_link(d["link"]))
     elif c == "delete_links":

@@ -27,6 +27,7 @@ from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
     _BAD_URL_CHAR,
+    NEVER,
     Link,
     Page,
     Status,
@@ -37,7 +38,7 @@ from webdb.tables.records import (
     validate_url,
 )
 from webdb.writer import edits as E
-from webdb.writer.cascade import encode_fetch, write_routed
+from webdb.writer.cascade import encode_fetch, encode_lastmod, write_routed
 from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
@@ -167,6 +168,22 @@ class EditLog:
         if self._sample is not None:
             self._observe(url_b)
         self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
+
+    def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
+        """A hint that ``url`` changed at ``lastmod`` (a sitemap's lastmod, seconds since the
+        epoch): at commit, after the batch's fetches of the url, a stored page last fetched
+        (FETCHED or NOT_MODIFIED) before ``lastmod`` and due after ``due`` becomes due at ``due``
+        (docs/semantics.md, *Pages*).  No page, no effect."""
+        self._live()
+        url_b = self._url(url)
+        for name, v in (("lastmod", lastmod), ("due", due)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= NEVER:
+                raise BadInput(
+                    f"lastmod hint for {url!r:.200}: {name} must be whole seconds in 0..{NEVER}, not {v!r:.60}"
+                )
+        if self._sample is not None:
+            self._observe(url_b)
+        self._add1(E.pbu_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
 
     def _check_link(self, link: Link) -> bytes:
         self._live()
