@@ -16,7 +16,8 @@ interval in whole seconds (ASCII digits; default: the db's ``default_interval``)
 ``name=value`` goes to ``page.meta``, except the keys the crawl sets itself
 (``RESERVED_META``: ``gen``, ``redirect``, ``fit``, ``etag``, ``last_modified``,
 ``refused``, ``canonical``), which are an error, as are a name given twice and a control
-character.  A UTF-8 BOM at the start of a file is skipped.  A line without a tab may separate its fields with spaces.  URLs are normalized (``fetchlist.normalize``, www
+character.  A UTF-8 BOM at the start of a file is skipped.  A line without a tab may separate
+its fields with spaces.  URLs are normalized (``fetchlist.normalize``, www
 rules if given) and filtered (``url_filter``): a URL that cannot be normalized or a malformed
 ``name=value`` is an error naming file and line (``skip_bad`` counts and skips it instead), and
 so is a line that is not UTF-8 (a latin-1 byte, UTF-16 text): the other lines are read; a
