@@ -94,14 +94,14 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
 
 
 def _run(rack, dask: str | None, before_batch, heartbeat_timeout: float | None):
-    from webdb.rack import HEARTBEAT_TIMEOUT, update, update_dask
+    from webdb.rack import HEARTBEAT_TIMEOUT, update
 
     kw = {
         "steps": RACK_STEPS,
         "before_batch": before_batch,
         "heartbeat_timeout": HEARTBEAT_TIMEOUT if heartbeat_timeout is None else heartbeat_timeout,
     }
-    return update_dask(rack, dask, **kw) if dask else update(rack, **kw)
+    return update(rack, dask=dask, **kw)
 
 
 def prefix_stats_rack(

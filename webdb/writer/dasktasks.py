@@ -22,25 +22,22 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import shutil
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from webdb import _fault
-from webdb.db import WebDB, WriterLock, write_atomic
-from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, WebDBError
+from webdb.db import write_atomic
+from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
 from webdb.writer import edits as E
-from webdb.writer.distributed import StepContext, sync_location
 from webdb.writer.engine import apply_stage_result, section_job, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
-from webdb.writer.inputs import resolve
+from webdb.writer.location import Location
 from webdb.writer.section import apply_input, outbox_names
 
 __all__ = [
@@ -66,15 +63,12 @@ class SectionRefused(BadInput):
 
 @dataclass
 class _Lease:
-    """A location's writer lock held by this worker process for one batch."""
+    """A location (its writer lock held) kept by this worker process for one batch."""
 
     batch: str
-    db: WebDB
-    lock: WriterLock
+    loc: Location
     timeout: float
     renewed: float
-    state: str = "open"  # open, synced, ready, committing
-    ctx: StepContext | None = None  # a task's requests (generate) share it across requests
 
 
 # db path -> the lease this process holds: the lock must outlive a task (it spans the batch).
@@ -106,12 +100,9 @@ def _check_section(path: str, j: int) -> None:
 def _drop(lease: _Lease, path: str) -> None:
     """Release a lease; remove the batch's files unless its manifest may be committed."""
     try:
-        if lease.state == "synced":
-            lease.db.recover()
-    except (OSError, WebDBError) as e:
-        print(f"webdb: {path}: cleanup after the abort failed ({e}); the next update does it", file=sys.stderr)
+        lease.loc.rollback()
     finally:
-        lease.lock.release()
+        lease.loc.release()
         _LEASES.pop(path, None)
 
 
@@ -139,15 +130,14 @@ def _lease(place: dict, batch: str, gen0: int | None = None) -> _Lease:
                 f"{path} is being written by another update (batch {lease.batch}) on worker {_worker()}; its lease "
                 f"ends {lease.timeout - (time.monotonic() - lease.renewed):.0f}s after its coordinator's last word"
             )
-        db = WebDB(path)
-        lock = db.lock().acquire()
-        lease = _Lease(batch, db, lock, float(place["heartbeat_timeout"]), time.monotonic())
+        loc = Location(path, place["label"], place["sections"])
+        lease = _Lease(batch, loc, float(place["heartbeat_timeout"]), time.monotonic())
         if gen0 is not None:
-            cur = db.committed()
+            cur = loc.db.committed()
             if cur != gen0:
-                lock.release()
+                loc.release()
                 raise DistributedError(f"{path}: CURRENT moved from generation {gen0} to {cur} during the update")
-            lease.state = "synced"
+            loc.state = "synced"
         _LEASES[path] = lease
         if not _WATCHDOG:
             _WATCHDOG.append(threading.Thread(target=_watch, daemon=True, name="webdb-lease"))
@@ -159,87 +149,57 @@ def _lease(place: dict, batch: str, gen0: int | None = None) -> _Lease:
 
 
 def open_location(place: dict, batch: str) -> dict:
-    """Take the location's writer lock; report what the SSH agent's ``hello`` reports."""
+    """Take the location's writer lock; its hello (as an agent's)."""
     _check_section(place["path"], place["sections"][0])
-    lease = _lease(place, batch)
-    path = place["path"]
-    with open(os.path.join(path, DB_IDENTITY), "rb") as f:
-        identity = json.loads(f.read())
-    cur = lease.db.committed()
-    return {
-        "committed": cur,
-        "manifest": lease.db.manifest(cur),
-        "identity": identity,
-        "stale_lock": lease.lock.stale,
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "worker": _worker(),
-        "python": sys.executable,
-        "webdb": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    }
+    return _lease(place, batch).loc.hello(place.get("probe") or [], worker=_worker())
 
 
 def sync_location_task(place: dict, batch: str, gen: int, manifest: dict) -> int:
-    """Bring the location to the rack's generation ``gen`` and recover it (the agent's sync)."""
-    lease = _lease(place, batch)
-    if lease.state != "open":
-        return 0  # synced already for this batch: a second recover would remove its files
-    removed = sync_location(lease.db, place["path"], place["sections"], gen, manifest)
-    lease.state = "synced"
-    return len(removed)
+    """Bring the location to the rack's generation ``gen`` and recover it (once per batch)."""
+    return _lease(place, batch).loc.sync(gen, manifest)
 
 
 def step_location(place: dict, batch: str, gen0: int, manifest: dict, steps: str, request: dict) -> list[dict]:
-    """A task's request between sync and batch (docs/distributed.md, *Tasks*): ``steps``
-    (``module:function``) run as ``fn(ctx, request)`` on the location's synced, locked copy;
-    returns its reply parts.  ``ctx.state`` lives with the lease, from one request to the next."""
-    lease = _lease(place, batch, gen0)
-    if lease.ctx is None:
-        scratch = os.path.join(place["path"], TMP_DIR, "task")
-        os.makedirs(scratch, exist_ok=True)
-        lease.ctx = StepContext(lease.db, place["path"], list(place["sections"]), manifest, scratch)
-    return list(resolve(steps)(lease.ctx, request))
+    """A task's request between sync and batch (docs/distributed.md, *Tasks*); its reply
+    parts.  ``ctx.state`` lives with the lease, from one request to the next."""
+    loc = _lease(place, batch, gen0).loc
+    loc.base = loc.base or manifest
+    return list(loc.step(steps, request))
 
 
 def prepare_location(place: dict, batch: str, gen0: int, manifest: dict) -> None:
     """Phase 1: the new manifest on disk at this location."""
-    lease = _lease(place, batch, gen0)
-    _fault.point(f"dist.{place['label']}.before_ready")
-    lease.db.write_manifest(manifest)
-    lease.state = "ready"
+    _lease(place, batch, gen0).loc.prepare(manifest)
 
 
 def commit_location(place: dict, batch: str, gen0: int, manifest: dict) -> int:
     """Phase 2: flip CURRENT, remove the batch's leftovers, release the lock."""
     lease = _lease(place, batch, gen0)
-    lease.state = "ready"
-    _fault.point(f"dist.{place['label']}.before_commit")
-    lease.state = "committing"
-    lease.db.commit(manifest)
-    removed = lease.db.recover()
+    lease.loc.state = "ready"  # a lease taken again after a restart: the manifest is written
+    removed = lease.loc.commit(manifest)
     with _GUARD:
-        lease.lock.release()
+        lease.loc.release()
         _LEASES.pop(place["path"], None)
-    return len(removed)
+    return removed
 
 
 def renew(path: str, batch: str) -> bool:
     """The coordinator is alive (``Client.run``, 5 times per heartbeat timeout): keep the lease."""
-    with _GUARD:
-        lease = _LEASES.get(path)
-        if lease is None or lease.batch != batch:
-            return False
-        lease.renewed = time.monotonic()
-        return True
+    return _with_lease(path, batch, lambda lease: setattr(lease, "renewed", time.monotonic()))
 
 
 def abort_location(path: str, batch: str) -> bool:
     """The update failed: drop the lease (and the batch's files, if before the manifest)."""
+    return _with_lease(path, batch, lambda lease: _drop(lease, path))
+
+
+def _with_lease(path: str, batch: str, fn) -> bool:
+    """``fn(lease)`` if this process holds ``path``'s lease for ``batch``; whether it did."""
     with _GUARD:
         lease = _LEASES.get(path)
         if lease is None or lease.batch != batch:
             return False
-        _drop(lease, path)
+        fn(lease)
         return True
 
 
