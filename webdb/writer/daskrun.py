@@ -98,12 +98,13 @@ class DaskTransport:
         self.last_progress = time.monotonic()
         self.steps: str | None = None
         self.gen0, self.base, self.n_ask = 0, {}, 0
+        self.levels: dict[str, int] = {}
+        self.client = connect(scheduler, connect_timeout)
+        # After the import of distributed, which sets its loggers' levels from its config.
         self.levels = {name: logging.getLogger(name).level for name in _QUIET}
         for name in _QUIET:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        self.client = None
         try:
-            self.client = connect(scheduler, connect_timeout)
             self.check_workers()
         except BaseException:
             self.close()
@@ -169,12 +170,14 @@ class DaskTransport:
                 )
         if now - self.last_progress > self.stage_timeout:
             raise Failed(f"no task finished for {self.stage_timeout:g}s (stage timeout)", kind="StageTimeout")
-        if self.batch and now - self.last_renew >= max(1.0, self.hb_timeout / 5):
+        if now - self.last_renew >= max(1.0, self.hb_timeout / 5):
             self.last_renew = now
-            for label, j in self.leads.items():
-                addrs = have.get(j) or []
-                if addrs:
-                    self.client.run(T.renew, self.rack.path(label), self.batch, workers=addrs, on_error="return")
+            try:
+                for label, j in self.leads.items():
+                    if have.get(j):
+                        self.client.run(T.renew, self.rack.path(label), self.batch, workers=have[j], on_error="return")
+            except (OSError, FutureTimeout, TimeoutError) as e:  # CommClosedError is an OSError
+                raise self.lost(type(e).__name__) from None
 
     def wait(self, futures: dict, on_done: Callable[[object, object], None]) -> None:
         """Wait for every future of ``futures`` (key -> future; taken over: the dict is emptied,
