@@ -35,7 +35,7 @@ from webdb.errors import BadInput, CorruptionError, DistributedError, LockedErro
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
 from webdb.writer import edits as E
-from webdb.writer.engine import apply_stage_result, section_job, stage_job, stage_summary
+from webdb.writer.engine import run_stages, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
 from webdb.writer.location import Location
 from webdb.writer.section import apply_input, outbox_names
@@ -275,41 +275,63 @@ def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
 
 def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]) -> dict:
     """Stage ``stage`` of section j: write the edits every producer sent at step stage-1 into
-    j's share group (SHA-256 checked), merge the stage's inputs into j's table, and return
-    what the stage emitted for every target."""
+    j's share group (SHA-256 checked), merge the stage's inputs into j's table through the
+    engine's stage loop (``run_stages``, this one stage), and return what the stage emitted
+    for every target."""
     t0, c0 = time.monotonic(), time.process_time()
     _enter(spec)
     j, k = spec["section"], spec["k"]
     state = copy.deepcopy(prev["state"])
     _receive(spec, state, stage, incoming)
-    inputs = _inputs(spec, state, stage)
     tmp = _scratch(spec, f"st{stage}")
     secs = Sections.from_json(state["sections"])
     job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
-    job0["outbox"] = os.path.join(tmp, "outbox")
-    merged = None
+    ex = _TaskExchange(spec, state, os.path.join(tmp, "outbox"))
+    job0["outbox"] = ex.outbox
+    tables: list[dict] = [{} for _ in range(k)]
+    status: list[dict] = [{} for _ in range(k)]
+    tables[j], status[j] = state["tables"], state["status"]
     try:
-        if inputs:
-            _forget_output(spec, stage)
-            tables: list[dict] = [{} for _ in range(k)]
-            status: list[dict] = [{} for _ in range(k)]
-            tables[j], status[j] = state["tables"], state["status"]
-            [r] = LocalExecutor(1, tmp)([section_job(job0, stage, j, tables[j], inputs)])
-            apply_stage_result(tables, status, r)
-            state["tables"], state["status"] = tables[j], status[j]
-            merged = stage_summary(r)
-            state["stages"].append({"stage": stage, **merged})
-        if stage < 5:
-            _fault.point(f"dist.s{j}.step{stage}.before_ship")
-            out = _collect(spec, state, stage, job0["outbox"])
-        else:
-            _fault.point(f"dist.s{j}.stage5.done")
-            out = {}
+        state["stages"].extend(run_stages(job0, [j], tables, status, ex, LocalExecutor(1, tmp), stages=(stage,)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    state["tables"], state["status"] = tables[j], status[j]
     _account(state, t0, c0)
-    summary = {"section": j, "step": stage, "merged": merged, "shipped": state["shipped"][-1] if stage < 5 else None}
-    return {"state": state, "out": out, "summary": summary}
+    summary = {
+        "section": j,
+        "step": stage,
+        "merged": ex.summary,
+        "shipped": state["shipped"][-1] if stage < 5 else None,
+    }
+    return {"state": state, "out": ex.out, "summary": summary}
+
+
+class _TaskExchange:
+    """The Exchange of ``engine.run_stages`` in a stage task: the inputs are the files the
+    task wrote from its producers' results; publishing a step is collecting its outbox into
+    the task's result."""
+
+    def __init__(self, spec: dict, state: dict, outbox: str) -> None:
+        self.spec, self.state, self.outbox = spec, state, outbox
+        self.out: dict[int, list[dict]] = {}
+        self.summary: dict | None = None
+
+    def inputs(self, stage: int, section: int) -> list[str]:
+        files = _inputs(self.spec, self.state, stage)
+        if files:
+            _forget_output(self.spec, stage)
+        return files
+
+    def merged(self, r: dict) -> None:
+        self.summary = stage_summary(r)
+
+    def published(self, stage: int) -> None:
+        j = self.spec["section"]
+        if stage < 5:
+            _fault.point(f"dist.s{j}.step{stage}.before_ship")
+            self.out = _collect(self.spec, self.state, stage, self.outbox)
+        else:
+            _fault.point(f"dist.s{j}.stage5.done")
 
 
 def _forget_output(spec: dict, stage: int) -> None:
