@@ -659,7 +659,8 @@ def generate_rack(
     ``events`` gets the rack's progress events (as ``update``'s ``progress``); ``result.rack``
     is the update's per-host result.  Raises UpdateFailed as ``update`` does; a writer lock
     held elsewhere is waited for up to ``lock_wait`` seconds.  ``dask``: a Dask scheduler
-    address: the same requests and batch run as tasks on its workers (``update_dask``).
+    address (default: hosts.ini's ``dask_scheduler``): the same requests and batch run as tasks
+    on its workers.
     """
     import base64
     import shutil

@@ -1,8 +1,8 @@
 """``prefixes`` and ``dedup`` over a rack (docs/analysis.md, *On a rack or a Dask cluster*):
 each location reads only its own sections, the coordinator (this process) combines.
 
-Both run as a task of the distributed update (``webdb.rack.update``, or ``update_dask`` on a
-Dask cluster): every location takes its writer lock and syncs to the rack's generation, so all
+Both run as a task of the distributed update (``webdb.rack.update``, over agents or a Dask
+cluster as the driver chooses): every location takes its writer lock and syncs to the rack's generation, so all
 sections are read at one generation; then ``rack_step`` answers per section.
 
 - prefixes: each section's statistics over its slice of PagesByURL (a prefix may span two

@@ -17,7 +17,7 @@ from webdb.errors import WebDBError
 from webdb.ndfs import GroupResult
 from webdb.settings import resolve
 from webdb.writer.distributed import HEARTBEAT
-from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, SectionSpec
+from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared, SectionSpec
 from webdb.writer.hosts import Placement, Rack, _LocalLink, _SSHLink
 from webdb.writer.results import Failed, UpdateFailed, UpdateResult, _Host, failure_line, host_results
 
@@ -205,11 +205,11 @@ class AgentTransport:
 
     def run(
         self, specs: dict[str, list[SectionSpec]], breakpoints: Callable[[dict[int, list[str]]], list[str]] | None
-    ) -> dict[int, dict]:
+    ) -> dict[int, Prepared]:
         for label, lst in specs.items():
             self.hosts[label].link.send({"cmd": "run", "sections": [s.to_json() for s in lst]})
         samples: dict[int, list[str]] = {}
-        prepared: dict[int, dict] = {}
+        prepared: dict[int, Prepared] = {}
 
         def on(label: str, o: dict) -> None:
             if o["ev"] == "sample" and breakpoints is not None:
@@ -220,7 +220,7 @@ class AgentTransport:
                         if h.place.sections:
                             h.link.send(cmd)
             elif o["ev"] == "prepared":
-                prepared[o["section"]] = o["result"]
+                prepared[o["section"]] = Prepared.from_json(o["result"])
 
         self.pump(lambda: len(prepared) == self.rack.k, on)
         return prepared

@@ -27,7 +27,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from webdb.errors import BadInput, WebDBError
 from webdb.writer import dasktasks as T
-from webdb.writer.driver import Options, SectionSpec, update
+from webdb.writer.driver import Options, Prepared, SectionSpec, update
 from webdb.writer.hosts import Rack
 from webdb.writer.results import Failed, UpdateResult, _Host
 
@@ -313,7 +313,7 @@ class DaskTransport:
 
     def run(
         self, specs: dict[str, list[SectionSpec]], breakpoints: Callable[[dict[int, list[str]]], list[str]] | None
-    ) -> dict[int, dict]:
+    ) -> dict[int, Prepared]:
         """The whole batch as one graph: the barrier between stages is the dependencies."""
         js = self.task_specs(specs)
         bps = None
@@ -323,7 +323,7 @@ class DaskTransport:
             self.wait(fs, lambda key, r: samples.__setitem__(key[1], r))
             bps = breakpoints(samples)
         summaries = self.graph(js, bps)
-        prepared: dict[int, dict] = {}
+        prepared: dict[int, Prepared] = {}
         ordered = {key: summaries[key] for key in sorted(summaries, key=lambda x: (x[2], x[1]))}
         summaries.clear()  # wait() holds the only references: each is released once read
         self.wait(ordered, lambda key, r: self.on_summary(key, r, prepared))
@@ -373,7 +373,7 @@ class DaskTransport:
             summaries[("sec", j, 5)] = self.sub(T.pick_state, j, f"done5-section{j}", full[j])
         return summaries
 
-    def on_summary(self, key, r: dict, prepared: dict[int, dict]) -> None:
+    def on_summary(self, key, r: dict, prepared: dict[int, Prepared]) -> None:
         _, j, step = key
         label = self.rack.section_at[j]
         h = self.hosts[label]
@@ -397,7 +397,7 @@ class DaskTransport:
             fields = {x: s[x] for x in ("files", "bytes", "remote_bytes", "seconds")}
             self.event(label, ev="section", section=j, step=step, state="shipped", **fields)
         if step == 5:
-            prepared[j] = {"section": j, **r["prepared"]}
+            prepared[j] = Prepared.from_json({"section": j, **r["prepared"]})
             self.event(label, ev="prepared", section=j)
 
 

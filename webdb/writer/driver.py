@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
 from webdb import _fault
@@ -47,6 +47,7 @@ __all__ = [
     "STAGE_TIMEOUT",
     "Failed",
     "Options",
+    "Prepared",
     "SectionSpec",
     "Session",
     "Transport",
@@ -90,6 +91,28 @@ class SectionSpec:
 
 
 @dataclass
+class Prepared:
+    """Section ``section``'s part of the batch, as its writer reports it after stage 5: its
+    new tables and status, the batch's breakpoints, its input's counts and what it shipped."""
+
+    section: int
+    tables: dict
+    status: dict
+    sections: dict
+    api: dict
+    input: Any
+    stages: list[dict]
+    shipped: list[dict]
+    step0: dict
+    seconds: float
+    cpu_seconds: float
+
+    @classmethod
+    def from_json(cls, d: dict) -> Prepared:
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+
+@dataclass
 class Options:
     """How a run is bounded and watched (every transport reads the same ones)."""
 
@@ -120,7 +143,7 @@ class Transport(Protocol):
 
     def run(
         self, specs: dict[str, list[SectionSpec]], breakpoints: Callable[[dict[int, list[str]]], list[str]] | None
-    ) -> dict[int, dict]:
+    ) -> dict[int, Prepared]:
         """Every section's job; the prepared record of each.  ``breakpoints`` (a first
         batch): called once with every section's URL sample, returns the breakpoints."""
         ...
@@ -424,13 +447,13 @@ def section_specs(
     ]
 
 
-def batch_record(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[int, dict]) -> dict:
+def batch_record(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[int, Prepared]) -> dict:
     """The batch's manifest from every section's prepared record (the local writer builds
     the same one, without ``distributed``)."""
-    k = rack.k
+    parts = [prepared[j] for j in range(rack.k)]
     shipped = []
     for step in range(0, 5):
-        rows = [x for j in range(k) for x in prepared[j]["shipped"] if x["step"] == step]
+        rows = [x for p in parts for x in p.shipped if x["step"] == step]
         shipped.append(
             {
                 "step": step,
@@ -444,17 +467,17 @@ def batch_record(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[in
         base,
         gen,
         batch,
-        Sections.from_json(prepared[0]["sections"]),
-        [prepared[j]["tables"] for j in range(k)],
-        [prepared[j]["status"] for j in range(k)],
-        {x: sum(prepared[j]["api"][x] for j in range(k)) for x in ("pages", "links")},
-        [row for j in range(k) for row in prepared[j]["stages"]],
+        Sections.from_json(parts[0].sections),
+        [p.tables for p in parts],
+        [p.status for p in parts],
+        {x: sum(p.api[x] for p in parts) for x in ("pages", "links")},
+        [row for p in parts for row in p.stages],
         distributed={
             "hosts": {lab: p.sections for lab, p in rack.places.items()},
             "shipped": shipped,
-            "input": {str(j): prepared[j]["input"] for j in range(k)},
-            "section_seconds": [prepared[j]["seconds"] for j in range(k)],
-            "section_cpu_seconds": [prepared[j]["cpu_seconds"] for j in range(k)],
-            "step0": [prepared[j]["step0"] for j in range(k)],
+            "input": {str(p.section): p.input for p in parts},
+            "section_seconds": [p.seconds for p in parts],
+            "section_cpu_seconds": [p.cpu_seconds for p in parts],
+            "step0": [p.step0 for p in parts],
         },
     )
