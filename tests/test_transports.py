@@ -1,0 +1,87 @@
+"""One driver, every transport (docs/distributed.md §1, *The driver and its transports*): the
+same two batches through the in-process Writer, agents on a rack of local roots, agents over
+loopback sshd hosts and a Dask cluster write byte-identical tables and the same manifests,
+at k = 1, 2, 3."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dbutil import batch_a, batch_b
+from rackutil import gather, no_leftovers, split
+from sshd import SSHHost
+from test_engine import digests, recorded, same_parts
+
+import webdb
+from webdb.writer.inputs import apply_call
+from webdb.writer.rack import Rack, create_rack, update
+
+REPLAY = "webdb.writer.inputs:replay_calls"
+SETTINGS = {"sync": False, "block_size": 512}
+
+pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from test_dask import start_cluster
+
+    c = start_cluster(3)
+    yield c
+    c.close()
+
+
+def roots_rack(tmp: Path, k: int) -> tuple[Rack, list[Path]]:
+    roots = [tmp / f"r{j}" for j in range(k)]
+    for r in roots:
+        r.mkdir(parents=True)
+    ini = tmp / "hosts.ini"
+    ini.write_text(
+        f"[ndfs]\ndb = crawl\n[sections]\ncount = {k}\n" + "".join(f"{j} = {r}\n" for j, r in enumerate(roots))
+    )
+    return Rack.from_file(ini), roots
+
+
+def ssh_rack(hosts: list[SSHHost], tmp: Path) -> tuple[Rack, list[Path]]:
+    tmp.mkdir(parents=True)
+    names = ", ".join(h.name for h in hosts)
+    ini = "[ndfs]\ndb = crawl\nconnect_timeout = 3\ntimeout = 5\n\n" + "".join(h.ini() for h in hosts)
+    (tmp / "hosts.ini").write_text(ini + f"\n[sections]\ncount = {len(hosts)}\nhosts = {names}\n")
+    return Rack.from_file(tmp / "hosts.ini"), [h.root for h in hosts]
+
+
+@pytest.mark.ssh
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_every_transport_writes_the_same_tables_and_manifests(
+    k: int, cluster, ssh_hosts: list[SSHHost], tmp_path: Path
+) -> None:
+    local = webdb.create(str(tmp_path / "w" / "crawl"), sections=k, **SETTINGS)
+    racks = {
+        "agents": (*roots_rack(tmp_path / "agents", k), None),
+        "ssh": (*ssh_rack(ssh_hosts[:k], tmp_path / "ssh"), None),
+        "dask": (*roots_rack(tmp_path / "dask", k), cluster.scheduler_address),
+    }
+    for rack, _, _ in racks.values():
+        create_rack(rack, **SETTINGS)
+    for tag, batch in (("a", batch_a), ("b", batch_b)):
+        calls = recorded(batch)
+        with local.writer() as w:
+            for c in calls:
+                apply_call(w, json.loads(c))
+        dbs = {}
+        for name, (rack, roots, dask) in racks.items():
+            res = update(rack, split(calls, [tmp_path] * k, f"{tag}-{name}"), input_fn=REPLAY, dask=dask)
+            assert res.committed and res.hosts.ok, (name, res.summary())
+            dbs[name] = gather(roots)
+        for name, db in dbs.items():
+            assert digests(db) == digests(local), name
+            assert same_parts(db.manifest()) == same_parts(local.manifest()), name
+        shipped = {
+            n: [(s["files"], s["bytes"]) for s in db.manifest()["distributed"]["shipped"]] for n, db in dbs.items()
+        }
+        assert shipped["agents"] == shipped["ssh"] == shipped["dask"]
+    for _, roots, _ in racks.values():
+        no_leftovers(roots)
