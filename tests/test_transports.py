@@ -1,11 +1,14 @@
 """One driver, every transport (docs/distributed.md §1, *The driver and its transports*): the
 same two batches through the in-process Writer, agents on a rack of local roots, agents over
 loopback sshd hosts and a Dask cluster write byte-identical tables and the same manifests,
-at k = 1, 2, 3."""
+at k = 1, 2, 3; and a rack's export through each is the local export's bytes."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,59 @@ def test_every_transport_writes_the_same_tables_and_manifests(
         assert shipped["agents"] == shipped["ssh"] == shipped["dask"]
     for _, roots, _ in racks.values():
         no_leftovers(roots)
+
+
+ALL_STATUSES = "unfetched,fetched,retry,gone,redirect_temp,redirect_perm,not_modified,duplicate"
+
+
+def webdb_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, WEBDB_FAULTS="")
+    return subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+@pytest.mark.ssh
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("transport", ["agents", "ssh", "dask"])
+def test_export_of_a_rack_equals_the_local_export(
+    transport: str, cluster, ssh_hosts: list[SSHHost], tmp_path: Path
+) -> None:
+    """`webdb export --hosts`: each location exports its sections through the driver, this
+    machine fetches and joins them: the same bytes as the export of the same db written
+    locally, in JSON lines and in Parquet."""
+    k = 2
+    local = webdb.create(str(tmp_path / "w" / "crawl"), sections=k, **SETTINGS)
+    if transport == "ssh":
+        rack, roots = ssh_rack(ssh_hosts[:k], tmp_path / "rack")
+    else:
+        rack, roots = roots_rack(tmp_path / "rack", k)
+    dask = ["--dask", cluster.scheduler_address] if transport == "dask" else []
+    create_rack(rack, **SETTINGS)
+    for tag, batch in (("a", batch_a), ("b", batch_b)):
+        calls = recorded(batch)
+        with local.writer() as w:
+            for c in calls:
+                apply_call(w, json.loads(c))
+        assert update(
+            rack, split(calls, [tmp_path] * k, tag), input_fn=REPLAY, dask=dask[1] if dask else None
+        ).committed
+    ini = str(tmp_path / "rack" / "hosts.ini")
+    for fmt in ("jsonl", "parquet"):
+        want, got = tmp_path / f"want.{fmt}", tmp_path / f"got.{fmt}"
+        p = webdb_cli("export", local.path, "--status", ALL_STATUSES, "--format", fmt, "--out", str(want))
+        assert p.returncode == 0, p.stderr
+        p = webdb_cli(
+            "export", "--hosts", ini, "crawl", *dask, "--status", ALL_STATUSES, "--format", fmt, "--out", str(got)
+        )
+        assert p.returncode == 0, p.stderr
+        assert "generation 2" in p.stdout and f"({k} sections)" in p.stdout, p.stdout
+        if fmt == "jsonl":
+            assert got.read_bytes() == want.read_bytes() and want.stat().st_size > 0
+        else:
+            import pyarrow.parquet as pq
+
+            assert pq.read_table(got).to_pylist() == pq.read_table(want).to_pylist()
+    no_leftovers(roots)
+    p = webdb_cli("export", "--hosts", ini, "crawl", "--segments", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert p.returncode == 2 and "--segments does not go with --hosts" in p.stderr, p.stderr
