@@ -144,3 +144,25 @@ def test_export_of_a_rack_equals_the_local_export(
     no_leftovers(roots)
     p = webdb_cli("export", "--hosts", ini, "crawl", "--segments", str(tmp_path), "--out", str(tmp_path / "x"))
     assert p.returncode == 2 and "--segments does not go with --hosts" in p.stderr, p.stderr
+
+
+def test_hosts_running_the_pure_python_codec_are_named(tmp_path: Path) -> None:
+    """A location whose block codec is not compiled (WEBDB_PURE_PYTHON=1 in its agent's
+    environment, as on a host without a compiler) is named in the progress and the summary."""
+    rack, roots = roots_rack(tmp_path, 2)
+    create_rack(rack, **SETTINGS)
+    events: list[dict] = []
+    calls = recorded(batch_a)
+    res = update(
+        rack,
+        split(calls, [tmp_path] * 2, "a"),
+        input_fn=REPLAY,
+        env={"WEBDB_PURE_PYTHON": "1"},
+        progress=events.append,
+    )
+    assert res.committed
+    [warning] = [e["message"] for e in events if e.get("ev") == "warning"]
+    assert "pure-Python block codec" in warning and all(str(r) in warning for r in roots), warning
+    assert f"warning: {warning}" in res.summary()
+    assert all(r.value["compiled"] is False for r in res.hosts.values())
+    assert not [w for w in update(rack, {}, input_fn=REPLAY).warnings if "pure-Python" in w]
