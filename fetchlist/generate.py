@@ -659,12 +659,13 @@ def generate_rack(
     ``events`` gets the rack's progress events (as ``update``'s ``progress``); ``result.rack``
     is the update's per-host result.  Raises UpdateFailed as ``update`` does; a writer lock
     held elsewhere is waited for up to ``lock_wait`` seconds.  ``dask``: a Dask scheduler
-    address: the same requests and batch run as tasks on its workers (``update_dask``).
+    address (default: hosts.ini's ``dask_scheduler``): the same requests and batch run as tasks
+    on its workers.
     """
     import base64
     import shutil
 
-    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update, update_dask
+    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
 
     segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
     existed = os.path.isdir(segment_dir)
@@ -766,9 +767,7 @@ def generate_rack(
                 "stage_timeout": STAGE_TIMEOUT if stage_timeout is None else stage_timeout,
                 "progress": events,
             }
-            if dask:
-                return update_dask(rack, dask, **common)
-            return update(rack, env=env, **common)
+            return update(rack, dask=dask, env=env, **common)
         except UpdateFailed as e:
             if got.get("written") and not e.result.committed:
                 shutil.rmtree(segment_dir, ignore_errors=True)  # its marks never committed: no segment

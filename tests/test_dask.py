@@ -242,7 +242,9 @@ def wait_workers(address: str, k: int) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_scheduler_killed_fails_cleanly_and_a_rerun_on_a_new_one_completes(procs, tmp_path: Path) -> None:
+def test_scheduler_killed_fails_cleanly_and_a_rerun_on_a_new_one_completes(
+    procs, tmp_path: Path, capfd: pytest.CaptureFixture
+) -> None:
     k = 2
     rack, roots = rack_of(tmp_path, k)
     sched, addr = procs.scheduler("sched1")
@@ -266,6 +268,9 @@ def test_scheduler_killed_fails_cleanly_and_a_rerun_on_a_new_one_completes(procs
             connect_timeout=2,
         )
     assert "scheduler" in str(e.value) and addr in str(e.value), str(e.value)
+    assert "\n" not in str(e.value) and "Futures cancelled" not in str(e.value), str(e.value)
+    err = capfd.readouterr().err  # the operator sees the one error line, not the client's logging
+    assert "Traceback" not in err and "Futures cancelled" not in err and "distributed.client" not in err, err
     assert [committed(r) for r in roots] == [0, 0]
     # A new scheduler and workers; the old workers still run and hold the leads' leases until
     # the heartbeat timeout passes without the coordinator renewing them.
@@ -374,6 +379,39 @@ def test_cli_unreachable_scheduler_exits_2_naming_it(tmp_path: Path) -> None:
         timeout=120,
     )
     assert p.returncode == 2 and "tcp://127.0.0.1:9" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.timeout(600)
+def test_cli_scheduler_lost_mid_run_is_one_error_line(procs, tmp_path: Path) -> None:
+    """The scheduler dies while the update waits for a section: the operator reads one line
+    naming it, not the Dask client's tracebacks and its list of cancelled futures."""
+    k = 2
+    rack, roots = rack_of(tmp_path, k)
+    sched, addr = procs.scheduler("sched")
+    flag = tmp_path / "worker-1-died"
+    procs.worker("w0", addr, 0)
+    # Section 1's worker dies at stage 2 and, without a nanny, stays dead: the run waits.
+    procs.worker("w1", addr, 1, "--no-nanny", env={"WEBDB_FAULTS": f"dist.s1.step2.before_ship@{flag}"})
+    wait_workers(addr, k)
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text("".join(c + "\n" for c in recorded(batch_a)))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "webdb.cli.main", "update", "--hosts", str(tmp_path / "hosts.ini"), "crawl",
+         str(calls), "--input", REPLAY, "--dask", addr, "--worker-timeout", "600", "--heartbeat-timeout", "5", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(flag.exists, 300, "section 1's worker to die at stage 2")
+        os.kill(sched.pid, signal.SIGKILL)
+        out, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("webdb update: error: update of crawl stopped"), err
+    assert f"lost the Dask scheduler {addr}" in lines[0], err
+    assert [committed(r) for r in roots] == [0, 0]
 
 
 @pytest.mark.ssh

@@ -1,8 +1,8 @@
 """``prefixes`` and ``dedup`` over a rack (docs/analysis.md, *On a rack or a Dask cluster*):
 each location reads only its own sections, the coordinator (this process) combines.
 
-Both run as a task of the distributed update (``webdb.rack.update``, or ``update_dask`` on a
-Dask cluster): every location takes its writer lock and syncs to the rack's generation, so all
+Both run as a task of the distributed update (``webdb.rack.update``, over agents or a Dask
+cluster as the driver chooses): every location takes its writer lock and syncs to the rack's generation, so all
 sections are read at one generation; then ``rack_step`` answers per section.
 
 - prefixes: each section's statistics over its slice of PagesByURL (a prefix may span two
@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from webdb.analysis.dedup import SCOPES, Change, apply_change, find_duplicates
 from webdb.analysis.prefixes import PrefixStat, prefix_stats
@@ -30,15 +30,23 @@ from webdb.sortbuf import merge_files
 from webdb.tables.records import Page, Status
 from webdb.writer.inputs import CallRecorder
 
-__all__ = ["RACK_STEPS", "dedup_rack", "prefix_stats_rack", "rack_step", "rank_iteration_rack", "rank_rack"]
+__all__ = [
+    "RACK_STEPS",
+    "dedup_rack",
+    "export_rack",
+    "prefix_stats_rack",
+    "rack_step",
+    "rank_iteration_rack",
+    "rank_rack",
+]
 
 RACK_STEPS = "webdb.analysis.onrack:rack_step"
 _CHUNK = 5000  # records per reply part
 
 
 def rack_step(ctx, req: dict) -> Iterator[dict]:
-    """The locations' side (a steps function): ``op`` ``prefixes`` or ``dedup``, per section
-    of this location, reading that section's table only."""
+    """The locations' side (a steps function): ``op`` ``prefixes``, ``dedup``, ``rank-*`` or
+    ``export``, per section of this location, reading that section's tables only."""
     op = req.get("op")
     for j in ctx.sections:
         if op == "prefixes":
@@ -89,19 +97,83 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
                 rec.write(f)
             links = ctx.manifest["tables"][j].get("links_by_url", {}).get("records", 0)
             yield {"section": j, "calls": path, "pages": pages, "delta": delta, "links": links}
+        elif op == "export":
+            yield _export_section(ctx, j, req)
         else:
             raise BadInput(f"analysis on a rack: unknown step {op!r}")
 
 
+def _export_section(ctx, j: int, req: dict) -> dict:
+    """Section j's export records (webdb.export) as JSON lines in the location's scratch."""
+    from webdb.export import export_pages, host_filter, write_jsonl
+
+    path = os.path.join(ctx.scratch, f"export-{j:04d}.jsonl")
+    fit = (lambda p: p.meta.get("fit") == "1") if req.get("fit_only") else None
+    with Reader.of_sections(ctx.db, ctx.manifest, [j], ("pages_by_url", "links_by_url")) as r, open(path, "wb") as f:
+        n = write_jsonl(
+            export_pages(
+                r,
+                statuses=req["statuses"],
+                since=req.get("since"),
+                url_ok=host_filter(req["domain"]) if req.get("domain") else None,
+                page_ok=fit,
+                max_anchors=req["max_anchors"],
+            ),
+            f,
+        )
+    return {"section": j, "file": os.path.relpath(path, ctx.path), "pages": n}
+
+
+def export_rack(
+    rack,
+    fetch: Callable[[str, str], None],
+    *,
+    statuses: Iterable[int],
+    since: int | None = None,
+    domain: str | None = None,
+    fit_only: bool = False,
+    max_anchors: int,
+    dask: str | None = None,
+    heartbeat_timeout: float | None = None,
+) -> tuple[list[tuple[int, str]], int]:
+    """``export_pages`` over a rack: each location writes its sections' records (JSON lines,
+    in URL order) to its scratch; ``fetch(label, name)`` copies a location's file (``name``
+    relative to its db directory) to this machine while the locks are held.  Returns
+    ``[(section, label)]`` in section order (so in global URL order) and the generation."""
+    req = {
+        "op": "export",
+        "statuses": sorted(int(s) for s in statuses),
+        "since": since,
+        "domain": domain,
+        "fit_only": fit_only,
+        "max_anchors": max_anchors,
+    }
+    got: list[tuple[int, str, str]] = []
+    gen: list[int] = []
+
+    def before_batch(session):
+        got.clear()
+        gen[:] = [session.generation]
+        for label, parts in session.ask(lambda p: req if p.sections else None).items():
+            for part in parts:
+                got.append((part["section"], label, part["file"]))
+        for _, label, name in got:
+            fetch(label, name)
+        return None  # read only: nothing to commit
+
+    _run(rack, dask, before_batch, heartbeat_timeout)
+    return [(j, label) for j, label, _ in sorted(got)], gen[0]
+
+
 def _run(rack, dask: str | None, before_batch, heartbeat_timeout: float | None):
-    from webdb.rack import HEARTBEAT_TIMEOUT, update, update_dask
+    from webdb.rack import HEARTBEAT_TIMEOUT, update
 
     kw = {
         "steps": RACK_STEPS,
         "before_batch": before_batch,
         "heartbeat_timeout": HEARTBEAT_TIMEOUT if heartbeat_timeout is None else heartbeat_timeout,
     }
-    return update_dask(rack, dask, **kw) if dask else update(rack, **kw)
+    return update(rack, dask=dask, **kw)
 
 
 def prefix_stats_rack(

@@ -192,7 +192,8 @@ def add_rack_args(p, what: str) -> None:
 
 
 def rack_target(args):
-    """(rack, scheduler) of --hosts/--dask, or (None, None) for a local db."""
+    """(rack, --dask) of --hosts/--dask, or (None, None) for a local db.  The transport is the
+    driver's choice (webdb.writer.driver: --dask, else hosts.ini's dask_scheduler, else agents)."""
     if not (args.hosts or args.dask):
         return None, None
     from webdb.ndfs.config import check_scheduler_address
@@ -204,4 +205,4 @@ def rack_target(args):
         except ValueError as e:
             raise BadInput(f"--dask: {e}") from None
     rack = Rack.from_file(args.hosts, args.db) if args.hosts else Rack.local(args.db)
-    return rack, args.dask or (rack.config.dask_scheduler if args.hosts else None)
+    return rack, args.dask

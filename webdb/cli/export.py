@@ -6,6 +6,8 @@ webdb export DB --mount /mnt/rack --out pages.jsonl     every host's sections fr
 webdb export DB --segments SEG… --out pages.jsonl      + title, text, charset, language, outlinks,
                                                content location (latest parse of each URL)
 webdb export DB --since 2026-11-24T00:00:00Z --domain example.com --fit-only
+webdb export --hosts hosts.ini DB --out pages.jsonl      each host exports its own sections (or
+                                               --dask: its workers), this machine joins them
 
 Records and the Parquet schema: docs/indexing.md.  Pages exported by default: status fetched
 or not_modified (duplicates and pages without content are left out; --status picks others).
@@ -19,7 +21,7 @@ import stat
 import sys
 from contextlib import contextmanager
 
-from webdb.cli.common import add_db_location, add_json, emit, open_db
+from webdb.cli.common import add_db_location, add_json, add_rack_args, emit, open_db, rack_target
 from webdb.errors import BadInput
 from webdb.export import (
     DEFAULT_MAX_ANCHORS,
@@ -77,6 +79,7 @@ def add_parser(sub) -> None:
         help=f"Parquet row group size (default {ROW_GROUP_BYTES >> 20})",
     )
     add_db_location(p)
+    add_rack_args(p, "export")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -119,6 +122,9 @@ def run(args) -> int:
         raise BadInput("--format parquet writes a file: give --out FILE")
     statuses = parse_statuses(args.status) if args.status else None
     since = parse_time(args.since) if args.since is not None else None
+    rack, scheduler = rack_target(args)
+    if rack is not None:
+        return run_rack(args, rack, scheduler, statuses, since)
     url_ok = host_filter(args.domain) if args.domain else None
     page_ok = None
     if args.fit_only and args.focus:
@@ -157,6 +163,72 @@ def run(args) -> int:
             args,
             {"out": args.out, "format": args.format, "pages": n, "generation": r.generation},
             f"exported {n:,} pages of generation {r.generation} to {args.out} ({args.format})",
+        )
+    return 0
+
+
+def run_rack(args, rack, scheduler, statuses, since) -> int:
+    """The export of a rack db: every location writes its sections' records where they live
+    (the driver's task, webdb.analysis.onrack.export_rack), this machine fetches them through
+    each location's ndfs transport and writes them in section order, which is URL order."""
+    import json
+    import tempfile
+
+    from webdb.analysis.onrack import export_rack
+    from webdb.export import DEFAULT_STATUSES
+    from webdb.ndfs import open_transport
+    from webdb.writer.rack import UpdateFailed
+
+    for opt in ("segments", "focus", "mount", "section_dir"):
+        if getattr(args, opt):
+            raise BadInput(f"--{opt.replace('_', '-')} does not go with --hosts/--dask (export the rack's pages alone)")
+    with tempfile.TemporaryDirectory(prefix="webdb-export-", dir=args.tmp) as tmp:
+
+        def fetch(label: str, name: str) -> None:
+            with open_transport(rack.places[label].location) as t:
+                t.get(f"{rack.db}/{name}", os.path.join(tmp, os.path.basename(name)))
+
+        try:
+            parts, generation = export_rack(
+                rack,
+                fetch,
+                statuses=DEFAULT_STATUSES if statuses is None else statuses,
+                since=since,
+                domain=args.domain,
+                fit_only=args.fit_only,
+                max_anchors=args.max_anchors,
+                dask=scheduler,
+                heartbeat_timeout=args.heartbeat_timeout,
+            )
+        except UpdateFailed as e:
+            print(f"webdb export: error: {e}", file=sys.stderr)
+            return 2 if e.kind in ("BadInput", "LockedError") else 1
+
+        def lines():
+            for j, _ in parts:
+                with open(os.path.join(tmp, f"export-{j:04d}.jsonl"), "rb") as f:
+                    yield from f
+
+        def write(f) -> int:
+            if args.format == "jsonl":  # the locations' lines as they are (write_jsonl's bytes)
+                n = 0
+                for line in lines():
+                    f.write(line)
+                    n += 1
+                return n
+            return _write(args, (json.loads(x.decode("utf-8", "surrogatepass")) for x in lines()), f)
+
+        if args.out:
+            with atomic_output(args.out) as f:
+                n = write(f)
+        else:
+            n = write(sys.stdout.buffer)
+            sys.stdout.flush()
+    if args.out:
+        emit(
+            args,
+            {"out": args.out, "format": args.format, "pages": n, "generation": generation},
+            f"exported {n:,} pages of generation {generation} ({len(parts)} sections) to {args.out} ({args.format})",
         )
     return 0
 

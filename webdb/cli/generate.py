@@ -72,7 +72,6 @@ def run(args) -> int:
     target = (
         (Rack.from_file(args.hosts, args.db) if args.hosts else Rack.local(args.db)) if rack else webdb.open(args.db)
     )
-    scheduler = args.dask or (target.config.dask_scheduler if args.hosts else None)
     kw = generate_kwargs(args)
     if os.path.exists(args.segments) and not os.path.isdir(args.segments):
         raise BadInput(f"{args.segments}: not a directory")
@@ -84,7 +83,7 @@ def run(args) -> int:
     else:
         try:
             hb = args.heartbeat_timeout
-            res = generate_rack(target, seg, progress=say, heartbeat_timeout=hb, dask=scheduler, **kw)
+            res = generate_rack(target, seg, progress=say, heartbeat_timeout=hb, dask=args.dask, **kw)
         except UpdateFailed as e:
             if args.json:  # the error is one line on stderr; the per-host table only in JSON
                 emit(args, {"segment": None, "error": str(e), "kind": e.kind})

@@ -27,9 +27,9 @@ from webdb.cli.common import add_json, add_lock_wait, add_quiet, emit, parse_set
 from webdb.errors import BadInput
 from webdb.lockwait import wait_for_lock
 from webdb.ndfs.config import check_scheduler_address
-from webdb.writer.daskrun import CONNECT_TIMEOUT, WORKER_TIMEOUT, update_dask
+from webdb.writer.daskrun import CONNECT_TIMEOUT, WORKER_TIMEOUT
 from webdb.writer.inputs import DEFAULT_INPUT, input_spec, resolve
-from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, parse_inputs, update
+from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, update
 
 
 def add_parser(sub) -> None:
@@ -132,7 +132,9 @@ class Progress:
         self.committed = False
 
     def __call__(self, e: dict) -> None:
-        if self.verbose:
+        if e.get("ev") == "warning":  # e.g. a host without the compiled block codec
+            self._write(f"{time.monotonic() - self.t0:7.1f}s  warning: {e['message']}")
+        elif self.verbose:
             self._detail(e)
         else:
             self._summary(e)
@@ -219,11 +221,10 @@ def run(args) -> int:
     shares = "share" in inspect.signature(fn).parameters
     if args.hosts:
         rack = Rack.from_file(args.hosts, args.db)
-        inputs = parse_inputs(rack, args.inputs, shares)
+        names = list(args.inputs)
     else:
         rack = Rack.local(args.db)
-        inputs = parse_inputs(rack, [os.path.abspath(p) for p in args.inputs], shares)
-    scheduler = args.dask or rack.config.dask_scheduler
+        names = [os.path.abspath(p) for p in args.inputs]
     if args.dask:
         try:
             check_scheduler_address(args.dask)
@@ -232,6 +233,8 @@ def run(args) -> int:
     progress = None if (args.quiet or args.json) else Progress(rack.k, verbose=args.verbose)
     options, settings = _options(args.option), parse_settings(args.set)
     common = {
+        "names": names,
+        "shares": shares,
         "input_fn": spec,
         "options": options,
         "settings": settings,
@@ -240,17 +243,11 @@ def run(args) -> int:
         "progress": progress,
     }
 
+    if args.dask or rack.config.dask_scheduler:
+        common.update(worker_timeout=args.worker_timeout, connect_timeout=args.connect_timeout)
+
     def attempt():
-        if scheduler:
-            return update_dask(
-                rack,
-                scheduler,
-                inputs,
-                worker_timeout=args.worker_timeout,
-                connect_timeout=args.connect_timeout,
-                **common,
-            )
-        return update(rack, inputs, **common)
+        return update(rack, dask=args.dask, **common)
 
     try:
         res = wait_for_lock(attempt, args.lock_wait, "update", _locked)

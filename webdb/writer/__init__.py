@@ -5,9 +5,11 @@ agents, coordinator).
 Owns: turning writer calls into a committed generation — edit records (``edits``), the
 ``Writer`` and its ``EditLog`` (``writer``), one stage of one section (``cascade``), the stage
 loop and the batch's manifest (``engine``), local worker processes (``executor``), the
-distributed writer (``section`` / ``distributed`` / ``coordinator`` / ``hosts`` / ``results`` /
-``rack``), its Dask transport (``daskrun`` / ``dasktasks``; ``distributed`` imported only
-there, lazily) and what feeds a section writer (``inputs``).
+distributed writer — one driver (``driver``, ``placing``) over its transports: agents
+(``coordinator`` / ``hosts`` / ``distributed``) and Dask (``daskrun`` / ``dasktasks``;
+``distributed`` imported only there, lazily), one location side (``location``), a section
+writer (``section``), results (``results``), the public face (``rack``) — and what feeds a
+section writer (``inputs``).
 
 May import: webdb's core (``db``, ``manifest``, ``sections``, ``settings``, ``schedule``,
 ``sortbuf``, ``lockwait``, ``tables``, ``ndfs``, ``errors``, ``_fault``).  Never ``fetchlist``

@@ -22,25 +22,22 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import shutil
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
 
 from webdb import _fault
-from webdb.db import WebDB, WriterLock, write_atomic
-from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError, WebDBError
+from webdb.db import write_atomic
+from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
 from webdb.writer import edits as E
-from webdb.writer.distributed import StepContext, sync_location
-from webdb.writer.engine import apply_stage_result, section_job, stage_job, stage_summary
+from webdb.writer.engine import run_stages, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
-from webdb.writer.inputs import resolve
+from webdb.writer.location import Location
 from webdb.writer.section import apply_input, outbox_names
 
 __all__ = [
@@ -66,15 +63,12 @@ class SectionRefused(BadInput):
 
 @dataclass
 class _Lease:
-    """A location's writer lock held by this worker process for one batch."""
+    """A location (its writer lock held) kept by this worker process for one batch."""
 
     batch: str
-    db: WebDB
-    lock: WriterLock
+    loc: Location
     timeout: float
     renewed: float
-    state: str = "open"  # open, synced, ready, committing
-    ctx: StepContext | None = None  # a task's requests (generate) share it across requests
 
 
 # db path -> the lease this process holds: the lock must outlive a task (it spans the batch).
@@ -106,12 +100,9 @@ def _check_section(path: str, j: int) -> None:
 def _drop(lease: _Lease, path: str) -> None:
     """Release a lease; remove the batch's files unless its manifest may be committed."""
     try:
-        if lease.state == "synced":
-            lease.db.recover()
-    except (OSError, WebDBError) as e:
-        print(f"webdb: {path}: cleanup after the abort failed ({e}); the next update does it", file=sys.stderr)
+        lease.loc.rollback()
     finally:
-        lease.lock.release()
+        lease.loc.release()
         _LEASES.pop(path, None)
 
 
@@ -139,15 +130,14 @@ def _lease(place: dict, batch: str, gen0: int | None = None) -> _Lease:
                 f"{path} is being written by another update (batch {lease.batch}) on worker {_worker()}; its lease "
                 f"ends {lease.timeout - (time.monotonic() - lease.renewed):.0f}s after its coordinator's last word"
             )
-        db = WebDB(path)
-        lock = db.lock().acquire()
-        lease = _Lease(batch, db, lock, float(place["heartbeat_timeout"]), time.monotonic())
+        loc = Location(path, place["label"], place["sections"])
+        lease = _Lease(batch, loc, float(place["heartbeat_timeout"]), time.monotonic())
         if gen0 is not None:
-            cur = db.committed()
+            cur = loc.db.committed()
             if cur != gen0:
-                lock.release()
+                loc.release()
                 raise DistributedError(f"{path}: CURRENT moved from generation {gen0} to {cur} during the update")
-            lease.state = "synced"
+            loc.state = "synced"
         _LEASES[path] = lease
         if not _WATCHDOG:
             _WATCHDOG.append(threading.Thread(target=_watch, daemon=True, name="webdb-lease"))
@@ -159,87 +149,57 @@ def _lease(place: dict, batch: str, gen0: int | None = None) -> _Lease:
 
 
 def open_location(place: dict, batch: str) -> dict:
-    """Take the location's writer lock; report what the SSH agent's ``hello`` reports."""
+    """Take the location's writer lock; its hello (as an agent's)."""
     _check_section(place["path"], place["sections"][0])
-    lease = _lease(place, batch)
-    path = place["path"]
-    with open(os.path.join(path, DB_IDENTITY), "rb") as f:
-        identity = json.loads(f.read())
-    cur = lease.db.committed()
-    return {
-        "committed": cur,
-        "manifest": lease.db.manifest(cur),
-        "identity": identity,
-        "stale_lock": lease.lock.stale,
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "worker": _worker(),
-        "python": sys.executable,
-        "webdb": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    }
+    return _lease(place, batch).loc.hello(place.get("probe") or [], worker=_worker())
 
 
 def sync_location_task(place: dict, batch: str, gen: int, manifest: dict) -> int:
-    """Bring the location to the rack's generation ``gen`` and recover it (the agent's sync)."""
-    lease = _lease(place, batch)
-    if lease.state != "open":
-        return 0  # synced already for this batch: a second recover would remove its files
-    removed = sync_location(lease.db, place["path"], place["sections"], gen, manifest)
-    lease.state = "synced"
-    return len(removed)
+    """Bring the location to the rack's generation ``gen`` and recover it (once per batch)."""
+    return _lease(place, batch).loc.sync(gen, manifest)
 
 
 def step_location(place: dict, batch: str, gen0: int, manifest: dict, steps: str, request: dict) -> list[dict]:
-    """A task's request between sync and batch (docs/distributed.md, *Tasks*): ``steps``
-    (``module:function``) run as ``fn(ctx, request)`` on the location's synced, locked copy;
-    returns its reply parts.  ``ctx.state`` lives with the lease, from one request to the next."""
-    lease = _lease(place, batch, gen0)
-    if lease.ctx is None:
-        scratch = os.path.join(place["path"], TMP_DIR, "task")
-        os.makedirs(scratch, exist_ok=True)
-        lease.ctx = StepContext(lease.db, place["path"], list(place["sections"]), manifest, scratch)
-    return list(resolve(steps)(lease.ctx, request))
+    """A task's request between sync and batch (docs/distributed.md, *Tasks*); its reply
+    parts.  ``ctx.state`` lives with the lease, from one request to the next."""
+    loc = _lease(place, batch, gen0).loc
+    loc.base = loc.base or manifest
+    return list(loc.step(steps, request))
 
 
 def prepare_location(place: dict, batch: str, gen0: int, manifest: dict) -> None:
     """Phase 1: the new manifest on disk at this location."""
-    lease = _lease(place, batch, gen0)
-    _fault.point(f"dist.{place['label']}.before_ready")
-    lease.db.write_manifest(manifest)
-    lease.state = "ready"
+    _lease(place, batch, gen0).loc.prepare(manifest)
 
 
 def commit_location(place: dict, batch: str, gen0: int, manifest: dict) -> int:
     """Phase 2: flip CURRENT, remove the batch's leftovers, release the lock."""
     lease = _lease(place, batch, gen0)
-    lease.state = "ready"
-    _fault.point(f"dist.{place['label']}.before_commit")
-    lease.state = "committing"
-    lease.db.commit(manifest)
-    removed = lease.db.recover()
+    lease.loc.state = "ready"  # a lease taken again after a restart: the manifest is written
+    removed = lease.loc.commit(manifest)
     with _GUARD:
-        lease.lock.release()
+        lease.loc.release()
         _LEASES.pop(place["path"], None)
-    return len(removed)
+    return removed
 
 
 def renew(path: str, batch: str) -> bool:
     """The coordinator is alive (``Client.run``, 5 times per heartbeat timeout): keep the lease."""
-    with _GUARD:
-        lease = _LEASES.get(path)
-        if lease is None or lease.batch != batch:
-            return False
-        lease.renewed = time.monotonic()
-        return True
+    return _with_lease(path, batch, lambda lease: setattr(lease, "renewed", time.monotonic()))
 
 
 def abort_location(path: str, batch: str) -> bool:
     """The update failed: drop the lease (and the batch's files, if before the manifest)."""
+    return _with_lease(path, batch, lambda lease: _drop(lease, path))
+
+
+def _with_lease(path: str, batch: str, fn) -> bool:
+    """``fn(lease)`` if this process holds ``path``'s lease for ``batch``; whether it did."""
     with _GUARD:
         lease = _LEASES.get(path)
         if lease is None or lease.batch != batch:
             return False
-        _drop(lease, path)
+        fn(lease)
         return True
 
 
@@ -315,41 +275,63 @@ def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
 
 def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]) -> dict:
     """Stage ``stage`` of section j: write the edits every producer sent at step stage-1 into
-    j's share group (SHA-256 checked), merge the stage's inputs into j's table, and return
-    what the stage emitted for every target."""
+    j's share group (SHA-256 checked), merge the stage's inputs into j's table through the
+    engine's stage loop (``run_stages``, this one stage), and return what the stage emitted
+    for every target."""
     t0, c0 = time.monotonic(), time.process_time()
     _enter(spec)
     j, k = spec["section"], spec["k"]
     state = copy.deepcopy(prev["state"])
     _receive(spec, state, stage, incoming)
-    inputs = _inputs(spec, state, stage)
     tmp = _scratch(spec, f"st{stage}")
     secs = Sections.from_json(state["sections"])
     job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
-    job0["outbox"] = os.path.join(tmp, "outbox")
-    merged = None
+    ex = _TaskExchange(spec, state, os.path.join(tmp, "outbox"))
+    job0["outbox"] = ex.outbox
+    tables: list[dict] = [{} for _ in range(k)]
+    status: list[dict] = [{} for _ in range(k)]
+    tables[j], status[j] = state["tables"], state["status"]
     try:
-        if inputs:
-            _forget_output(spec, stage)
-            tables: list[dict] = [{} for _ in range(k)]
-            status: list[dict] = [{} for _ in range(k)]
-            tables[j], status[j] = state["tables"], state["status"]
-            [r] = LocalExecutor(1, tmp)([section_job(job0, stage, j, tables[j], inputs)])
-            apply_stage_result(tables, status, r)
-            state["tables"], state["status"] = tables[j], status[j]
-            merged = stage_summary(r)
-            state["stages"].append({"stage": stage, **merged})
-        if stage < 5:
-            _fault.point(f"dist.s{j}.step{stage}.before_ship")
-            out = _collect(spec, state, stage, job0["outbox"])
-        else:
-            _fault.point(f"dist.s{j}.stage5.done")
-            out = {}
+        state["stages"].extend(run_stages(job0, [j], tables, status, ex, LocalExecutor(1, tmp), stages=(stage,)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    state["tables"], state["status"] = tables[j], status[j]
     _account(state, t0, c0)
-    summary = {"section": j, "step": stage, "merged": merged, "shipped": state["shipped"][-1] if stage < 5 else None}
-    return {"state": state, "out": out, "summary": summary}
+    summary = {
+        "section": j,
+        "step": stage,
+        "merged": ex.summary,
+        "shipped": state["shipped"][-1] if stage < 5 else None,
+    }
+    return {"state": state, "out": ex.out, "summary": summary}
+
+
+class _TaskExchange:
+    """The Exchange of ``engine.run_stages`` in a stage task: the inputs are the files the
+    task wrote from its producers' results; publishing a step is collecting its outbox into
+    the task's result."""
+
+    def __init__(self, spec: dict, state: dict, outbox: str) -> None:
+        self.spec, self.state, self.outbox = spec, state, outbox
+        self.out: dict[int, list[dict]] = {}
+        self.summary: dict | None = None
+
+    def inputs(self, stage: int, section: int) -> list[str]:
+        files = _inputs(self.spec, self.state, stage)
+        if files:
+            _forget_output(self.spec, stage)
+        return files
+
+    def merged(self, r: dict) -> None:
+        self.summary = stage_summary(r)
+
+    def published(self, stage: int) -> None:
+        j = self.spec["section"]
+        if stage < 5:
+            _fault.point(f"dist.s{j}.step{stage}.before_ship")
+            self.out = _collect(self.spec, self.state, stage, self.outbox)
+        else:
+            _fault.point(f"dist.s{j}.stage5.done")
 
 
 def _forget_output(spec: dict, stage: int) -> None:

@@ -20,7 +20,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import sys
 import threading
 import time
@@ -28,21 +27,12 @@ import traceback
 from multiprocessing import get_context
 from typing import Any
 
-from webdb import _fault
-from webdb.db import WebDB, init_location
 from webdb.errors import BadInput, DistributedError, WebDBError
-from webdb.manifest import table_files
-from webdb.sections import Sections, section_path
-from webdb.tables.format import DB_IDENTITY, TMP_DIR
-from webdb.writer.inputs import resolve
+from webdb.writer.location import Location, create_local
 from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main
 
-__all__ = ["DEPLOY_DIR", "HEARTBEAT", "PROTOCOL", "Agent", "StepContext", "deploy_dir", "main", "sync_location"]
+__all__ = ["DEPLOY_DIR", "HEARTBEAT", "Agent", "deploy_dir", "main"]
 
-# 2: the "step" request between sync and run (update(steps=...): generate in a rack), and
-# the failure's exception class in "failed" events.  3: pings are numbered and answered at
-# once by an "hb" with the number (the coordinator's liveness rounds).
-PROTOCOL = 3
 # An agent writes a line at least this often (the coordinator's liveness signal), and the
 # coordinator pings agents as often.
 HEARTBEAT = 1.0
@@ -70,12 +60,7 @@ class Agent:
         self.prepared: set[int] = set()
         self.child_steps: dict[int, int] = {}  # section -> the last step its writer reported
         self.dead: tuple[int, int] | None = None  # (section, step) of a writer that died
-        self.lock = None
-        self.db: WebDB | None = None
-        self.state = "start"
-        self.manifest: dict | None = None
-        self.base: dict | None = None  # the committed manifest after sync
-        self.ctx: StepContext | None = None
+        self.loc: Location | None = None  # once its lock is taken
 
     def send(self, **ev: Any) -> None:
         line = (json.dumps(ev, separators=(",", ":")) + "\n").encode()
@@ -148,25 +133,21 @@ class Agent:
             detail = "" if isinstance(e, WebDBError | OSError) else "\n" + traceback.format_exc(limit=8)
             where = {"section": self.dead[0], "step": self.dead[1]} if self.dead else {}
             self.send(
-                ev="failed", state=self.state, error=f"{type(e).__name__}: {e}{detail}", kind=error_kind(e), **where
+                ev="failed",
+                state=self.loc.state if self.loc else "start",
+                error=f"{type(e).__name__}: {e}{detail}",
+                kind=error_kind(e),
+                **where,
             )
             self.rollback()
             return 2
         finally:
-            if self.lock is not None:
-                self.lock.release()
+            if self.loc is not None:
+                self.loc.release()
 
     def rollback(self) -> None:
-        """After an abort: undo this batch's files, unless a commit may have happened (then
-        the next update decides from the master's CURRENT)."""
-        if self.db is not None and self.lock is not None and self.state in ("synced", "running", "sections done"):
-            try:
-                self.db.recover()
-            except (OSError, WebDBError) as e:
-                # The failure was reported already; what is left here the next update's
-                # recover removes (it runs before any batch).  Say so on stderr, which the
-                # coordinator keeps for its error messages.
-                print(f"{self.label}: cleanup after the abort failed ({e}); the next update does it", file=sys.stderr)
+        if self.loc is not None:
+            self.loc.rollback()
 
     def next_command(self, *want: str) -> dict:
         """Block until the coordinator sends one of ``want`` (pings keep us alive; section
@@ -218,36 +199,18 @@ class Agent:
         return None
 
     def update(self) -> int:
-        self.db = WebDB(self.path)
-        self.lock = self.db.lock().acquire()
-        cur = self.db.committed()
-        with open(os.path.join(self.path, DB_IDENTITY), "rb") as f:
-            identity = json.loads(f.read())
-        man = self.db.manifest(cur)
-        self.send(
-            ev="hello",
-            protocol=PROTOCOL,
-            version=_version(),
-            hostname=socket.gethostname(),
-            pid=os.getpid(),
-            committed=cur,
-            manifest=man,
-            identity=identity,
-            stale_lock=self.lock.stale,
-            python=sys.executable,
-            webdb=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-        )
+        """The location's part of one update, command by command (docs/distributed.md,
+        *Control messages*)."""
+        self.loc = loc = Location(self.path, self.label, self.spec["sections"])
+        self.send(ev="hello", **loc.hello(self.spec.get("probe") or []))
         msg = self.next_command("sync")
-        removed = self.sync(msg["gen"], msg["manifest"])
-        self.state = "synced"
-        self.send(ev="synced", removed=len(removed))
-        self.base = msg["manifest"]
+        self.send(ev="synced", removed=loc.sync(msg["gen"], msg["manifest"]))
         while True:
             msg = self.next_command("run", "step")
             if msg["cmd"] == "run":
                 break
             self.step(msg)
-        self.state = "running"
+        loc.state = "running"
         self.start_sections(msg["sections"])
         while len(self.prepared) < len(self.children):
             m = self.poll()
@@ -256,40 +219,23 @@ class Agent:
                     c.send(m)
         for p in self.children.values():
             p.join(timeout=10)
-        self.state = "sections done"
-        msg = self.next_command("prepare")
-        self.manifest = msg["manifest"]
-        _fault.point(f"dist.{self.label}.before_ready")
-        # Phase 1: the new manifest is on disk everywhere before any CURRENT moves.
-        self.db.write_manifest(self.manifest)
-        self.state = "ready"
+        loc.state = "sections done"
+        manifest = self.next_command("prepare")["manifest"]
+        loc.prepare(manifest)
         self.send(ev="ready")
         self.next_command("commit")
-        _fault.point(f"dist.{self.label}.before_commit")
-        self.state = "committing"
-        self.db.commit(self.manifest)
-        self.state = "committed"
-        removed = self.db.recover()
-        self.send(ev="committed", generation=self.manifest["generation"], removed=len(removed))
+        removed = loc.commit(manifest)
+        self.send(ev="committed", generation=manifest["generation"], removed=removed)
         return 0
 
     def step(self, msg: dict) -> None:
-        """A request of the task between sync and run (docs/distributed.md, *Tasks*): run the
-        spec's ``steps`` function, relay its reply parts, then ``done``.  It runs in this thread:
-        heartbeats keep flowing, and the coordinator's pings queued meanwhile count as heard."""
-        if not self.spec.get("steps"):
-            raise BadInput("a step request, but this update names no steps function")
-        if self.ctx is None:
-            scratch = os.path.join(self.path, TMP_DIR, "task")
-            os.makedirs(scratch, exist_ok=True)
-            self.ctx = StepContext(self.db, self.path, list(self.spec["sections"]), self.base, scratch)
-        for part in resolve(self.spec["steps"])(self.ctx, msg):
+        """A request of the task between sync and run: relay its reply parts, then ``done``.
+        It runs in this thread: heartbeats keep flowing, and the coordinator's pings queued
+        meanwhile count as heard."""
+        for part in self.loc.step(self.spec.get("steps"), msg):
             self.send(ev="reply", **part)
         self.send(ev="reply", done=True)
         self.last_heard = max(self.last_heard, self.last_read)
-
-    def sync(self, gen: int, manifest: dict) -> list[str]:
-        return sync_location(self.db, self.path, self.spec["sections"], gen, manifest)
 
     def start_sections(self, specs: list[dict]) -> None:
         # fork: the agent is small and forking costs ~10 ms, spawning ~1 s on a busy 2-core host
@@ -311,62 +257,6 @@ class Agent:
                 p.kill()
         for p in self.children.values():
             p.join(timeout=5)
-
-
-class StepContext:
-    """What a task's steps function sees on an agent: the location's db copy (synced, locked),
-    its sections, the rack's committed manifest, a scratch directory under ``tmp/`` (removed
-    by the commit's or the abort's recover) and ``state`` kept across requests."""
-
-    def __init__(self, db: WebDB, path: str, sections: list[int], manifest: dict, scratch: str) -> None:
-        self.db, self.path, self.sections, self.manifest, self.scratch = db, path, sections, manifest, scratch
-        self.state: dict[str, Any] = {}
-
-
-def sync_location(db: WebDB, path: str, sections: list[int], gen: int, manifest: dict) -> list[str]:
-    """Bring a location's copy to the rack's committed generation ``gen`` (roll forward if a
-    commit never reached it), then recover: remove whatever an interrupted batch left.  Checks
-    that the tables of ``sections`` (those living here) named by ``manifest`` are present.
-    Every transport's agent runs it, with the location's writer lock held."""
-    cur = db.committed()
-    if cur > gen:
-        raise WebDBError(f"{path}: CURRENT is generation {cur}, newer than the rack's {gen}")
-    if cur < gen:
-        db.commit(manifest)
-    removed = db.recover()
-    for j in sections:
-        d = section_path(path, j)
-        os.makedirs(d, exist_ok=True)
-        for t, e in manifest["tables"][j].items():
-            for f, _ in table_files(e):
-                if not os.path.exists(os.path.join(d, f)):
-                    raise WebDBError(f"{d}: {t} file {f} of generation {gen} is missing (section {j} must live here)")
-    return removed
-
-
-def create_local(spec: dict) -> dict:
-    """Create this location's copy of a rack db (``init_location``: identity, generation 0, the
-    directories of its sections).
-
-    Idempotent: a copy with the same name and k that never committed a batch is re-created."""
-    path = spec["path"]
-    if os.path.exists(os.path.join(path, DB_IDENTITY)):
-        try:
-            db = WebDB(path)
-            empty = db.committed() == 0 and db.manifest()["sections"]["k"] == spec["k"]
-            same = db.identity.get("name") == spec["identity"]["name"]
-        except WebDBError as e:
-            raise BadInput(f"{path}: a database already exists there and cannot be read ({e})") from None
-        if not (empty and same):
-            raise BadInput(f"{path}: a database already exists there (remove it or pick another name)")
-    init_location(path, spec["identity"], spec["sections"], Sections(spec["k"]))
-    return {"path": path, "sections": spec["sections"]}
-
-
-def _version() -> str:
-    from webdb import __version__
-
-    return __version__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,8 +11,12 @@ of sections; an ``Exchange`` is the transport that moves edit files between step
   written straight into the target's incoming directory, so a stage's inputs are the files
   there and nothing is shipped; one process runs all k sections stage by stage, the sections of
   a stage in parallel in the ``LocalExecutor``'s worker processes.
-- ``SectionWriter`` (webdb.writer.section, ``webdb update``): one process per section, which
-  ships its outbox through ndfs share groups and waits for the others' done markers.
+- ``SectionWriter`` (webdb.writer.section, ``webdb update`` over agents): one process per
+  section, which ships its outbox through ndfs share groups and waits for the others' done
+  markers.
+- ``_TaskExchange`` (webdb.writer.dasktasks, ``webdb update`` on Dask): one task per stage
+  and section runs one stage of the loop; its inputs arrive, and its outbox leaves, as
+  task results.
 
 Both end in the same manifest (``webdb.manifest.build`` via ``batch_manifest``) and the same
 commit (``WebDB.commit``).  Cost: see webdb.writer.cascade (per stage) and docs/design.md.
@@ -90,12 +94,14 @@ def run_stages(
     status: list[dict],
     exchange: Exchange,
     execute: Callable[[list[dict]], list[dict]],
+    stages: Iterable[int] = STAGES,
 ) -> list[dict]:
     """The stage loop: stages 1..5 of ``sections``, each merging the edit files ``exchange``
     delivers into ``tables[j]`` (updated in place, as ``status[j]``); a stage's jobs run
-    through ``execute``.  Returns one row per stage run (``{"stage", "section", ...}``)."""
+    through ``execute``.  Returns one row per stage run (``{"stage", "section", ...}``).
+    ``stages``: a part of the loop (a Dask stage task runs one stage; its graph is the loop)."""
     rows: list[dict] = []
-    for stage in STAGES:
+    for stage in stages:
         jobs = []
         for j in sections:
             inputs = exchange.inputs(stage, j)

@@ -12,7 +12,17 @@ from webdb.errors import DistributedError
 from webdb.ndfs import GroupResult, HostResult
 from webdb.writer.hosts import Placement, _Link
 
-__all__ = ["UpdateFailed", "UpdateResult", "host_results", "stopped"]
+__all__ = ["Failed", "UpdateFailed", "UpdateResult", "failure_line", "host_results", "stopped"]
+
+
+class Failed(Exception):
+    """The one failure of a run, whatever the transport: ``why`` it stopped, the location it
+    concerns (``label``, None: the run as a whole) and the exception class a host named
+    (``kind``: ``BadInput``, ``LockedError``, ...; None: a host went silent or was lost)."""
+
+    def __init__(self, why: str, *, label: str | None = None, kind: str | None = None) -> None:
+        super().__init__(why)
+        self.why, self.label, self.kind = why, label, kind
 
 
 class UpdateFailed(DistributedError):
@@ -111,6 +121,19 @@ class _Host:
             lo = min(self.steps.values())
             return f"stage {lo}" if lo else "step 0 (input and routing)"
         return self.state
+
+
+def failure_line(hosts: dict[str, _Host], e: Failed) -> str:
+    """A run's error line, in the same words for every transport: ``LABEL (sections S) failed
+    at STAGE: WHY``, or ``WHY`` when no one location is to blame.  Marks the host failed."""
+    if e.label is None or e.label not in hosts:
+        return e.why
+    h = hosts[e.label]
+    h.error = h.error or e.why
+    h.t1 = h.t1 or time.monotonic()
+    s = h.place.sections
+    secs = f" (section{'s' if len(s) > 1 else ''} {','.join(map(str, s))})" if s else ""
+    return f"{e.label}{secs} failed at {h.where()}: {h.error}"
 
 
 def host_results(what: str, hosts: dict[str, _Host], error: str | None, t0: float) -> GroupResult:
