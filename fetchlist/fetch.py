@@ -15,10 +15,13 @@ Data flow of ``Fetcher.fetch(entries, sink)`` (docs/crawl.md has the whole crawl
    server's own validators (If-Modified-Since / If-None-Match) for pages fetched before, reads
    at most ``max_content`` bytes and is cut after ``fetch_timeout`` seconds in all (connect,
    headers, body: ``fetchlist.net``); hosts are checked against the address policy.
-5. Fetched pages are parsed (``fetchlist.parse``) in the worker; every record goes to ``sink``
-   as soon as it is complete (``SegmentWriter.write`` appends and flushes it).
+5. Fetched pages are parsed (``fetchlist.parse``) and their WARC records encoded in one of
+   ``processes`` worker processes (``fetchlist.workers``; with ``processes`` 0, in the thread
+   itself) while the thread waits; every record goes to ``sink`` as soon as it is complete
+   (``SegmentWriter.write`` appends and flushes it).
 6. Ctrl-C (KeyboardInterrupt) stops taking new URLs, cuts the requests in flight (no record
-   for them), then re-raises; ``fetch_segment`` run again on the same partition resumes.
+   for them), lets the pages being parsed finish and writes them, then re-raises;
+   ``fetch_segment`` run again on the same partition resumes.
 
 HTTP status → webdb Status (Nutch 1.x):
 
@@ -58,6 +61,7 @@ from fetchlist.parse import parse
 from fetchlist.robots import RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
+from fetchlist.workers import DigestPool, default_processes
 from webdb import Status, progress_bar
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
@@ -185,6 +189,9 @@ class Fetcher:
         total = float(s["fetch_timeout"])
         self._timeout = (min(float(s["connect_timeout"]), total), float(s["read_timeout"]))
         self._watchdog = Watchdog()
+        self._pool: DigestPool | None = None
+        procs = s["processes"]
+        self.processes = default_processes() if procs is None else int(procs)
 
     @classmethod
     def from_settings(cls, settings: dict) -> Fetcher:
@@ -264,6 +271,8 @@ class Fetcher:
             threading.Thread(target=worker, name=f"fetcher-{i}", daemon=True)
             for i in range(min(int(s["threads"]), max(1, len(queues))))
         ]
+        if self.processes:
+            self._pool = DigestPool(min(self.processes, len(threads)), s, self.www)
         try:
             for t in threads:
                 t.start()
@@ -278,6 +287,9 @@ class Fetcher:
                 t.join()
             raise
         finally:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
             progress.close()
             stats.elapsed = time.monotonic() - t0
             stats.requests = sum(h.requests for h in stats.hosts.values())
@@ -427,7 +439,9 @@ class Fetcher:
         if rec.status == Status.FETCHED:
             rec.content = rec.content or b""
             rec.md5 = hashlib.md5(rec.content).digest()
-            if s["parse"]:
+            if self._pool is not None:
+                self._pool.digest(rec)
+            elif s["parse"]:
                 rec.parse = parse(
                     url,
                     rec.content,

@@ -43,7 +43,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
 from fetchlist.parse import ParseResult
-from fetchlist.warc import Exchange, WarcWriter, index_name, open_nofollow, read_index, read_response_at
+from fetchlist.warc import (
+    EncodedExchange,
+    Exchange,
+    WarcWriter,
+    index_name,
+    open_nofollow,
+    read_index,
+    read_response_at,
+)
 from webdb import NEVER, FetchResult, Page, Status
 from webdb.errors import BadInput, CorruptionError
 
@@ -107,6 +115,9 @@ class FetchRecord:
     protocol: str = "HTTP/1.1"
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     start: float | None = None
+    # The exchange's WARC records already encoded (by a fetcher's worker process): the writer
+    # of a version 2 segment appends them as they are.
+    warc: EncodedExchange | None = None
 
 
 @dataclass(slots=True)
@@ -748,7 +759,7 @@ class SegmentWriter:
         with self._lock:
             if self._warc is not None:
                 if r.status == Status.FETCHED or r.content:
-                    loc = self._warc.write(exchange_of(r))
+                    loc = self._warc.write(r.warc if r.warc is not None else exchange_of(r))
                     r.content_ref = (loc.offset, loc.length)
             elif r.content:
                 off = self._content.tell()

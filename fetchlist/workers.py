@@ -1,0 +1,122 @@
+"""Worker processes for the CPU part of a fetch: parse each page, encode its WARC records.
+
+A ``Fetcher`` with ``processes`` > 0 keeps its requests, politeness and segment writes in its
+own process (its threads) and hands each fetched page to a ``DigestPool``: a worker process
+parses the content (``fetchlist.parse``) and encodes the exchange's WARC records
+(``fetchlist.warc.encode_exchange``, gzip and SHA-1 over the body), and the fetcher thread
+that made the request waits for the result and writes the record.  The parse holds the GIL
+for most of a page's CPU time, so one process parses on one core at most; the workers give
+every core to it.  Hosts, queues and delays stay in one scheduler, so politeness is exactly
+that of one process.
+
+Workers are started by the ``forkserver`` method (never ``fork`` from a process running
+threads), lazily, one per page in flight up to ``processes``; they ignore SIGINT, so Ctrl-C
+reaches the fetcher alone, which lets the pages being parsed finish and writes them.  As with
+any ``multiprocessing`` start method but ``fork``, a script that fetches with workers needs
+the ``if __name__ == "__main__":`` guard (a worker imports the script's main module).
+
+Cost per page, besides the parse and the gzip: pickling the record with its content to the
+worker and the parse result and compressed records back (about 0.1 ms for 40 KB on loopback).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
+
+from fetchlist.normalize import WwwRules
+from fetchlist.parse import ParseResult, parse
+from fetchlist.segment import FetchRecord, exchange_of
+from fetchlist.warc import EncodedExchange, encode_exchange
+from webdb.errors import WebDBError
+
+__all__ = ["DigestPool", "WorkerDied", "digest", "default_processes"]
+
+_options: dict = {}
+
+
+def default_processes() -> int:
+    """Worker processes by default: one per CPU this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class WorkerDied(WebDBError):
+    """A worker process ended abruptly (killed, out of memory): the fetch stops; running it
+    again resumes."""
+
+
+def digest(rec: FetchRecord, options: dict, www: WwwRules | None) -> tuple[ParseResult | None, EncodedExchange]:
+    """Parse ``rec`` (if ``options["parse"]``) and encode its WARC exchange: what a worker does
+    with one fetched page.  ``options`` are the fetcher's settings."""
+    p = None
+    if options["parse"]:
+        p = parse(
+            rec.url,
+            rec.content or b"",
+            rec.headers.get("content-type"),
+            robots_header=rec.headers.get("x-robots-tag"),
+            robots_agent=options["robots_agent"],
+            max_outlinks=int(options["max_outlinks"]),
+            max_anchor=int(options["max_anchor"]),
+            max_text=int(options["max_text"]),
+            max_parse=int(options["max_parse"]),
+            www=www,
+        )
+        rec.parse = p
+    return p, encode_exchange(exchange_of(rec))
+
+
+def _init(options: dict, www: WwwRules | None, alive: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the fetcher's to handle
+    _options["options"], _options["www"] = options, www
+    threading.Thread(target=_exit_with_fetcher, args=(alive,), daemon=True).start()
+
+
+def _exit_with_fetcher(alive: Connection) -> None:
+    """End this worker when the fetcher's end of ``alive`` closes: it was killed (an idle
+    worker would otherwise wait on its task queue for ever, holding the fetcher's stdout)."""
+    try:
+        alive.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
+
+
+def _run(rec: FetchRecord) -> tuple[ParseResult | None, EncodedExchange]:
+    return digest(rec, _options["options"], _options["www"])
+
+
+class DigestPool:
+    """``processes`` worker processes running ``digest``; ``close`` waits for them to end."""
+
+    def __init__(self, processes: int, options: dict, www: WwwRules | None) -> None:
+        self.processes = processes
+        ctx = multiprocessing.get_context("forkserver")
+        # The fork server imports the parser once; workers are forks of it (the default would
+        # import the caller's __main__ there).  Effective when this process starts its server.
+        ctx.set_forkserver_preload([__name__])
+        # Only this process holds the write end: it closes when the fetcher ends, however.
+        self._alive_r, self._alive_w = ctx.Pipe(duplex=False)
+        self._pool = ProcessPoolExecutor(
+            processes, mp_context=ctx, initializer=_init, initargs=(options, www, self._alive_r)
+        )
+
+    def digest(self, rec: FetchRecord) -> None:
+        """Set ``rec.parse`` and ``rec.warc`` by a worker (blocks the calling thread meanwhile)."""
+        try:
+            rec.parse, rec.warc = self._pool.submit(_run, rec).result()
+        except BrokenProcessPool as e:
+            raise WorkerDied(f"a fetch worker process died ({e}); run the fetch again to resume") from None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._alive_w.close()
+        self._alive_r.close()
