@@ -112,6 +112,7 @@ class FetchStats:
     hosts: dict[str, HostStats] = field(default_factory=dict)
     elapsed: float = 0.0
     interrupted: bool = False
+    processes: int = 0  # worker processes that parsed the pages (0: the fetcher's threads)
 
     @property
     def pages_per_second(self) -> float:
@@ -273,6 +274,7 @@ class Fetcher:
         ]
         if self.processes:
             self._pool = DigestPool(min(self.processes, len(threads)), s, self.www)
+            stats.processes = self._pool.processes
         try:
             for t in threads:
                 t.start()
