@@ -120,9 +120,8 @@ http {{
     def urls(self, copies: int = 4) -> list[str]:
         """Each page on ``copies`` hosts: ``len(pages) * copies`` distinct URLs, grouped by page."""
         n = len(self.hosts)
-        return [
-            f"http://{self.hosts[(i + k) % n]}:{PORT}{p}" for i, p in enumerate(self.paths) for k in range(min(copies, n))
-        ]
+        k = min(copies, n)
+        return [f"http://{self.hosts[(i + j) % n]}:{PORT}{p}" for i, p in enumerate(self.paths) for j in range(k)]
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -41,6 +41,7 @@ import os
 import stat
 import threading
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -72,6 +73,8 @@ WARC_VERSION = "WARC/1.1"
 WARC_SUFFIX = ".warc.gz"
 INDEX_SUFFIX = ".index.jsonl"
 MAX_OFFSET = 1 << 40  # the largest offset a segment refers to (1 TiB)
+# zlib's (and gzip's) default level: on HTML 2.5 times faster than warcio's 9, 2 % larger.
+GZIP_LEVEL = 6
 # Response headers that describe the bytes on the wire, not the stored (decoded) body.
 _RENAMED = ("content-encoding", "transfer-encoding", "content-length")
 
@@ -230,19 +233,26 @@ class EncodedExchange:
 def encode_exchange(ex: Exchange) -> EncodedExchange:
     """The three WARC records of ``ex``, compressed: the CPU part of ``WarcWriter.write``, which
     a fetcher runs in its worker processes.  Cost: one pass of gzip and SHA-1 over the body."""
-    buf = io.BytesIO()
-    w = WARCWriter(buf, gzip=True, warc_version=WARC_VERSION)
+    raw = io.BytesIO()
+    w = WARCWriter(raw, gzip=False, warc_version=WARC_VERSION)
     date = _iso(ex.fetch_time)
     resp_id = f"<urn:uuid:{uuid.uuid4()}>"
     common = {"WARC-Date": date}
     if ex.ip:
         common["WARC-IP-Address"] = ex.ip
-    w.write_record(_request(w, ex, common, resp_id))
-    offset = buf.tell()
-    w.write_record(_response(w, ex, common, resp_id))
-    length = buf.tell() - offset
-    w.write_record(_metadata(w, ex, date, resp_id))
-    return EncodedExchange(ex.url, buf.getvalue(), offset, length, sha1_digest(ex.body))
+    request = _gzip_member(w, raw, _request(w, ex, common, resp_id))
+    response = _gzip_member(w, raw, _response(w, ex, common, resp_id))
+    metadata = _gzip_member(w, raw, _metadata(w, ex, date, resp_id))
+    return EncodedExchange(ex.url, request + response + metadata, len(request), len(response), sha1_digest(ex.body))
+
+
+def _gzip_member(w: WARCWriter, raw: io.BytesIO, rec) -> bytes:
+    """``rec`` as written by ``w`` (into ``raw``), as one gzip member of GZIP_LEVEL."""
+    raw.seek(0)
+    raw.truncate()
+    w.write_record(rec)
+    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    return z.compress(raw.getbuffer()) + z.flush()
 
 
 def _response(w: WARCWriter, ex: Exchange, common: dict, resp_id: str):

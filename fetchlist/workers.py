@@ -116,6 +116,10 @@ class DigestPool:
         except BrokenProcessPool as e:
             raise WorkerDied(f"a fetch worker process died ({e}); run the fetch again to resume") from None
 
+    def pids(self) -> list[int]:
+        """Process ids of the workers started so far."""
+        return list(self._pool._processes or ())
+
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         self._alive_w.close()

@@ -189,11 +189,10 @@ def test_a_dead_worker_stops_the_fetch_cleanly(site, tmp_path):
         def request(self, entry):
             rec = super().request(entry)
             if not killed and rec.status == Status.FETCHED:  # parsed by a worker: there is one
-                new = [p for p in me.children(recursive=True) if p.pid not in before]
-                workers = [p for p in new if "forkserver" in " ".join(p.cmdline()) and p.ppid() != me.pid]
-                assert workers, [p.cmdline() for p in new]
-                workers[0].kill()
-                killed.append(workers[0].pid)
+                pid = self._pool.pids()[0]
+                assert pid in {p.pid for p in me.children(recursive=True)} - before
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
             return rec
 
     with pytest.raises(WorkerDied, match="resume"):
