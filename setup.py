@@ -66,6 +66,8 @@ setup(
         "export": ["pyarrow>=14"],
         # The columnar bulk load (webdb.bulkarrow; `webdb import` without it loads record by record).
         "bulk": ["pyarrow>=14", "numpy>=1.24"],
+        # bench/bench_fetch_peers.py: Scrapy, the fetch benchmark's peer (bench/scrapy_peer.py).
+        "bench": ["scrapy>=2.13"],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],

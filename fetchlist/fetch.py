@@ -113,6 +113,7 @@ class FetchStats:
     elapsed: float = 0.0
     interrupted: bool = False
     processes: int = 0  # worker processes that parsed the pages (0: the fetcher's threads)
+    worker_cpu_seconds: float = 0.0  # CPU time the workers spent on this run's pages
 
     @property
     def pages_per_second(self) -> float:
@@ -291,6 +292,7 @@ class Fetcher:
         finally:
             if self._pool is not None:
                 self._pool.close()
+                stats.worker_cpu_seconds = self._pool.cpu_seconds
                 self._pool = None
             progress.close()
             stats.elapsed = time.monotonic() - t0

@@ -25,6 +25,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -90,8 +91,10 @@ def _exit_with_fetcher(alive: Connection) -> None:
     os._exit(1)
 
 
-def _run(rec: FetchRecord) -> tuple[ParseResult | None, EncodedExchange]:
-    return digest(rec, _options["options"], _options["www"])
+def _run(rec: FetchRecord) -> tuple[ParseResult | None, EncodedExchange, float]:
+    t = time.process_time()
+    p, enc = digest(rec, _options["options"], _options["www"])
+    return p, enc, time.process_time() - t
 
 
 class DigestPool:
@@ -99,6 +102,8 @@ class DigestPool:
 
     def __init__(self, processes: int, options: dict, www: WwwRules | None) -> None:
         self.processes = processes
+        self.cpu_seconds = 0.0  # spent by the workers on the pages (the digest calls)
+        self._lock = threading.Lock()
         ctx = multiprocessing.get_context("forkserver")
         # The fork server imports the parser once; workers are forks of it (the default would
         # import the caller's __main__ there).  Effective when this process starts its server.
@@ -112,9 +117,11 @@ class DigestPool:
     def digest(self, rec: FetchRecord) -> None:
         """Set ``rec.parse`` and ``rec.warc`` by a worker (blocks the calling thread meanwhile)."""
         try:
-            rec.parse, rec.warc = self._pool.submit(_run, rec).result()
+            rec.parse, rec.warc, cpu = self._pool.submit(_run, rec).result()
         except BrokenProcessPool as e:
             raise WorkerDied(f"a fetch worker process died ({e}); run the fetch again to resume") from None
+        with self._lock:
+            self.cpu_seconds += cpu
 
     def pids(self) -> list[int]:
         """Process ids of the workers started so far."""

@@ -96,6 +96,7 @@ def test_processes_write_the_same_records_as_one_process(site, tmp_path):
         assert assert_valid_warc(seg) == stats[procs].statuses["FETCHED"]
         outputs[procs] = _outputs(seg)
     assert stats[0].processes == 0 and stats[2].processes == 2
+    assert stats[0].worker_cpu_seconds == 0 < stats[2].worker_cpu_seconds
     assert sorted(outputs[0]) == sorted(outputs[2]) == sorted(urls)
     for url in urls:
         assert outputs[2][url] == outputs[0][url], url

@@ -44,6 +44,7 @@ def _summary(stats, seg_path: str, top: int) -> tuple[dict, str]:
         "pages_per_second": round(stats.pages_per_second, 2),
         "interrupted": stats.interrupted,
         "processes": stats.processes,
+        "worker_cpu_seconds": round(stats.worker_cpu_seconds, 3),
         "hosts": {
             h: {
                 "requests": x.requests,
