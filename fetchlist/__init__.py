@@ -6,7 +6,8 @@ The functions ``normalize`` and ``parse`` are not re-exported here: they share t
 name, and binding them would make ``import fetchlist.parse as m`` give the function.  Use
 ``from fetchlist.normalize import normalize`` and ``from fetchlist.parse import parse``.
 
-Owns: the crawl loop — inject, generate (and generate over a rack), fetch, parse, segments,
+Owns: the crawl loop — inject, generate (and generate over a rack), fetch (and its parse
+worker processes, ``fetchlist.workers``), parse, segments,
 update (segments back into writer calls), URL normalization, filters, robots, focus rules and
 the crawl's settings.  Registers its update input with webdb (``register_inputs``).
 
