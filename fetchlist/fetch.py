@@ -16,8 +16,9 @@ Data flow of ``Fetcher.fetch(entries, sink)`` (docs/crawl.md has the whole crawl
    at most ``max_content`` bytes and is cut after ``fetch_timeout`` seconds in all (connect,
    headers, body: ``fetchlist.net``); hosts are checked against the address policy.
 5. Fetched pages are parsed (``fetchlist.parse``) and their WARC records encoded in one of
-   ``processes`` worker processes (``fetchlist.workers``; with ``processes`` 0, in the thread
-   itself) while the thread waits; every record goes to ``sink`` as soon as it is complete
+   ``processes`` worker processes (``fetchlist.workers``), and written by a writer thread, while
+   the thread that fetched the page goes on with its next request; with ``processes`` 0 the
+   thread parses the page itself.  Every record goes to ``sink`` as soon as it is complete
    (``SegmentWriter.write`` appends and flushes it).
 6. Ctrl-C (KeyboardInterrupt) stops taking new URLs, cuts the requests in flight (no record
    for them), lets the pages being parsed finish and writes them, then re-raises;
@@ -46,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import queue
 import threading
 import time
 from collections import Counter, deque
@@ -256,11 +258,36 @@ class Fetcher:
                 stats.content_bytes += len(rec.content or b"")
                 progress.update(1)
 
+        pool: DigestPool | None = None
+        digested: queue.SimpleQueue = queue.SimpleQueue()
+
+        def deliver(rec: FetchRecord, q: _Queue) -> None:
+            """A FETCHED page goes to a worker (the thread goes on with its next request) and
+            is written by the writer thread; any other record is written now."""
+            if pool is not None and rec.status == Status.FETCHED:
+                pool.submit(rec, lambda r, err: digested.put((r, q, err)))
+            else:
+                emit(rec, q)
+
+        def writer() -> None:
+            while (item := digested.get()) is not None:
+                rec, q, err = item
+                try:
+                    if err is not None:
+                        raise err
+                    if not errors:  # after a failure the pages still pending are dropped
+                        emit(rec, q)
+                except BaseException as e:  # a failing sink or a dead worker stops the run
+                    errors.append(e)
+                    sched.stop()
+                finally:
+                    pool.done_one()
+
         def worker() -> None:
             try:
                 while (q := sched.take()) is not None:
                     try:
-                        self._serve(q, emit, sched)
+                        self._serve(q, deliver, sched)
                     finally:
                         sched.release(q)
             except BaseException as e:  # a failing sink (disk full, ...) stops the run, reported below
@@ -273,26 +300,39 @@ class Fetcher:
             threading.Thread(target=worker, name=f"fetcher-{i}", daemon=True)
             for i in range(min(int(s["threads"]), max(1, len(queues))))
         ]
+        write_thread = None
         if self.processes:
-            self._pool = DigestPool(min(self.processes, len(threads)), s, self.www)
-            stats.processes = self._pool.processes
+            # Pages between request and write: enough to keep every worker busy while the
+            # threads fetch, few enough to bound memory (each holds up to max_content bytes).
+            pool = self._pool = DigestPool(
+                min(self.processes, len(threads)), s, self.www, len(threads) + 2 * self.processes
+            )
+            stats.processes = pool.processes
+            write_thread = threading.Thread(target=writer, name="fetch-writer", daemon=True)
+            write_thread.start()
         try:
             for t in threads:
                 t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(0.1)
+            if pool is not None:
+                pool.wait_idle()
         except KeyboardInterrupt:
             stats.interrupted = True
             sched.stop()
             self._watchdog.abort_all()  # requests in flight end now; their URLs stay unfetched
             for t in threads:
                 t.join()
+            if pool is not None:
+                pool.wait_idle()  # the pages being parsed are written (workers ignore SIGINT)
             raise
         finally:
-            if self._pool is not None:
-                self._pool.close()
-                stats.worker_cpu_seconds = self._pool.cpu_seconds
+            if pool is not None:
+                digested.put(None)
+                write_thread.join()
+                pool.close()
+                stats.worker_cpu_seconds = pool.cpu_seconds
                 self._pool = None
             progress.close()
             stats.elapsed = time.monotonic() - t0
@@ -443,9 +483,7 @@ class Fetcher:
         if rec.status == Status.FETCHED:
             rec.content = rec.content or b""
             rec.md5 = hashlib.md5(rec.content).digest()
-            if self._pool is not None:
-                self._pool.digest(rec)
-            elif s["parse"]:
+            if self._pool is None and s["parse"]:  # else the workers parse it (``fetch``)
                 rec.parse = parse(
                     url,
                     rec.content,

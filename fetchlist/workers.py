@@ -26,6 +26,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -98,12 +99,15 @@ def _run(rec: FetchRecord) -> tuple[ParseResult | None, EncodedExchange, float]:
 
 
 class DigestPool:
-    """``processes`` worker processes running ``digest``; ``close`` waits for them to end."""
+    """``processes`` worker processes running ``digest``, at most ``backlog`` pages at a time
+    between ``submit`` and ``done_one``; ``close`` waits for the workers to end."""
 
-    def __init__(self, processes: int, options: dict, www: WwwRules | None) -> None:
+    def __init__(self, processes: int, options: dict, www: WwwRules | None, backlog: int) -> None:
         self.processes = processes
         self.cpu_seconds = 0.0  # spent by the workers on the pages (the digest calls)
-        self._lock = threading.Lock()
+        self._backlog = max(1, backlog)
+        self._pending = 0
+        self._cv = threading.Condition()
         ctx = multiprocessing.get_context("forkserver")
         # The fork server imports the parser once; workers are forks of it (the default would
         # import the caller's __main__ there).  Effective when this process starts its server.
@@ -114,14 +118,45 @@ class DigestPool:
             processes, mp_context=ctx, initializer=_init, initargs=(options, www, self._alive_r)
         )
 
-    def digest(self, rec: FetchRecord) -> None:
-        """Set ``rec.parse`` and ``rec.warc`` by a worker (blocks the calling thread meanwhile)."""
+    def submit(self, rec: FetchRecord, done: Callable[[FetchRecord, BaseException | None], None]) -> None:
+        """Have a worker set ``rec.parse`` and ``rec.warc``, then call ``done(rec, error)`` (from
+        the pool's thread; ``error`` is None, or WorkerDied).  Blocks while ``backlog`` pages
+        are pending: each submitted page is pending until its ``done_one`` call."""
+        with self._cv:
+            while self._pending >= self._backlog:
+                self._cv.wait()
+            self._pending += 1
+
+        def finished(fut) -> None:
+            try:
+                rec.parse, rec.warc, cpu = fut.result()
+            except BrokenProcessPool as e:
+                done(rec, WorkerDied(f"a fetch worker process died ({e}); run the fetch again to resume"))
+            except BaseException as e:  # noqa: BLE001 - handed to the fetcher, which stops and raises it
+                done(rec, e)
+            else:
+                with self._cv:
+                    self.cpu_seconds += cpu
+                done(rec, None)
+
         try:
-            rec.parse, rec.warc, cpu = self._pool.submit(_run, rec).result()
+            fut = self._pool.submit(_run, rec)
         except BrokenProcessPool as e:
-            raise WorkerDied(f"a fetch worker process died ({e}); run the fetch again to resume") from None
-        with self._lock:
-            self.cpu_seconds += cpu
+            done(rec, WorkerDied(f"a fetch worker process died ({e}); run the fetch again to resume"))
+            return
+        fut.add_done_callback(finished)
+
+    def done_one(self) -> None:
+        """One submitted page is written (or dropped): it no longer counts in the backlog."""
+        with self._cv:
+            self._pending -= 1
+            self._cv.notify_all()
+
+    def wait_idle(self) -> None:
+        """Wait until every submitted page has had its ``done_one``."""
+        with self._cv:
+            while self._pending:
+                self._cv.wait()
 
     def pids(self) -> list[int]:
         """Process ids of the workers started so far."""

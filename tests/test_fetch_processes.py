@@ -184,20 +184,19 @@ def test_a_dead_worker_stops_the_fetch_cleanly(site, tmp_path):
     seg.write_fetchlist(0, [FetchEntry(u) for u in urls])
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
+    fetcher = Fetcher(**FAST, processes=2)
     killed = []
 
-    class KillAWorker(Fetcher):
-        def request(self, entry):
-            rec = super().request(entry)
-            if not killed and rec.status == Status.FETCHED:  # parsed by a worker: there is one
-                pid = self._pool.pids()[0]
-                assert pid in {p.pid for p in me.children(recursive=True)} - before
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            return rec
+    def sink(rec, w):
+        w.write(rec)
+        if not killed and rec.status == Status.FETCHED:  # parsed by a worker: there is one
+            pid = fetcher._pool.pids()[0]
+            assert pid in {p.pid for p in me.children(recursive=True)} - before
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
 
-    with pytest.raises(WorkerDied, match="resume"):
-        KillAWorker(**FAST, processes=2).fetch_segment(seg, 0)
+    with seg.writer(0) as w, pytest.raises(WorkerDied, match="resume"):
+        fetcher.fetch(list(seg.fetchlist(0)), lambda rec: sink(rec, w))
     done = sum(1 for _ in seg.fetch_records(0))
     assert done < len(urls)
     stats = Fetcher(**FAST, processes=2).fetch_segment(seg, 0)
