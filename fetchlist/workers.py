@@ -1,13 +1,13 @@
 """Worker processes for the CPU part of a fetch: parse each page, encode its WARC records.
 
 A ``Fetcher`` with ``processes`` > 0 keeps its requests, politeness and segment writes in its
-own process (its threads) and hands each fetched page to a ``DigestPool``: a worker process
-parses the content (``fetchlist.parse``) and encodes the exchange's WARC records
-(``fetchlist.warc.encode_exchange``, gzip and SHA-1 over the body), and the fetcher thread
-that made the request waits for the result and writes the record.  The parse holds the GIL
-for most of a page's CPU time, so one process parses on one core at most; the workers give
-every core to it.  Hosts, queues and delays stay in one scheduler, so politeness is exactly
-that of one process.
+own process and hands each fetched page to a ``DigestPool``: a worker process parses the
+content (``fetchlist.parse``) and encodes the exchange's WARC records
+(``fetchlist.warc.encode_exchange``, gzip and SHA-1 over the body); the fetcher's writer
+thread then writes the record, while the thread that made the request has gone on with its
+next one.  The parse holds the GIL for most of a page's CPU time, so one process parses on one
+core at most; the workers give every core to it.  Hosts, queues and delays stay in one
+scheduler, so politeness is exactly that of one process.
 
 Workers are started by the ``forkserver`` method (never ``fork`` from a process running
 threads), lazily, one per page in flight up to ``processes``; they ignore SIGINT, so Ctrl-C
