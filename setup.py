@@ -74,8 +74,17 @@ setup(
         # The columnar bulk load (webdb.bulkarrow; `webdb import` without it loads record by record).
         "bulk": ["pyarrow>=14", "numpy>=1.24"],
         # bench/run.py: the peers (RocksDB, DuckDB; SQLite and GNU sort come with the system), the
-        # driver's memory sampling, the columnar load webdb runs there and the steady-state plot.
-        "bench": ["duckdb>=1.0", "rocksdict>=0.3", "psutil>=5.9", "pyarrow>=14", "numpy>=1.24", "matplotlib>=3.7"],
+        # driver's memory sampling, the columnar load webdb runs there and the steady-state plot;
+        # bench/bench_fetch_peers.py: Scrapy, the fetch benchmark's peer (bench/scrapy_peer.py).
+        "bench": [
+            "duckdb>=1.0",
+            "rocksdict>=0.3",
+            "psutil>=5.9",
+            "pyarrow>=14",
+            "numpy>=1.24",
+            "matplotlib>=3.7",
+            "scrapy>=2.13",
+        ],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
     scripts=["bin/webdb-update", "bin/webdb-create", "bin/webdb-read", "bin/webdb-check"],

@@ -6,9 +6,10 @@ The functions ``normalize`` and ``parse`` are not re-exported here: they share t
 name, and binding them would make ``import fetchlist.parse as m`` give the function.  Use
 ``from fetchlist.normalize import normalize`` and ``from fetchlist.parse import parse``.
 
-Owns: the crawl loop — inject, generate (and generate over a rack), fetch, parse, segments,
-update (segments back into writer calls), URL normalization, filters, robots, sitemaps, focus
-rules and the crawl's settings.  Registers its update input with webdb (``register_inputs``).
+Owns: the crawl loop — inject, generate (and generate over a rack), fetch (and its parse
+worker processes, ``fetchlist.workers``), parse, segments, update (segments back into writer
+calls), URL normalization, filters, robots, sitemaps, focus rules and the crawl's settings.
+Registers its update input with webdb (``register_inputs``).
 
 May import: webdb's public API only — ``webdb`` (``__all__``), ``webdb.errors``,
 ``webdb.urls``, ``webdb.rack`` (contract ``crawl-uses-public-api`` in pyproject.toml).

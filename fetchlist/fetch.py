@@ -15,10 +15,14 @@ Data flow of ``Fetcher.fetch(entries, sink)`` (docs/crawl.md has the whole crawl
    server's own validators (If-Modified-Since / If-None-Match) for pages fetched before, reads
    at most ``max_content`` bytes and is cut after ``fetch_timeout`` seconds in all (connect,
    headers, body: ``fetchlist.net``); hosts are checked against the address policy.
-5. Fetched pages are parsed (``fetchlist.parse``) in the worker; every record goes to ``sink``
-   as soon as it is complete (``SegmentWriter.write`` appends and flushes it).
+5. Fetched pages are parsed (``fetchlist.parse``) and their WARC records encoded in one of
+   ``processes`` worker processes (``fetchlist.workers``), and written by a writer thread, while
+   the thread that fetched the page goes on with its next request; with ``processes`` 0 the
+   thread parses the page itself.  Every record goes to ``sink`` as soon as it is complete
+   (``SegmentWriter.write`` appends and flushes it).
 6. Ctrl-C (KeyboardInterrupt) stops taking new URLs, cuts the requests in flight (no record
-   for them), then re-raises; ``fetch_segment`` run again on the same partition resumes.
+   for them), lets the pages being parsed finish and writes them, then re-raises;
+   ``fetch_segment`` run again on the same partition resumes.
 
 HTTP status → webdb Status (Nutch 1.x):
 
@@ -48,6 +52,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import itertools
+import queue
 import threading
 import time
 from collections import Counter, deque
@@ -57,13 +62,14 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 
-from fetchlist.hints import content_limit, finish_record, parse_fetched
+from fetchlist.hints import add_robots_sitemaps, content_limit, finish_record, parse_fetched, sitemap_level_of
 from fetchlist.net import Budget, Watchdog, location_of, new_session, read_body
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.robots import ROBOTS_DENIED, RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.settings import resolve
 from fetchlist.sitemaps import RobotsSitemaps
+from fetchlist.workers import DigestPool, default_processes
 from webdb import Status, progress_bar
 
 __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
@@ -113,6 +119,8 @@ class FetchStats:
     hosts: dict[str, HostStats] = field(default_factory=dict)
     elapsed: float = 0.0
     interrupted: bool = False
+    processes: int = 0  # worker processes that parsed the pages (0: the fetcher's threads)
+    worker_cpu_seconds: float = 0.0  # CPU time the workers spent on this run's pages
 
     @property
     def pages_per_second(self) -> float:
@@ -191,6 +199,9 @@ class Fetcher:
         total = float(s["fetch_timeout"])
         self._timeout = (min(float(s["connect_timeout"]), total), float(s["read_timeout"]))
         self._watchdog = Watchdog()
+        self._pool: DigestPool | None = None
+        procs = s["processes"]
+        self.processes = default_processes() if procs is None else int(procs)
 
     @classmethod
     def from_settings(cls, settings: dict) -> Fetcher:
@@ -253,11 +264,37 @@ class Fetcher:
                 stats.content_bytes += len(rec.content or b"")
                 progress.update(1)
 
+        pool: DigestPool | None = None
+        digested: queue.SimpleQueue = queue.SimpleQueue()
+
+        def deliver(rec: FetchRecord, q: _Queue) -> None:
+            """A FETCHED page goes to a worker (the thread goes on with its next request) and
+            is written by the writer thread; any other record is written now."""
+            if pool is not None and rec.status == Status.FETCHED:
+                pool.submit(rec, lambda r, err: digested.put((r, q, err)))
+            else:
+                emit(rec, q)
+
+        def writer() -> None:
+            while (item := digested.get()) is not None:
+                rec, q, err = item
+                try:
+                    if err is not None:
+                        raise err
+                    if not errors:  # after a failure the pages still pending are dropped
+                        add_robots_sitemaps(rec, s, self.sitemaps)  # the fetcher's state: here, not in the worker
+                        emit(rec, q)
+                except BaseException as e:  # a failing sink or a dead worker stops the run
+                    errors.append(e)
+                    sched.stop()
+                finally:
+                    pool.done_one()
+
         def worker() -> None:
             try:
                 while (q := sched.take()) is not None:
                     try:
-                        self._serve(q, emit, sched)
+                        self._serve(q, deliver, sched)
                     finally:
                         sched.release(q)
             except BaseException as e:  # a failing sink (disk full, ...) stops the run, reported below
@@ -270,20 +307,40 @@ class Fetcher:
             threading.Thread(target=worker, name=f"fetcher-{i}", daemon=True)
             for i in range(min(int(s["threads"]), max(1, len(queues))))
         ]
+        write_thread = None
+        if self.processes:
+            # Pages between request and write: enough to keep every worker busy while the
+            # threads fetch, few enough to bound memory (each holds up to max_content bytes).
+            pool = self._pool = DigestPool(
+                min(self.processes, len(threads)), s, self.www, len(threads) + 2 * self.processes
+            )
+            stats.processes = pool.processes
+            write_thread = threading.Thread(target=writer, name="fetch-writer", daemon=True)
+            write_thread.start()
         try:
             for t in threads:
                 t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(0.1)
+            if pool is not None:
+                pool.wait_idle()
         except KeyboardInterrupt:
             stats.interrupted = True
             sched.stop()
             self._watchdog.abort_all()  # requests in flight end now; their URLs stay unfetched
             for t in threads:
                 t.join()
+            if pool is not None:
+                pool.wait_idle()  # the pages being parsed are written (workers ignore SIGINT)
             raise
         finally:
+            if pool is not None:
+                digested.put(None)
+                write_thread.join()
+                pool.close()
+                stats.worker_cpu_seconds = pool.cpu_seconds
+                self._pool = None
             progress.close()
             stats.elapsed = time.monotonic() - t0
             stats.requests = sum(h.requests for h in stats.hosts.values())
@@ -436,9 +493,11 @@ class Fetcher:
         if rec.status == Status.FETCHED:
             rec.content = rec.content or b""
             rec.md5 = hashlib.md5(rec.content).digest()
-            if s["parse"]:
-                rec.parse = parse_fetched(rec, entry, s, self.www)
-                finish_record(rec, s, self.sitemaps, self.www)
+            rec.sitemap_level = sitemap_level_of(entry, s)
+            if self._pool is None and s["parse"]:  # else a worker parses it (``fetch``)
+                rec.parse = parse_fetched(rec, s, self.www)
+                finish_record(rec, s, self.www)
+                add_robots_sitemaps(rec, s, self.sitemaps)
         return rec
 
     def _read_body(self, resp: requests.Response, budget: Budget, limit: int) -> tuple[bytes, bool]:

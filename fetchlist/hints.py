@@ -1,8 +1,12 @@
 """What a fetched page says beyond its links: the fetcher's last step for each FETCHED response.
 
-``parse_fetched(rec, entry, settings, www)`` parses the content: a sitemap (an entry whose page
-carries ``meta["sitemap"]``) with ``fetchlist.sitemaps.parse_sitemap``, anything else with
-``fetchlist.parse.parse``.  ``finish_record(rec, settings, robots_sitemaps, www)`` then
+``parse_fetched(rec, settings, www)`` parses the content: a sitemap (``rec.sitemap_level``, set
+from the fetchlist entry by ``sitemap_level_of``) with ``fetchlist.sitemaps.parse_sitemap``,
+anything else with ``fetchlist.parse.parse``.  ``finish_record(rec, settings, www)`` then does
+steps 1 and 2 below, and ``add_robots_sitemaps(rec, settings, robots_sitemaps)`` step 3.  The
+first two are functions of the record alone, run where the page is parsed (a fetch worker
+process, ``fetchlist.workers``); the third needs the fetcher's robots.txt state and runs in the
+fetcher.
 
 1. takes the canonical URL from the HTTP ``Link: <…>; rel="canonical"`` header when there is
    one (it wins over the HTML ``<link rel="canonical">``, and also serves non-HTML content);
@@ -30,7 +34,14 @@ from fetchlist.segment import FetchEntry, FetchRecord
 from fetchlist.sitemaps import RobotsSitemaps, parse_sitemap, sitemap_level
 from webdb import Status
 
-__all__ = ["content_limit", "finish_record", "link_canonical", "parse_fetched"]
+__all__ = [
+    "add_robots_sitemaps",
+    "content_limit",
+    "finish_record",
+    "link_canonical",
+    "parse_fetched",
+    "sitemap_level_of",
+]
 
 
 def content_limit(entry: FetchEntry, settings: dict) -> int:
@@ -41,10 +52,16 @@ def content_limit(entry: FetchEntry, settings: dict) -> int:
     return int(settings["max_content"])
 
 
-def parse_fetched(rec: FetchRecord, entry: FetchEntry, settings: dict, www: WwwRules | None) -> ParseResult:
-    """The parse of ``rec.content`` (a FETCHED record): as a sitemap or as a page."""
+def sitemap_level_of(entry: FetchEntry, settings: dict) -> int:
+    """The sitemap level of ``entry``'s page (0: a page to parse as a page)."""
+    return sitemap_level(entry.page.meta) if entry.page is not None and settings["sitemaps"] else 0
+
+
+def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> ParseResult:
+    """The parse of ``rec.content`` (a FETCHED record): as a sitemap (``rec.sitemap_level``) or as
+    a page."""
     s = settings
-    level = sitemap_level(entry.page.meta) if entry.page is not None and s["sitemaps"] else 0
+    level = rec.sitemap_level
     if not level:
         return parse(
             rec.url,
@@ -94,10 +111,9 @@ def link_canonical(raw_headers: list[tuple[str, str]] | None, url: str, www: Www
     return None
 
 
-def finish_record(
-    rec: FetchRecord, settings: dict, robots_sitemaps: RobotsSitemaps | None, www: WwwRules | None = None
-) -> None:
-    """Steps 1–3 of the module docstring, applied to ``rec`` in place (a FETCHED, parsed record)."""
+def finish_record(rec: FetchRecord, settings: dict, www: WwwRules | None = None) -> None:
+    """Steps 1 and 2 of the module docstring, applied to ``rec`` in place (a FETCHED, parsed
+    record)."""
     p = rec.parse
     if rec.status != Status.FETCHED or p is None:
         return
@@ -109,6 +125,13 @@ def finish_record(
         rec.redirect = p.refresh
         rec.content = rec.md5 = rec.parse = None
         rec.truncated = False
+
+
+def add_robots_sitemaps(rec: FetchRecord, settings: dict, robots_sitemaps: RobotsSitemaps | None) -> None:
+    """Step 3 of the module docstring: the site's robots.txt ``Sitemap:`` lines not yet handed
+    on go with ``rec``'s parse record (a FETCHED, parsed record)."""
+    p = rec.parse
+    if rec.status != Status.FETCHED or p is None:
         return
     if robots_sitemaps is not None and settings["sitemaps"]:
         p.sitemaps = p.sitemaps + [u for u in robots_sitemaps.take(rec.url) if u not in p.sitemaps]

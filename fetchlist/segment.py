@@ -44,7 +44,15 @@ from dataclasses import dataclass, field, fields
 
 from fetchlist.parse import ParseResult
 from fetchlist.sitemaps import CHANGEFREQ, SitemapUrl
-from fetchlist.warc import Exchange, WarcWriter, index_name, open_nofollow, read_index, read_response_at
+from fetchlist.warc import (
+    EncodedExchange,
+    Exchange,
+    WarcWriter,
+    index_name,
+    open_nofollow,
+    read_index,
+    read_response_at,
+)
 from webdb import NEVER, FetchResult, Page, Status
 from webdb.errors import BadInput, CorruptionError
 
@@ -108,6 +116,12 @@ class FetchRecord:
     protocol: str = "HTTP/1.1"
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     start: float | None = None
+    # The exchange's WARC records already encoded (by a fetcher's worker process): the writer
+    # of a version 2 segment appends them as they are.
+    warc: EncodedExchange | None = None
+    # The fetchlist entry's sitemap level (0: a page), for the parse only: a sitemap is parsed
+    # as one (fetchlist.hints); not in the fetch record's JSON.
+    sitemap_level: int = 0
 
 
 @dataclass(slots=True)
@@ -815,7 +829,7 @@ class SegmentWriter:
         with self._lock:
             if self._warc is not None:
                 if r.status == Status.FETCHED or r.content:
-                    loc = self._warc.write(exchange_of(r))
+                    loc = self._warc.write(r.warc if r.warc is not None else exchange_of(r))
                     r.content_ref = (loc.offset, loc.length)
             elif r.content:
                 off = self._content.tell()

@@ -23,6 +23,11 @@ DEFAULTS: dict[str, object] = {
     # ---- concurrency and politeness --------------------------------------------------------------
     # Fetcher threads, shared by all hosts.  A host never has more than one request in flight.
     "threads": 10,
+    # Worker processes that parse the fetched pages and compress their WARC records
+    # (fetchlist.workers), so a fetch uses every core; the requests, the politeness and the
+    # segment writes stay in the fetcher's process.  None = one per CPU the process may run
+    # on; 0 = none: the fetcher's threads parse (one process in all).
+    "processes": None,
     # How fetch queues are keyed: "host" (one queue per host name) or "domain" (one per
     # registered domain: www.example.com and img.example.com share a queue and its delay).
     "queue_mode": "host",
@@ -178,6 +183,9 @@ def resolve(settings: dict | None = None, **overrides: object) -> dict:
     ):
         if not isinstance(out[k], bool):
             raise BadInput(f"crawl setting {k} must be true or false, not {out[k]!r}")
+    procs = out["processes"]
+    if procs is not None and (isinstance(procs, bool) or not isinstance(procs, int) or not 0 <= procs <= 1024):
+        raise BadInput(f"crawl setting processes must be a whole number from 0 to 1024 or null, not {procs!r:.100}")
     if out["progress"] is not None and not isinstance(out["progress"], bool):
         raise BadInput(f"crawl setting progress must be true, false or null, not {out['progress']!r}")
     for k in ("user_agent", "robots_agent"):

@@ -41,6 +41,7 @@ import os
 import stat
 import threading
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -54,11 +55,13 @@ from warcio.warcwriter import WARCWriter
 from webdb.errors import BadInput, CorruptionError
 
 __all__ = [
+    "EncodedExchange",
     "Exchange",
     "WarcLocation",
     "WarcResponse",
     "WarcWriter",
     "content_index",
+    "encode_exchange",
     "index_warc",
     "open_nofollow",
     "read_index",
@@ -70,6 +73,8 @@ WARC_VERSION = "WARC/1.1"
 WARC_SUFFIX = ".warc.gz"
 INDEX_SUFFIX = ".index.jsonl"
 MAX_OFFSET = 1 << 40  # the largest offset a segment refers to (1 TiB)
+# zlib's (and gzip's) default level: on HTML 2.5 times faster than warcio's 9, 2 % larger.
+GZIP_LEVEL = 6
 # Response headers that describe the bytes on the wire, not the stored (decoded) body.
 _RENAMED = ("content-encoding", "transfer-encoding", "content-length")
 
@@ -212,6 +217,98 @@ def open_nofollow(path: str, mode: str = "rb"):
     return os.fdopen(fd, mode)
 
 
+@dataclass(slots=True)
+class EncodedExchange:
+    """An exchange's request, response and metadata records, each its own gzip member, ready
+    to be appended: ``data``; the response record is ``data[response_offset:][:response_length]``;
+    ``digest`` is the body's (``sha1_digest``)."""
+
+    url: str
+    data: bytes
+    response_offset: int
+    response_length: int
+    digest: str
+
+
+def encode_exchange(ex: Exchange) -> EncodedExchange:
+    """The three WARC records of ``ex``, compressed: the CPU part of ``WarcWriter.write``, which
+    a fetcher runs in its worker processes.  Cost: one pass of gzip and SHA-1 over the body."""
+    raw = io.BytesIO()
+    w = WARCWriter(raw, gzip=False, warc_version=WARC_VERSION)
+    date = _iso(ex.fetch_time)
+    resp_id = f"<urn:uuid:{uuid.uuid4()}>"
+    common = {"WARC-Date": date}
+    if ex.ip:
+        common["WARC-IP-Address"] = ex.ip
+    request = _gzip_member(w, raw, _request(w, ex, common, resp_id))
+    response = _gzip_member(w, raw, _response(w, ex, common, resp_id))
+    metadata = _gzip_member(w, raw, _metadata(w, ex, date, resp_id))
+    return EncodedExchange(ex.url, request + response + metadata, len(request), len(response), sha1_digest(ex.body))
+
+
+def _gzip_member(w: WARCWriter, raw: io.BytesIO, rec) -> bytes:
+    """``rec`` as written by ``w`` (into ``raw``), as one gzip member of GZIP_LEVEL."""
+    raw.seek(0)
+    raw.truncate()
+    w.write_record(rec)
+    z = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, zlib.MAX_WBITS + 16)
+    return z.compress(raw.getbuffer()) + z.flush()
+
+
+def _response(w: WARCWriter, ex: Exchange, common: dict, resp_id: str):
+    size = str(len(ex.body))
+    # Headers as received, but for those that no longer describe the stored body.
+    stale = {
+        k.lower()
+        for k, v in ex.headers
+        if k.lower() in _RENAMED and not (k.lower() == "content-length" and v.strip() == size)
+    }
+    if stale - {"content-length"}:
+        stale.add("content-length")
+    headers = [(f"X-Crawler-{k}" if k.lower() in stale else k, _field(v)) for k, v in ex.headers]
+    if not any(k.lower() == "content-length" for k, _ in headers):
+        headers.append(("Content-Length", size))
+    status = f"{ex.status} {_field(ex.reason)}".rstrip()
+    http = StatusAndHeaders(status, headers, protocol=ex.protocol)
+    wh = {**common, "WARC-Record-ID": resp_id}
+    if ex.truncated:
+        wh["WARC-Truncated"] = "length"
+    return w.create_warc_record(
+        ex.url,
+        "response",
+        payload=io.BytesIO(ex.body),
+        length=len(ex.body),
+        warc_headers_dict=wh,
+        http_headers=http,
+    )
+
+
+def _request(w: WARCWriter, ex: Exchange, common: dict, resp_id: str):
+    u = urlsplit(ex.url)
+    target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+    headers = [(k, _field(v)) for k, v in ex.request_headers]
+    if not any(k.lower() == "host" for k, _ in headers):
+        headers.insert(0, ("Host", u.netloc))
+    http = StatusAndHeaders(f"{ex.method} {target} {ex.protocol}", headers, is_http_request=True)
+    wh = {**common, "WARC-Concurrent-To": resp_id}
+    return w.create_warc_record(ex.url, "request", warc_headers_dict=wh, http_headers=http)
+
+
+def _metadata(w: WARCWriter, ex: Exchange, date: str, resp_id: str):
+    lines = [f"fetchTimeMs: {round(ex.elapsed * 1000)}"]
+    lines += [f"outlink: {u} {_field(a)}".rstrip() for u, a in ex.outlinks]
+    body = ("\r\n".join(lines) + "\r\n").encode("utf-8")
+    wh = {"WARC-Date": date, "WARC-Concurrent-To": resp_id}
+    return w.create_warc_record(
+        ex.url,
+        "metadata",
+        payload=io.BytesIO(body),
+        length=len(body),
+        warc_content_type="application/warc-fields",
+        warc_headers_dict=wh,
+    )
+
+
 class WarcWriter:
     """Appends the WARC records of one partition and their index (thread-safe).
 
@@ -293,79 +390,21 @@ class WarcWriter:
         except (ArchiveLoadFailed, OSError, EOFError, ValueError):
             return 0  # a torn first record: start the file again
 
-    def write(self, ex: Exchange) -> WarcLocation:
-        """Append the request, response and metadata records of ``ex`` and its index line."""
+    def write(self, ex: Exchange | EncodedExchange) -> WarcLocation:
+        """Append the request, response and metadata records of ``ex`` and its index line
+        (``ex`` may come encoded already, by ``encode_exchange`` in another process)."""
+        enc = ex if isinstance(ex, EncodedExchange) else encode_exchange(ex)
         with self._lock:
-            date = _iso(ex.fetch_time)
-            resp_id = f"<urn:uuid:{uuid.uuid4()}>"
-            common = {"WARC-Date": date}
-            if ex.ip:
-                common["WARC-IP-Address"] = ex.ip
-            self._write(self._request(ex, common, resp_id))
-            offset = self._warc.tell()
-            self._write(self._response(ex, common, resp_id))
-            length = self._warc.tell() - offset
-            self._write(self._metadata(ex, date, resp_id))
-            loc = WarcLocation(ex.url, self.name, offset, length, self._warc.tell(), sha1_digest(ex.body))
+            start = self._warc.tell()
+            self._warc.write(enc.data)
+            loc = WarcLocation(
+                enc.url, self.name, start + enc.response_offset, enc.response_length, start + len(enc.data), enc.digest
+            )
             self._warc.flush()
             self._index.write(json.dumps(loc.to_json()).encode() + b"\n")
             self._index.flush()
             self.entries.append(loc)
             return loc
-
-    def _write(self, rec) -> None:
-        self._w.write_record(rec)
-
-    def _response(self, ex: Exchange, common: dict, resp_id: str):
-        size = str(len(ex.body))
-        # Headers as received, but for those that no longer describe the stored body.
-        stale = {
-            k.lower()
-            for k, v in ex.headers
-            if k.lower() in _RENAMED and not (k.lower() == "content-length" and v.strip() == size)
-        }
-        if stale - {"content-length"}:
-            stale.add("content-length")
-        headers = [(f"X-Crawler-{k}" if k.lower() in stale else k, _field(v)) for k, v in ex.headers]
-        if not any(k.lower() == "content-length" for k, _ in headers):
-            headers.append(("Content-Length", size))
-        status = f"{ex.status} {_field(ex.reason)}".rstrip()
-        http = StatusAndHeaders(status, headers, protocol=ex.protocol)
-        wh = {**common, "WARC-Record-ID": resp_id}
-        if ex.truncated:
-            wh["WARC-Truncated"] = "length"
-        return self._w.create_warc_record(
-            ex.url,
-            "response",
-            payload=io.BytesIO(ex.body),
-            length=len(ex.body),
-            warc_headers_dict=wh,
-            http_headers=http,
-        )
-
-    def _request(self, ex: Exchange, common: dict, resp_id: str):
-        u = urlsplit(ex.url)
-        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        headers = [(k, _field(v)) for k, v in ex.request_headers]
-        if not any(k.lower() == "host" for k, _ in headers):
-            headers.insert(0, ("Host", u.netloc))
-        http = StatusAndHeaders(f"{ex.method} {target} {ex.protocol}", headers, is_http_request=True)
-        wh = {**common, "WARC-Concurrent-To": resp_id}
-        return self._w.create_warc_record(ex.url, "request", warc_headers_dict=wh, http_headers=http)
-
-    def _metadata(self, ex: Exchange, date: str, resp_id: str):
-        lines = [f"fetchTimeMs: {round(ex.elapsed * 1000)}"]
-        lines += [f"outlink: {u} {_field(a)}".rstrip() for u, a in ex.outlinks]
-        body = ("\r\n".join(lines) + "\r\n").encode("utf-8")
-        wh = {"WARC-Date": date, "WARC-Concurrent-To": resp_id}
-        return self._w.create_warc_record(
-            ex.url,
-            "metadata",
-            payload=io.BytesIO(body),
-            length=len(body),
-            warc_content_type="application/warc-fields",
-            warc_headers_dict=wh,
-        )
 
     def close(self) -> None:
         with self._lock:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from webdb.cli.common import positive_int
+from webdb.cli.common import nonneg_int, positive_int
 from webdb.errors import BadInput
 from webdb.tables.records import DAY
 
@@ -108,6 +108,13 @@ def add_fetch_args(p) -> None:
     g.add_argument("--threads", type=positive_int, metavar="N", help="fetcher threads (default 10)")
     g.add_argument("--delay", type=float, metavar="S", help="politeness delay per host, seconds (default 1.0)")
     g.add_argument(
+        "--processes",
+        type=nonneg_int,
+        metavar="N",
+        help="worker processes that parse pages and compress WARC records (default: one per CPU; "
+        "0: parse in the fetcher's threads)",
+    )
+    g.add_argument(
         "--crawl-set",
         action="append",
         metavar="NAME=VALUE",
@@ -132,6 +139,8 @@ def fetch_settings(args) -> dict:
         out["threads"] = args.threads
     if getattr(args, "delay", None) is not None:
         out["politeness_delay"] = args.delay
+    if getattr(args, "processes", None) is not None:
+        out["processes"] = args.processes
     if getattr(args, "www_rules", None):
         out.setdefault("www_rules", args.www_rules)
     resolve(out)  # unknown names and bad values are reported before anything runs

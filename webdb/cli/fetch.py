@@ -2,8 +2,10 @@
 
 A progress bar runs when stderr is a terminal.  Ctrl-C stops taking new URLs, cuts the requests
 in flight, saves everything fetched so far and exits 130; running the same command again
-resumes (URLs already fetched are skipped).  Settings: --threads, --delay, --crawl-set NAME=VALUE
-(fetchlist/settings.py).
+resumes (URLs already fetched are skipped).  The requests run in one process (its threads, one
+request per host at a time, robots.txt and delays as in docs/crawl.md); the pages are parsed
+and their WARC records compressed in --processes worker processes (default one per CPU).
+Settings: --threads, --delay, --processes, --crawl-set NAME=VALUE (fetchlist/settings.py).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def _summary(stats, seg_path: str, top: int) -> tuple[dict, str]:
         "elapsed": round(stats.elapsed, 3),
         "pages_per_second": round(stats.pages_per_second, 2),
         "interrupted": stats.interrupted,
+        "processes": stats.processes,
+        "worker_cpu_seconds": round(stats.worker_cpu_seconds, 3),
         "hosts": {
             h: {
                 "requests": x.requests,
@@ -56,7 +60,7 @@ def _summary(stats, seg_path: str, top: int) -> tuple[dict, str]:
     lines = [
         f"fetched {stats.records:,} of {stats.entries:,} URLs ({stats.skipped:,} done before) in "
         f"{stats.elapsed:.1f}s, {stats.requests:,} requests, {stats.content_bytes / 1e6:.1f} MB, "
-        f"{stats.pages_per_second:.1f} pages/s",
+        f"{stats.pages_per_second:.1f} pages/s, {stats.processes} worker processes",
         "status " + (", ".join(f"{k.lower()} {v:,}" for k, v in sorted(st.items())) or "-"),
     ]
     busiest = sorted(stats.hosts.items(), key=lambda kv: -kv[1].requests)[:top]
