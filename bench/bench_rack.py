@@ -19,6 +19,9 @@ per-host results (the same fields for every transport):
   open, identity, sync, breakpoints, prepare and the commit;
 
 and per host: its sections, seconds, step 0 and stage times, bytes shipped (to other hosts).
+Every section gets the same memory in every mode (``--section-memory-mb``, default what a
+local section gets: the db's ``memory_mb`` divided by k), so the modes spill alike and differ
+by their transport only.
 Every run's tables are hashed (sha256 of each table file of the committed generation, per
 section): the digests must agree across transports and with the local round.
 
@@ -77,17 +80,21 @@ def breakdown(res) -> dict:
     dist = m["distributed"]
     k = len(dist["section_seconds"])
     per = [[0.0] * len(STEPS) for _ in range(k)]  # per[j][step]
+    cpu = [[0.0] * len(STEPS) for _ in range(k)]
     for j, s0 in enumerate(dist["step0"]):
         per[j][0] = s0["input_seconds"] + s0["route_seconds"]
+        cpu[j][0] = s0["cpu_seconds"]
     for st in m["stages"]:
         for row in st["sections"]:
             per[row["section"]][st["stage"]] = row["seconds"]
+            cpu[row["section"]][st["stage"]] = row["cpu_seconds"]
     mean = [sum(per[j][s] for j in range(k)) / k for s in range(len(STEPS))]
     worst = [max(per[j][s] for j in range(k)) for s in range(len(STEPS))]
     idle = [dist["section_seconds"][j] - sum(per[j]) for j in range(k)]
     return {
         "seconds": res.seconds,
         "work": sum(mean),
+        "work_cpu": sum(map(sum, cpu)) / k,
         "idle": sum(idle) / k,
         "slowest": sum(worst) - sum(mean),
         "ship": sum(s["seconds"] for s in dist["shipped"]),
@@ -96,7 +103,9 @@ def breakdown(res) -> dict:
         "remote_bytes": sum(s["remote_bytes"] for s in dist["shipped"]),
         "step_mean": mean,
         "step_worst": worst,
-        "sections": [{"section": j, "seconds": dist["section_seconds"][j], "steps": per[j]} for j in range(k)],
+        "sections": [
+            {"section": j, "seconds": dist["section_seconds"][j], "steps": per[j], "cpu": cpu[j]} for j in range(k)
+        ],
         "hosts": {
             label: {
                 "ok": r.ok,
@@ -110,16 +119,17 @@ def breakdown(res) -> dict:
     }
 
 
-def run_local(work: Path, data: Path, k: int, sync: bool) -> dict:
+def run_local(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
     path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
     inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
-    res = update(Rack.local(str(path)), inputs, input_fn=ROUND, env=AGENT_ENV)
+    # One location holds the k sections: they share memory_mb.
+    res = update(Rack.local(str(path)), inputs, input_fn=ROUND, env=AGENT_ENV, settings={"memory_mb": mem * k})
     db = webdb.open(str(path))
     digest = table_digests(res.manifest, db.section_dir)
     return {"mode": "local", "k": k, **breakdown(res), "digest": digest, "counts": counts(db)}
 
 
-def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
+def run_dask(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
     import logging
 
     import dask
@@ -140,7 +150,9 @@ def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
         cluster.scale(k)
         with Client(cluster, set_as_default=False) as c:
             c.wait_for_workers(k, timeout=600)
-        res = update_dask(Rack.local(str(path)), cluster.scheduler_address, inputs, input_fn=ROUND)
+        res = update_dask(
+            Rack.local(str(path)), cluster.scheduler_address, inputs, input_fn=ROUND, settings={"memory_mb": mem * k}
+        )
     finally:
         cluster.close()
     db = webdb.open(str(path))
@@ -191,7 +203,7 @@ class SSHRack:
         facts = json.loads(out)
         return {"python": py, "codec": facts["codec"], "why": facts["why"], "version": facts["python"]}
 
-    def run(self, data: Path, sync: bool) -> dict:
+    def run(self, data: Path, sync: bool, mem: int) -> dict:
         """One section per host: section j's directory on host j, identity/CURRENT/gen on all."""
         base = base_db(self.work, data, self.k, sync)
         for j, h in enumerate(self.hosts):
@@ -205,7 +217,7 @@ class SSHRack:
             shutil.copy(parts(self.work, data, self.k)[j], h.root / "round.tsv")
         rack = Rack.from_file(self.ini, "crawl")
         inputs = {j: {"paths": [str(h.root / "round.tsv")]} for j, h in enumerate(self.hosts)}
-        res = update(rack, inputs, input_fn=ROUND, env=AGENT_ENV)
+        res = update(rack, inputs, input_fn=ROUND, env=AGENT_ENV, settings={"memory_mb": mem})  # one per host
         digest = table_digests(res.manifest, lambda j: self.hosts[j].root / "crawl" / f"section-{j:04d}")
         gathered = self.work / "run" / "crawl"
         shutil.rmtree(gathered.parent, ignore_errors=True)
@@ -254,6 +266,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--deploy", action="store_true", help="run the ssh hosts' agents from fab deploy's venvs")
     ap.add_argument("--nosync", action="store_true", help="sync=False (default: fsync like the peers)")
+    ap.add_argument("--section-memory-mb", type=int, default=0, help="each section's memory (default memory_mb/k)")
     a = ap.parse_args()
     data, work = Path(a.data), Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -262,7 +275,8 @@ def main() -> int:
     meta = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "data": str(data), "k": a.k,
             "sync": sync, "commit": commit.stdout.strip(), "load_before": os.getloadavg(),
             "machine": f"{os.cpu_count()} cpus, {platform.platform()}, Python {platform.python_version()}"}  # fmt: skip
-    base_db(work, data, a.k, sync)
+    mem = a.section_memory_mb or int(webdb.open(str(base_db(work, data, a.k, sync))).settings["memory_mb"]) // a.k
+    meta["section_memory_mb"] = mem
     rack = SSHRack(work, a.k, a.deploy) if "ssh" in modes else None
     if rack is not None:
         meta["ssh_hosts"] = rack.facts
@@ -273,11 +287,11 @@ def main() -> int:
         for _ in range(a.repeat):
             for mode in modes:
                 if mode == "local":
-                    results.append(run_local(work, data, a.k, sync))
+                    results.append(run_local(work, data, a.k, sync, mem))
                 elif mode == "dask":
-                    results.append(run_dask(work, data, a.k, sync))
+                    results.append(run_dask(work, data, a.k, sync, mem))
                 elif mode == "ssh":
-                    results.append(rack.run(data, sync))
+                    results.append(rack.run(data, sync, mem))
                 short = {x: results[-1][x] for x in ("mode", "seconds", "work", "idle", "slowest", "ship")}
                 print(json.dumps(short), file=sys.stderr)
     finally:
