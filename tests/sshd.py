@@ -92,6 +92,9 @@ class SSHHost:
     host_key_pub: str
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     paused: bool = False
+    # Variables every session on the host gets (sshd SetEnv; PATH too): a host set up
+    # differently, e.g. one whose PATH holds no C compiler.  Applied at the next start().
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_path(self) -> Path:
@@ -124,6 +127,7 @@ class SSHHost:
                     "MaxStartups 100",
                     "MaxSessions 50",
                     "LogLevel INFO",
+                    *(f'SetEnv {k}="{v}"' for k, v in self.env.items()),
                     "",
                 ]
             )

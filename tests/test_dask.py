@@ -38,7 +38,13 @@ DASK = shutil.which("dask", path=str(Path(sys.executable).parent)) or "dask"
 
 def start_cluster(k: int, env: dict[str, str] | None = None):
     """A LocalCluster of k worker processes (each under a nanny); worker j declares section-j."""
+    import dask
     from distributed import Client, LocalCluster, Nanny
+
+    # A killed worker is closed for good (its nanny too) if the nanny's restart has not joined
+    # the scheduler within this time (15 s by default, which a loaded machine can exceed): a
+    # bound the restart never reaches, so the test waits on the restart itself.
+    dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})
 
     cluster = LocalCluster(
         n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR

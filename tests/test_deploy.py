@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from dbutil import batch_a, snapshot
 from rackutil import assert_state
-from sshd import SSHHost
+from sshd import SSHHost, start_cluster
 
 import webdb
-from webdb.deploy import build_wheel, source_digest, venv_of
+from webdb.deploy import HOST_EXTRAS, build_sdist, import_names, requirements, source_digest, venv_of
 from webdb.errors import BadInput
 from webdb.ndfs import parse_config
 from webdb.writer.inputs import CallRecorder, apply_call
@@ -49,14 +49,24 @@ def run(argv: list[str], src: Path, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, cwd=cwd, timeout=300, env=env)
 
 
-def test_wheel_holds_every_package_and_the_scripts(tmp_path: Path) -> None:
-    import zipfile
+def test_sdist_holds_every_package_the_scripts_and_the_codec_sources(tmp_path: Path) -> None:
+    import tarfile
 
-    names = zipfile.ZipFile(build_wheel(str(tmp_path))).namelist()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    path = build_sdist(str(tmp_path / "a"))
+    names = {n.removeprefix("webdb-0.1.0/") for n in tarfile.open(path).getnames()}
     for mod in ("webdb/writer/distributed.py", "webdb/tables/table.py", "webdb/ndfs/ssh.py", "fetchlist/fetch.py"):
         assert mod in names
-    assert "webdb-0.1.0.data/scripts/webdb-update" in names and "webdb-0.1.0.dist-info/RECORD" in names
+    assert {"setup.py", "pyproject.toml", "PKG-INFO", "bin/webdb-update"} <= names
+    c_files = {p.relative_to(REPO).as_posix() for p in (REPO / "webdb" / "tables" / "_blockc_src").iterdir()}
+    assert c_files <= names and "webdb/tables/_blockc_src/blockc.h" in c_files
+    # The same tree gives the same bytes: an unchanged tree is not shipped again.
+    assert Path(path).read_bytes() == Path(build_sdist(str(tmp_path / "b"))).read_bytes()
     assert len(source_digest()) == 64
+    # The modules a host imports to prove an extra are those of setup.py's extras_require.
+    for extra, mods in HOST_EXTRAS.items():
+        assert set(import_names(requirements((extra,)))) - set(import_names(requirements())) == set(mods)
 
 
 def test_deploy_needs_a_virtualenv_python() -> None:
@@ -88,7 +98,12 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
     assert p.returncode == 0, p.stdout + p.stderr
     for h in hosts:
         assert re.search(rf"{h.name} +ok .*done venv created, installed, config pushed", p.stdout), p.stdout
+        assert re.search(rf"{h.name} +ok .*codec compiled, extras none", p.stdout), p.stdout
         assert "proved webdb 0.1.0" in p.stdout
+        # Built on the host by its compiler: the venv's python loads the C codec.
+        probe = "import webdb.tables._blockc; from webdb.tables import block; print(block.COMPILED)"
+        venv_py = h.root / ".webdb" / "venv" / "bin" / "python"
+        assert subprocess.run([venv_py, "-c", probe], capture_output=True, text=True).stdout == "True\n"
         cfg = (h.root / ".webdb" / "venv" / "pyvenv.cfg").read_text()
         assert "include-system-site-packages = false" in cfg and str(Path(HOST_PYTHON).parent) in cfg
         assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()
@@ -101,11 +116,13 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         p = fab("check", "--ini", str(path))
         assert p.returncode == 0, p.stdout + p.stderr
         assert p.stdout.count(" ok ") == 2 and f"version 0.1.0, digest {digest[0]}" in p.stdout and "skew" in p.stdout
+        assert p.stdout.count("codec compiled, extras none") == 2 and "WARNING" not in p.stdout, p.stdout
         if not rerun:
             p = fab("deploy", "--ini", str(path), "--base-python", host_python())
             assert p.returncode == 0, p.stdout + p.stderr
             assert p.stdout.count("done unchanged") == 2, p.stdout  # idempotent: nothing to do
             assert p.stdout.count("proved webdb 0.1.0") == 2, p.stdout  # ... but proved again
+            assert p.stdout.count("codec compiled") == 2, p.stdout
     assert re.search(r"h0 +ok .*host key ssh-ed25519 SHA256:\S+, sections section-0000, locks none", p.stdout), p.stdout
 
     # An update through the deployed install: the agents run the venvs' python and webdb.
@@ -229,3 +246,82 @@ def test_fab_with_a_missing_ini_is_one_line(tmp_path: Path) -> None:
         p = run(["-m", "fabric", "-r", str(src), task, "--ini", str(tmp_path / "nope.ini")], src, tmp_path)
         assert p.returncode == 2, p.stdout + p.stderr
         assert p.stderr.strip() == f"fab {task}: error: {tmp_path / 'nope.ini'}: no such hosts.ini", p.stderr
+
+
+COMPILER = re.compile(r"(^|-)(gcc|cc|c\+\+|g\+\+|cpp|c89|c99|clang)(-[\d.]+)?$")
+
+
+def bin_without_a_compiler(dest: Path) -> Path:
+    """A directory of links to every program of /usr/bin but the C and C++ compilers: the
+    PATH of a host where gcc is not installed (its python, pip and coreutils are)."""
+    dest.mkdir()
+    for f in os.listdir("/usr/bin"):
+        if not COMPILER.search(f):
+            (dest / f).symlink_to(Path("/usr/bin") / f)
+    return dest
+
+
+@pytest.mark.ssh
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_deploy_and_check_name_the_host_without_a_compiler(tmp_path: Path) -> None:
+    """h1's sessions have a PATH without gcc: deploy installs the pure-Python fallback there
+    and says so per host and in a WARNING (a failure with --require-compiled), as does check;
+    the extras asked for are installed and proved on both; once h1 has a compiler again the
+    next deploy builds the codec there."""
+    cluster = start_cluster(tmp_path / "sshd", k=2, first_address=60)
+    try:
+        hosts = list(cluster)
+        hosts[1].stop()
+        hosts[1].env = {"PATH": str(bin_without_a_compiler(tmp_path / "nocc-bin"))}
+        hosts[1].start()
+        with hosts[1].fabric_connection() as c:  # the precondition, from the host's own shell
+            assert c.run("command -v x86_64-linux-gnu-gcc gcc cc || true", hide=True, in_stream=False).stdout == ""
+        path = rack_ini(hosts, tmp_path)
+        (tmp_path / "src").mkdir()
+        src = snapshot_tree(tmp_path / "src")
+
+        def fab(*args: str) -> subprocess.CompletedProcess:
+            return run(["-m", "fabric", "-r", str(src), *args], src, tmp_path)
+
+        def line(out: str, host: str) -> str:
+            return next(ln for ln in out.splitlines() if ln.lstrip().startswith(host + " "))
+
+        fallback = "codec FALLBACK pure Python (merges 5-8x slower): no C compiler: x86_64-linux-gnu-gcc is not on PATH"
+        warning = "WARNING: 1 of 2 hosts run the pure-Python block codec, not webdb.tables._blockc: h1 "
+        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "bulk")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert re.search(r"h0 +ok .*codec compiled, extras bulk, export$", line(p.stdout, "h0")), p.stdout
+        assert re.search(r"h1 +ok .*" + re.escape(fallback), line(p.stdout, "h1")), p.stdout
+        assert line(p.stdout, "h1").endswith("; install gcc, extras bulk, export"), p.stdout
+        assert warning in p.stdout, p.stdout
+        site = [next((h.root / ".webdb" / "venv" / "lib").glob("python3*/site-packages")) for h in hosts]
+        assert list((site[0] / "webdb" / "tables").glob("_blockc*.so")) and (site[0] / "pyarrow").is_dir()
+        assert not list((site[1] / "webdb" / "tables").glob("_blockc*.so")) and (site[1] / "pyarrow").is_dir()
+
+        p = fab("check", "--ini", str(path))
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert "codec compiled, extras bulk, export" in line(p.stdout, "h0"), p.stdout
+        assert fallback in line(p.stdout, "h1") and warning in p.stdout, p.stdout
+        p = fab("check", "--ini", str(path), "--require-compiled")
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert re.search(r"h0 +ok ", p.stdout), p.stdout
+        assert "FAILED" in line(p.stdout, "h1") and "runs the pure-Python block codec: no C compiler" in p.stdout
+        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "bulk",
+                "--require-compiled", "--only", "h1")  # fmt: skip
+        assert p.returncode == 1, p.stdout + p.stderr
+        assert "h1: the compiled block codec is required: no C compiler" in line(p.stdout, "h1"), p.stdout
+        assert "Traceback" not in p.stderr
+
+        # gcc on h1's PATH again: the install is current, but the codec missing, so it builds.
+        hosts[1].stop()
+        hosts[1].env = {}
+        hosts[1].start()
+        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "bulk", "--only", "h1")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert re.search(r"h1 +ok .*done rebuilt, .*codec compiled, extras bulk, export$", p.stdout), p.stdout
+        assert list((site[1] / "webdb" / "tables").glob("_blockc*.so"))
+        p = fab("deploy", "--ini", str(path), "--extras", "nope")
+        assert p.returncode == 2 and "extras 'nope': not an extra a host can install" in p.stderr, p.stderr
+    finally:
+        cluster.stop_all()

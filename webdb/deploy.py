@@ -5,25 +5,34 @@
 1. the virtualenv whose python hosts.ini names (``python = /opt/webdb/venv/bin/python``),
    created with ``base_python -m venv`` run *on the host* (the host's own ``python3`` by
    default), without the host's site-packages: the venv holds exactly what deploy installs;
-2. this source tree as a wheel, and its dependencies (setup.py ``install_requires``): from the
-   package index the host's pip is configured for, or, with ``wheelhouse``, from wheels
-   downloaded here and shipped to the host (``pip install --no-index``: no network needed);
-3. the proof: ``python -c "import webdb, fetchlist, lz4, ..."`` and ``webdb --version`` run
-   in the venv on the host; a host that fails them is reported failed with the host's error;
+2. the dependencies (setup.py ``install_requires``, plus those of the ``extras`` asked for),
+   then this source tree as a source distribution, built *on the host* by its pip with the
+   host's own C compiler, so the block codec ``webdb.tables._blockc`` is compiled for the
+   host's Python and platform: packages from the index the host's pip is configured for, or,
+   with ``wheelhouse``, from wheels downloaded here and shipped to the host (``pip install
+   --no-index``: no network needed);
+3. the proof: ``python -c "import webdb, fetchlist, lz4, ..."``, ``webdb --version`` and
+   ``python -m webdb.deploy facts`` (which codec runs and why, which extras import) run in the
+   venv on the host; a host that fails them is reported failed with the host's error.  A host
+   that could not build the codec (no compiler, no Python headers) runs the pure-Python
+   fallback: its result says so, with the cause, and fails with ``require_compiled``;
 4. the data root, ``<root>/<db>/`` and the share-group directories the host holds;
 5. the config: hosts.ini and the key/known_hosts files it names by relative path, under
    ``<root>/.webdb/<name>-<digest>/`` (``webdb.writer.distributed.deploy_dir``: one folder
    per config, where an agent resolves them).
 
 Every file reaches a host through ndfs's atomic put (temporary name, fsync, verified, rename).
-A marker in the venv records the digest of code + dependency set + install mode: a deploy
-whose digest differs installs again, one whose digest matches only proves the install.
+A marker in the venv records the digest of the source distribution + dependency set + extras +
+install mode: a deploy whose digest differs installs again, one whose digest matches only
+proves the install (and builds again where the codec is missing, so a compiler installed since
+is picked up).
 
 ``check`` verifies per host: ssh reachable (and shows the host key's fingerprint), the same
-webdb version and source digest as here, free disk, the clock within tolerance, the section
-roots present, held or stale writer locks, the pushed config current, and that the host itself
-reaches every other host over ssh (the edits travel host to host).  Both return a
-``GroupResult`` (host -> HostResult), like every distributed action.
+webdb version and source digest as here, the codec it runs and the extras it can import, free
+disk, the clock within tolerance, the section roots present, held or stale writer locks, the
+pushed config current, and that the host itself reaches every other host over ssh (the edits
+travel host to host).  Both return a ``GroupResult`` (host -> HostResult), like every
+distributed action; ``report`` ends with a WARNING naming the hosts on the pure-Python codec.
 """
 
 from __future__ import annotations
@@ -43,12 +52,19 @@ from webdb.errors import BadInput, DistributedError, WebDBError
 from webdb.ndfs import GroupResult, HostConfig, HostResult, NdfsConfig, load_config, parse_config
 from webdb.writer.distributed import deploy_dir
 
-__all__ = ["check", "deploy", "source_digest", "venv_of"]
+__all__ = ["build_sdist", "check", "deploy", "host_facts", "source_digest", "venv_of"]
 
 PACKAGES = ("webdb", "fetchlist")
 TOP_FILES = ("setup.py", "pyproject.toml", "README.md")
 MARKER = "webdb-deployed.txt"  # in the venv: the digest of the installed source
 CMD_TIMEOUT = 600  # a pip install on a slow host
+CODEC = "webdb.tables._blockc"
+# The builds a host's pip needs for the source distribution (pyproject.toml [build-system]);
+# a wheelhouse carries them too.  70.1: bdist_wheel without the ``wheel`` package.
+BUILD_REQUIRES = ("setuptools>=70.1",)
+# The extras a host may need at run time (setup.py extras_require; "test" is for a checkout)
+# and the modules that prove each one on a host, where setup.py is not at hand.
+HOST_EXTRAS = {"bulk": ("pyarrow", "numpy"), "dask": ("distributed",), "export": ("pyarrow",)}
 
 
 def _package_dirs() -> dict[str, str]:
@@ -86,72 +102,76 @@ def _setup_kwargs(top: str) -> dict:
     with open(os.path.join(top, "setup.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
     call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "setup")
-    kw = {}
+    kw: dict = {}
     for k in call.keywords:
         if k.arg == "ext_modules":
-            continue  # the optional compiled block codec: a deployed host runs its Python fallback
-        if k.arg == "packages" and isinstance(k.value, ast.Call):
+            # The C files of each Extension(...): they travel in the source distribution.
+            kw["ext_files"] = [
+                f
+                for ext in ast.walk(k.value)
+                if isinstance(ext, ast.Call)
+                for e in ext.keywords
+                if e.arg in ("sources", "depends")
+                for f in ast.literal_eval(e.value)
+            ]
+        elif k.arg == "packages" and isinstance(k.value, ast.Call):
             kw["packages"] = find_packages(top, **{a.arg: ast.literal_eval(a.value) for a in k.value.keywords})
         else:
             kw[k.arg] = ast.literal_eval(k.value)
     return kw
 
 
-def build_wheel(dest: str) -> str:
-    """Build a pure-Python wheel of this source tree into ``dest``; returns its path.
-
-    Assembled here (files + dist-info + RECORD, PEP 427) so that deploying needs neither the
-    ``wheel`` package nor an index; pip installs it offline.  Cost: reads the source once."""
-    import base64
+def sdist_files(top: str) -> list[tuple[str, bytes]]:
+    """The files of this source tree's source distribution, as (relative path, bytes): setup.py,
+    pyproject.toml, README.md, the scripts, every package's ``.py`` files and package data, and
+    the C files of the compiled block codec."""
     import glob
-    import zipfile
 
-    top = os.path.dirname(_package_dirs()["webdb"])
     missing = [f for f in TOP_FILES if not os.path.exists(os.path.join(top, f))]
     if missing:
         raise BadInput(f"{top}: not a webdb source tree (no {', '.join(missing)}); deploy from a checkout")
     kw = _setup_kwargs(top)
-    name, version = kw["name"], kw["version"]
-    files: list[tuple[str, bytes]] = []
+    rels = [*TOP_FILES, *kw.get("scripts", []), *kw.get("ext_files", [])]
     for pkg in sorted(kw["packages"]):
         d = os.path.join(top, *pkg.split("."))
-        for f in sorted(os.listdir(d)):
-            if f.endswith(".py"):
-                files.append((f"{pkg.replace('.', '/')}/{f}", open(os.path.join(d, f), "rb").read()))
+        rels += [os.path.relpath(os.path.join(d, f), top) for f in sorted(os.listdir(d)) if f.endswith(".py")]
         for pattern in kw.get("package_data", {}).get(pkg, []):
-            for path in sorted(glob.glob(os.path.join(d, pattern))):
-                if os.path.isfile(path):
-                    files.append((os.path.relpath(path, top).replace(os.sep, "/"), open(path, "rb").read()))
-    data = f"{name}-{version}.data"
-    for script in kw.get("scripts", []):
-        with open(os.path.join(top, script), "rb") as f:
-            body = f.read().split(b"\n", 1)[1]
-        files.append((f"{data}/scripts/{os.path.basename(script)}", b"#!python\n" + body))
-    info = f"{name}-{version}.dist-info"
+            rels += [os.path.relpath(f, top) for f in sorted(glob.glob(os.path.join(d, pattern))) if os.path.isfile(f)]
+    out = []
+    for rel in dict.fromkeys(r.replace(os.sep, "/") for r in rels):
+        with open(os.path.join(top, rel), "rb") as f:
+            out.append((rel, f.read()))
+    return out
+
+
+def build_sdist(dest: str) -> str:
+    """Build a source distribution (``NAME-VERSION.tar.gz``) of this source tree into ``dest``;
+    returns its path.  A host's pip builds it there (PEP 517, setuptools), compiling the block
+    codec with the host's compiler for the host's Python.
+
+    Assembled here (the files of ``sdist_files`` + PKG-INFO, fixed times and owners) so the
+    same tree gives the same bytes: an unchanged tree is not shipped again.  Cost: reads the
+    source once."""
+    import gzip
+    import io
+    import tarfile
+
+    top = os.path.dirname(_package_dirs()["webdb"])
+    files = sdist_files(top)
+    kw = _setup_kwargs(top)
+    name, version = kw["name"], kw["version"]
     meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {kw.get('description', '')}"]
     if kw.get("python_requires"):
         meta.append(f"Requires-Python: {kw['python_requires']}")
-    meta += [f"Requires-Dist: {r}" for r in kw.get("install_requires", [])]
-    for extra, reqs in kw.get("extras_require", {}).items():
-        meta.append(f"Provides-Extra: {extra}")
-        meta += [f'Requires-Dist: {r}; extra == "{extra}"' for r in reqs]
-    eps = "".join(f"[{group}]\n" + "".join(f"{e}\n" for e in entries) + "\n"
-                  for group, entries in kw.get("entry_points", {}).items())  # fmt: skip
-    tops = sorted({p.split(".")[0] for p in kw["packages"]})
-    files += [(f"{info}/METADATA", ("\n".join(meta) + "\n").encode()),
-              (f"{info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: webdb.deploy\nRoot-Is-Purelib: true\n"
-                                b"Tag: py3-none-any\n"),
-              (f"{info}/entry_points.txt", eps.encode()),
-              (f"{info}/top_level.txt", "".join(t + "\n" for t in tops).encode())]  # fmt: skip
-
-    def digest(b: bytes) -> str:
-        return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(b).digest()).rstrip(b"=").decode()
-
-    record = "".join(f"{a},{digest(b)},{len(b)}\n" for a, b in files) + f"{info}/RECORD,,\n"
-    path = os.path.join(dest, f"{name}-{version}-py3-none-any.whl")
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for arc, b in [*files, (f"{info}/RECORD", record.encode())]:
-            z.writestr(zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0)), b, zipfile.ZIP_DEFLATED)
+    files.append(("PKG-INFO", ("\n".join(meta) + "\n").encode()))
+    prefix = f"{name}-{version}"
+    path = os.path.join(dest, f"{prefix}.tar.gz")
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel, data in sorted(files):
+                info = tarfile.TarInfo(f"{prefix}/{rel}")
+                info.size, info.mtime, info.mode = len(data), 1577836800, 0o755 if rel.startswith("bin/") else 0o644
+                tar.addfile(info, io.BytesIO(data))
     return path
 
 
@@ -254,9 +274,24 @@ def _each(config: NdfsConfig, what: str, fn: Callable[[_Host], dict], hosts: lis
     return out
 
 
-def requirements() -> list[str]:
-    """The ``install_requires`` of setup.py: the dependency set a host's venv must hold."""
-    return list(_setup_kwargs(os.path.dirname(_package_dirs()["webdb"])).get("install_requires", []))
+def requirements(extras: tuple[str, ...] = ()) -> list[str]:
+    """The ``install_requires`` of setup.py plus the requirements of ``extras``: the dependency
+    set a host's venv must hold."""
+    kw = _setup_kwargs(os.path.dirname(_package_dirs()["webdb"]))
+    reqs = list(kw.get("install_requires", []))
+    for extra in extras:
+        reqs += [r for r in kw.get("extras_require", {}).get(extra, []) if r not in reqs]
+    return reqs
+
+
+def parse_extras(spec: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"bulk,dask"`` -> ("bulk", "dask"), each checked against HOST_EXTRAS."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec or ())
+    extras = tuple(dict.fromkeys(e.strip() for e in items if e.strip()))
+    unknown = [e for e in extras if e not in HOST_EXTRAS]
+    if unknown:
+        raise BadInput(f"extras {unknown[0]!r}: not an extra a host can install (one of {', '.join(HOST_EXTRAS)})")
+    return extras
 
 
 def import_names(reqs: list[str]) -> list[str]:
@@ -266,11 +301,12 @@ def import_names(reqs: list[str]) -> list[str]:
     return ["webdb", "fetchlist", *names]
 
 
-def wheelhouse_fill(dest: str, wheel: str, python_version: str | None = None) -> list[str]:
-    """``pip download`` the wheel's dependencies into ``dest`` on this machine (binary wheels
-    only; files already there are reused, ``--find-links dest`` lets it work offline when
-    ``dest`` is complete).  ``python_version`` ("3.11") targets hosts whose Python differs
-    from this one.  Returns the wheel file names in ``dest``."""
+def wheelhouse_fill(dest: str, reqs: list[str], python_version: str | None = None) -> list[str]:
+    """``pip download`` the requirements ``reqs`` and the source distribution's build
+    requirements into ``dest`` on this machine (binary wheels only; files already there are
+    reused, ``--find-links dest`` lets it work offline when ``dest`` is complete).
+    ``python_version`` ("3.11") targets hosts whose Python differs from this one.  Returns the
+    wheel file names in ``dest``."""
     import subprocess
 
     os.makedirs(dest, exist_ok=True)
@@ -278,43 +314,115 @@ def wheelhouse_fill(dest: str, wheel: str, python_version: str | None = None) ->
            "--dest", dest, "--find-links", dest]  # fmt: skip
     if python_version and python_version != f"{sys.version_info[0]}.{sys.version_info[1]}":
         cmd += ["--python-version", python_version]
-    p = subprocess.run([*cmd, wheel], capture_output=True, text=True, check=False)
+    p = subprocess.run([*cmd, *reqs, *BUILD_REQUIRES], capture_output=True, text=True, check=False)
     if p.returncode != 0:
         err = " | ".join(p.stderr.strip().splitlines()[-3:])
         raise BadInput(f"wheelhouse {dest}: pip download failed: {err}")
     return sorted(f for f in os.listdir(dest) if f.endswith(".whl") and not f.startswith("webdb-"))
 
 
+def host_facts() -> dict:
+    """What this interpreter runs, for ``deploy`` and ``check`` (``python -m webdb.deploy
+    facts`` on a host): webdb's version, source digest and location; ``codec``, "compiled" or
+    "python", and ``why`` the fallback runs (no compiler, no Python headers, the import's
+    error); ``extras``: each of HOST_EXTRAS that imports here."""
+    import importlib
+    import shutil
+    import sysconfig
+
+    from webdb import __version__
+    from webdb.tables import block
+
+    why = ""
+    if not block.COMPILED:
+        try:
+            importlib.import_module(CODEC)
+            why = "WEBDB_PURE_PYTHON is set"
+        except ImportError as e:
+            cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
+            header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+            if "No module named" not in str(e):
+                why = f"{CODEC} does not load: {e}"
+            elif shutil.which(cc) is None:
+                why = f"no C compiler: {cc} is not on PATH ({os.environ.get('PATH', '')}); install gcc"
+            elif not os.path.exists(header):
+                why = f"no Python headers: {header} is missing; install python3-dev"
+            else:
+                why = f"{CODEC} was not built (run the host's pip install -v of the sdist to see the compiler)"
+    extras = []
+    for extra, mods in HOST_EXTRAS.items():
+        try:
+            for mod in mods:
+                importlib.import_module(mod)
+            extras.append(extra)
+        except ImportError:
+            pass
+    return {
+        "version": __version__,
+        "digest": source_digest(),
+        "path": os.path.dirname(_package_dirs()["webdb"]),
+        "python": sys.version.split()[0],
+        "codec": "compiled" if block.COMPILED else "python",
+        "why": why,
+        "extras": extras,
+    }
+
+
+def codec_line(facts: dict) -> str:
+    """A host's codec as ``deploy`` and ``check`` print it: loud when it is the fallback."""
+    if facts["codec"] == "compiled":
+        return "compiled"
+    return f"FALLBACK pure Python (merges 5-8x slower): {facts['why']}"
+
+
+def _facts(h: _Host, py: str) -> dict:
+    import json
+
+    out = h.run(f"{py} -m webdb.deploy facts", "reading the host's facts")
+    try:
+        return json.loads(out)
+    except ValueError:
+        raise DistributedError(f"{h.host.name}: python -m webdb.deploy facts printed {out[:200]!r}") from None
+
+
 def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3", deps: bool = False,
-           wheelhouse: str | None = None, hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
+           wheelhouse: str | None = None, hosts: list[str] | None = None, extras: tuple[str, ...] = (),
+           require_compiled: bool = False) -> GroupResult:  # fmt: skip
     """Install, prove, create directories and push the config on every host (see module doc).
 
-    ``wheelhouse``: a directory on this machine; the dependencies are downloaded into it
-    (``pip download``), shipped to each host and installed with ``--no-index`` (hosts need
-    no network).  Without it each host's pip resolves them from the index it is configured
-    for.  ``deps``: also upgrade dependencies already installed to the newest offered."""
+    ``wheelhouse``: a directory on this machine; the dependencies (and the build's setuptools)
+    are downloaded into it (``pip download``), shipped to each host and installed with
+    ``--no-index`` (hosts need no network).  Without it each host's pip resolves them from
+    the index it is configured for.  ``deps``: also upgrade dependencies already installed to
+    the newest offered.  ``extras``: of HOST_EXTRAS, installed and proved too.
+    ``require_compiled``: a host that cannot build the block codec fails (else it succeeds,
+    its result naming the fallback and why)."""
     config = check_file(ini_path, "hosts.ini")
+    extras = parse_extras(extras)
     db = db or config.db
     ini_bytes = open(ini_path, "rb").read()
-    extra = relative_files(ini_path)
+    extra_files = relative_files(ini_path)
     base = os.path.dirname(os.path.abspath(ini_path))
+    reqs = requirements(extras)
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        wheel_path = build_wheel(tmp)
-        wheel = open(wheel_path, "rb").read()
-        house: dict[str, bytes] = {}
-        if wheelhouse:
-            for f in wheelhouse_fill(wheelhouse, wheel_path):
-                with open(os.path.join(wheelhouse, f), "rb") as fh:
-                    house[f] = fh.read()
-    wheel_name = os.path.basename(wheel_path)
-    reqs = requirements()
+        sdist_path = build_sdist(tmp)
+        with open(sdist_path, "rb") as f:
+            sdist = f.read()
+    house: dict[str, bytes] = {}
+    if wheelhouse:
+        for f in wheelhouse_fill(wheelhouse, reqs):
+            with open(os.path.join(wheelhouse, f), "rb") as fh:
+                house[f] = fh.read()
+    sdist_name = os.path.basename(sdist_path)
     code = source_digest()
-    # The marker covers the code, the dependency set and how it was installed: a deploy that
-    # changes any of them installs again.
+    # The marker covers the shipped source (C files included), the dependency set, the extras
+    # and how it was installed: a deploy that changes any of them installs again.
     mode = "wheelhouse " + " ".join(sorted(house)) if wheelhouse else "index"
-    digest = hashlib.sha256("\n".join([code, *reqs, mode, f"upgrade={deps}"]).encode()).hexdigest()
+    digest = hashlib.sha256(
+        "\n".join([hashlib.sha256(sdist).hexdigest(), *reqs, mode, f"upgrade={deps}"]).encode()
+    ).hexdigest()
     probe_imports = ", ".join(import_names(reqs))
 
     def one(h: _Host) -> dict:
@@ -349,17 +457,20 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
             pip += f" --no-index --find-links {shlex.quote(posixpath.join(conf, 'wheels'))}"
 
         def install() -> None:
-            whl = posixpath.join(conf_rel, wheel_name)
-            h.put_bytes(wheel, whl)
-            q = shlex.quote(posixpath.join(hc.root, whl))
+            src = posixpath.join(conf_rel, sdist_name)
+            h.put_bytes(sdist, src)
             h.run(f"rm -f {shlex.quote(marker)}", "clearing the install marker")
-            h.run(f"{pip} --force-reinstall --no-deps {q}", "pip install webdb")
             upgrade = " --upgrade --upgrade-strategy eager" if deps else ""
-            h.run(f"{pip}{upgrade} {q}", "pip install the dependencies")
+            h.run(f"{pip}{upgrade} {' '.join(map(shlex.quote, reqs))}", "pip install the dependencies")
+            # Built here, by the host's pip and compiler; never from pip's wheel cache (a wheel
+            # built before, or on a host that had a compiler, under the same name).
+            q = shlex.quote(posixpath.join(hc.root, src))
+            h.run(f"{pip} --no-cache-dir --force-reinstall --no-deps {q}", "pip install webdb (building its codec)")
 
-        def prove() -> str:
+        def prove() -> tuple[str, dict]:
             h.run(f"{py} -c {shlex.quote('import ' + probe_imports)}", f"importing {probe_imports} in {venv}")
-            return h.run(f"{shlex.quote(posixpath.join(venv, 'bin', 'webdb'))} --version", "webdb --version").strip()
+            version = h.run(f"{shlex.quote(posixpath.join(venv, 'bin', 'webdb'))} --version", "webdb --version")
+            return version.strip(), _facts(h, py)
 
         have = h.run(f"cat {shlex.quote(marker)} 2>/dev/null || true", "reading the deployed digest").strip()
         if have != digest:
@@ -367,26 +478,33 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
             done.append("installed")
         try:
             try:
-                version = prove()
+                version, facts = prove()
+                if facts["codec"] != "compiled" and have == digest:
+                    install()  # current, but without the codec: a compiler may be there now
+                    done.append("rebuilt")
+                    version, facts = prove()
             except DistributedError:
                 if have != digest:
                     raise
                 install()  # the marker said current but the venv is broken: install again
                 done.append("reinstalled")
-                version = prove()
+                version, facts = prove()
         except DistributedError as e:
             raise DistributedError(f"{e}; the venv cannot run webdb: fix the cause, or remove {venv} "
                                    f"and run fab deploy again to rebuild it") from None  # fmt: skip
         tmp = shlex.quote(f"{marker}.tmp")
         h.run(f"echo {digest} > {tmp} && sync {tmp} && mv -f {tmp} {shlex.quote(marker)}", "recording the install")
         changed = h.put_bytes(ini_bytes, posixpath.join(conf_rel, "hosts.ini"))
-        for rel in extra:
+        for rel in extra_files:
             with open(os.path.join(base, rel), "rb") as f:
                 changed |= h.put_bytes(f.read(), posixpath.join(conf_rel, rel))
             h.run(f"chmod 600 {shlex.quote(posixpath.join(conf, rel))}", "protecting key files")
         if changed:
             done.append("config pushed")
-        return {"done": done or ["unchanged"], "venv": venv, "proved": version, "digest": code[:12]}
+        if require_compiled and facts["codec"] != "compiled":
+            raise DistributedError(f"{hc.name}: the compiled block codec is required: {facts['why']}")
+        return {"done": done or ["unchanged"], "venv": venv, "proved": version, "digest": code[:12],
+                "codec": codec_line(facts), "extras": ", ".join(facts["extras"]) or "none"}  # fmt: skip
 
     return _each(config, f"deploy {ini_path}", one, hosts)
 
@@ -402,10 +520,11 @@ def check_file(ini_path: str, what: str) -> NdfsConfig:
 
 
 def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_free_mb: int = 100,
-          hosts: list[str] | None = None) -> GroupResult:  # fmt: skip
-    """Per host: reachable (and its host key), same version and source digest, free disk,
-    clock, config, section roots, stale or held locks, and ssh from the host to every other
-    host.  A host fails if any check fails."""
+          hosts: list[str] | None = None, require_compiled: bool = False) -> GroupResult:  # fmt: skip
+    """Per host: reachable (and its host key), same version and source digest, the block codec
+    it runs and the extras it imports, free disk, clock, config, section roots, stale or held
+    locks, and ssh from the host to every other host.  A host fails if any check fails (and,
+    with ``require_compiled``, if it runs the pure-Python codec)."""
     from webdb import __version__
 
     config = check_file(ini_path, "hosts.ini")
@@ -425,10 +544,12 @@ def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_fr
         skew = remote - (t0 + t1) / 2
         if abs(skew) > max_skew + (t1 - t0) / 2:
             problems.append(f"clock off by {skew:+.2f}s (tolerance {max_skew:g}s)")
-        out = h.run(f"{py} -m webdb.deploy version", "running webdb").split()
-        if out[:2] != [__version__, digest]:
-            problems.append(f"runs webdb {out[0]} (source {out[1][:12]}), this is {__version__} ({digest[:12]}): "
-                            f"run fab deploy")  # fmt: skip
+        facts = _facts(h, py)
+        if [facts["version"], facts["digest"]] != [__version__, digest]:
+            problems.append(f"runs webdb {facts['version']} (source {facts['digest'][:12]}), this is {__version__} "
+                            f"({digest[:12]}): run fab deploy")  # fmt: skip
+        if require_compiled and facts["codec"] != "compiled":
+            problems.append(f"runs the pure-Python block codec: {facts['why']}")
         free_kb = int(h.run(f"df -Pk {shlex.quote(hc.root)} | tail -1", "df").split()[3])
         if free_kb < min_free_mb * 1024:
             problems.append(f"only {free_kb // 1024} MiB free under {hc.root} (want {min_free_mb})")
@@ -456,8 +577,10 @@ def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_fr
         if problems:
             raise DistributedError(f"{hc.name}: " + "; ".join(problems))
         return {
-            "version": out[0],
-            "digest": out[1][:12],
+            "version": facts["version"],
+            "digest": facts["digest"][:12],
+            "codec": codec_line(facts),
+            "extras": ", ".join(facts["extras"]) or "none",
             "skew": round(skew, 3),
             "free_mb": free_kb // 1024,
             "host key": f"{key.get_name()} {key_fingerprint(key)}",
@@ -526,8 +649,14 @@ def probe(conf: str, me: str) -> list[str]:
     return bad
 
 
+def fallback_hosts(res: GroupResult) -> dict[str, str]:
+    """Hosts of a deploy or check that succeeded but run the pure-Python codec -> why."""
+    return {n: r.value["codec"] for n, r in res.items() if r.ok and r.value["codec"] != "compiled"}
+
+
 def report(res: GroupResult) -> str:
-    """A per-host table of a deploy or check."""
+    """A per-host table of a deploy or check, then a WARNING naming the hosts that run the
+    pure-Python block codec."""
     lines = [res.what]
     for name, r in res.items():
         if r.ok:
@@ -535,16 +664,21 @@ def report(res: GroupResult) -> str:
             lines.append(f"  {name:<12} ok      {r.seconds:6.1f}s  {detail}")
         else:
             lines.append(f"  {name:<12} FAILED  {r.seconds:6.1f}s  {r.error}")
+    slow = fallback_hosts(res)
+    if slow:
+        lines.append(f"WARNING: {len(slow)} of {len(res)} hosts run the pure-Python block codec, not {CODEC}: "
+                     f"{', '.join(slow)} (install gcc and python3-dev there and run fab deploy again)")  # fmt: skip
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Helpers run on a host by ``check``: ``version`` and ``probe CONF HOST``."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv == ["version"]:
-        from webdb import __version__
+    """Helpers run on a host by ``deploy`` and ``check``: ``facts``, ``locks DIR...`` and
+    ``probe CONF HOST``."""
+    import json
 
-        print(__version__, source_digest(), os.path.dirname(_package_dirs()["webdb"]))
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["facts"]:
+        print(json.dumps(host_facts()))
         return 0
     if len(argv) >= 2 and argv[0] == "locks":
         for d in argv[1:]:
@@ -554,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in probe(argv[1], argv[2]):
             print(line)
         return 0
-    print("usage: python -m webdb.deploy version | probe HOSTS_INI HOST | locks DIR...", file=sys.stderr)
+    print("usage: python -m webdb.deploy facts | probe HOSTS_INI HOST | locks DIR...", file=sys.stderr)
     return 2
 
 
