@@ -8,7 +8,6 @@ docs/semantics.md.  Memory: at most ``memory_mb`` for edits, whatever the batch 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -19,7 +18,7 @@ from tqdm import tqdm
 from webdb import _fault
 from webdb.errors import BadInput, ClosedError
 from webdb.schedule import FetchResult
-from webdb.sections import Sections
+from webdb.sections import Reservoir, Sections
 from webdb.settings import resolve
 from webdb.sortbuf import GroupFeed, SortBuffer
 from webdb.tables import block
@@ -70,9 +69,8 @@ class EditLog:
         self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
         self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
         self._seq = E.Seq(E.RANK_API, producer)
-        self._sample: list[bytes] | None = None if self.secs.ready else []
-        self._seen = 0
-        self._rng = random.Random(0x5EED)
+        # The URL sample a first load of a k-section db chooses its breakpoints from.
+        self._sample = None if self.secs.ready else Reservoir(int(self.settings["breakpoint_sample"]))
         self._max_url = int(self.settings["max_url_bytes"])
         self._anchor_max = int(self.settings["anchor_max"])
         self._files = 0  # edit files routed so far (their names are numbered)
@@ -89,7 +87,7 @@ class EditLog:
 
     def sample(self) -> list[bytes]:
         """The URL sample (reservoir) taken while the sections had no breakpoints yet."""
-        return list(self._sample or [])
+        return list(self._sample.items) if self._sample is not None else []
 
     def _url(self, url: object) -> bytes:
         return validate_url(url, self._max_url)
@@ -109,19 +107,8 @@ class EditLog:
         if page.status not in _STATUSES:
             raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
         if self._sample is not None:
-            self._observe(url_b)
+            self._sample.add(url_b)
         return url_b
-
-    def _observe(self, url_b: bytes) -> None:
-        # Reservoir sample of URLs: the first load of a k-section db chooses breakpoints from it.
-        n = self.settings["breakpoint_sample"]
-        self._seen += 1
-        if len(self._sample) < n:
-            self._sample.append(url_b)
-        else:
-            i = self._rng.randrange(self._seen)
-            if i < n:
-                self._sample[i] = url_b
 
     def _add1(self, key: bytes, value: bytes) -> None:
         self._pbu.add(E.pack(key, self._seq.next(), value))
@@ -166,7 +153,7 @@ class EditLog:
             raise BadInput(f"fetch result for {result.url!r:.200}: status {result.status!r} is not a fetch outcome")
         validate_fetch(result)
         if self._sample is not None:
-            self._observe(url_b)
+            self._sample.add(url_b)
         self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
 
     def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
@@ -182,7 +169,7 @@ class EditLog:
                     f"lastmod hint for {url!r:.200}: {name} must be whole seconds in 0..{NEVER}, not {v!r:.60}"
                 )
         if self._sample is not None:
-            self._observe(url_b)
+            self._sample.add(url_b)
         self._add1(E.pbu_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
 
     def _check_link(self, link: Link) -> bytes:
@@ -265,7 +252,7 @@ class EditLog:
                     ) from None
                 if page_tail is not None:
                     if sample is not None:
-                        self._observe(url_b)
+                        sample.add(url_b)
                     seq.n += 1
                     precs.append(
                         url_b
@@ -577,7 +564,7 @@ class Writer(EditLog):
         db, s, base = self.db, self.settings, self.base
         gen, batch = self.gen, self.batch
         secs = self.secs
-        if not secs.ready and self._seen:
+        if not secs.ready and self._sample.seen:
             secs = choose_sections([self.sample()], secs.k)
         workers = int(s["workers"]) or (os.cpu_count() or 1)
         workers = max(1, min(workers, secs.k))
