@@ -221,7 +221,7 @@ class EditLog:
         self._links(from_md5, outlinks, domain_id, page_without_md5(page.encode_value()))
 
     def _links(self, from_md5: bytes, links: Iterable[tuple[str, str]], domain_id: int, page_tail: bytes | None):
-        # The hot path of an update: E.pack and Seq.next inlined; an outlink's page edit leaves
+        # The hot path of an update: Seq.next inlined, one record call per edit; an outlink's page edit leaves
         # its md5 (MD5 of the url) to stage 1, which computes it only if the page is new.
         self._live()
         if not isinstance(from_md5, bytes) or len(from_md5) != 16:
@@ -230,8 +230,8 @@ class EditLog:
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
         amax, seq, pbu, lbm = self._anchor_max, self._seq, self._pbu, self._lbm
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
-        ifn_pre = (len(page_tail) | E.IFN_NO_MD5).to_bytes(4, "little") if page_tail is not None else b""
-        lkey = from_md5 + b"\x01"
+        ifn = E.ifn_value_without_md5(page_tail) if page_tail is not None else b""
+        pbu_record, lbm_add_record, op_ifn = E.pbu_record, E.lbm_add_record, E.OP_IFN
         precs: list[bytes] = []
         lrecs: list[bytes] = []
         bad, max_url = _BAD_URL_CHAR.search, self._max_url
@@ -254,20 +254,9 @@ class EditLog:
                     if sample is not None:
                         sample.add(url_b)
                     seq.n += 1
-                    precs.append(
-                        url_b
-                        + b"\x00\x03"
-                        + prefix
-                        + seq.n.to_bytes(5, "big")
-                        + ifn_pre
-                        + page_tail
-                        + (len(url_b) + 10).to_bytes(2, "little")
-                    )
-                k = lkey + url_b + b"\x00"
+                    precs.append(pbu_record(url_b, op_ifn, prefix, seq.n, ifn))
                 seq.n += 1
-                lrecs.append(
-                    k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor_b + (len(k) + 8).to_bytes(2, "little")
-                )
+                lrecs.append(lbm_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
         finally:
             # What was recorded before a bad URL stays recorded, as with one call per link.
             if precs:
@@ -332,7 +321,7 @@ class EditLog:
                         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
                         validate_page(page)
                         pt = page_without_md5(page.encode_value())
-                        tail = tails[t] = (len(pt) | E.IFN_NO_MD5).to_bytes(4, "little") + pt
+                        tail = tails[t] = E.ifn_value_without_md5(pt)
                     if m:
                         rows.append(len(frecs))
                         seqs.append(n + 1)
@@ -344,14 +333,7 @@ class EditLog:
                     r = FetchResult(url, Status.RETRY, t)
                 validate_fetch(r)
                 n += 1
-                frecs.append(
-                    url_b
-                    + b"\x00\x05"
-                    + prefix
-                    + n.to_bytes(5, "big")
-                    + encode_fetch(r)
-                    + (len(url_b) + 10).to_bytes(2, "little")
-                )
+                frecs.append(E.pbu_record(url_b, E.OP_FETCH, prefix, n, encode_fetch(r)))
                 n += 2 * m
         except BadInput:
             return False
@@ -396,8 +378,7 @@ class EditLog:
                 md5s,
                 tail_of,
                 np.asarray(seqs, np.int64),
-                b"\x00\x03" + prefix,
-                b"\x00" + prefix,
+                *E.outlink_seq_prefixes(prefix),
                 link_pre,
             )
         # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
