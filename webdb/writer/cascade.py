@@ -34,7 +34,7 @@ from webdb.tables import block
 from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, lbu_splice
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
-from webdb.tables.merge import Splice
+from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
     LINK_OUT,
@@ -47,7 +47,7 @@ from webdb.tables.pagecodec import (
     page_with_scores_of,
 )
 from webdb.tables.records import Page
-from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
+from webdb.tables.table import Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
