@@ -35,8 +35,8 @@ Cost: one sequential read of PagesByURL (every block decoded once, not cached); 
 page a struct unpack and a heap operation, O(log top_n); per selected page one inlink lookup
 and one add_page edit (a PagesByURL and PagesByMD5 merge at commit).
 
-In a rack, ``generate_rack`` gives the same result with each host scanning only its own
-sections: every host runs steps 2-3 on its sections, the coordinator runs ``select`` again
+Given a rack (``generate(rack, ...)``), it gives the same result with each host scanning only
+its own sections: every host runs steps 2-3 on its sections, the coordinator runs ``select`` again
 over their selections (exact: each host's selection contains its share of the global one),
 the hosts read the anchors of their chosen pages, the coordinator writes the segment, and the
 marks commit as one distributed batch (docs/crawl.md, *Generate in a rack*).
@@ -61,11 +61,12 @@ from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
 from webdb import DAY, CallRecorder, Page, Reader, pagecodec, wait_for_lock
 from webdb.errors import BadInput
+from webdb.rack import Rack
 
 __all__ = [
     "GenerateResult",
+    "GenerateOptions",
     "generate",
-    "generate_rack",
     "order_key",
     "host_key",
     "partition_of",
@@ -93,8 +94,8 @@ class GenerateResult:
     skipped: dict[str, int] = field(default_factory=dict)
     hosts: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
-    rack: Any = None  # generate_rack: the update's per-host result (webdb.rack.UpdateResult)
-    candidates: int = 0  # generate_rack: keys the locations sent the coordinator
+    rack: Any = None  # a rack's generate: the update's per-host result (webdb.rack.UpdateResult)
+    candidates: int = 0  # a rack's generate: keys the locations sent the coordinator
 
     def summary(self) -> str:
         sk = ", ".join(f"{k} {v:,}" for k, v in self.skipped.items() if v)
@@ -442,41 +443,66 @@ def _open_writer(db, lock_wait: float, overrides: dict):
     return wait_for_lock(lambda: db.writer(**overrides), lock_wait, "generate")
 
 
-def generate(
-    db,
-    segment_dir: str | os.PathLike,
-    *,
-    now: int | None = None,
-    top_n: int | None = None,
-    max_per_host: int | None = None,
-    max_per_domain: int | None = None,
-    min_score: float | None = None,
-    add_days: float = 0,
-    fetchers: int = 1,
-    partition: str = "host",
-    mark_expiry: int = DEFAULT_MARK_EXPIRY,
-    max_anchors: int = DEFAULT_MAX_ANCHORS,
-    max_inlinks_scanned: int = DEFAULT_MAX_INLINKS_SCANNED,
-    url_filter: UrlFilter | None = None,
-    lock_wait: float = 60.0,
-    writer_settings: dict | None = None,
-    info: dict | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> GenerateResult:
-    """Select due pages of ``db`` (a ``webdb.WebDB``), write them as the segment
-    ``segment_dir`` (created; must be absent or empty) and mark them.  See the module doc.
+@dataclass(frozen=True)
+class GenerateOptions:
+    """The options of ``generate``, each a keyword of it (docs/crawl.md, *Generate*)."""
 
-    ``info`` is stored in the segment's SEGMENT file.  Raises BadInput for bad options,
-    LockedError if the writer lock stays held for ``lock_wait`` seconds.
+    now: int | None = None  # the round's clock, seconds since the epoch (default: time.time())
+    top_n: int | None = None  # at most this many pages (the best by order_key)
+    max_per_host: int | None = None  # at most this many pages of one host
+    max_per_domain: int | None = None  # at most this many pages of one registered domain
+    min_score: float | None = None  # pages scored below are skipped
+    add_days: float = 0  # select what is due this many days after ``now``
+    fetchers: int = 1  # fetchlist parts of the segment
+    partition: str = "host"  # what keeps URLs in one part: "host" or "domain"
+    mark_expiry: int = DEFAULT_MARK_EXPIRY  # seconds after which a generate mark lapses
+    max_anchors: int = DEFAULT_MAX_ANCHORS  # inlink anchors stored per fetch entry
+    max_inlinks_scanned: int = DEFAULT_MAX_INLINKS_SCANNED  # inlinks read per page for them
+    url_filter: UrlFilter | None = None  # URLs it refuses are skipped
+    lock_wait: float = 60.0  # seconds to wait for the writer lock (then LockedError/UpdateFailed)
+    writer_settings: dict | None = None  # settings of the batch that marks the pages
+    info: dict | None = None  # stored in the segment's SEGMENT file
+    progress: Callable[[str], None] | None = None  # one line per step
+    # In a rack only:
+    events: Callable[[dict], None] | None = None  # the rack's progress events (``update``'s)
+    heartbeat_timeout: float | None = None  # default: webdb.rack.HEARTBEAT_TIMEOUT
+    stage_timeout: float | None = None  # default: webdb.rack.STAGE_TIMEOUT
+    env: dict[str, str] | None = None  # environment of the agents
+    dask: str | None = None  # a Dask scheduler address (default: hosts.ini's dask_scheduler)
+
+
+_RACK_ONLY = ("events", "heartbeat_timeout", "stage_timeout", "env", "dask")
+
+
+def generate(target, segment_dir: str | os.PathLike, **options: Any) -> GenerateResult:
+    """Select due pages of ``target``, write them as the segment ``segment_dir`` (created; must
+    be absent or empty) and mark them.  See the module doc.  ``options``: the fields of
+    ``GenerateOptions``.
+
+    ``target`` is a ``webdb.WebDB`` (this process scans the db) or a ``webdb.rack.Rack`` (each
+    location scans its own sections: the same selection, segment and marks; docs/crawl.md,
+    *Generate in a rack*).  Raises BadInput for bad options (a rack-only option with a db
+    among them), LockedError (a db) or UpdateFailed (a rack) if the writer lock stays held for
+    ``lock_wait`` seconds.
     """
-    segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
-    say = progress or (lambda _msg: None)
+    o = GenerateOptions(**options)
+    if isinstance(target, Rack):
+        return _generate_rack(target, segment_dir, o)
+    given = [n for n in _RACK_ONLY if getattr(o, n) is not None]
+    if given:
+        raise BadInput(f"generate: {', '.join(given)} apply to a rack only, not to the db {target.path}")
+    return _generate_db(target, segment_dir, o)
+
+
+def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> GenerateResult:
+    segment_dir = _check_args(segment_dir, o.top_n, o.max_per_host, o.max_per_domain, o.fetchers, o.partition)
+    say = o.progress or (lambda _msg: None)
     t0 = time.monotonic()
     secs: dict[str, float] = {}
-    w = _open_writer(db, lock_wait, writer_settings or {})
+    w = _open_writer(db, o.lock_wait, o.writer_settings or {})
     try:
-        now = int(time.time()) if now is None else int(now)
-        horizon = now + int(add_days * DAY)
+        now = int(time.time()) if o.now is None else int(o.now)
+        horizon = now + int(o.add_days * DAY)
         skipped: dict[str, int] = {}
         counter = [0]
         with db.reader() as r:
@@ -486,9 +512,9 @@ def generate(
                 r,
                 horizon=horizon,
                 now=now,
-                min_score=min_score,
-                mark_expiry=mark_expiry,
-                url_filter=url_filter,
+                min_score=o.min_score,
+                mark_expiry=o.mark_expiry,
+                url_filter=o.url_filter,
                 skipped=skipped,
                 counter=counter,
             )
@@ -499,7 +525,7 @@ def generate(
                     n_elig[0] += 1
                     yield x
 
-            chosen = select(counted(cands), top_n=top_n, max_per_host=max_per_host, max_per_domain=max_per_domain)
+            chosen = select(counted(cands), top_n=o.top_n, max_per_host=o.max_per_host, max_per_domain=o.max_per_domain)
             secs["scan"] = time.monotonic() - t0 - secs["lock"]
             eligible = n_elig[0]
             skipped["capped"] = eligible - len(chosen)
@@ -512,11 +538,11 @@ def generate(
             anchors: dict[bytes, list[str]] = {}
             inl = _Inlinks(r)
             for _, url, _ in sorted(chosen, key=lambda x: x[1]):  # by URL: a forward walk of LinksByURL
-                anchors[url] = _anchors(inl, url, max_anchors, max_inlinks_scanned) if max_anchors > 0 else []
+                anchors[url] = _anchors(inl, url, o.max_anchors, o.max_inlinks_scanned) if o.max_anchors > 0 else []
             secs["anchors"] = time.monotonic() - t1
         t1 = time.monotonic()
         mark = mark_of(segment_dir, now)
-        sizes, hosts = _write_segment(segment_dir, chosen, anchors, mark, now, db.path, fetchers, partition, info)
+        sizes, hosts = _write_segment(segment_dir, chosen, anchors, mark, now, db.path, o.fetchers, o.partition, o.info)
         secs["write"] = time.monotonic() - t1
         t1 = time.monotonic()
         say(f"marking {len(chosen):,} pages")
@@ -541,7 +567,7 @@ _CHUNK = 5000  # candidates or entries per reply part: one JSON line of at most 
 
 
 def rack_step(ctx, req: dict) -> Iterator[dict]:
-    """The agents' side of ``generate_rack`` (a steps function, webdb.writer.rack.Session).
+    """The agents' side of ``generate`` over a rack (a steps function, webdb.writer.rack.Session).
 
     ``op = "select"``: scan this location's PagesByURL, select with the request's options and
     reply the selection's keys and URLs, ``[score, tie, url]`` (no page values), then the scan
@@ -618,35 +644,10 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
         raise BadInput(f"generate: unknown step {op!r}")
 
 
-def generate_rack(
-    rack,
-    segment_dir: str | os.PathLike,
-    *,
-    now: int | None = None,
-    top_n: int | None = None,
-    max_per_host: int | None = None,
-    max_per_domain: int | None = None,
-    min_score: float | None = None,
-    add_days: float = 0,
-    fetchers: int = 1,
-    partition: str = "host",
-    mark_expiry: int = DEFAULT_MARK_EXPIRY,
-    max_anchors: int = DEFAULT_MAX_ANCHORS,
-    max_inlinks_scanned: int = DEFAULT_MAX_INLINKS_SCANNED,
-    url_filter: UrlFilter | None = None,
-    lock_wait: float = 60.0,
-    writer_settings: dict | None = None,
-    info: dict | None = None,
-    progress: Callable[[str], None] | None = None,
-    events: Callable[[dict], None] | None = None,
-    heartbeat_timeout: float | None = None,
-    stage_timeout: float | None = None,
-    env: dict[str, str] | None = None,
-    dask: str | None = None,
-) -> GenerateResult:
-    """``generate`` over a rack (``webdb.rack.Rack``): the same selection, segment and
-    marks as ``generate`` on the whole db, with each location scanning only its own sections.
-    The segment is written here (on the coordinator).  docs/crawl.md, *Generate in a rack*.
+def _generate_rack(rack, segment_dir: str | os.PathLike, o: GenerateOptions) -> GenerateResult:
+    """``generate`` over a rack: the same selection, segment and marks as on the whole db,
+    with each location scanning only its own sections.  The segment is written here (on the
+    coordinator).  docs/crawl.md, *Generate in a rack*.
 
     1. One distributed update opens: every location takes its writer lock and syncs.
     2. Each location selects from its sections with the same options and replies the keys
@@ -656,9 +657,9 @@ def generate_rack(
     4. The segment is written, then the batch of marks runs and commits on every section at
        once.  A failure before the commit point commits nothing and removes the segment.
 
-    ``events`` gets the rack's progress events (as ``update``'s ``progress``); ``result.rack``
+    ``o.events`` gets the rack's progress events (as ``update``'s ``progress``); ``result.rack``
     is the update's per-host result.  Raises UpdateFailed as ``update`` does; a writer lock
-    held elsewhere is waited for up to ``lock_wait`` seconds.  ``dask``: a Dask scheduler
+    held elsewhere is waited for up to ``o.lock_wait`` seconds.  ``o.dask``: a Dask scheduler
     address (default: hosts.ini's ``dask_scheduler``): the same requests and batch run as tasks
     on its workers.
     """
@@ -667,10 +668,10 @@ def generate_rack(
 
     from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
 
-    segment_dir = _check_args(segment_dir, top_n, max_per_host, max_per_domain, fetchers, partition)
+    segment_dir = _check_args(segment_dir, o.top_n, o.max_per_host, o.max_per_domain, o.fetchers, o.partition)
     existed = os.path.isdir(segment_dir)
-    say = progress or (lambda _msg: None)
-    now = int(time.time()) if now is None else int(now)
+    say = o.progress or (lambda _msg: None)
+    now = int(time.time()) if o.now is None else int(o.now)
     t0 = time.monotonic()
     secs: dict[str, float] = {}
     got: dict = {}
@@ -678,13 +679,13 @@ def generate_rack(
     select_req = {
         "op": "select",
         "now": now,
-        "horizon": now + int(add_days * DAY),
-        "min_score": min_score,
-        "mark_expiry": mark_expiry,
-        "filters": url_filter.texts() if url_filter is not None else None,
-        "top_n": top_n,
-        "max_per_host": max_per_host,
-        "max_per_domain": max_per_domain,
+        "horizon": now + int(o.add_days * DAY),
+        "min_score": o.min_score,
+        "mark_expiry": o.mark_expiry,
+        "filters": o.url_filter.texts() if o.url_filter is not None else None,
+        "top_n": o.top_n,
+        "max_per_host": o.max_per_host,
+        "max_per_domain": o.max_per_domain,
     }
 
     def before_batch(session):
@@ -708,7 +709,7 @@ def generate_rack(
                     eligible += part["stats"]["eligible"]
                     for k, v in part["stats"]["skipped"].items():
                         skipped[k] += v
-        chosen = select(cands, top_n=top_n, max_per_host=max_per_host, max_per_domain=max_per_domain)
+        chosen = select(cands, top_n=o.top_n, max_per_host=o.max_per_host, max_per_domain=o.max_per_domain)
         skipped["capped"] = eligible - len(chosen)
         got.update(scanned=scanned, eligible=eligible, skipped=dict(skipped), candidates=len(cands))
         secs["scan"] = time.monotonic() - t1
@@ -725,8 +726,8 @@ def generate_rack(
                     "op": "entries",
                     "urls": mine.get(p.label, []),
                     "mark": mark,
-                    "max_anchors": max_anchors,
-                    "max_inlinks_scanned": max_inlinks_scanned,
+                    "max_anchors": o.max_anchors,
+                    "max_inlinks_scanned": o.max_inlinks_scanned,
                 }
                 if p.sections
                 else None
@@ -749,7 +750,7 @@ def generate_rack(
         got["written"] = True
         where = f"{session.rack.db} ({session.rack.config.source})"
         got["sizes"], got["hosts"] = _write_segment(
-            segment_dir, chosen, anchors, mark, now, where, fetchers, partition, info
+            segment_dir, chosen, anchors, mark, now, where, o.fetchers, o.partition, o.info
         )
         got["selected"] = len(chosen)
         secs["write"] = time.monotonic() - t1
@@ -762,12 +763,12 @@ def generate_rack(
             common = {
                 "steps": RACK_STEPS,
                 "before_batch": before_batch,
-                "settings": writer_settings,
-                "heartbeat_timeout": HEARTBEAT_TIMEOUT if heartbeat_timeout is None else heartbeat_timeout,
-                "stage_timeout": STAGE_TIMEOUT if stage_timeout is None else stage_timeout,
-                "progress": events,
+                "settings": o.writer_settings,
+                "heartbeat_timeout": HEARTBEAT_TIMEOUT if o.heartbeat_timeout is None else o.heartbeat_timeout,
+                "stage_timeout": STAGE_TIMEOUT if o.stage_timeout is None else o.stage_timeout,
+                "progress": o.events,
             }
-            return update(rack, dask=dask, env=env, **common)
+            return update(rack, dask=o.dask, env=o.env, **common)
         except UpdateFailed as e:
             if got.get("written") and not e.result.committed:
                 shutil.rmtree(segment_dir, ignore_errors=True)  # its marks never committed: no segment
@@ -777,10 +778,10 @@ def generate_rack(
 
     res = wait_for_lock(
         attempt,
-        lock_wait,
+        o.lock_wait,
         "generate",
         locked=lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError" and not got.get("written"),
-        give_up=lambda e: UpdateFailed(f"generate waited {lock_wait:g}s for the writer lock: {e}", e.result),
+        give_up=lambda e: UpdateFailed(f"generate waited {o.lock_wait:g}s for the writer lock: {e}", e.result),
     )
     if "t_mark" in got:
         secs["mark"] = time.monotonic() - got["t_mark"]

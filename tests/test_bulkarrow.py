@@ -90,6 +90,21 @@ def assert_same(a, b) -> None:
         r.check()
 
 
+@pytest.mark.timeout(600)
+def test_three_loaders_draw_the_same_breakpoints(tmp_path):
+    """A sample far smaller than the pages: every later page is a draw, and the writer, the
+    bulk load and the columnar load draw the same (webdb.sections.Reservoir)."""
+    pages, links = random_calls(random.Random(7), 400)
+    assert len({p.url for p in pages}) > 40
+    s = {"block_size": 256, "breakpoint_sample": 8}
+    w = by_writer(tmp_path / "w", 4, pages, links, **s)
+    a, b = both(tmp_path, 4, pages, links, **s)
+    sections = w.manifest()["sections"]
+    assert len(sections["breakpoints"]) == 3
+    assert a.manifest()["sections"] == sections == b.manifest()["sections"]
+    assert raw(w) == raw(a) == raw(b)
+
+
 @pytest.fixture
 def small_steps(monkeypatch):
     """Lookups of a few hundred links, batches of a few blocks: every carry-over path runs."""

@@ -470,11 +470,11 @@ def test_dask_workers_started_over_ssh_on_the_rack_hosts(ssh_hosts, procs, tmp_p
 
 @pytest.mark.timeout(600)
 def test_generate_over_dask_selects_and_marks_what_generate_does(cluster, tmp_path: Path) -> None:
-    """generate_rack's per-location requests run as tasks on the lead workers: the same
+    """generate's per-location (given a rack) requests run as tasks on the lead workers: the same
     fetchlists and marks as generate on the whole db."""
     from test_generate_rack import NOW, _fetchlists, _fill, _pages_and_links, _pages_of, _renamed
 
-    from fetchlist.generate import generate, generate_rack
+    from fetchlist.generate import generate
 
     pages, links = _pages_and_links(400)
     twin = webdb.create(str(tmp_path / "twin"), sections=3, **SETTINGS)
@@ -482,7 +482,7 @@ def test_generate_over_dask_selects_and_marks_what_generate_does(cluster, tmp_pa
     for d in (twin, rack_db):
         _fill(d, pages, links)
     want = generate(twin, tmp_path / "want0", now=NOW, top_n=60, mark_expiry=0)
-    got = generate_rack(
+    got = generate(
         Rack.local(rack_db.path), tmp_path / "got0", now=NOW, top_n=60, mark_expiry=0, dask=cluster.scheduler_address
     )
     assert want.selected > 0 and got.selected == want.selected

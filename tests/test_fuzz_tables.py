@@ -28,8 +28,9 @@ import webdb
 from webdb.db import current_line, seal, seal_checksum
 from webdb.errors import BadInput, WebDBError
 from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
+from webdb.tables.merge import MergeCursor
 from webdb.tables.records import validate_url
-from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter
+from webdb.tables.table import Probe, TableReader, TableWriter
 
 LIMIT = 512 << 20
 EXAMPLES = int(os.environ.get("WEBDB_FUZZ_EXAMPLES", "200"))

@@ -18,6 +18,7 @@ from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchRecord, Segment
 from fetchlist.update import apply_segments
 from webdb import DAY, NEVER, Link, Page, Status
+from webdb.errors import BadInput
 
 WEBDB = [sys.executable, "-m", "webdb.cli.main"]
 NOW = 1_700_000_000
@@ -107,6 +108,16 @@ def test_selection_is_the_greedy_by_score_under_the_caps(tmp_path, db, pages, op
     assert res.skipped["capped"] == res.eligible - res.selected
     with db.reader() as r:
         assert all(r.get_page(u).meta[MARK] == f"seg@{NOW}" for u in got)
+
+
+def test_rack_options_given_with_a_db_are_refused(tmp_path, db):
+    """One entry for a db and a rack: what only a rack does is refused for a db, naming it,
+    before anything is written or locked."""
+    with pytest.raises(BadInput, match=r"heartbeat_timeout, dask apply to a rack only"):
+        generate(db, tmp_path / "seg", now=NOW, heartbeat_timeout=5, dask="tcp://127.0.0.1:1")
+    assert not (tmp_path / "seg").exists()
+    with pytest.raises(TypeError, match="no_such_option"):
+        generate(db, tmp_path / "seg", now=NOW, no_such_option=1)
 
 
 def test_partitions_by_host_and_interleaving(tmp_path, db, pages):

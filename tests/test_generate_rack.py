@@ -1,4 +1,4 @@
-"""Generate in a rack (fetchlist.generate.generate_rack) against generate on the whole db.
+"""Generate in a rack (fetchlist.generate.generate given a webdb.rack.Rack) against generate on the whole db.
 
 - The superset argument, as a property of ``select``: for random pages split into random parts,
   ``select`` over the union of each part's own ``select`` equals ``select`` over everything.
@@ -30,7 +30,7 @@ from sshd import SSHHost
 
 import webdb
 from fetchlist.filters import UrlFilter
-from fetchlist.generate import MARK, generate, generate_rack, host_key, order_key, select
+from fetchlist.generate import MARK, generate, host_key, order_key, select
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import Segment
 from webdb import DAY, Link, Page, Status
@@ -166,7 +166,7 @@ def test_local_rack_generate_equals_generate(k: int, tmp_path: Path) -> None:
     for n, opts in enumerate([*ROUNDS, {"top_n": 45, "url_filter": UrlFilter.from_files([rules])}]):
         now = NOW + n
         want = generate(twin, tmp_path / f"want{n}", now=now, mark_expiry=0, **opts)
-        got = generate_rack(rack, tmp_path / f"got{n}", now=now, mark_expiry=0, **opts)
+        got = generate(rack, tmp_path / f"got{n}", now=now, mark_expiry=0, **opts)
         assert want.selected > 0 and got.selected == want.selected, opts
         assert _fetchlists(tmp_path / f"got{n}") == _fetchlists(tmp_path / f"want{n}"), opts
         assert (got.scanned, got.eligible, got.skipped, got.hosts, got.parts) == (
@@ -192,14 +192,14 @@ def test_rack_generate_marks_hide_pages_from_the_next_one(tmp_path: Path) -> Non
     db = webdb.create(str(tmp_path / "crawl"), sections=2, **SETTINGS)
     _fill(db, pages, links)
     rack = Rack.local(db.path)
-    a = generate_rack(rack, tmp_path / "a", now=NOW, top_n=50)
-    b = generate_rack(rack, tmp_path / "b", now=NOW + 60, top_n=1000)
+    a = generate(rack, tmp_path / "a", now=NOW, top_n=50)
+    b = generate(rack, tmp_path / "b", now=NOW + 60, top_n=1000)
     ua = {e[0] for lst in _fetchlists(tmp_path / "a") for e in lst}
     ub = {e[0] for lst in _fetchlists(tmp_path / "b") for e in lst}
     assert len(ua) == 50 and not ua & ub and b.eligible == a.eligible - 50 and b.skipped["marked"] == 50
     with db.reader() as r:
         assert all(r.get_page(u).meta[MARK] == f"a@{NOW}" for u in ua)
-    c = generate_rack(rack, tmp_path / "c", now=NOW + 120)
+    c = generate(rack, tmp_path / "c", now=NOW + 120)
     assert c.segment is None and c.selected == 0 and not (tmp_path / "c").exists()
     assert db.committed() == 3  # load, a, b: nothing to generate commits nothing
     no_leftovers([tmp_path])
@@ -214,13 +214,13 @@ def test_local_rack_generate_section_agent_killed_then_rerun(tmp_path: Path) -> 
     rack = Rack.local(db.path)
     for point in ("dist.s1.step0.before_ship", "dist.s2.step3.before_ship"):
         with pytest.raises(UpdateFailed, match="section . writer killed by signal 9") as e:
-            generate_rack(rack, tmp_path / "seg", now=NOW, top_n=80, heartbeat_timeout=4, env={"WEBDB_FAULTS": point})
+            generate(rack, tmp_path / "seg", now=NOW, top_n=80, heartbeat_timeout=4, env={"WEBDB_FAULTS": point})
         assert not e.value.result.committed
         assert "nothing committed" in str(e.value)
         assert snapshot(db) == before and db.committed() == 1  # nothing marked
         assert not (tmp_path / "seg").exists()  # its marks never committed: no segment either
         no_leftovers([tmp_path])
-    res = generate_rack(rack, tmp_path / "seg", now=NOW, top_n=80)
+    res = generate(rack, tmp_path / "seg", now=NOW, top_n=80)
     assert res.selected == 80 and db.committed() == 2
     with db.reader() as r:
         assert sum(1 for p in r.pages() if p.meta.get(MARK) == f"seg@{NOW}") == 80
@@ -234,12 +234,12 @@ def test_rack_generate_waits_for_the_lock_then_fails_clearly(tmp_path: Path) -> 
     w = db.writer()
     try:
         with pytest.raises(UpdateFailed, match=r"generate waited 1s for the writer lock: .*LockedError") as e:
-            generate_rack(Rack.local(db.path), tmp_path / "seg", now=NOW, lock_wait=1)
+            generate(Rack.local(db.path), tmp_path / "seg", now=NOW, lock_wait=1)
         assert e.value.kind == "LockedError"
     finally:
         w.abort()
     assert not (tmp_path / "seg").exists()
-    assert generate_rack(Rack.local(db.path), tmp_path / "seg", now=NOW, top_n=5).selected == 5
+    assert generate(Rack.local(db.path), tmp_path / "seg", now=NOW, top_n=5).selected == 5
 
 
 def cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
@@ -319,7 +319,7 @@ def test_ssh_rack_generate_equals_generate_then_a_host_down(ssh_hosts: list[SSHH
     _fill(twin, pages, links)
     for n, opts in enumerate([{"top_n": 50, "max_per_host": 4}, {"max_per_domain": 7, "fetchers": 2}]):
         want = generate(twin, tmp_path / f"want{n}", now=NOW + n, mark_expiry=0, **opts)
-        got = generate_rack(rack, tmp_path / f"got{n}", now=NOW + n, mark_expiry=0, env=AGENT_ENV, **opts)
+        got = generate(rack, tmp_path / f"got{n}", now=NOW + n, mark_expiry=0, env=AGENT_ENV, **opts)
         assert want.selected and got.selected == want.selected
         assert _fetchlists(tmp_path / f"got{n}") == _fetchlists(tmp_path / f"want{n}")
         assert set(got.rack.hosts) == {"h0", "h1"} and got.rack.hosts.ok
@@ -335,7 +335,7 @@ def test_ssh_rack_generate_equals_generate_then_a_host_down(ssh_hosts: list[SSHH
 
     said: list[str] = []
     with pytest.raises(UpdateFailed, match="h1") as e:
-        generate_rack(
+        generate(
             rack, tmp_path / "down", now=NOW + 9, top_n=30, heartbeat_timeout=4, events=down, env=AGENT_ENV,
             progress=said.append,
         )  # fmt: skip
@@ -344,6 +344,6 @@ def test_ssh_rack_generate_equals_generate_then_a_host_down(ssh_hosts: list[SSHH
     assert not e.value.result.committed and not (tmp_path / "down").exists()
     assert int((roots[0] / "crawl" / "CURRENT").read_text().split()[0]) == gen
     hosts[1].start()
-    res = generate_rack(rack, tmp_path / "down", now=NOW + 9, top_n=30, env=AGENT_ENV)
+    res = generate(rack, tmp_path / "down", now=NOW + 9, top_n=30, env=AGENT_ENV)
     assert res.selected == 30 and res.rack.generation == gen + 1
     no_leftovers(roots)

@@ -426,3 +426,31 @@ def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
         with pytest.raises(CorruptionError, match="bad"):
             cur._get(b"k004") if ask == "get" else cur._range(b"k000", b"k010")
         view.close()
+
+
+@given(
+    st.lists(st.tuples(_key, _val), max_size=20),
+    st.integers(0, 2**39),
+    st.binary(min_size=3, max_size=3),
+    st.binary(min_size=16, max_size=16),
+    st.sampled_from([E.OP_IFN, E.OP_FETCH, E.OP_LASTMOD]),
+)
+def test_record_builders_are_edits_pack(kv, n0, prefix, md5, op):
+    """Every shortcut of edits.py that builds records (the hot loops' one call per edit) makes
+    ``E.pack``'s bytes, with the C ``pack_edits`` and without it."""
+    keys, vals = [k for k, _ in kv], [v for _, v in kv]
+    seq = lambda i: prefix + (n0 + i).to_bytes(5, "big")  # noqa: E731
+    want = [E.pack(k, seq(i), v) for i, (k, v) in enumerate(kv, 1)]
+    assert E.pack_many(keys, vals, prefix, n0) == want
+    assert [E.pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(kv, 1)] == want
+    pure = E.pack_edits
+    try:
+        E.pack_edits = lambda *a: None  # as without the compiled codec
+        assert E.pack_many(keys, vals, prefix, n0) == want
+    finally:
+        E.pack_edits = pure
+    for i, (url, v) in enumerate(kv, 1):
+        assert E.pbu_record(url, op, prefix, n0 + i, v) == E.pack(E.pbu_edit_key(url, op), seq(i), v)
+        assert E.lbm_add_record(md5, url, prefix, n0 + i, v) == E.pack(E.lbm_add_key(md5, url), seq(i), v)
+    pp, lp = E.outlink_seq_prefixes(prefix)
+    assert pp == E.pbu_edit_key(b"", E.OP_IFN) + prefix and lp == E.lbm_add_key(b"", b"")[-1:] + prefix

@@ -9,7 +9,8 @@ import pytest
 
 from webdb.errors import CorruptionError
 from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
-from webdb.tables.table import BlockCache, MergeCursor, Probe, TableReader, TableWriter
+from webdb.tables.merge import MergeCursor
+from webdb.tables.table import BlockCache, Probe, TableReader, TableWriter
 
 
 def build(path, keys, block_size=256, codec="lz4"):

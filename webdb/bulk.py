@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import os
-import random
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -26,7 +25,7 @@ from typing import Any
 from webdb import _fault
 from webdb.errors import BadInput
 from webdb.manifest import build, check_counts
-from webdb.sections import Sections, section_path
+from webdb.sections import Reservoir, Sections, section_path
 from webdb.settings import resolve
 from webdb.sortbuf import SortBuffer
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
@@ -206,9 +205,8 @@ def _load(
 
     try:
         # ---- read: pages by (url, call), links by (from_id, url, call) ------------------------
-        sample: list[bytes] | None = None if secs.ready else []
-        rng = random.Random(0x5EED)  # the writer's reservoir: the same breakpoints for the same pages
-        nsample = int(s["breakpoint_sample"])
+        # The writer's reservoir: the same breakpoints for the same pages.
+        sample = None if secs.ready else Reservoir(int(s["breakpoint_sample"]))
         n_pages = 0
         pend: list[bytes] = []
         for page in pages:
@@ -220,12 +218,7 @@ def _load(
                 raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
             n_pages += 1
             if sample is not None:
-                if len(sample) < nsample:
-                    sample.append(url_b)
-                else:
-                    i = rng.randrange(n_pages)
-                    if i < nsample:
-                        sample[i] = url_b
+                sample.add(url_b)
             pend.append(url_b + b"\x00" + n_pages.to_bytes(_SEQ, "big") + page.encode_value())
             if len(pend) >= _CHUNK:
                 sb_pu.extend(pend)
@@ -262,8 +255,8 @@ def _load(
                 pend = []
         sb_lm.extend(pend)
         pend = []
-        if sample:
-            secs = Sections(k, Sections.choose(sample, k))
+        if sample is not None and sample.items:
+            secs = Sections(k, Sections.choose(sample.items, k))
         for j in range(k):
             os.makedirs(section_path(db.path, j), exist_ok=True)
         _fault.point("bulk.after_read")

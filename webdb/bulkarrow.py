@@ -28,7 +28,6 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-import random
 import shutil
 import threading
 import time
@@ -42,7 +41,7 @@ import pyarrow.compute as pc
 
 from webdb import _fault
 from webdb.bulk import SectionFiles, load_manifest, locked_load
-from webdb.sections import Sections, section_path
+from webdb.sections import Reservoir, Sections, section_path
 from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
@@ -968,13 +967,10 @@ def _bisect(sorted_bin: pa.Array, key: bytes) -> int:
 
 
 def _reservoir(urls: pa.Array, nsample: int) -> list[bytes]:
-    """The writer's breakpoint sample: the same reservoir (seed, draws) over the page calls."""
-    n = len(urls)
-    idx = list(range(min(n, nsample)))
-    rng = random.Random(0x5EED)
-    rr = rng.randrange
-    for p in range(nsample, n):
-        i = rr(p + 1)
-        if i < nsample:
-            idx[i] = p
+    """The writer's breakpoint sample: the same reservoir (seed, draws) over the page calls,
+    drawn over their positions."""
+    sample = Reservoir(nsample)
+    for p in range(len(urls)):
+        sample.add(p)
+    idx = sample.items
     return [b.encode("utf-8") for b in urls.take(pa.array(idx, pa.int64())).to_pylist()] if idx else []

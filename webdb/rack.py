@@ -1,4 +1,4 @@
-"""The distributed update as other packages use it (the crawl's ``generate_rack``, tools): a
+"""The distributed update as other packages use it (the crawl's ``generate`` on a rack, tools): a
 ``Rack`` of hosts from hosts.ini, ``update`` with its result and its error (over agents, or a
 Dask cluster when hosts.ini or ``dask=`` names one; ``update_dask`` says so outright), and the
 default liveness bounds.  docs/distributed.md.

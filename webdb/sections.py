@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import random
 
 # section-JJJJ: four digits keep the directories in order; edit records carry the section
 # number in a u16 (docs/format.md §4), so this is also well within the format.
@@ -22,6 +23,37 @@ def section_dirname(j: int) -> str:
 
 def section_path(root: str, j: int) -> str:
     return os.path.join(root, section_dirname(j))
+
+
+class Reservoir:
+    """A seeded reservoir sample (Algorithm R) of the URLs a first load touches: its breakpoints.
+
+    The writer, ``webdb.bulk`` and ``webdb.bulkarrow`` each sample through this class, so the same
+    calls in the same order draw the same sample, hence the same breakpoints
+    (``Sections.choose``).  ``items`` holds the first ``size`` items added; the n-th item after
+    them (counting from 1) replaces a random one with probability ``size / n``.  Cost: O(1) and
+    at most one draw per ``add``; O(size) memory.
+    """
+
+    __slots__ = ("size", "seen", "items", "_randrange")
+
+    SEED = 0x5EED
+
+    def __init__(self, size: int):
+        self.size = size
+        self.seen = 0
+        self.items: list = []
+        self._randrange = random.Random(self.SEED).randrange
+
+    def add(self, item: object) -> None:
+        """Offer ``item`` to the sample."""
+        self.seen += 1
+        if len(self.items) < self.size:
+            self.items.append(item)
+            return
+        i = self._randrange(self.seen)
+        if i < self.size:
+            self.items[i] = item
 
 
 class Sections:

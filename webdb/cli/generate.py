@@ -58,7 +58,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from fetchlist.crawl import new_segment_dir
-    from fetchlist.generate import generate, generate_rack
+    from fetchlist.generate import generate
     from webdb.errors import BadInput
     from webdb.ndfs.config import check_scheduler_address
     from webdb.writer.rack import Rack, UpdateFailed
@@ -83,7 +83,7 @@ def run(args) -> int:
     else:
         try:
             hb = args.heartbeat_timeout
-            res = generate_rack(target, seg, progress=say, heartbeat_timeout=hb, dask=args.dask, **kw)
+            res = generate(target, seg, progress=say, heartbeat_timeout=hb, dask=args.dask, **kw)
         except UpdateFailed as e:
             if args.json:  # the error is one line on stderr; the per-host table only in JSON
                 emit(args, {"segment": None, "error": str(e), "kind": e.kind})

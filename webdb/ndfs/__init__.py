@@ -7,7 +7,8 @@ operation on every location and report per host.  See docs/ndfs.md.
 
 Owns: hosts.ini (config.py), file names (names.py), the transports — local, SFTP, scp/rsync —
 with their atomic put (transport.py, ssh.py), the one ssh connection factory (connect.py:
-host-key policy, timeouts, keepalive, jump host) and share-group operations (group.py).
+host-key policy, timeouts, keepalive, jump host), share-group operations (group.py) and
+the errors each names a host and path with (errors.py).
 Knows nothing of tables or databases: it moves named files.
 
 May import: ``webdb.errors`` only (contract ``ndfs-stands-alone`` in pyproject.toml).

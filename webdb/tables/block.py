@@ -35,7 +35,6 @@ from webdb.tables.format import (
 
 CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
 TRAILER = struct.Struct("<BI")  # codec u8, crc32 u32
-_TRAILER = TRAILER
 _CODEC_BYTE = [bytes((c,)) for c in range(256)]  # the codec byte the checksum covers
 _BIG = sys.byteorder == "big"
 
@@ -247,7 +246,7 @@ def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
             codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw)
     else:
         body = _compress(codec, raw)
-    return body + _TRAILER.pack(codec, zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)))
+    return body + TRAILER.pack(codec, zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)))
 
 
 class RawBlock:
@@ -413,7 +412,7 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
     end = len(data) - BLOCK_TRAILER_SIZE
-    codec, crc = _TRAILER.unpack_from(data, end)
+    codec, crc = TRAILER.unpack_from(data, end)
     body = memoryview(data)[:end]  # no copy of the body for the checksum
     if zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)) != crc:
         raise CorruptionError(f"{where}: checksum mismatch")
@@ -621,6 +620,6 @@ def check_block_crc(data: bytes | memoryview, where: str) -> None:
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
     body = data[:-BLOCK_TRAILER_SIZE]
-    codec, crc = _TRAILER.unpack_from(data, len(body))
+    codec, crc = TRAILER.unpack_from(data, len(body))
     if zlib.crc32(bytes(body) + bytes((codec,))) != crc:
         raise CorruptionError(f"{where}: checksum mismatch")

@@ -61,7 +61,7 @@ _INDEX_VALUE = struct.Struct("<QII")  # block offset, on-disk length (with trail
 _DAMAGED = " (an input of this merge holds its records out of order: damaged; `webdb check` names the file)"
 assert _FOOTER.size == FOOTER_SIZE
 _BIG = sys.byteorder == "big"
-# What a lazy TableReader loads on first use (see TableReader.__getattr__).
+# What a lazy TableReader loads on first use (the ``_OnFirstUse`` attributes of TableReader).
 _LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
 # Most blocks ``short_range`` reads of one file (more: ``ranges`` streams them, a block at a time).
 SHORT_BLOCKS = 4
@@ -337,12 +337,43 @@ class BlockCache:
             self.bytes -= s
 
 
+class _OnFirstUse:
+    """An attribute a lazy ``TableReader`` loads on first use: reading it calls the reader's
+    method ``load``, which sets it in the instance.  A non-data descriptor, so once set the
+    instance's value is found first and a read costs what a plain attribute does."""
+
+    def __init__(self, load: str):
+        self.load = load
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None):
+        if obj is None:
+            return self
+        getattr(obj, self.load)(self.name)
+        return obj.__dict__[self.name]
+
+
 class TableReader:
     """A table file opened for reading.  The index (one entry per block) is held in memory.
 
     Point lookup: O(log blocks) in memory + one block read and decompress (cached) + a binary
     search inside it.
     """
+
+    # The index lists and the meta block: set by ``_load_index``, at open or (lazy) on first use.
+    meta: dict = _OnFirstUse("_load_deferred_index")
+    first_keys: list[bytes] = _OnFirstUse("_load_deferred_index")
+    last_keys: list[bytes] = _OnFirstUse("_load_deferred_index")
+    offsets = _OnFirstUse("_load_deferred_index")
+    lengths = _OnFirstUse("_load_deferred_index")
+    counts = _OnFirstUse("_load_deferred_index")
+    # The index block kept as it is, searched in place by short_range: loaded (with the meta
+    # block) on its own while nothing else is, so that a reader doing only short lookups never
+    # builds the lists (4 LinksByURL indexes of 18k entries at 1M pages: ~2 ms each against
+    # ~10).  None once the lists exist (one copy of an index) or when not compiled.
+    _ix = _OnFirstUse("_load_deferred_ix")
 
     def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None, lazy: bool = False):
         """Open ``path``: refused at once if missing, not a regular file, truncated, not a table
@@ -374,35 +405,27 @@ class TableReader:
             os.close(self._fd)
             raise
 
-    def __getattr__(self, name: str):
-        # Only reached while a lazy table's index is not loaded (loaded attributes are found
-        # first, so this costs nothing after): load it, then answer.
-        if name == "_ix":
-            # The index block kept as it is, searched in place by short_range: loaded (with
-            # the meta block) on its own while nothing else is, so that a reader doing only
-            # short lookups never builds the lists (4 LinksByURL indexes of 18k entries at 1M
-            # pages: ~2 ms each against ~10).  None once the lists exist (one copy of an
-            # index) or when not compiled.
-            if "_index_wanted" in self.__dict__:
-                self._live()
-                self._load_ix()
-            else:
-                self._ix = None
-            return self._ix
-        if name in _LOADED and "_index_wanted" in self.__dict__:
+    def _load_deferred_ix(self, name: str) -> None:
+        if "_index_wanted" in self.__dict__:
             self._live()
-            del self._index_wanted
-            try:
-                self._load_index()
-            except BaseException:
-                # Damaged: drop what the load set before it failed, so every later use loads
-                # (and raises) again rather than reading a half-loaded index.
-                for n in _LOADED:
-                    self.__dict__.pop(n, None)
-                self._index_wanted = True
-                raise
-            return getattr(self, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            self._load_ix()
+        else:
+            self._ix = None
+
+    def _load_deferred_index(self, name: str) -> None:
+        if "_index_wanted" not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self._live()
+        del self._index_wanted
+        try:
+            self._load_index()
+        except BaseException:
+            # Damaged: drop what the load set before it failed, so every later use loads
+            # (and raises) again rather than reading a half-loaded index.
+            for n in _LOADED:
+                self.__dict__.pop(n, None)
+            self._index_wanted = True
+            raise
 
     def _load(self, kind: int | None) -> None:
         self._load_footer(kind)
@@ -808,13 +831,3 @@ class Probe:
     def has_prefix(self, p: bytes) -> bool:
         r = self.ceiling(p)
         return r is not None and r[0].startswith(p)
-
-
-def __getattr__(name: str):
-    # MergeCursor lives in webdb.tables.merge (which imports this module); loaded on first use
-    # so ``from webdb.tables.table import MergeCursor`` keeps working without an import cycle.
-    if name == "MergeCursor":
-        from webdb.tables.merge import MergeCursor
-
-        return MergeCursor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ distributed writer — one driver (``driver``, ``placing``) over its transports:
 (``coordinator`` / ``hosts`` / ``distributed``) and Dask (``daskrun`` / ``dasktasks``;
 ``distributed`` imported only there, lazily), one location side (``location``), a section
 writer (``section``), results (``results``), the public face (``rack``) — and what feeds a
-section writer (``inputs``).
+section writer (``inputs``; a fetch round's calls as columns: ``columns``).
 
 May import: webdb's core (``db``, ``manifest``, ``sections``, ``settings``, ``schedule``,
 ``sortbuf``, ``lockwait``, ``tables``, ``ndfs``, ``errors``, ``_fault``).  Never ``fetchlist``

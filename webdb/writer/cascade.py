@@ -31,10 +31,10 @@ from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables import block
-from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, lbu_splice, pack_edits
+from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, lbu_splice
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
-from webdb.tables.merge import Splice
+from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
     LINK_OUT,
@@ -47,7 +47,7 @@ from webdb.tables.pagecodec import (
     page_with_scores_of,
 )
 from webdb.tables.records import Page
-from webdb.tables.table import MergeCursor, Probe, TableReader, TableWriter, _prefix_end
+from webdb.tables.table import Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
@@ -88,7 +88,7 @@ class Emitter:
             s["block_size"],
             s["codec"],
         )
-        self.prefix = bytes((rank,)) + job["section"].to_bytes(2, "big")
+        self.prefix = E.Seq(rank, job["section"]).prefix
         self.n = 0
         self.files = 0
         # A spill goes straight into edit files (the consumer merges every file it is sent), as
@@ -98,17 +98,11 @@ class Emitter:
     def add(self, key: bytes, value: bytes = b"") -> None:
         # E.pack with an inline E.Seq: this runs once per emitted edit.
         self.n += 1
-        self.buf.add(key + self.prefix + self.n.to_bytes(5, "big") + value + (len(key) + 8).to_bytes(2, "little"))
+        self.buf.add(E.pack_at(key, self.prefix, self.n, value))
 
     def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
         """``add`` for many edits at once (one list comprehension instead of n calls)."""
-        n0, pre = self.n, self.prefix
-        recs = pack_edits(keys, values, pre, n0)  # in C when compiled
-        if recs is None:
-            recs = [
-                k + pre + (n0 + i).to_bytes(5, "big") + v + (len(k) + 8).to_bytes(2, "little")
-                for i, (k, v) in enumerate(zip(keys, values), 1)
-            ]
+        recs = E.pack_many(keys, values, self.prefix, self.n)
         self.n += len(keys)
         self.buf.extend(recs)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from webdb.schedule import FetchResult
 from webdb.tables import block
 from webdb.tables.records import Status
+from webdb.writer.edits import TAG3_ADD
 
 try:
     import numpy as np
@@ -125,7 +126,7 @@ def link_records_py(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, li
     k = np.arange(len(us), dtype=np.int64) - first
     pq = (np.repeat(seqs, counts) + 1 + 2 * k).tolist()
     tails_l = [t for t, c in zip(tails, cnt) for _ in range(c)]
-    keys_l = [m + b"\x01" for m, c in zip(md5s, cnt) for _ in range(c)]
+    keys_l = [m + TAG3_ADD for m, c in zip(md5s, cnt) for _ in range(c)]
     precs = [u + pp + q.to_bytes(5, "big") + t + U16[len(u) + 10] for u, q, t in zip(ub, pq, tails_l)]
     lrecs = [
         k + u + lp + (q + 1).to_bytes(5, "big") + link_pre + a + U16[len(u) + 26]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import struct
 
+from webdb.tables.block import pack_edits
 from webdb.tables.pagecodec import NO_OUTLINKS, NUM_OUTLINKS
 
 # Stages of the cascade and the table each one rewrites.
@@ -66,11 +67,38 @@ def pack(key: bytes, seq: bytes, value: bytes = b"") -> bytes:
     return key + seq + value + (len(key) + 8).to_bytes(2, "little")
 
 
+def pack_at(key: bytes, prefix: bytes, n: int, value: bytes = b"") -> bytes:
+    """``pack(key, seq, value)`` with the seq given as its producer ``prefix`` (``Seq.prefix``)
+    and counter ``n``: for producers that count in a local (the hot loops)."""
+    return key + prefix + n.to_bytes(5, "big") + value + (len(key) + 8).to_bytes(2, "little")
+
+
+def pack_many(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes]:
+    """``[pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(zip(keys, values), 1)]``,
+    in C when the codec is compiled (``_blockc.pack_edits``)."""
+    recs = pack_edits(keys, values, prefix, n0)
+    if recs is None:
+        recs = [
+            k + prefix + (n0 + i).to_bytes(5, "big") + v + (len(k) + 8).to_bytes(2, "little")
+            for i, (k, v) in enumerate(zip(keys, values), 1)
+        ]
+    return recs
+
+
 # ---- stage 1 ---------------------------------------------------------------------------------
 
 
 def pbu_edit_key(url_b: bytes, op: int) -> bytes:
     return url_b + b"\x00" + bytes((op,))
+
+
+def pbu_record(url_b: bytes, op: int, prefix: bytes, n: int, value: bytes) -> bytes:
+    """``pack_at(pbu_edit_key(url_b, op), prefix, n, value)`` in one step (a call per fetch
+    and per outlink)."""
+    return url_b + _PBU_TAG[op] + prefix + n.to_bytes(5, "big") + value + (len(url_b) + 10).to_bytes(2, "little")
+
+
+_PBU_TAG = [b"\x00" + bytes((op,)) for op in range(OP_LASTMOD + 1)]
 
 
 def ifn_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:
@@ -83,6 +111,18 @@ def ifn_value(page_value: bytes, link_from: bytes | None = None, link_value: byt
 # High bit of an IFN value's length: the page value lacks its md5, which is MD5(url) (an
 # outlink's new page); stage 1 computes it only when the page is really inserted.
 IFN_NO_MD5 = 0x80000000
+
+
+def ifn_value_without_md5(page_tail: bytes) -> bytes:
+    """An outlink's IFN value: the page value less its md5 (``page_without_md5``), flagged."""
+    return (len(page_tail) | IFN_NO_MD5).to_bytes(4, "little") + page_tail
+
+
+def outlink_seq_prefixes(prefix: bytes) -> tuple[bytes, bytes]:
+    """What follows the url in an outlink's two records up to their counter: the IFN page
+    edit's (``0x00 OP_IFN`` + seq prefix) and the link edit's (``lbm_add_key``'s ``0x00`` +
+    seq prefix).  ``webdb.writer.columns.link_records`` splices them per outlink."""
+    return b"\x00" + bytes((OP_IFN,)) + prefix, b"\x00" + prefix
 
 
 def split_ifn_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, bytes]:
@@ -113,6 +153,12 @@ def lbm_del_all_key(md5: bytes) -> bytes:
 
 def lbm_add_key(md5: bytes, url_b: bytes) -> bytes:
     return md5 + TAG3_ADD + url_b + b"\x00"
+
+
+def lbm_add_record(md5: bytes, url_b: bytes, prefix: bytes, n: int, value: bytes) -> bytes:
+    """``pack_at(lbm_add_key(md5, url_b), prefix, n, value)`` in one step (a call per outlink)."""
+    k = md5 + TAG3_ADD + url_b + b"\x00"
+    return k + prefix + n.to_bytes(5, "big") + value + (len(k) + 8).to_bytes(2, "little")
 
 
 # ---- stage 4 ---------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ docs/semantics.md.  Memory: at most ``memory_mb`` for edits, whatever the batch 
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -19,7 +18,7 @@ from tqdm import tqdm
 from webdb import _fault
 from webdb.errors import BadInput, ClosedError
 from webdb.schedule import FetchResult
-from webdb.sections import Sections
+from webdb.sections import Reservoir, Sections
 from webdb.settings import resolve
 from webdb.sortbuf import GroupFeed, SortBuffer
 from webdb.tables import block
@@ -70,9 +69,8 @@ class EditLog:
         self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
         self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
         self._seq = E.Seq(E.RANK_API, producer)
-        self._sample: list[bytes] | None = None if self.secs.ready else []
-        self._seen = 0
-        self._rng = random.Random(0x5EED)
+        # The URL sample a first load of a k-section db chooses its breakpoints from.
+        self._sample = None if self.secs.ready else Reservoir(int(self.settings["breakpoint_sample"]))
         self._max_url = int(self.settings["max_url_bytes"])
         self._anchor_max = int(self.settings["anchor_max"])
         self._files = 0  # edit files routed so far (their names are numbered)
@@ -89,7 +87,7 @@ class EditLog:
 
     def sample(self) -> list[bytes]:
         """The URL sample (reservoir) taken while the sections had no breakpoints yet."""
-        return list(self._sample or [])
+        return list(self._sample.items) if self._sample is not None else []
 
     def _url(self, url: object) -> bytes:
         return validate_url(url, self._max_url)
@@ -109,19 +107,8 @@ class EditLog:
         if page.status not in _STATUSES:
             raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
         if self._sample is not None:
-            self._observe(url_b)
+            self._sample.add(url_b)
         return url_b
-
-    def _observe(self, url_b: bytes) -> None:
-        # Reservoir sample of URLs: the first load of a k-section db chooses breakpoints from it.
-        n = self.settings["breakpoint_sample"]
-        self._seen += 1
-        if len(self._sample) < n:
-            self._sample.append(url_b)
-        else:
-            i = self._rng.randrange(self._seen)
-            if i < n:
-                self._sample[i] = url_b
 
     def _add1(self, key: bytes, value: bytes) -> None:
         self._pbu.add(E.pack(key, self._seq.next(), value))
@@ -166,7 +153,7 @@ class EditLog:
             raise BadInput(f"fetch result for {result.url!r:.200}: status {result.status!r} is not a fetch outcome")
         validate_fetch(result)
         if self._sample is not None:
-            self._observe(url_b)
+            self._sample.add(url_b)
         self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
 
     def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
@@ -182,7 +169,7 @@ class EditLog:
                     f"lastmod hint for {url!r:.200}: {name} must be whole seconds in 0..{NEVER}, not {v!r:.60}"
                 )
         if self._sample is not None:
-            self._observe(url_b)
+            self._sample.add(url_b)
         self._add1(E.pbu_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
 
     def _check_link(self, link: Link) -> bytes:
@@ -234,7 +221,7 @@ class EditLog:
         self._links(from_md5, outlinks, domain_id, page_without_md5(page.encode_value()))
 
     def _links(self, from_md5: bytes, links: Iterable[tuple[str, str]], domain_id: int, page_tail: bytes | None):
-        # The hot path of an update: E.pack and Seq.next inlined; an outlink's page edit leaves
+        # The hot path of an update: Seq.next inlined, one record call per edit; an outlink's page edit leaves
         # its md5 (MD5 of the url) to stage 1, which computes it only if the page is new.
         self._live()
         if not isinstance(from_md5, bytes) or len(from_md5) != 16:
@@ -243,8 +230,8 @@ class EditLog:
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
         amax, seq, pbu, lbm = self._anchor_max, self._seq, self._pbu, self._lbm
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
-        ifn_pre = (len(page_tail) | E.IFN_NO_MD5).to_bytes(4, "little") if page_tail is not None else b""
-        lkey = from_md5 + b"\x01"
+        ifn = E.ifn_value_without_md5(page_tail) if page_tail is not None else b""
+        pbu_record, lbm_add_record, op_ifn = E.pbu_record, E.lbm_add_record, E.OP_IFN
         precs: list[bytes] = []
         lrecs: list[bytes] = []
         bad, max_url = _BAD_URL_CHAR.search, self._max_url
@@ -265,22 +252,11 @@ class EditLog:
                     ) from None
                 if page_tail is not None:
                     if sample is not None:
-                        self._observe(url_b)
+                        sample.add(url_b)
                     seq.n += 1
-                    precs.append(
-                        url_b
-                        + b"\x00\x03"
-                        + prefix
-                        + seq.n.to_bytes(5, "big")
-                        + ifn_pre
-                        + page_tail
-                        + (len(url_b) + 10).to_bytes(2, "little")
-                    )
-                k = lkey + url_b + b"\x00"
+                    precs.append(pbu_record(url_b, op_ifn, prefix, seq.n, ifn))
                 seq.n += 1
-                lrecs.append(
-                    k + prefix + seq.n.to_bytes(5, "big") + link_pre + anchor_b + (len(k) + 8).to_bytes(2, "little")
-                )
+                lrecs.append(lbm_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
         finally:
             # What was recorded before a bad URL stays recorded, as with one call per link.
             if precs:
@@ -345,7 +321,7 @@ class EditLog:
                         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
                         validate_page(page)
                         pt = page_without_md5(page.encode_value())
-                        tail = tails[t] = (len(pt) | E.IFN_NO_MD5).to_bytes(4, "little") + pt
+                        tail = tails[t] = E.ifn_value_without_md5(pt)
                     if m:
                         rows.append(len(frecs))
                         seqs.append(n + 1)
@@ -357,14 +333,7 @@ class EditLog:
                     r = FetchResult(url, Status.RETRY, t)
                 validate_fetch(r)
                 n += 1
-                frecs.append(
-                    url_b
-                    + b"\x00\x05"
-                    + prefix
-                    + n.to_bytes(5, "big")
-                    + encode_fetch(r)
-                    + (len(url_b) + 10).to_bytes(2, "little")
-                )
+                frecs.append(E.pbu_record(url_b, E.OP_FETCH, prefix, n, encode_fetch(r)))
                 n += 2 * m
         except BadInput:
             return False
@@ -409,8 +378,7 @@ class EditLog:
                 md5s,
                 tail_of,
                 np.asarray(seqs, np.int64),
-                b"\x00\x03" + prefix,
-                b"\x00" + prefix,
+                *E.outlink_seq_prefixes(prefix),
                 link_pre,
             )
         # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
@@ -577,7 +545,7 @@ class Writer(EditLog):
         db, s, base = self.db, self.settings, self.base
         gen, batch = self.gen, self.batch
         secs = self.secs
-        if not secs.ready and self._seen:
+        if not secs.ready and self._sample.seen:
             secs = choose_sections([self.sample()], secs.k)
         workers = int(s["workers"]) or (os.cpu_count() or 1)
         workers = max(1, min(workers, secs.k))
