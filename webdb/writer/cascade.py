@@ -233,11 +233,12 @@ def run_stage(job: dict) -> dict:
         out = TableWriter(os.path.join(d, name), TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
         cur = MergeCursor(old, out)
         try:
-            fn(job, cur, out, res)
-            if not res.pop("_closed", False):
+            info = fn(job, cur, out, res)  # the table's stats when the stage closed it itself
+            if info is None:
                 cur.finish()
                 _fault.point(f"stage{stage}.before_table_close")
-                res.update(out.close())
+                info = out.close()
+            res.update(info)
         except BaseException:
             out.abort()
             raise
@@ -419,7 +420,8 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 # ---- stage 2: PagesByMD5 ---------------------------------------------------------------------
 
 
-def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
+    """Closes its table itself (stage 3's emissions probe the new table) and returns its stats."""
     lost: list[bytes] = []
 
     def groups():
@@ -461,8 +463,7 @@ def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
                 em3.add(E.lbm_del_all_key(md5))
         probe.t.close()
     res["emitted"] = {3: em3.finish()}
-    res.update(info)
-    res["_closed"] = True
+    return info
 
 
 # ---- stage 3: LinksByMD5 ---------------------------------------------------------------------
