@@ -39,7 +39,8 @@ if os.environ.get("BENCH_STAGES_SAVE"):
     import webdb.writer.executor as X
     _run = C.run_stage
 
-    def run_stage(job):
+    def run_stage(stage_job):
+        job = stage_job.to_json()
         d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st%d-s%d" % (job["stage"], job["section"]))
         os.makedirs(d, exist_ok=True)
         ins = []
@@ -55,7 +56,7 @@ if os.environ.get("BENCH_STAGES_SAVE"):
                 shutil.copy(a, b)
         with open(os.path.join(d, "job.json"), "w") as f:
             json.dump(dict(job, inputs=ins, tables=tabs), f)
-        return _run(job)
+        return _run(stage_job)
 
     C.run_stage = X.run_stage = run_stage
 
@@ -66,7 +67,7 @@ if os.environ.get("BENCH_STAGES_SAVE"):
         d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st0-s%d" % spec["section"])
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "job.json"), "w") as f:
-            json.dump({"spec": spec, "job0": job0, "sections": secs.to_json()}, f)
+            json.dump({"spec": spec, "job0": job0.to_json(), "sections": secs.to_json()}, f)
         return _apply(spec, job0, secs, tmp, breakpoints)
 
     S.apply_input = apply_input
@@ -109,7 +110,7 @@ def capture(args: argparse.Namespace) -> None:
 def replay(args: argparse.Namespace) -> None:
     sys.path[:0] = [args.src, os.path.join(args.src, "bench")]  # its webdb and its roundtsv
     from webdb.sections import section_path
-    from webdb.writer.cascade import run_stage
+    from webdb.writer import cascade
 
     tmp = os.path.join(args.work, f"replay-{os.getpid()}")
     for stage in [int(s) for s in args.stages.split(",")]:
@@ -123,7 +124,7 @@ def replay(args: argparse.Namespace) -> None:
             j = dict(job, gen=900_000 + r, batch=f"replay-{os.getpid()}-{r}", tmp=tmp, outbox=os.path.join(tmp, "out"))
             j["settings"] = dict(j["settings"], sync=False)
             c0, w0 = time.process_time(), time.perf_counter()
-            res = run_stage(j)
+            res = cascade.run_stage(_typed_job(cascade, j))
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
             # A stage that kept levels wrote a delta run (the base is the old one): digest that.
             name = res["runs"][0]["file"] if res.get("runs") else res["file"]
@@ -149,10 +150,17 @@ def replay(args: argparse.Namespace) -> None:
             )
 
 
+def _typed_job(cascade, job: dict):
+    """A saved job as the replayed tree's ``run_stage`` takes it (trees before ``StageJob``
+    took the JSON dict itself)."""
+    return cascade.StageJob.from_json(job) if hasattr(cascade, "StageJob") else job
+
+
 def replay_step0(args: argparse.Namespace, tmp: str) -> None:
     """Step 0 of a section: its share of round.tsv through ``apply_input`` (parse, EditLog,
     sort, route into the outbox); the digest covers every edit file routed (name and bytes)."""
     from webdb.sections import Sections
+    from webdb.writer import cascade
     from webdb.writer.section import apply_input
 
     with open(os.path.join(args.work, "jobs", f"st0-s{args.section}", "job.json")) as f:
@@ -164,7 +172,9 @@ def replay_step0(args: argparse.Namespace, tmp: str) -> None:
         job0 = dict(saved["job0"], gen=900_000 + r, batch=batch, tmp=tmp, outbox=out)
         job0["settings"] = dict(job0["settings"], sync=False)
         c0, w0 = time.process_time(), time.perf_counter()
-        _, api, info, _ = apply_input(saved["spec"], job0, Sections.from_json(saved["sections"]), tmp, None)
+        _, api, info, _ = apply_input(
+            saved["spec"], _typed_job(cascade, job0), Sections.from_json(saved["sections"]), tmp, None
+        )
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         h = hashlib.sha1()
         files = sorted(glob.glob(os.path.join(out, "*", "edits", batch, "*", "*")))

@@ -62,16 +62,16 @@ def edit_files(tmp: Path, name: str, apply) -> dict[str, str]:
     that the sort buffers spill many times) after ``apply(log)``."""
     s = resolve(None, memory_mb=1, anchor_max=60)
     job = stage_job(str(tmp / name / "db"), "B", 1, SECS, s, str(tmp / name / "tmp"), 1)
-    job["outbox"] = str(tmp / name / "out")
+    job.outbox = str(tmp / name / "out")
     log = EditLog(s, SECS, str(tmp / name / "api"), producer=1)
     log.route_as_you_go(job)
     apply(log)
     log.route(job)
     out = {}
-    for d, _, fs in os.walk(job["outbox"]):
+    for d, _, fs in os.walk(job.outbox):
         for f in fs:
             p = os.path.join(d, f)
-            out[os.path.relpath(p, job["outbox"])] = hashlib.sha1(Path(p).read_bytes()).hexdigest()
+            out[os.path.relpath(p, job.outbox)] = hashlib.sha1(Path(p).read_bytes()).hexdigest()
     return out
 
 

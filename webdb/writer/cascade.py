@@ -1,6 +1,6 @@
 """The cascade: one stage of one section (docs/design.md, *The cascade*).
 
-``run_stage(job)`` merges the sorted incoming edit files of a section with the section's
+``run_stage(job)`` (a ``StageJob``) merges the sorted incoming edit files of a section with the section's
 current table into a new table file and routes the edits it emits into per-section edit files
 for later stages.  It runs in a process of the local executor (webdb.writer.executor) or of a section writer, reads
 and writes only files, and is the unit the distributed writer runs on each host.
@@ -24,6 +24,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from itertools import chain, islice, repeat
 
 from webdb import _fault
@@ -53,6 +54,44 @@ from webdb.writer import edits as E
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
 
 
+@dataclass
+class TableFiles:
+    """One table of the section a stage merges into: the paths of its base file and of its
+    delta runs (newest first), and its manifest entry (``{"file", "records", "bytes"[, "runs"]}``)."""
+
+    base: str
+    runs: list[str]
+    entry: dict
+
+
+@dataclass
+class StageJob:
+    """What one stage of one section merges and where its outputs go (JSON only on the way to
+    a worker process).  ``engine.stage_job`` makes the part every job of a batch shares (step 0
+    routes with it: ``stage`` 0, no ``section``); ``engine.section_job`` adds the rest."""
+
+    db: str
+    batch: str
+    gen: int
+    sections: dict
+    settings: dict
+    schedule: dict
+    tmp: str
+    emit_mb: int
+    outbox: str | None = None  # the distributed writer's local outbox; None: the targets' incoming dirs
+    stage: int = 0
+    section: int | None = None
+    inputs: list[str] = field(default_factory=list)
+    tables: dict[str, TableFiles] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> StageJob:
+        return cls(**dict(d, tables={t: TableFiles(**e) for t, e in d["tables"].items()}))
+
+
 def encode_fetch(r: FetchResult) -> bytes:
     v = _FETCH.pack(r.status, r.fetch_time, r.md5 or b"\x00" * 16, r.num_outlinks)
     v += b"\x01" if r.md5 else b"\x00"
@@ -78,17 +117,17 @@ def decode_fetch(url: str, v: bytes) -> FetchResult:
 class Emitter:
     """Edits a stage emits for a later stage, sorted and cut into one file per target section."""
 
-    def __init__(self, job: dict, stage: int, rank: int):
+    def __init__(self, job: StageJob, stage: int, rank: int):
         self.job, self.stage = job, stage
-        s = job["settings"]
+        s = job.settings
         self.buf = SortBuffer(
-            job["tmp"],
-            f"st{job['stage']}-{job['section']}-to{stage}",
-            job["emit_mb"] << 20,
+            job.tmp,
+            f"st{job.stage}-{job.section}-to{stage}",
+            job.emit_mb << 20,
             s["block_size"],
             s["codec"],
         )
-        self.prefix = E.Seq(rank, job["section"]).prefix
+        self.prefix = E.Seq(rank, job.section).prefix
         self.n = 0
         self.files = 0
         # A spill goes straight into edit files (the consumer merges every file it is sent), as
@@ -108,7 +147,7 @@ class Emitter:
 
     def _route(self, recs: Iterator[bytes] | list[bytes]) -> None:
         self.files += 1
-        write_routed(self.job, self.stage, recs, f"st{self.job['stage']}-{self.job['section']:04d}-{self.files:04d}")
+        write_routed(self.job, self.stage, recs, f"st{self.job.stage}-{self.job.section:04d}-{self.files:04d}")
 
     def finish(self) -> int:
         n = self.buf.count
@@ -118,27 +157,27 @@ class Emitter:
         return n
 
 
-def edit_dir(job: dict, target: int, stage: int) -> str:
+def edit_dir(job: StageJob, target: int, stage: int) -> str:
     """Where edits for ``stage`` of section ``target`` go.  Locally that is the target's
-    incoming directory; with ``job["outbox"]`` (the distributed writer) a local outbox that
+    incoming directory; with ``job.outbox`` (the distributed writer) a local outbox that
     is then shipped to the target's share group (same relative path)."""
-    rel = os.path.join("edits", job["batch"], f"st{stage}")
-    if job.get("outbox"):
-        return os.path.join(job["outbox"], section_dirname(target), rel)
-    return os.path.join(section_path(job["db"], target), rel)
+    rel = os.path.join("edits", job.batch, f"st{stage}")
+    if job.outbox:
+        return os.path.join(job.outbox, section_dirname(target), rel)
+    return os.path.join(section_path(job.db, target), rel)
 
 
 def incoming_dir(root: str, section: int, batch: str, stage: int) -> str:
     return os.path.join(section_path(root, section), "edits", batch, f"st{stage}")
 
 
-def write_routed(job: dict, stage: int, recs: Iterable[bytes], producer: str) -> dict[int, int]:
+def write_routed(job: StageJob, stage: int, recs: Iterable[bytes], producer: str) -> dict[int, int]:
     """Write a sorted record stream into one edit file per target section; returns counts.
 
     The split is a range split in the stream's own order, so routing is a bisect per chunk.
     A list (a sort buffer's spill) is one chunk; an iterator is read 65536 records at a time."""
-    secs = Sections.from_json(job["sections"])
-    s = job["settings"]
+    secs = Sections.from_json(job.sections)
+    s = job.settings
     bounds = secs.key_bounds(E.STAGE_BY_URL[stage])
     counts: dict[int, int] = {}
     writers: dict[int, TableWriter] = {}
@@ -187,19 +226,19 @@ def join_run(recs: list[bytes], lo: int, hi: int) -> tuple[bytes, list[int]]:
     return b"".join(part), list(chain.from_iterable(zip(map(len, part), repeat(0))))
 
 
-def _records(job: dict) -> Iterator[tuple[bytes, bytes]]:
-    for rec in merge_files(job["inputs"], KIND_EDITS):
+def _records(job: StageJob) -> Iterator[tuple[bytes, bytes]]:
+    for rec in merge_files(job.inputs, KIND_EDITS):
         kl = rec[-2] | (rec[-1] << 8)
         yield rec[: kl - 8], rec[kl:-2]
 
 
-def _base(job: dict, table: str) -> str | None:
+def _base(job: StageJob, table: str) -> str | None:
     """The base file of a table that is never kept as levels (the page tables)."""
-    e = job["tables"].get(table)
+    e = job.tables.get(table)
     if e is None:
         return None
-    assert not e["runs"], f"{table} has delta runs"
-    return e["base"]
+    assert not e.runs, f"{table} has delta runs"
+    return e.base
 
 
 # Tables a stage may keep as levels: the link tables, where a round's edits are a small part of
@@ -209,26 +248,26 @@ def _base(job: dict, table: str) -> str | None:
 LEVELED = frozenset(("links_by_md5", "links_by_url"))
 
 
-def run_stage(job: dict) -> dict:
+def run_stage(job: StageJob) -> dict:
     """Run one stage for one section; returns the new table's stats (see module doc)."""
     t0, c0 = time.monotonic(), time.process_time()
-    stage, sec = job["stage"], job["section"]
+    stage, sec = job.stage, job.section
     table = E.STAGE_TABLE[stage]
-    s = job["settings"]
-    entry = job["tables"].get(table)
-    name = f"{job['gen']:08d}-s{stage}.{TABLE_SUFFIX[table]}"
-    d = section_path(job["db"], sec)
+    s = job.settings
+    entry = job.tables.get(table)
+    name = f"{job.gen:08d}-s{stage}.{TABLE_SUFFIX[table]}"
+    d = section_path(job.db, sec)
     res: dict = {"stage": stage, "section": sec, "table": table, "file": name, "emitted": {}, "status": {}}
     fn = {1: _stage_pbu, 2: _stage_pbm, 3: _stage_lbm, 4: _stage_lbu, 5: _stage_lbm2}[stage]
     if entry is not None and table in LEVELED and s["level_ratio"] > 0:
         _leveled_stage(job, fn, entry, table, d, name, res)
     else:
-        old = TableReader(entry["base"], TABLE_KINDS[table]) if entry is not None else None
-        if old is not None and entry["runs"]:
+        old = TableReader(entry.base, TABLE_KINDS[table]) if entry is not None else None
+        if old is not None and entry.runs:
             # Levels turned off: the runs are merged into the base first (the rest as before).
             old.close()
             old = None
-            tmp = _compact_entry(job, entry, table, d, f"{job['gen']:08d}-s{stage}c.{TABLE_SUFFIX[table]}", {})
+            tmp = _compact_entry(job, entry, table, d, f"{job.gen:08d}-s{stage}c.{TABLE_SUFFIX[table]}", {})
             old = TableReader(tmp, TABLE_KINDS[table])
         out = TableWriter(os.path.join(d, name), TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
         cur = MergeCursor(old, out)
@@ -245,7 +284,7 @@ def run_stage(job: dict) -> dict:
         finally:
             if old is not None:
                 old.close()
-                if entry is not None and entry["runs"]:
+                if entry is not None and entry.runs:
                     os.unlink(old.path)
         res["decoded_blocks"], res["raw_blocks"] = cur.decoded_blocks, cur.raw_blocks
         res["patched_blocks"] = cur.patched_blocks
@@ -255,19 +294,19 @@ def run_stage(job: dict) -> dict:
     return res
 
 
-def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, res: dict) -> None:
+def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, name: str, res: dict) -> None:
     """The stage writes its changes as a new delta run over the table's levels; when the runs
     outgrow the policy (``level_ratio`` of the base's bytes, ``level_runs`` runs) they are
     merged into a new base right away, inside the stage (so a round's time includes it)."""
-    s = job["settings"]
-    stage = job["stage"]
-    e = entry["entry"]
-    carried = [entry["base"], *entry["runs"]]
-    if stage == 5 and entry["runs"] and os.path.basename(entry["runs"][0]).startswith(f"{job['gen']:08d}-s3"):
+    s = job.settings
+    stage = job.stage
+    e = entry.entry
+    carried = [entry.base, *entry.runs]
+    if stage == 5 and entry.runs and os.path.basename(entry.runs[0]).startswith(f"{job.gen:08d}-s3"):
         carried = []  # stage 3 of this round ran on this table and verified them
-    res["scrubbed_bytes"] = _scrub(carried, job["gen"], s["scrub_rounds"])
-    view = open_levels(entry["base"], entry["runs"], table, e["records"])
-    dname = f"{job['gen']:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
+    res["scrubbed_bytes"] = _scrub(carried, job.gen, s["scrub_rounds"])
+    view = open_levels(entry.base, entry.runs, table, e["records"])
+    dname = f"{job.gen:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
     dpath = os.path.join(d, dname)
     out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
     cur = LevelCursor(view, out)
@@ -281,8 +320,8 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
     if run_bytes <= s["level_ratio"] * e["bytes"] and len(runs) > s["level_runs"]:
         # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
         # without reading or writing the base.
-        rname = f"{job['gen']:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
-        paths = [os.path.join(d, dname)] + entry["runs"]
+        rname = f"{job.gen:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
+        paths = [os.path.join(d, dname)] + entry.runs
         view = open_levels(None, paths, table, records)
         out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
         _, rinfo = written(
@@ -292,7 +331,7 @@ def _leveled_stage(job: dict, fn, entry: dict, table: str, d: str, name: str, re
         res["merged_runs"] = len(runs)
         runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
     elif len(runs) > s["level_runs"] or run_bytes > s["level_ratio"] * e["bytes"]:
-        merged = dict(entry, runs=[os.path.join(d, dname)] + entry["runs"], entry=dict(e, runs=runs, records=records))
+        merged = replace(entry, runs=[os.path.join(d, dname)] + entry.runs, entry=dict(e, runs=runs, records=records))
         _compact_entry(job, merged, table, d, name, res)
         os.unlink(dpath)  # merged into the new base; never named by a manifest
         res["compacted"] = len(runs)
@@ -326,14 +365,14 @@ def _run_block(settings: dict) -> int:
     return min(settings["block_size"], 8192)
 
 
-def _compact_entry(job: dict, entry: dict, table: str, d: str, name: str, res: dict) -> str:
+def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: str, res: dict) -> str:
     """Merge a table's runs into a new base file ``name``; its stats go to ``res``."""
-    s = job["settings"]
-    view = open_levels(entry["base"], entry["runs"], table, entry["entry"]["records"])
+    s = job.settings
+    view = open_levels(entry.base, entry.runs, table, entry.entry["records"])
     path = os.path.join(d, name)
     out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
     cur, info = written(
-        view, out, lambda: compact(view, out), lambda: _fault.point(f"stage{job['stage']}.compact.before_close")
+        view, out, lambda: compact(view, out), lambda: _fault.point(f"stage{job.stage}.compact.before_close")
     )
     res.update(file=name, records=info["records"], bytes=info["bytes"])
     res["compact_raw_blocks"], res["compact_decoded_blocks"] = cur.raw_blocks, cur.decoded_blocks
@@ -343,8 +382,8 @@ def _compact_entry(job: dict, entry: dict, table: str, d: str, name: str, res: d
 # ---- stage 1: PagesByURL ---------------------------------------------------------------------
 
 
-def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
-    sched = Schedule(**job["schedule"])
+def _stage_pbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+    sched = Schedule(**job.schedule)
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
 
@@ -420,7 +459,7 @@ def _stage_pbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 # ---- stage 2: PagesByMD5 ---------------------------------------------------------------------
 
 
-def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
+def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
     """Closes its table itself (stage 3's emissions probe the new table) and returns its stats."""
     lost: list[bytes] = []
 
@@ -469,7 +508,7 @@ def _stage_pbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> dict
 # ---- stage 3: LinksByMD5 ---------------------------------------------------------------------
 
 
-def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em4 = Emitter(job, 4, 3)
     pbm = _base(job, "pages_by_md5")
     probe = Probe(TableReader(pbm) if pbm else None)
@@ -524,7 +563,7 @@ def _stage_lbm(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None
 # ---- stage 4: LinksByURL ---------------------------------------------------------------------
 
 
-def _stage_lbu(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em5 = Emitter(job, 5, 4)
     pbu = _base(job, "pages_by_url")
     probe = Probe(TableReader(pbu) if pbu else None)
@@ -696,14 +735,14 @@ def _lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
     return out, len(recs)
 
 
-def _batched_groups(job: dict, cut, cut_py, n: int = 512) -> Iterator:
+def _batched_groups(job: StageJob, cut, cut_py, n: int = 512) -> Iterator:
     """The groups of a stage's incoming edits, cut a few thousand records at a time by ``cut``
     (in C; None: declined) or ``cut_py`` (the reference, which also names what is wrong): one
     call per batch instead of Python work per record.  Batches are small (512 records) so that
     most groups are consumed before the garbage collector's next young-generation pass: a batch
     of thousands keeps thousands of containers alive across passes and costs more in the
     collector than it saves (measured: −0.6 CPU s of stage 4 at 512 against 4096)."""
-    it = merge_files(job["inputs"], KIND_EDITS)
+    it = merge_files(job.inputs, KIND_EDITS)
     rest: list[bytes] = []
     while True:
         m = max(n, len(rest))  # a url's group longer than a batch: copied O(log) times, not O(len)
@@ -721,7 +760,7 @@ def _batched_groups(job: dict, cut, cut_py, n: int = 512) -> Iterator:
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
 
 
-def _stage_lbm2(job: dict, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_lbm2(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
         if old is None or op_val[0] == E.OP5_DEL:
             return None

@@ -249,7 +249,7 @@ def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
         secs = Sections(k, [b.encode("utf-8") for b in breakpoints])
     tmp = _scratch(spec, "step0")
     job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
-    job0["outbox"] = os.path.join(tmp, "outbox")
+    job0.outbox = os.path.join(tmp, "outbox")
     try:
         secs, api, info, step0 = apply_input(spec, job0, secs, tmp, lambda log: secs)
         base = spec["base"]
@@ -266,7 +266,7 @@ def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
             "seconds": 0.0,
             "cpu_seconds": 0.0,
         }
-        out = _collect(spec, state, 0, job0["outbox"])
+        out = _collect(spec, state, 0, job0.outbox)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _account(state, t0, c0)
@@ -287,7 +287,7 @@ def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]
     secs = Sections.from_json(state["sections"])
     job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
     ex = _TaskExchange(spec, state, os.path.join(tmp, "outbox"))
-    job0["outbox"] = ex.outbox
+    job0.outbox = ex.outbox
     tables: list[dict] = [{} for _ in range(k)]
     status: list[dict] = [{} for _ in range(k)]
     tables[j], status[j] = state["tables"], state["status"]

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Protocol
 
 from webdb import _fault
 from webdb import manifest as M
 from webdb.sections import Sections, section_path
 from webdb.settings import SCHEDULE_KEYS
-from webdb.writer.cascade import incoming_dir
+from webdb.writer.cascade import StageJob, TableFiles, incoming_dir
 
 __all__ = [
     "Exchange",
@@ -48,21 +49,21 @@ __all__ = [
 STAGES = range(1, 6)
 
 
-def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict, tmp: str, workers: int) -> dict:
+def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict, tmp: str, workers: int) -> StageJob:
     """The part of a stage job every stage and section shares."""
     mem = int(settings["memory_mb"])
     # Each worker emits into at most three sort buffers; together they get half the budget
     # (the rest: interpreters, decoded blocks, write buffers).
-    return {
-        "db": db_path,
-        "batch": batch,
-        "gen": gen,
-        "sections": secs.to_json(),
-        "settings": settings,
-        "schedule": {k: settings[k] for k in SCHEDULE_KEYS},
-        "tmp": tmp,
-        "emit_mb": max(2, mem // (workers * 6)),
-    }
+    return StageJob(
+        db=db_path,
+        batch=batch,
+        gen=gen,
+        sections=secs.to_json(),
+        settings=settings,
+        schedule={k: settings[k] for k in SCHEDULE_KEYS},
+        tmp=tmp,
+        emit_mb=max(2, mem // (workers * 6)),
+    )
 
 
 def choose_sections(samples: Iterable[list[bytes]], k: int) -> Sections:
@@ -88,12 +89,12 @@ class Exchange(Protocol):
 
 
 def run_stages(
-    job0: dict,
+    job0: StageJob,
     sections: Iterable[int],
     tables: list[dict],
     status: list[dict],
     exchange: Exchange,
-    execute: Callable[[list[dict]], list[dict]],
+    execute: Callable[[list[StageJob]], list[dict]],
     stages: Iterable[int] = STAGES,
 ) -> list[dict]:
     """The stage loop: stages 1..5 of ``sections``, each merging the edit files ``exchange``
@@ -115,19 +116,15 @@ def run_stages(
     return rows
 
 
-def section_job(job0: dict, stage: int, j: int, tables: dict, inputs: list[str]) -> dict:
+def section_job(job0: StageJob, stage: int, j: int, tables: dict, inputs: list[str]) -> StageJob:
     """The job of ``stage`` on section ``j``: merge ``inputs`` (local edit file paths) into the
     section's current ``tables`` (``{table: manifest entry}``).  Every transport builds it here."""
-    d = section_path(job0["db"], j)
+    d = section_path(job0.db, j)
     paths = {
-        t: {
-            "base": os.path.join(d, e["file"]),
-            "runs": [os.path.join(d, r["file"]) for r in e.get("runs", ())],
-            "entry": e,
-        }
+        t: TableFiles(os.path.join(d, e["file"]), [os.path.join(d, r["file"]) for r in e.get("runs", ())], e)
         for t, e in tables.items()
     }
-    return dict(job0, stage=stage, section=j, inputs=inputs, tables=paths)
+    return replace(job0, stage=stage, section=j, inputs=inputs, tables=paths)
 
 
 def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:

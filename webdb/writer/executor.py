@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from webdb.errors import WebDBError
-from webdb.writer.cascade import run_stage
+from webdb.writer.cascade import StageJob, run_stage
 
 __all__ = ["LocalExecutor", "serve"]
 
@@ -43,13 +43,13 @@ class LocalExecutor:
                 for _ in range(workers)
             ]
 
-    def __call__(self, jobs: list[dict]) -> list[dict]:
+    def __call__(self, jobs: list[StageJob]) -> list[dict]:
         """Run one stage's jobs; results in job order."""
         if not self.procs or len(jobs) <= 1:
             return [run_stage(job) for job in jobs]
         return self._run(jobs)
 
-    def _run(self, jobs: list[dict]) -> list[dict]:
+    def _run(self, jobs: list[StageJob]) -> list[dict]:
         os.makedirs(self.tmp, exist_ok=True)
         results: list[dict | None] = [None] * len(jobs)
         pending = list(enumerate(jobs))
@@ -58,9 +58,9 @@ class LocalExecutor:
             for w, p in enumerate(self.procs):
                 if w not in busy and pending:
                     i, job = pending.pop(0)
-                    path = os.path.join(self.tmp, f"job-st{job['stage']}-{job['section']:04d}.json")
+                    path = os.path.join(self.tmp, f"job-st{job.stage}-{job.section:04d}.json")
                     with open(path, "w") as f:
-                        json.dump(job, f)
+                        json.dump(job.to_json(), f)
                     p.stdin.write(path.encode() + b"\n")
                     p.stdin.flush()
                     busy[w] = (i, path)
@@ -74,11 +74,11 @@ class LocalExecutor:
                 self.procs[w].wait()
                 err = self.procs[w].stderr.read().decode("utf-8", "replace").strip().splitlines()[-1:]
                 why = err[0] if err else f"exit status {self.procs[w].returncode}"
-                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {why}")
+                raise WebDBError(f"stage {job.stage} of section {job.section} failed: {why}")
             res = json.loads(line)
             if "error" in res:
                 job = jobs[i]
-                raise WebDBError(f"stage {job['stage']} of section {job['section']} failed: {res['error']}")
+                raise WebDBError(f"stage {job.stage} of section {job.section} failed: {res['error']}")
             results[i] = res
         return results  # type: ignore[return-value]
 
@@ -109,7 +109,7 @@ def serve() -> int:
     """A worker: run the stage job named by each stdin line, answer with its result (JSON line)."""
     for line in sys.stdin:
         with open(line.strip()) as f:
-            job = json.load(f)
+            job = StageJob.from_json(json.load(f))
         try:
             res = run_stage(job)
         except WebDBError as e:

@@ -37,6 +37,7 @@ from webdb.errors import BadInput, CorruptionError, DistributedError, WebDBError
 from webdb.ndfs import NDFS, LocalTransport, NdfsConfig, Transport, parse_config, section_group
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.tables.format import TMP_DIR
+from webdb.writer.cascade import StageJob
 from webdb.writer.engine import run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
 from webdb.writer.inputs import resolve
@@ -122,10 +123,10 @@ def outbox_names(outbox: str, target: int) -> list[str]:
 
 
 def apply_input(
-    spec: dict, job0: dict, secs: Sections, tmp: str, breakpoints: Callable[[EditLog], Sections]
+    spec: dict, job0: StageJob, secs: Sections, tmp: str, breakpoints: Callable[[EditLog], Sections]
 ) -> tuple[Sections, dict, Any, dict]:
     """Step 0 of section ``spec["section"]``: apply its input to an ``EditLog`` and route the
-    calls into ``job0["outbox"]``, one edit file (or sorted run) per target section.  A db
+    calls into ``job0.outbox``, one edit file (or sorted run) per target section.  A db
     without breakpoints yet asks ``breakpoints(log)`` for them (the URL sample goes up); if
     the answer is still not ready, nothing is routed.  Returns (sections, the API edit
     counts, the input function's info, step 0 timings)."""
@@ -144,7 +145,7 @@ def apply_input(
         t_input = time.monotonic() - t0
         if not secs.ready:
             secs = breakpoints(log)
-            job0["sections"] = secs.to_json()
+            job0.sections = secs.to_json()
         _fault.point(f"dist.s{j}.step0.before_ship")
         if secs.ready:
             log.route(job0)
@@ -204,7 +205,7 @@ class SectionWriter:
         secs = Sections.from_json(self.spec["sections"])
         # workers=1: the coordinator already gave this section its share of memory_mb.
         job0 = stage_job(self.path, self.batch, self.gen, secs, self.settings, self.tmp, 1)
-        job0["outbox"] = self.outbox
+        job0.outbox = self.outbox
         self.event(state="input")
         secs, api, info, step0 = apply_input(self.spec, job0, secs, self.tmp, self.breakpoints)
         self.ship(0)

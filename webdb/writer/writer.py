@@ -37,7 +37,7 @@ from webdb.tables.records import (
     validate_url,
 )
 from webdb.writer import edits as E
-from webdb.writer.cascade import encode_fetch, encode_lastmod, write_routed
+from webdb.writer.cascade import StageJob, encode_fetch, encode_lastmod, write_routed
 from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
@@ -426,19 +426,19 @@ class EditLog:
         self._seq.n = n
         return True
 
-    def _route_run(self, job: dict, stage: int, recs) -> dict[int, int]:
+    def _route_run(self, job: StageJob, stage: int, recs) -> dict[int, int]:
         self._files += 1
         name = f"api-{self.producer:04d}-{self._files:04d}"
         return write_routed(job, stage, first_ifn_only(recs) if stage == E.ST_PBU else recs, name)
 
-    def route_as_you_go(self, job: dict) -> None:
+    def route_as_you_go(self, job: StageJob) -> None:
         """From now on a spill routes its sorted records straight into edit files (the stage
         workers merge those with their other inputs), instead of a run this process would merge
         back serially at close.  Needs the sections' breakpoints and the batch's job."""
         self._pbu.spill_to = lambda recs: self._route_run(job, E.ST_PBU, recs)
         self._lbm.spill_to = lambda recs: self._route_run(job, E.ST_LBM, recs)
 
-    def route(self, job: dict) -> dict[str, dict[int, int]]:
+    def route(self, job: StageJob) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
         counts = {
             "pages": self._route_run(job, E.ST_PBU, self._pbu.sorted_records()),
