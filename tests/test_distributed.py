@@ -236,7 +236,9 @@ def test_ssh_host_stopped_mid_stage(rack2, tmp_path: Path, reference) -> None:
 
     with pytest.raises(UpdateFailed) as e:
         update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, progress=stop_at_stage_2)
-    assert re.search(r"h1 \(section 1\) failed at stage 2", str(e.value)), str(e.value)
+    # The stop is asked for when h1 waits at the barrier before stage 2's input; the other
+    # sections' edits may reach it before the kill lands, so the report names stage 2 or 3.
+    assert re.search(r"h1 \(section 1\) failed at stage [23]", str(e.value)), str(e.value)
     assert not e.value.result.hosts["h1"].ok and not e.value.result.committed
     hosts[1].start()
     assert_state(roots, 1, reference["a"])
