@@ -14,25 +14,14 @@ with an error are listed, never dropped.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 
+from report import json_rows
+
 
 def load_rows(path: str) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            if not isinstance(row, dict) or "peer" not in row or "N" not in row:
-                raise SystemExit(f"{path}:{n}: not a driver result (needs peer and N)")
-            rows.append(row)
-    return rows
+    return json_rows(path, lambda r: {"peer", "N"} <= r.keys(), "peer and N")
 
 
 def _series(row: dict) -> list[float]:

@@ -118,7 +118,9 @@ def peer_table(rows: list[dict]) -> list[str]:
     return out
 
 
-def load_rows(path: str) -> list[dict]:
+def json_rows(path: str, ok, need: str) -> list[dict]:
+    """The JSON lines of ``path`` (blank lines skipped); a line that is not JSON, or whose
+    object ``ok`` refuses, ends the run naming ``path:line`` and what it ``need``s."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -128,10 +130,16 @@ def load_rows(path: str) -> list[dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise SystemExit(f"{path}:{n}: not a JSON line ({e.msg})") from None
-            if not isinstance(row, dict) or not (row.get("kind") == "phys" or {"peer", "N", "F", "run"} <= row.keys()):
-                raise SystemExit(f"{path}:{n}: not a driver result (needs peer, N, F and run)")
+            if not isinstance(row, dict) or not ok(row):
+                raise SystemExit(f"{path}:{n}: not a driver result (needs {need})")
             rows.append(row)
     return rows
+
+
+def load_rows(path: str) -> list[dict]:
+    return json_rows(
+        path, lambda r: r.get("kind") == "phys" or {"peer", "N", "F", "run"} <= r.keys(), "peer, N, F and run"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
