@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain, remove_dot_segments
+from fetchlist.normalize import (
+    WwwRules,
+    clear_memo,
+    host_of,
+    memo_info,
+    normalize,
+    registered_domain,
+    remove_dot_segments,
+)
 from webdb.errors import BadInput
 from webdb.tables.records import validate_url
 
@@ -154,6 +162,49 @@ def test_never_raises_and_idempotent(url, base):
         assert out.startswith(("http://", "https://"))
         validate_url(out)
         assert "#" not in out
+
+
+_WWW = WwwRules({"example.com": "www", "x.com": "bare", "example.co.uk": "www"})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    url_text,
+    st.sampled_from([None, "http://example.com/a/b", "https://www.x.com:8443/p?q#f", "garbage"]),
+    st.sampled_from(["", "#", "#f", "#a#b", "#/../x?y"]),
+)
+def test_memo_answers_what_a_fresh_computation_answers(url, base, fragment):
+    """The memo of normal forms is invisible: a remembered answer (with or without a www rule,
+    with any fragment) is the one computed from nothing."""
+    answers = []
+    for www in (None, _WWW):
+        clear_memo()
+        fresh = normalize(url, base, www=www)
+        assert normalize(url, base, www=www) == fresh  # remembered now (if it is short enough)
+        assert normalize(url + fragment, base, www=www) == normalize(url, base, www=www)
+        clear_memo()
+        assert normalize(url + fragment, base, www=www) == fresh
+        answers.append(fresh)
+    assert answers[1] == (None if answers[0] is None else normalize(answers[0], www=_WWW))
+
+
+def test_memo_is_bounded_and_counts_hits():
+    clear_memo()
+    for i in range(3):
+        assert normalize(f"/p{i % 2}.html#s{i}", "http://example.com/a/") == f"http://example.com/p{i % 2}.html"
+    info = memo_info()
+    assert (info.hits, info.misses, info.currsize) == (1, 2, 2) and info.maxsize > 0
+    long_url = "http://example.com/" + "a" * 1000
+    assert normalize(long_url) == long_url and memo_info().currsize == 2  # long URLs are not kept
+
+
+def test_www_rule_at_the_length_limit():
+    """A URL one www. too long for the db is accepted once the bare rule drops the www."""
+    path = "/" + "a" * (8192 - len("http://x.com/"))
+    assert normalize("http://x.com" + path) is not None
+    assert normalize("http://www.x.com" + path) is None
+    assert normalize("http://www.x.com" + path, www=_WWW) == "http://x.com" + path
+    assert normalize("http://x.com" + path, www=WwwRules({"x.com": "www"})) is None
 
 
 def test_registered_domain():
