@@ -63,7 +63,7 @@ import requests
 import urllib3
 
 from fetchlist.hints import add_robots_sitemaps, content_limit, finish_record, parse_fetched, sitemap_level_of
-from fetchlist.net import Budget, Watchdog, location_of, new_session, read_body
+from fetchlist.net import Budget, HttpClient, Watchdog, location_of, new_session, read_body
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.robots import ROBOTS_DENIED, RobotsCache, RobotsRules, fetch_robots
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
@@ -77,6 +77,7 @@ __all__ = ["Fetcher", "FetchStats", "HostStats", "status_of"]
 _PERM = (301, 308)
 _TEMP = (300, 302, 303, 307)
 _TRANSIENT_4XX = (408, 429)
+_VALIDATED = (Status.FETCHED, Status.NOT_MODIFIED)  # a page whose validators are sent
 
 
 def status_of(http_status: int) -> Status:
@@ -177,6 +178,72 @@ class _Scheduler:
             self._cv.notify_all()
 
 
+class _Run:
+    """What the threads of one ``Fetcher.fetch`` call share: the scheduler, the sink and its
+    lock, the worker pool and the first error (which stops the run)."""
+
+    def __init__(
+        self, fetcher: Fetcher, stats: FetchStats, sched: _Scheduler, sink: Callable[[FetchRecord], None], progress
+    ) -> None:
+        self.fetcher, self.stats, self.sched, self.sink, self.progress = fetcher, stats, sched, sink, progress
+        self.lock = threading.Lock()
+        self.errors: list[BaseException] = []
+        self.pool: DigestPool | None = None
+        self.digested: queue.SimpleQueue = queue.SimpleQueue()  # (record, queue, error) from the pool
+
+    def fail(self, e: BaseException) -> None:
+        """A failing sink (disk full, ...) or a dead worker stops the run; ``fetch`` raises it."""
+        self.errors.append(e)
+        self.sched.stop()
+
+    def emit(self, rec: FetchRecord, q: _Queue) -> None:
+        with self.lock:
+            self.sink(rec)
+            status = Status(rec.status).name
+            self.stats.records += 1
+            self.stats.statuses[status] += 1
+            q.stats.statuses[status] += 1
+            self.stats.content_bytes += len(rec.content or b"")
+            self.progress.update(1)
+
+    def deliver(self, rec: FetchRecord, q: _Queue) -> None:
+        """A FETCHED page goes to a worker (the thread goes on with its next request) and is
+        written by the writer thread; any other record is written now."""
+        if self.pool is not None and rec.status == Status.FETCHED:
+            self.pool.submit(rec, lambda r, err: self.digested.put((r, q, err)))
+        else:
+            self.emit(rec, q)
+
+    def write_digested(self) -> None:
+        """The writer thread: each page back from a worker goes to the sink."""
+        s, sitemaps = self.fetcher.settings, self.fetcher.sitemaps
+        while (item := self.digested.get()) is not None:
+            rec, q, err = item
+            try:
+                if err is not None:
+                    raise err
+                if not self.errors:  # after a failure the pages still pending are dropped
+                    add_robots_sitemaps(rec, s, sitemaps)  # the fetcher's state: here, not in the worker
+                    self.emit(rec, q)
+            except BaseException as e:
+                self.fail(e)
+            finally:
+                self.pool.done_one()
+
+    def fetch_queues(self) -> None:
+        """A fetcher thread: one request on the queue whose turn it is, again and again."""
+        try:
+            while (q := self.sched.take()) is not None:
+                try:
+                    self.fetcher._serve(q, self.deliver, self.sched)
+                finally:
+                    self.sched.release(q)
+        except BaseException as e:
+            self.fail(e)
+        finally:
+            self.fetcher._close_session()
+
+
 class Fetcher:
     """Fetches fetchlist entries politely and hands each FetchRecord to a sink.
 
@@ -228,23 +295,8 @@ class Fetcher:
         self.robots.new_run()
         self._watchdog.reset()
         t0 = time.monotonic()
-        queues: dict[str, _Queue] = {}
-        seen: set[str] = set()
-        stats = FetchStats()
-        self.stats = stats
-        for e in entries:
-            if e.url in seen:
-                continue
-            seen.add(e.url)
-            key = self._queue_key(e.url)
-            q = queues.get(key)
-            if q is None:
-                q = queues[key] = _Queue(key, float(s["politeness_delay"]), self._ready.get(key, 0.0))
-                stats.hosts[key] = q.stats
-            q.urls.append(e)
-        stats.entries = len(seen)
-        sched = _Scheduler(queues.values())
-        out_lock = threading.Lock()
+        stats = self.stats = FetchStats()
+        queues = self._queues(entries, stats)
         progress = progress_bar(
             stats.entries,
             "fetch",
@@ -253,101 +305,78 @@ class Fetcher:
             force_bar=s["progress"] is True,
             leave=False,
         )
-        errors: list[BaseException] = []
-
-        def emit(rec: FetchRecord, q: _Queue) -> None:
-            with out_lock:
-                sink(rec)
-                stats.records += 1
-                stats.statuses[Status(rec.status).name] += 1
-                q.stats.statuses[Status(rec.status).name] += 1
-                stats.content_bytes += len(rec.content or b"")
-                progress.update(1)
-
-        pool: DigestPool | None = None
-        digested: queue.SimpleQueue = queue.SimpleQueue()
-
-        def deliver(rec: FetchRecord, q: _Queue) -> None:
-            """A FETCHED page goes to a worker (the thread goes on with its next request) and
-            is written by the writer thread; any other record is written now."""
-            if pool is not None and rec.status == Status.FETCHED:
-                pool.submit(rec, lambda r, err: digested.put((r, q, err)))
-            else:
-                emit(rec, q)
-
-        def writer() -> None:
-            while (item := digested.get()) is not None:
-                rec, q, err = item
-                try:
-                    if err is not None:
-                        raise err
-                    if not errors:  # after a failure the pages still pending are dropped
-                        add_robots_sitemaps(rec, s, self.sitemaps)  # the fetcher's state: here, not in the worker
-                        emit(rec, q)
-                except BaseException as e:  # a failing sink or a dead worker stops the run
-                    errors.append(e)
-                    sched.stop()
-                finally:
-                    pool.done_one()
-
-        def worker() -> None:
-            try:
-                while (q := sched.take()) is not None:
-                    try:
-                        self._serve(q, deliver, sched)
-                    finally:
-                        sched.release(q)
-            except BaseException as e:  # a failing sink (disk full, ...) stops the run, reported below
-                errors.append(e)
-                sched.stop()
-            finally:
-                self._close_session()
-
+        run = _Run(self, stats, _Scheduler(queues.values()), sink, progress)
         threads = [
-            threading.Thread(target=worker, name=f"fetcher-{i}", daemon=True)
+            threading.Thread(target=run.fetch_queues, name=f"fetcher-{i}", daemon=True)
             for i in range(min(int(s["threads"]), max(1, len(queues))))
         ]
-        write_thread = None
-        if self.processes:
-            # Pages between request and write: enough to keep every worker busy while the
-            # threads fetch, few enough to bound memory (each holds up to max_content bytes).
-            pool = self._pool = DigestPool(
-                min(self.processes, len(threads)), s, self.www, len(threads) + 2 * self.processes
-            )
-            stats.processes = pool.processes
-            write_thread = threading.Thread(target=writer, name="fetch-writer", daemon=True)
-            write_thread.start()
+        writer = self._start_pool(run, len(threads)) if self.processes else None
+        try:
+            self._run_threads(run, threads)
+        finally:
+            if writer is not None:
+                run.digested.put(None)
+                writer.join()
+                run.pool.close()
+                stats.worker_cpu_seconds = run.pool.cpu_seconds
+                self._pool = None
+            progress.close()
+            stats.elapsed = time.monotonic() - t0
+            stats.requests = sum(h.requests for h in stats.hosts.values())
+            self._ready.update((k, q.ready) for k, q in queues.items())
+        if run.errors:
+            raise run.errors[0]
+        return stats
+
+    def _queues(self, entries: Iterable[FetchEntry], stats: FetchStats) -> dict[str, _Queue]:
+        """Step 1 of the data flow: the first entry of each URL, in queues by host (or domain)."""
+        queues: dict[str, _Queue] = {}
+        seen: set[str] = set()
+        delay = float(self.settings["politeness_delay"])
+        for e in entries:
+            if e.url in seen:
+                continue
+            seen.add(e.url)
+            key = self._queue_key(e.url)
+            q = queues.get(key)
+            if q is None:
+                q = queues[key] = _Queue(key, delay, self._ready.get(key, 0.0))
+                stats.hosts[key] = q.stats
+            q.urls.append(e)
+        stats.entries = len(seen)
+        return queues
+
+    def _start_pool(self, run: _Run, threads: int) -> threading.Thread:
+        """Start the worker processes of step 5 and the thread that writes what they return."""
+        # Pages between request and write: enough to keep every worker busy while the
+        # threads fetch, few enough to bound memory (each holds up to max_content bytes).
+        run.pool = self._pool = DigestPool(
+            min(self.processes, threads), self.settings, self.www, threads + 2 * self.processes
+        )
+        run.stats.processes = run.pool.processes
+        writer = threading.Thread(target=run.write_digested, name="fetch-writer", daemon=True)
+        writer.start()
+        return writer
+
+    def _run_threads(self, run: _Run, threads: list[threading.Thread]) -> None:
+        """Run the fetcher threads to the end; on Ctrl-C, step 6 of the data flow."""
         try:
             for t in threads:
                 t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(0.1)
-            if pool is not None:
-                pool.wait_idle()
+            if run.pool is not None:
+                run.pool.wait_idle()
         except KeyboardInterrupt:
-            stats.interrupted = True
-            sched.stop()
+            run.stats.interrupted = True
+            run.sched.stop()
             self._watchdog.abort_all()  # requests in flight end now; their URLs stay unfetched
             for t in threads:
                 t.join()
-            if pool is not None:
-                pool.wait_idle()  # the pages being parsed are written (workers ignore SIGINT)
+            if run.pool is not None:
+                run.pool.wait_idle()  # the pages being parsed are written (workers ignore SIGINT)
             raise
-        finally:
-            if pool is not None:
-                digested.put(None)
-                write_thread.join()
-                pool.close()
-                stats.worker_cpu_seconds = pool.cpu_seconds
-                self._pool = None
-            progress.close()
-            stats.elapsed = time.monotonic() - t0
-            stats.requests = sum(h.requests for h in stats.hosts.values())
-            self._ready.update((k, q.ready) for k, q in queues.items())
-        if errors:
-            raise errors[0]
-        return stats
 
     def _queue_key(self, url: str) -> str:
         host = host_of(url) or ""
@@ -435,50 +464,27 @@ class Fetcher:
     def request(self, entry: FetchEntry) -> FetchRecord:
         """GET ``entry.url`` once (no robots, no politeness): the record, parsed if FETCHED."""
         s = self.settings
-        url = entry.url
-        headers = {}
-        page = entry.page
-        if s["conditional"] and page is not None and page.status in (Status.FETCHED, Status.NOT_MODIFIED):
-            # Only the server's own validators: a server compares If-Modified-Since with its
-            # Last-Modified (nginx: for equality), never with the time we fetched.
-            if page.meta.get("last_modified"):
-                headers["If-Modified-Since"] = page.meta["last_modified"]
-            if page.meta.get("etag"):
-                headers["If-None-Match"] = page.meta["etag"]
         start = time.time()
         t0 = time.monotonic()
-        rec = FetchRecord(url, Status.RETRY, int(start))
+        rec = FetchRecord(entry.url, Status.RETRY, int(start))
         rec.start = start
+        client = self._client()
+        headers = client.headers_for(self._validators(entry))
         budget = self._budget(t0)
+        resp = None
         try:
-            with self._session().get(
-                url, headers=headers, timeout=self._timeout, allow_redirects=False, stream=True
-            ) as resp:
-                rec.http_status = code = resp.status_code
-                rec.status = status_of(code)
-                # As received and sent, for the WARC records (the segment keeps only keep_headers).
-                rec.raw_headers = list(resp.raw.headers.items())
-                rec.reason = resp.reason or ""
-                rec.protocol = "HTTP/1.0" if resp.raw.version == 10 else "HTTP/1.1"
-                rec.request_headers = list(resp.request.headers.items())
-                rec.headers = {k: resp.headers[k] for k in s["keep_headers"] if k in resp.headers}
-                location, problem = location_of(resp.raw.headers)
-                rec.headers.pop("location", None)  # several Location lines are never one value
-                if location is not None and "location" in s["keep_headers"]:
-                    rec.headers["location"] = location
-                ctype = resp.headers.get("content-type", "")
-                rec.content_type = ctype.split(";", 1)[0].strip().lower()
-                if rec.status == Status.FETCHED:
-                    rec.content, rec.truncated = self._read_body(resp, budget, content_limit(entry, s))
-                elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
-                    self._redirect(rec, location, problem)
-        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema, UnicodeError) as e:
+            resp = client.get(entry.url, headers, self._timeout)
+            rec.request_headers = list(headers.items())  # as sent, for the WARC request record
+            self._answer(rec, resp, entry, budget)
+        except (urllib3.exceptions.LocationValueError, UnicodeError) as e:
             rec.status, rec.content, rec.error = Status.GONE, None, f"{type(e).__name__}: {e}"[:300]
-        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as e:
             rec.status, rec.content, rec.error = Status.RETRY, None, f"{type(e).__name__}: {e}"[:300]
         finally:
+            if resp is not None:
+                resp.close()  # the connection is never reused (fetchlist.net)
+                resp.release_conn()
             self._watchdog.finish(budget)
-            self._drop_connections()
         if budget.aborted:
             raise _Aborted
         if budget.expired or budget.remaining < 0:
@@ -491,17 +497,55 @@ class Fetcher:
             rec.status, rec.content, rec.error = Status.RETRY, None, budget.refused[:300]
         rec.elapsed = time.monotonic() - t0
         if rec.status == Status.FETCHED:
-            rec.content = rec.content or b""
-            rec.md5 = hashlib.md5(rec.content).digest()
-            rec.sitemap_level = sitemap_level_of(entry, s)
-            if self._pool is None and s["parse"]:  # else a worker parses it (``fetch``)
-                rec.parse = parse_fetched(rec, s, self.www)
-                finish_record(rec, s, self.www)
-                add_robots_sitemaps(rec, s, self.sitemaps)
+            self._fetched(rec, entry)
         return rec
 
-    def _read_body(self, resp: requests.Response, budget: Budget, limit: int) -> tuple[bytes, bool]:
-        return read_body(resp, limit, budget)
+    def _validators(self, entry: FetchEntry) -> dict[str, str]:
+        """The conditional headers of a page fetched before: only the server's own validators
+        (a server compares If-Modified-Since with its Last-Modified — nginx: for equality —,
+        never with the time we fetched)."""
+        page = entry.page
+        if not self.settings["conditional"] or page is None or page.status not in _VALIDATED:
+            return {}
+        headers = {}
+        if page.meta.get("last_modified"):
+            headers["If-Modified-Since"] = page.meta["last_modified"]
+        if page.meta.get("etag"):
+            headers["If-None-Match"] = page.meta["etag"]
+        return headers
+
+    def _answer(self, rec: FetchRecord, resp: urllib3.BaseHTTPResponse, entry: FetchEntry, budget: Budget) -> None:
+        """Fill ``rec`` from the response ``resp``: status, headers as received, and the body
+        of a FETCHED answer or the target of a redirect."""
+        s = self.settings
+        rec.http_status = code = resp.status
+        rec.status = status_of(code)
+        # As received, for the WARC records (the segment keeps only keep_headers).
+        rec.raw_headers = list(resp.headers.items())
+        rec.reason = resp.reason or ""
+        rec.protocol = "HTTP/1.0" if resp.version == 10 else "HTTP/1.1"
+        rec.headers = {k: resp.headers[k] for k in s["keep_headers"] if k in resp.headers}
+        location, problem = location_of(resp.headers)
+        rec.headers.pop("location", None)  # several Location lines are never one value
+        if location is not None and "location" in s["keep_headers"]:
+            rec.headers["location"] = location
+        ctype = resp.headers.get("content-type", "")
+        rec.content_type = ctype.split(";", 1)[0].strip().lower()
+        if rec.status == Status.FETCHED:
+            rec.content, rec.truncated = read_body(resp, content_limit(entry, s), budget)
+        elif rec.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
+            self._redirect(rec, location, problem)
+
+    def _fetched(self, rec: FetchRecord, entry: FetchEntry) -> None:
+        """The digest of a FETCHED page, and its parse when no worker process parses it."""
+        s = self.settings
+        rec.content = rec.content or b""
+        rec.md5 = hashlib.md5(rec.content).digest()
+        rec.sitemap_level = sitemap_level_of(entry, s)
+        if self._pool is None and s["parse"]:  # else a worker parses it (``fetch``)
+            rec.parse = parse_fetched(rec, s, self.www)
+            finish_record(rec, s, self.www)
+            add_robots_sitemaps(rec, s, self.sitemaps)
 
     def _budget(self, start: float) -> Budget:
         """Start the total deadline of a request begun at ``start`` (monotonic) in this thread."""
@@ -519,9 +563,20 @@ class Fetcher:
         if rec.redirect is None:
             rec.error = f"redirect to an unusable URL: {location!r}"[:300]
 
-    # ---- sessions
+    # ---- connections
+
+    def _client(self) -> HttpClient:
+        """This thread's client for page requests."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            s = self.settings
+            client = self._local.client = HttpClient(
+                s["default_headers"], s["user_agent"], trust_env=bool(s["trust_env"])
+            )
+        return client
 
     def _session(self) -> requests.Session:
+        """This thread's requests Session, for robots.txt (which follows redirects)."""
         sess = getattr(self._local, "session", None)
         if sess is None:
             sess = self._local.session = new_session()
@@ -541,6 +596,10 @@ class Fetcher:
         if sess is not None:
             sess.close()
             self._local.session = None
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            client.close()
+            self._local.client = None
 
 
 class _Aborted(Exception):

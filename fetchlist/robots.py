@@ -115,7 +115,7 @@ def _get_robots(session: requests.Session, target: str, timeout: tuple[float, fl
         with session.get(target, timeout=timeout, allow_redirects=True, stream=True) as resp:
             code = resp.status_code
             if 200 <= code < 300:
-                body = read_body(resp, max_size, current())[0]
+                body = read_body(resp.raw, max_size, current())[0]
             elif code == 429 or code >= 500:
                 return RobotsRules(BACKOFF, code, error=f"robots.txt answered {code}", fetched_at=now)
             else:
