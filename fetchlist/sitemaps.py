@@ -1,4 +1,5 @@
-"""Sitemaps (sitemaps.org protocol 0.9): XML urlsets, sitemap indexes, plain-text lists, gzip.
+"""Sitemaps (sitemaps.org protocol 0.9): XML urlsets, sitemap indexes, RSS 2.0 and Atom 1.0 feeds,
+plain-text lists, gzip.
 
 How sitemaps enter a crawl (docs/crawl.md, *Sitemaps*):
 
@@ -12,7 +13,10 @@ How sitemaps enter a crawl (docs/crawl.md, *Sitemaps*):
 3. **Fetched and parsed.**  The fetcher parses a FETCHED page whose fetchlist entry carries
    ``meta["sitemap"]`` with ``parse_sitemap`` instead of the HTML parser: a urlset gives the
    parse record's ``sitemap_urls`` (``[url, lastmod, changefreq, priority]``), an index gives
-   ``sitemaps`` (its children, followed while the level is below ``sitemap_max_depth``).
+   ``sitemaps`` (its children, followed while the level is below ``sitemap_max_depth``).  A
+   feed named as a sitemap (the protocol allows RSS 2.0 and Atom 1.0) gives ``sitemap_urls``
+   too: each RSS ``<item>``'s ``<link>`` with its ``<pubDate>`` as lastmod, each Atom
+   ``<entry>``'s ``<link href>`` (no ``rel`` or ``rel="alternate"``) with its ``<updated>``.
 4. **Applied.**  The update adds every sitemap URL not yet in the db as a new page, due at once,
    with ``score = new_score × 2 × priority`` (priority 0.5, the protocol's default, gives
    ``new_score``) and ``fetch_interval`` from ``changefreq`` (``CHANGEFREQ``); a page already
@@ -36,6 +40,7 @@ O(``max_urls``) for the result; per URL one ``normalize`` call.
 from __future__ import annotations
 
 import datetime
+import email.utils
 import io
 import math
 import threading
@@ -94,7 +99,7 @@ class SitemapUrl:
 
 @dataclass(slots=True)
 class SitemapResult:
-    """What one sitemap file gave: ``kind`` ("urlset", "sitemapindex", "text" or "" when
+    """What one sitemap file gave: ``kind`` ("urlset", "sitemapindex", "rss", "atom", "text" or "" when
     nothing was recognised), its URLs, its child sitemaps, and what went wrong (``error``)."""
 
     kind: str = ""
@@ -191,7 +196,8 @@ class _Collector:
     def full(self) -> bool:
         return len(self.res.urls) >= self.max_urls
 
-    def url(self, loc, lastmod=None, changefreq=None, priority=None, max_age_before=None) -> None:
+    def url(self, loc, lastmod=None, changefreq=None, priority=None, max_age_before=None, modified=None) -> None:
+        """Take one URL (``lastmod`` a W3C datetime, or ``modified`` already in seconds)."""
         if self.full:
             self.res.skipped += 1
             self.res.error = self.res.error or "more URLs than sitemap_max_urls; the rest is ignored"
@@ -199,7 +205,7 @@ class _Collector:
         u = self._accept(loc)
         if u is None:
             return
-        lm = parse_lastmod(lastmod) if lastmod else None
+        lm = parse_lastmod(lastmod) if lastmod else modified
         if max_age_before is not None and lm is not None and lm < max_age_before:
             self.res.skipped += 1
             return
@@ -267,6 +273,12 @@ def _parse(res, url, data, content_type, level, max_depth, max_bytes, max_urls, 
         res.error = f"sitemap index at level {level} not followed (sitemap_max_depth {max_depth})"
 
 
+# Root element → (the record element, its depth): sitemaps.org's two formats and the two feed
+# formats it accepts as sitemaps (RSS 2.0 <rss><channel><item>, Atom 1.0 <feed><entry>).
+_RECORDS = {"urlset": ("url", 2), "sitemapindex": ("sitemap", 2), "rss": ("item", 3), "feed": ("entry", 2)}
+_KIND = {"urlset": "urlset", "sitemapindex": "sitemapindex", "rss": "rss", "feed": "atom"}
+
+
 def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | None) -> None:
     events = lxml.etree.iterparse(
         io.BytesIO(data),
@@ -280,6 +292,7 @@ def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | N
         recover=False,
     )
     fields: dict[str, str] = {}
+    record, at = "", 0  # the record element's name and depth
     depth = 0
     try:
         for ev, el in events:
@@ -291,28 +304,20 @@ def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | N
                     if el.getroottree().docinfo.internalDTD is not None:
                         res.error = "a DOCTYPE in a sitemap is refused (its entities are never expanded)"
                         return
-                    if name not in ("urlset", "sitemapindex"):
+                    if name not in _RECORDS:
                         res.error = f"not a sitemap: root element <{name}>"
                         return
-                    res.kind = name
-                elif depth == 2 and name == "url" and col.full:
+                    res.kind, (record, at) = _KIND[name], _RECORDS[name]
+                elif depth == at and name == record and record != "sitemap" and col.full:
                     res.error = res.error or "more URLs than sitemap_max_urls; the rest is ignored"
                     return
                 continue
             depth -= 1
-            if depth == 2:
-                fields[name] = (el.text or "")[:4096]
-            elif depth == 1:
-                if name == "url" and res.kind == "urlset":
-                    col.url(
-                        fields.get("loc"),
-                        fields.get("lastmod"),
-                        fields.get("changefreq"),
-                        fields.get("priority"),
-                        max_age_before=before,
-                    )
-                elif name == "sitemap" and res.kind == "sitemapindex":
-                    col.sitemap(fields.get("loc"))
+            if depth == at:
+                _field(fields, name, el)
+            elif depth == at - 1 and name == record:
+                _record(res.kind, fields, col, before)
+            if depth == at - 1:
                 fields.clear()
                 el.clear()
                 while el.getprevious() is not None:  # keep memory flat: drop finished siblings
@@ -320,6 +325,52 @@ def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | N
     except lxml.etree.XMLSyntaxError as e:
         msg = f"bad XML: {e}"[:300]
         res.error = f"{res.error}; {msg}" if res.error else msg
+
+
+def _field(fields: dict[str, str], name: str, el: lxml.etree._Element) -> None:
+    """Keep the text of a record's child ``el``; for an Atom ``<link>``, the href of the first
+    one that is the entry's own page (no ``rel`` or ``rel="alternate"``)."""
+    if name == "link" and el.get("href") is not None:
+        if "link" not in fields and el.get("rel", "alternate").strip().lower() == "alternate":
+            fields["link"] = el.get("href", "")[:4096]
+        return
+    fields[name] = (el.text or "")[:4096]
+
+
+def _record(kind: str, fields: dict[str, str], col: _Collector, before: int | None) -> None:
+    """One record of a sitemap or feed, to the collector."""
+    if kind == "urlset":
+        col.url(
+            fields.get("loc"),
+            fields.get("lastmod"),
+            fields.get("changefreq"),
+            fields.get("priority"),
+            max_age_before=before,
+        )
+    elif kind == "sitemapindex":
+        col.sitemap(fields.get("loc"))
+    elif kind == "rss":
+        col.url(fields.get("link"), modified=_rfc822(fields.get("pubDate")), max_age_before=before)
+    else:  # atom: <updated> (1.0) or <modified> (0.3), W3C datetimes
+        col.url(fields.get("link"), fields.get("updated") or fields.get("modified"), max_age_before=before)
+
+
+def _rfc822(text: str | None) -> int | None:
+    """An RSS ``pubDate`` (RFC 822: ``Wed, 01 May 2024 10:00:00 GMT``) as seconds since the
+    epoch, or None when it is not one."""
+    if not text or len(text) > 64:
+        return None
+    try:
+        d = email.utils.parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.timezone.utc)
+    try:
+        seconds = int(d.timestamp())
+    except (OverflowError, OSError, ValueError):
+        return None
+    return seconds if 0 <= seconds <= 253402300799 else None
 
 
 class RobotsSitemaps:

@@ -119,6 +119,86 @@ def test_caps_on_urls_and_child_sitemaps():
     assert len(r.sitemaps) == 5 and r.skipped == 95
 
 
+def rss(*items: str, channel_link: str = "http://a.example/") -> bytes:
+    body = "".join(f"<item>{i}</item>" for i in items)
+    return (
+        f'<?xml version="1.0"?><rss version="2.0"><channel><title>t</title><link>{channel_link}</link>'
+        f"{body}</channel></rss>"
+    ).encode()
+
+
+def atom(*entries: str) -> bytes:
+    body = "".join(f"<entry>{e}</entry>" for e in entries)
+    return (
+        '<?xml version="1.0"?><feed xmlns="http://www.w3.org/2005/Atom"><title>t</title>'
+        f'<link href="http://a.example/feed-home"/>{body}</feed>'
+    ).encode()
+
+
+def test_rss_feed_as_a_sitemap():
+    """RSS 2.0: each item's <link> with its <pubDate> as lastmod; the channel's own link is not a URL."""
+    data = rss(
+        "<title>one</title><link>http://a.example/one</link><pubDate>Wed, 01 May 2024 00:00:00 GMT</pubDate>",
+        "<link>http://a.example/two#c</link><pubDate>Thu, 02 May 2024 02:00:00 +0200</pubDate>",
+        "<link>http://a.example/three</link><pubDate>not a date</pubDate><description>&lt;b&gt;x</description>",
+        "<link>http://b.example/elsewhere</link>",
+        "<title>no link</title>",
+        channel_link="http://a.example/channel",
+    )
+    r = parse_sitemap(SM, data)
+    assert r.kind == "rss" and r.error is None and r.sitemaps == []
+    assert r.urls == [
+        SitemapUrl("http://a.example/one", 1714521600),
+        SitemapUrl("http://a.example/two", 1714608000),
+        SitemapUrl("http://a.example/three"),
+    ]
+    assert r.skipped == 2
+    old = parse_sitemap(SM, data, max_age=DAY, now=parse_lastmod("2024-05-02T12:00:00Z"))
+    assert [u.url for u in old.urls] == ["http://a.example/two", "http://a.example/three"]
+    capped = parse_sitemap(SM, rss(*(f"<link>http://a.example/i{i}</link>" for i in range(50))), max_urls=7)
+    assert len(capped.urls) == 7 and "sitemap_max_urls" in capped.error
+
+
+def test_atom_feed_as_a_sitemap():
+    """Atom 1.0: each entry's alternate <link href> with its <updated>; the feed's own link is not one."""
+    data = atom(
+        '<link rel="self" href="http://a.example/self"/><link href="http://a.example/a1"/>'
+        "<updated>2024-05-01T00:00:00Z</updated>",
+        '<link rel="alternate" href="/a2"/><link href="http://a.example/a2-second"/><updated>bad</updated>',
+        '<link rel="enclosure" href="http://a.example/file.mp3"/>',
+        "<modified>2024-05-01</modified><link href='http://a.example/a3'/>",
+    )
+    r = parse_sitemap(SM, data)
+    assert r.kind == "atom" and r.error is None
+    # "/a2" is no absolute URL (a sitemap's URLs are); the enclosure is no page of the feed
+    assert r.urls == [SitemapUrl("http://a.example/a1", 1714521600), SitemapUrl("http://a.example/a3", 1714521600)]
+    assert r.skipped == 2
+
+
+def test_hostile_feeds():
+    """Feeds are XML like any sitemap: broken, huge, entity bombs and gzip bombs stay bounded."""
+    items = [f"<link>http://a.example/p{i}</link>" for i in range(3)]
+    cut = rss(*items)[:-40]
+    r = parse_sitemap(SM, cut)
+    assert r.kind == "rss" and len(r.urls) == 2 and r.error.startswith("bad XML")  # the third item is cut
+    laughs = (
+        '<?xml version="1.0"?><!DOCTYPE rss [<!ENTITY a "aaaaaaaaaa">'
+        + "".join(f'<!ENTITY {c} "{("&" + p + ";") * 10}">' for p, c in zip("abcdefgh", "bcdefghi"))
+        + "]><rss><channel><item><link>http://a.example/&i;</link></item></channel></rss>"
+    ).encode()
+    r = parse_sitemap(SM, laughs)
+    assert r.urls == [] and "DOCTYPE" in r.error
+    huge = atom(*(f'<link href="http://a.example/e{i}"/>' for i in range(20_000)))
+    r = parse_sitemap(SM, huge, max_bytes=100_000)
+    assert 0 < len(r.urls) < 2_000 and "more than 100000 bytes" in r.error
+    bomb = gzip.compress(b"<rss><channel>" + b" " * (64 << 20), compresslevel=9)
+    r = parse_sitemap(SM, bomb, max_bytes=1 << 20)
+    assert r.urls == [] and "more than 1048576 bytes" in r.error
+    deep = b"<feed><entry>" + b"<x>" * 100_000 + b"</x>" * 100_000 + b"</entry></feed>"
+    r = parse_sitemap(SM, deep)
+    assert r.urls == [] and "bad XML" in r.error
+
+
 # ---- hostile sitemaps --------------------------------------------------------------------------
 
 
