@@ -62,7 +62,14 @@ from dataclasses import dataclass, field
 import requests
 import urllib3
 
-from fetchlist.hints import add_robots_sitemaps, content_limit, finish_record, parse_fetched, sitemap_level_of
+from fetchlist.hints import (
+    add_robots_sitemaps,
+    content_limit,
+    finish_record,
+    parse_fetched,
+    sitemap_level_of,
+    sitemap_quota_of,
+)
 from fetchlist.net import Budget, HttpClient, Watchdog, location_of, new_session, read_body
 from fetchlist.normalize import WwwRules, host_of, normalize, registered_domain
 from fetchlist.robots import ROBOTS_DENIED, RobotsCache, RobotsRules, fetch_robots
@@ -542,6 +549,7 @@ class Fetcher:
         rec.content = rec.content or b""
         rec.md5 = hashlib.md5(rec.content).digest()
         rec.sitemap_level = sitemap_level_of(entry, s)
+        rec.sitemap_quota = sitemap_quota_of(entry) if rec.sitemap_level else None
         if self._pool is None and s["parse"]:  # else a worker parses it (``fetch``)
             rec.parse = parse_fetched(rec, s, self.www)
             finish_record(rec, s, self.www)

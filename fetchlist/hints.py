@@ -31,7 +31,7 @@ from requests.utils import parse_header_links
 from fetchlist.normalize import WwwRules, normalize
 from fetchlist.parse import ParseResult, parse
 from fetchlist.segment import FetchEntry, FetchRecord
-from fetchlist.sitemaps import RobotsSitemaps, parse_sitemap, sitemap_level
+from fetchlist.sitemaps import RobotsSitemaps, child_quota, parse_sitemap, sitemap_level, sitemap_quota
 from webdb import Status
 
 __all__ = [
@@ -41,6 +41,8 @@ __all__ = [
     "link_canonical",
     "parse_fetched",
     "sitemap_level_of",
+    "sitemap_quota_of",
+    "tree_quota",
 ]
 
 
@@ -55,6 +57,16 @@ def content_limit(entry: FetchEntry, settings: dict) -> int:
 def sitemap_level_of(entry: FetchEntry, settings: dict) -> int:
     """The sitemap level of ``entry``'s page (0: a page to parse as a page)."""
     return sitemap_level(entry.page.meta) if entry.page is not None and settings["sitemaps"] else 0
+
+
+def sitemap_quota_of(entry: FetchEntry) -> tuple[int, int] | None:
+    """The share of its sitemap tree ``entry``'s page carries, if any (``fetchlist.sitemaps``)."""
+    return sitemap_quota(entry.page.meta) if entry.page is not None else None
+
+
+def tree_quota(settings: dict) -> tuple[int, int]:
+    """(URLs, sitemaps) one whole sitemap tree may give: that of a seed or of robots.txt."""
+    return int(settings["sitemap_tree_max_urls"]), int(settings["sitemap_tree_max_sitemaps"])
 
 
 def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> ParseResult:
@@ -75,6 +87,7 @@ def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> Par
             max_parse=int(s["max_parse"]),
             www=www,
         )
+    quota = rec.sitemap_quota or tree_quota(s)
     sm = parse_sitemap(
         rec.url,
         rec.content or b"",
@@ -82,8 +95,8 @@ def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> Par
         level=level,
         max_depth=int(s["sitemap_max_depth"]),
         max_bytes=int(s["sitemap_max_bytes"]),
-        max_urls=int(s["sitemap_max_urls"]),
-        max_sitemaps=int(s["sitemap_max_sitemaps"]),
+        max_urls=min(int(s["sitemap_max_urls"]), quota[0]),
+        max_sitemaps=min(int(s["sitemap_max_sitemaps"]), quota[1]),
         max_age=float(s["sitemap_max_age"]),
         now=rec.fetch_time,
         www=www,
@@ -95,6 +108,7 @@ def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> Par
         error=sm.error,
         sitemaps=sm.sitemaps,
         sitemap_urls=sm.urls,
+        sitemap_quota=child_quota(quota, len(sm.sitemaps)) if sm.sitemaps else None,
     )
 
 
@@ -129,9 +143,14 @@ def finish_record(rec: FetchRecord, settings: dict, www: WwwRules | None = None)
 
 def add_robots_sitemaps(rec: FetchRecord, settings: dict, robots_sitemaps: RobotsSitemaps | None) -> None:
     """Step 3 of the module docstring: the site's robots.txt ``Sitemap:`` lines not yet handed
-    on go with ``rec``'s parse record (a FETCHED, parsed record)."""
+    on go with ``rec``'s parse record (a FETCHED, parsed page that is no sitemap: a sitemap's
+    record lists its own children), each with an even share of a whole tree's quota."""
     p = rec.parse
-    if rec.status != Status.FETCHED or p is None:
+    if rec.status != Status.FETCHED or p is None or rec.sitemap_level:
         return
     if robots_sitemaps is not None and settings["sitemaps"]:
-        p.sitemaps = p.sitemaps + [u for u in robots_sitemaps.take(rec.url) if u not in p.sitemaps]
+        tree = tree_quota(settings)
+        found = [u for u in robots_sitemaps.take(rec.url) if u not in p.sitemaps][: tree[1]]
+        if found:
+            p.sitemaps = p.sitemaps + found
+            p.sitemap_quota = child_quota(tree, len(p.sitemaps))

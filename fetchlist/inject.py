@@ -15,7 +15,7 @@ default: the injected score), ``fetch_interval`` (or ``nutch.fetchInterval``) it
 interval in whole seconds (ASCII digits; default: the db's ``default_interval``); any other
 ``name=value`` goes to ``page.meta``, except the keys the crawl sets itself
 (``RESERVED_META``: ``gen``, ``redirect``, ``fit``, ``etag``, ``last_modified``,
-``refused``, ``canonical``), which are an error, as are a name given twice and a control
+``refused``, ``canonical``, ``sitemap_quota``), which are an error, as are a name given twice and a control
 character.  A UTF-8 BOM at the start of a file is skipped.  A line without a tab may separate
 its fields with spaces.  URLs are normalized (``fetchlist.normalize``, www
 rules if given) and filtered (``url_filter``): a URL that cannot be normalized or a malformed
@@ -47,7 +47,7 @@ __all__ = ["Seed", "read_seeds", "inject_seeds", "inject"]
 _SCORE = ("score", "nutch.score")
 # Page meta keys the crawl itself sets: a seed setting one could block a page for good (``gen``),
 # fake a redirect, skip focus rules or send forged validators.
-RESERVED_META = frozenset({"gen", "redirect", "fit", "etag", "last_modified", "refused", "canonical"})
+RESERVED_META = frozenset({"gen", "redirect", "fit", "etag", "last_modified", "refused", "canonical", "sitemap_quota"})
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 _WHOLE = re.compile(r"[0-9]{1,10}", re.ASCII)
 _INTERVAL = ("fetch_interval", "nutch.fetchInterval")

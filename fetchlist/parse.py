@@ -124,6 +124,8 @@ class ParseResult:
     # children) and, for a sitemap, its URLs (``fetchlist.sitemaps``).
     sitemaps: list[str] = field(default_factory=list)
     sitemap_urls: list[SitemapUrl] = field(default_factory=list)
+    # What each of ``sitemaps`` may give in all, (URLs, sitemaps) (fetchlist.sitemaps.child_quota).
+    sitemap_quota: tuple[int, int] | None = None
 
 
 def parse(

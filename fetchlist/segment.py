@@ -122,6 +122,8 @@ class FetchRecord:
     # The fetchlist entry's sitemap level (0: a page), for the parse only: a sitemap is parsed
     # as one (fetchlist.hints); not in the fetch record's JSON.
     sitemap_level: int = 0
+    # The entry's share of its sitemap tree, (URLs, sitemaps), if it has one (fetchlist.sitemaps).
+    sitemap_quota: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -192,6 +194,8 @@ def parse_to_json(p: ParseResult) -> dict:
         d["sitemaps"] = list(p.sitemaps)
     if p.sitemap_urls:
         d["sitemap_urls"] = [u.to_json() for u in p.sitemap_urls]
+    if p.sitemap_quota is not None:
+        d["sitemap_quota"] = list(p.sitemap_quota)
     return d
 
 
@@ -215,7 +219,17 @@ def parse_from_json(d: dict, where: str = "parse record") -> ParseResult:
         canonical=c.get("canonical", str) if "canonical" in d else None,
         sitemaps=c.strlist("sitemaps", optional=True),
         sitemap_urls=_sitemap_urls(c, where),
+        sitemap_quota=_sitemap_quota(c, where),
     )
+
+
+def _sitemap_quota(c: _Check, where: str) -> tuple[int, int] | None:
+    if "sitemap_quota" not in c.d:
+        return None
+    q = c.get("sitemap_quota", list)
+    if not (len(q) == 2 and all(type(x) is int and 0 <= x < 10**15 for x in q)):
+        raise CorruptionError(f"{where}: sitemap_quota must be [urls, sitemaps], whole numbers >= 0, not {q!r:.100}")
+    return q[0], q[1]
 
 
 def _sitemap_urls(c: _Check, where: str) -> list[SitemapUrl]:

@@ -119,6 +119,11 @@ DEFAULTS: dict[str, object] = {
     "sitemap_max_urls": 50_000,
     # Sitemaps taken from one robots.txt, and child sitemaps from one sitemap index.
     "sitemap_max_sitemaps": 50,
+    # A sitemap tree (the sitemaps of one robots.txt or seed and every index under them) gives
+    # at most this many URLs and sitemaps in all: each index splits its share among what it
+    # lists (fetchlist.sitemaps.child_quota), so many index entries cannot multiply the caps.
+    "sitemap_tree_max_urls": 1_000_000,
+    "sitemap_tree_max_sitemaps": 250,
     # Levels of sitemaps followed: 1 = those named by robots.txt or a seed; 2 = also the
     # sitemaps an index at level 1 lists (the protocol's only nesting).  Deeper ones are ignored.
     "sitemap_max_depth": 2,
@@ -155,6 +160,8 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "sitemap_max_bytes": int,
     "sitemap_max_urls": int,
     "sitemap_max_sitemaps": int,
+    "sitemap_tree_max_urls": int,
+    "sitemap_tree_max_sitemaps": int,
     "sitemap_max_depth": int,
     "sitemap_max_age": (int, float),
 }

@@ -24,7 +24,10 @@ How sitemaps enter a crawl (docs/crawl.md, *Sitemaps*):
 
 Bounds (hostile sitemaps are input like any other): at most ``max_bytes`` bytes of XML or text
 are read, a gzip file decompressed to no more than that (a gzip bomb stops there); at most
-``max_urls`` URLs and ``max_sitemaps`` child sitemaps per file; entities are never expanded, no
+``max_urls`` URLs and ``max_sitemaps`` child sitemaps per file, and per tree (one robots.txt
+or seed and every index under it) the crawl's ``sitemap_tree_max_*``: each sitemap carries its
+share of the tree (``QUOTA_META``), an index splits its share among its children
+(``child_quota``) and is parsed with caps no larger than it; entities are never expanded, no
 DTD is loaded and nothing is fetched by the XML parser (lxml with ``resolve_entities=False``,
 ``load_dtd=False``, ``no_network=True``); a broken document gives what was read before the
 break and an ``error``.  Loops end by themselves: a sitemap already in the db is not added
@@ -55,18 +58,24 @@ from webdb import DAY
 
 __all__ = [
     "CHANGEFREQ",
+    "QUOTA_META",
     "SITEMAP_META",
     "RobotsSitemaps",
     "SitemapResult",
     "SitemapUrl",
+    "child_quota",
     "gunzip_limited",
     "parse_lastmod",
     "parse_sitemap",
     "sitemap_level",
+    "sitemap_quota",
 ]
 
 # Page meta key marking a sitemap in the db; its value is the sitemap's level ("1", "2", ...).
 SITEMAP_META = "sitemap"
+# Page meta key of a sitemap's share of its tree: "URLS SITEMAPS", what it and the sitemaps it
+# lists may give in all (``child_quota``).  Absent: the whole tree's (a seed, robots.txt).
+QUOTA_META = "sitemap_quota"
 
 # changefreq → fetch interval of a page a sitemap adds, seconds.
 CHANGEFREQ: dict[str, int] = {
@@ -113,6 +122,22 @@ def sitemap_level(meta: dict[str, str] | None) -> int:
     """The level of a page whose meta is ``meta``: 0 for a page that is not a sitemap."""
     v = (meta or {}).get(SITEMAP_META, "")
     return int(v) if v.isascii() and v.isdigit() and len(v) < 4 and int(v) > 0 else 0
+
+
+def sitemap_quota(meta: dict[str, str] | None) -> tuple[int, int] | None:
+    """(URLs, sitemaps) of a sitemap's ``meta[QUOTA_META]``, or None when it has none."""
+    parts = (meta or {}).get(QUOTA_META, "").split()
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) < 16 for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def child_quota(quota: tuple[int, int], children: int) -> tuple[int, int]:
+    """The share of each of ``children`` sitemaps listed by one with ``quota`` (URLs, sitemaps):
+    the URLs split evenly, and the sitemaps left once the children are counted, so that a whole
+    tree (one robots.txt or seed, every index under it) gives at most the root's quota."""
+    urls, sitemaps = quota
+    return urls // children, max(0, sitemaps - children) // children
 
 
 def gunzip_limited(data: bytes, limit: int) -> tuple[bytes, str | None]:

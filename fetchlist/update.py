@@ -69,9 +69,10 @@ from fetchlist.filters import UrlFilter
 from fetchlist.generate import MARK, host_key
 from fetchlist.net import POLICY
 from fetchlist.normalize import WwwRules, normalize, registered_domain
+from fetchlist.parse import ParseResult
 from fetchlist.robots import ROBOTS_DENIED
 from fetchlist.segment import FetchRecord, Segment
-from fetchlist.sitemaps import CHANGEFREQ, SITEMAP_META, SitemapUrl, sitemap_level
+from fetchlist.sitemaps import CHANGEFREQ, QUOTA_META, SITEMAP_META, SitemapUrl, sitemap_level
 from webdb import DAY, DEFAULT_INTERVAL, FetchResult, Link, Page, Status, check_share, domain_id
 from webdb.errors import BadInput
 
@@ -295,7 +296,7 @@ def apply_segments(
             if r.status == Status.FETCHED:
                 if parsed is not None and parsed.sitemaps and not opts.no_additions:
                     level = sitemap_level(prev_meta) + 1
-                    counts["sitemaps"] += _add_sitemaps(log, url, parsed.sitemaps, level, r.fetch_time, iv, opts)
+                    counts["sitemaps"] += _add_sitemaps(log, url, parsed, level, r.fetch_time, iv, opts)
                 if (
                     parsed is not None
                     and parsed.sitemap_urls
@@ -357,14 +358,17 @@ def _canonical(url: str, canonical: str | None, opts: UpdateOptions) -> str | No
     return None if c == url else c
 
 
-def _add_sitemaps(log: Any, src: str, sitemaps: list[str], level: int, t: int, iv: int, opts: UpdateOptions) -> int:
-    """Add each sitemap as a page marked ``meta["sitemap"] = level``, if not present; the count."""
+def _add_sitemaps(log: Any, src: str, parsed: ParseResult, level: int, t: int, iv: int, opts: UpdateOptions) -> int:
+    """Add each sitemap ``parsed`` reports as a page marked ``meta["sitemap"] = level`` (and its
+    share of the tree, ``meta["sitemap_quota"]``), if not present; the count."""
     n = 0
-    for u in sitemaps:
+    for u in parsed.sitemaps:
         target = opts.target(u) if isinstance(u, str) else None
         if target is None or target == src:
             continue
         meta = {SITEMAP_META: str(level)}
+        if parsed.sitemap_quota is not None:
+            meta[QUOTA_META] = f"{parsed.sitemap_quota[0]} {parsed.sitemap_quota[1]}"
         log.add_page_if_not_present(
             Page(target, next_fetch=t, fetch_interval=iv, score=opts.new_score, next_score=opts.new_score, meta=meta)
         )

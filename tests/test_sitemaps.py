@@ -16,7 +16,7 @@ import webdb
 from fetchlist.crawl import crawl
 from fetchlist.demo_site import DEMO_HOSTS, Resource, SiteServer, loopback_ok, serve_demo
 from fetchlist.fetch import Fetcher
-from fetchlist.hints import link_canonical
+from fetchlist.hints import link_canonical, parse_fetched
 from fetchlist.parse import ParseResult, parse
 from fetchlist.segment import FetchEntry, FetchRecord, Segment, parse_from_json, parse_to_json
 from fetchlist.settings import resolve
@@ -24,10 +24,12 @@ from fetchlist.sitemaps import (
     CHANGEFREQ,
     RobotsSitemaps,
     SitemapUrl,
+    child_quota,
     gunzip_limited,
     parse_lastmod,
     parse_sitemap,
     sitemap_level,
+    sitemap_quota,
 )
 from fetchlist.update import apply_segments
 from webdb import DAY, CallRecorder, CorruptionError, Page, Status
@@ -318,6 +320,37 @@ def test_parse_record_round_trip_and_checks():
             parse_from_json({**d, "sitemap_urls": bad}, "x:1")
     with pytest.raises(CorruptionError, match="canonical"):
         parse_from_json({**d, "canonical": 5}, "x:1")
+    p.sitemap_quota = (500, 3)
+    d = parse_to_json(p)
+    assert d["sitemap_quota"] == [500, 3] and parse_from_json(json.loads(json.dumps(d))).sitemap_quota == (500, 3)
+    assert "sitemap_quota" not in plain
+    for bad in ([1], [1, -1], [1, 2.0], [True, 1], "1 2"):
+        with pytest.raises(CorruptionError, match="x:1: .*sitemap_quota"):
+            parse_from_json({**d, "sitemap_quota": bad}, "x:1")
+
+
+def test_quota_split_and_children_in_the_db():
+    """An index's share of the tree is split among its children, and the update records it."""
+    assert child_quota((1000, 50), 20) == (50, 1) and child_quota((50, 1), 1) == (50, 0)
+    assert child_quota((7, 2), 3) == (2, 0)
+    assert sitemap_quota({"sitemap_quota": "50 1"}) == (50, 1)
+    for meta in ({}, {"sitemap_quota": "x 1"}, {"sitemap_quota": "1"}, {"sitemap_quota": "-1 2"}, None):
+        assert sitemap_quota(meta) is None
+    rec = CallRecorder()
+    p = Page("http://a.example/sitemap.xml", meta={"sitemap": "1", "sitemap_quota": "100 4"})
+    children = ["http://a.example/c1.xml", "http://a.example/c2.xml"]
+    calls = _apply_parse(rec, p, sitemaps=children, sitemap_quota=child_quota((100, 4), 2))
+    added = [c["page"] for c in calls if c["call"] == "add_page_if_not_present"]
+    assert [(a["url"], a["meta"]) for a in added] == [(u, {"sitemap": "2", "sitemap_quota": "50 1"}) for u in children]
+    # parsed under its quota: an index whose share is 1 sitemap lists one, a urlset 3 URLs
+    s = resolve(None)
+    r = FetchRecord(p.url, Status.FETCHED, 1_700_000_000, 200, {"content-type": "text/xml"}, "text/xml")
+    r.content, r.sitemap_level, r.sitemap_quota = index(*children), 1, (100, 1)
+    assert parse_fetched(r, s, None).sitemaps == children[:1]
+    assert parse_fetched(r, s, None).sitemap_quota == (100, 0)
+    r.content, r.sitemap_quota = urlset(*(url(f"http://a.example/u{i}") for i in range(10))), (3, 0)
+    got = parse_fetched(r, s, None)
+    assert len(got.sitemap_urls) == 3 and got.sitemap_quota is None
 
 
 def test_update_adds_sitemap_urls_scored_by_priority_and_changefreq():
@@ -627,3 +660,43 @@ def test_dedup_canonical_keeper_and_scope(tmp_path):
         "http://a.example/x?utm=1": "http://a.example/x",
         "http://b.example/copy": "http://a.example/x",
     }
+
+
+@loopback
+def test_a_hostile_sitemap_tree_stays_within_its_quota(tmp_path):
+    """robots.txt names 20 indexes of 20 sitemaps of 500 URLs each (200,000 URLs, 420 sitemaps
+    by the per-file caps alone): the whole tree gives at most sitemap_tree_max_urls URLs and
+    sitemap_tree_max_sitemaps sitemaps."""
+    host = "127.0.0.2"
+    with SiteServer([host]) as server:
+        base = server.base(host)
+        routes = server.routes[host]
+        robots = "User-agent: *\nDisallow:\n" + "".join(f"Sitemap: {base}/i{i}.xml\n" for i in range(20))
+        routes["/robots.txt"] = Resource(200, robots.encode(), "text/plain")
+        routes["/"] = Resource(200, b"<html><body>home</body></html>")
+        for i in range(20):
+            routes[f"/i{i}.xml"] = Resource(200, index(*(f"{base}/s{i}-{j}.xml" for j in range(20))), "text/xml")
+            for j in range(20):
+                body = urlset(*(url(f"{base}/p{i}-{j}-{k}") for k in range(500)))
+                routes[f"/s{i}-{j}.xml"] = Resource(200, body, "text/xml")
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text(base + "/\n")
+        fetch = {
+            "politeness_delay": 0.0,
+            "threads": 2,
+            "progress": False,
+            "allow_private_addresses": True,
+            "sitemap_tree_max_urls": 1000,
+            "sitemap_tree_max_sitemaps": 50,
+        }
+        crawl(str(tmp_path / "db"), seeds=[str(seeds)], rounds=4, fetch_settings=fetch)
+    with webdb.open(str(tmp_path / "db")).reader() as r:
+        pages = list(r.pages())
+    sitemaps = [p for p in pages if "sitemap" in p.meta]
+    listed = [p for p in pages if "/p" in p.url]
+    assert 20 < len(sitemaps) <= 50  # 20 indexes, then 30 // 20 = 1 child each
+    assert {p.meta["sitemap_quota"] for p in sitemaps if p.meta["sitemap"] == "1"} == {"50 1"}
+    assert {p.meta["sitemap_quota"] for p in sitemaps if p.meta["sitemap"] == "2"} == {"50 0"}
+    assert 0 < len(listed) <= 1000
+    fetched_urlsets = [p for p in sitemaps if p.meta["sitemap"] == "2" and p.status == Status.FETCHED]
+    assert fetched_urlsets and len(listed) <= 50 * len(fetched_urlsets)
