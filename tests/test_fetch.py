@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import http.server
 import io
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import requests
@@ -448,3 +450,40 @@ def test_sink_failure_stops_the_run(site):
 
     with pytest.raises(OSError, match="disk full"):
         Fetcher(**FAST).fetch([FetchEntry(site.url("misc", "/s/200"))], sink)
+
+
+class _Proxy(http.server.BaseHTTPRequestHandler):
+    """A forward proxy that answers every request itself, naming the URL it was asked for."""
+
+    def do_GET(self) -> None:
+        body = f"<html><body>proxied {self.path} as {self.headers.get('User-Agent')}</body></html>".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_trust_env_takes_the_proxy_from_the_environment(monkeypatch):
+    """With trust_env, HTTP_PROXY carries page requests (as requests would); without, they go direct."""
+    proxy = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        for name in ("no_proxy", "NO_PROXY", "all_proxy", "ALL_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        for name in ("http_proxy", "HTTP_PROXY"):
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.server_address[1]}")
+        target = "http://127.0.0.1:1/page"  # nothing listens there: only the proxy can answer
+        recs, _ = run([target], robots_obey=False, trust_env=True)
+        r = recs[target]
+        assert r.status == Status.FETCHED and r.content.startswith(b"<html><body>proxied http://127.0.0.1:1/page as ")
+        assert ("Accept-Encoding", "gzip, deflate") in r.request_headers
+        recs, _ = run([target], robots_obey=False, trust_env=False)
+        assert recs[target].status == Status.RETRY and "Connection" in recs[target].error
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
