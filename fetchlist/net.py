@@ -36,8 +36,8 @@ deflate`` — the codings ``read_body`` undoes —, ``Accept``, ``Connection``, 
 ``default_headers``), never a cookie and never credentials; it verifies TLS certificates against
 certifi's bundle, and with ``trust_env`` takes proxies (``HTTP(S)_PROXY``, ``NO_PROXY``) and a
 CA bundle (``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``) from the environment as requests does.
-A proxied connection is the proxy's: the address policy and the watchdog apply to direct
-connections.  robots.txt, which follows redirects, goes through ``new_session`` (requests).
+Through a proxy, the connection made is the one to the proxy: its address is the one the
+policy checks, and the watchdog cuts it.  robots.txt, which follows redirects, goes through ``new_session`` (requests).
 
 Runtime cost per request: one heap push and two short lock holds; the watchdog thread sleeps
 until the earliest deadline.  Memory: finished budgets are dropped from the heap once they
@@ -435,6 +435,8 @@ class HttpClient:
             manager = self._proxied[proxy] = urllib3.ProxyManager(
                 proxy, proxy_headers=auth, num_pools=4, maxsize=1, **self._tls
             )
+            # The connection to the proxy follows the policy and the budget like any other.
+            manager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
         return manager
 
     def close(self) -> None:

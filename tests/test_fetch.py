@@ -484,6 +484,8 @@ def test_trust_env_takes_the_proxy_from_the_environment(monkeypatch):
         assert ("Accept-Encoding", "gzip, deflate") in r.request_headers
         recs, _ = run([target], robots_obey=False, trust_env=False)
         assert recs[target].status == Status.RETRY and "Connection" in recs[target].error
+        recs, _ = run([target], robots_obey=False, trust_env=True, allow_private_addresses=False)
+        assert recs[target].error.startswith("address policy: 127.0.0.1 resolves to")  # the proxy's address
     finally:
         proxy.shutdown()
         proxy.server_close()
