@@ -80,8 +80,8 @@ DEFAULTS: dict[str, object] = {
         "retry-after",
         "x-robots-tag",
     ],
-    # Use HTTP(S)_PROXY / NO_PROXY from the environment (and ~/.netrc).  Off: a crawler's
-    # traffic does not depend on who runs it.
+    # Use HTTP(S)_PROXY / NO_PROXY and REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment
+    # (never credentials, ~/.netrc included).  Off: a crawler's traffic does not depend on who runs it.
     "trust_env": False,
     # ---- robots.txt ------------------------------------------------------------------------------
     # Obey robots.txt.  Off only for sites you own.
