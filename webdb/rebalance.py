@@ -39,14 +39,14 @@ def _breakpoints(reader, k: int) -> list[bytes]:
 class _TableWriters:
     """One table's writers in the new generation, one per new section, opened at first use."""
 
-    def __init__(self, db, gen: int, table: str, kind: int) -> None:
-        self.db, self.gen, self.table, self.kind = db, gen, table, kind
+    def __init__(self, db, settings: dict, gen: int, table: str, kind: int) -> None:
+        self.db, self.settings, self.gen, self.table, self.kind = db, settings, gen, table, kind
         self.writers: dict[int, TableWriter] = {}
 
     def __call__(self, j: int) -> TableWriter:
         w = self.writers.get(j)
         if w is None:
-            s = self.db.settings
+            s = self.settings
             name = f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}"
             w = self.writers[j] = TableWriter(
                 os.path.join(section_path(self.db.path, j), name),
@@ -120,6 +120,7 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
     lock = db.lock().acquire()
     try:
         db.recover()
+        s = db.settings
         with db.reader() as r:
             gen = r.generation + 1
             secs = Sections(sections, _breakpoints(r, sections))
@@ -129,7 +130,7 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
             status: list[dict] = [{} for _ in range(sections)]
             raw = decoded = 0
             for table, kind in TABLE_KINDS.items():
-                writer = _TableWriters(db, gen, table, kind)
+                writer = _TableWriters(db, s, gen, table, kind)
                 try:
                     table_raw, table_decoded = _copy_table(r, table, secs, writer, status)
                     writer.close(tables)
