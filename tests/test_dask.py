@@ -472,24 +472,24 @@ def test_dask_workers_started_over_ssh_on_the_rack_hosts(ssh_hosts, procs, tmp_p
 def test_generate_over_dask_selects_and_marks_what_generate_does(cluster, tmp_path: Path) -> None:
     """generate's per-location (given a rack) requests run as tasks on the lead workers: the same
     fetchlists and marks as generate on the whole db."""
-    from test_generate_rack import NOW, _fetchlists, _fill, _pages_and_links, _pages_of, _renamed
+    from test_generate_rack import NOW, fetchlists_of, fill_db, pages_and_links, pages_of, renamed
 
     from fetchlist.generate import generate
 
-    pages, links = _pages_and_links(400)
+    pages, links = pages_and_links(400)
     twin = webdb.create(str(tmp_path / "twin"), sections=3, **SETTINGS)
     rack_db = webdb.create(str(tmp_path / "crawl"), sections=3, **SETTINGS)
     for d in (twin, rack_db):
-        _fill(d, pages, links)
+        fill_db(d, pages, links)
     want = generate(twin, tmp_path / "want0", now=NOW, top_n=60, mark_expiry=0)
     got = generate(
         Rack.local(rack_db.path), tmp_path / "got0", now=NOW, top_n=60, mark_expiry=0, dask=cluster.scheduler_address
     )
     assert want.selected > 0 and got.selected == want.selected
-    assert _fetchlists(tmp_path / "got0") == _fetchlists(tmp_path / "want0")
+    assert fetchlists_of(tmp_path / "got0") == fetchlists_of(tmp_path / "want0")
     assert (got.scanned, got.eligible, got.skipped) == (want.scanned, want.eligible, want.skipped)
     assert got.rack.committed
-    assert _pages_of(rack_db) == _renamed(_pages_of(twin))
+    assert pages_of(rack_db) == renamed(pages_of(twin))
     with rack_db.reader() as r:
         r.check()
     no_leftovers([tmp_path])
