@@ -72,6 +72,35 @@ def du_bytes(path):
     return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
 
 
+class SqlPeer:
+    """The reads, dump and close of a peer on a DB-API connection ``self.db`` holding the tables
+    pages(url, md5, status, fetch_time, retries, interval, score, num_outlinks) and
+    links(from_md5, to_url, anchor).  ``QUERIES``: the query that lists each canonical table in
+    order (a peer's own, to name the index that serves it)."""
+
+    QUERIES: dict[str, str] = dict(
+        pages_by_url="SELECT url, md5, status, fetch_time, retries, interval, score, num_outlinks"
+        " FROM pages ORDER BY url",
+        pages_by_md5="SELECT md5, url FROM pages ORDER BY md5, url",
+        links_by_md5="SELECT from_md5, to_url, anchor FROM links ORDER BY from_md5, to_url",
+        links_by_url="SELECT to_url, from_md5, anchor FROM links ORDER BY to_url, from_md5",
+    )
+
+    def get_page(self, url):
+        return self.db.execute("SELECT * FROM pages WHERE url = ?", (url,)).fetchone()
+
+    def inlinks(self, url):
+        return self.db.execute("SELECT from_md5, anchor FROM links WHERE to_url = ?", (url,)).fetchall()
+
+    def dump(self, table):
+        cur = self.db.execute(self.QUERIES[table])
+        while rows := cur.fetchmany(100_000):
+            yield "".join("\t".join(map(str, r)) + "\n" for r in rows)
+
+    def close(self):
+        self.db.close()
+
+
 def digest(peer):
     res, counts = {}, {}
     for t in TABLES:
