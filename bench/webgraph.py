@@ -277,21 +277,11 @@ def initial_db(web, n):
     score = [repr(s) for s in np.round(rng.lognormal(0, 0.5, n), 3).tolist()]
     row, th, tj = web.outlinks(fid)
     lsrc = fid[row]
-    return Db(
-        urls=urls,
-        fetched=fetched,
-        md5=md5,
-        status=status,
-        retries=retries,
-        interval=interval,
-        ftime=ftime,
-        score=score,
-        lsrc=lsrc,
-        ltgt=web.hstart[th] + tj,
-        lanc=anchor_idx(rng, len(web.anchors), len(row)),
-        nout=np.bincount(lsrc, minlength=n),
-        loff=np.searchsorted(lsrc, np.arange(n + 1)),
-    )
+    ltgt = web.hstart[th] + tj
+    lanc = anchor_idx(rng, len(web.anchors), len(row))
+    nout = np.bincount(lsrc, minlength=n)
+    loff = np.searchsorted(lsrc, np.arange(n + 1))
+    return Db(urls, fetched, md5, status, retries, interval, ftime, score, lsrc, ltgt, lanc, nout, loff)
 
 
 def write_db(out, web, db):
