@@ -172,14 +172,21 @@ def test_crawl_rejects_an_unknown_set_and_a_file_as_segments(tmp_path: Path) -> 
     assert p.stderr.strip() == f"webdb crawl: error: --segments {seeds}: not a directory"
 
 
+def two_host_ini(hosts: list[SSHHost], tmp_path: Path) -> Path:
+    """hosts.ini of the db ``crawl`` with one section on each of the two ssh test hosts."""
+    path = tmp_path / "hosts.ini"
+    path.write_text(
+        "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
+    )
+    return path
+
+
 @pytest.mark.ssh
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_inject_into_a_rack(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
     hosts = ssh_hosts[:2]
-    ini = "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
-    path = tmp_path / "hosts.ini"
-    path.write_text(ini)
+    path = two_host_ini(hosts, tmp_path)
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("".join(f"http://s{i}.example.com/\n" for i in range(40)) + "not a url\n")
     cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
@@ -279,9 +286,7 @@ def test_lock_state_as_fab_check_reports_it(tmp_path: Path) -> None:
 @pytest.mark.timeout(300)
 def test_a_rack_update_names_the_host_and_pid_holding_a_lock(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
     hosts = ssh_hosts[:2]
-    ini = "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
-    path = tmp_path / "hosts.ini"
-    path.write_text(ini)
+    path = two_host_ini(hosts, tmp_path)
     cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
     calls = calls_file(hosts[1].root / "crawl" / "a.jsonl")
     h = Holder(hosts[1].root / "crawl")  # a frozen writer on h1 keeps the rack's lock there
