@@ -26,6 +26,7 @@ a markdown table and written to --work/results.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -33,6 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -132,22 +134,21 @@ def shipped(res) -> dict:
     }
 
 
-def run_local(work: Path, data: Path, k: int, sync: bool) -> dict:
+def fresh_run(work: Path, data: Path, k: int, sync: bool) -> tuple[Path, dict]:
+    """A fresh copy of the base db to update, and the update's inputs: part j for section j."""
     path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
-    inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
-    res = update(Rack.local(str(path)), inputs, input_fn=ROUND, env=AGENT_ENV)
-    return {"mode": "local", "k": k, **shipped(res), "counts": counts(webdb.open(str(path)))}
+    return path, {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
 
 
-def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
+@contextlib.contextmanager
+def section_cluster(k: int, wait: float = 300) -> Iterator[str]:
+    """A ``distributed.LocalCluster`` of k single-thread worker processes, worker j declaring
+    the resource ``section-j`` (where update_dask places section j); yields the scheduler's
+    address once every worker is up (within ``wait`` seconds)."""
     import logging
 
     from distributed import Client, LocalCluster, Nanny
 
-    from webdb.writer.daskrun import update_dask
-
-    path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
-    inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
     cluster = LocalCluster(
         n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
     )
@@ -157,10 +158,24 @@ def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
             cluster.worker_spec[f"section-{j}"] = {"cls": Nanny, "options": opts}
         cluster.scale(k)
         with Client(cluster, set_as_default=False) as c:
-            c.wait_for_workers(k, timeout=300)
-        res = update_dask(Rack.local(str(path)), cluster.scheduler_address, inputs, input_fn=ROUND)
+            c.wait_for_workers(k, timeout=wait)
+        yield cluster.scheduler_address
     finally:
         cluster.close()
+
+
+def run_local(work: Path, data: Path, k: int, sync: bool) -> dict:
+    path, inputs = fresh_run(work, data, k, sync)
+    res = update(Rack.local(str(path)), inputs, input_fn=ROUND, env=AGENT_ENV)
+    return {"mode": "local", "k": k, **shipped(res), "counts": counts(webdb.open(str(path)))}
+
+
+def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
+    from webdb.writer.daskrun import update_dask
+
+    path, inputs = fresh_run(work, data, k, sync)
+    with section_cluster(k) as address:
+        res = update_dask(Rack.local(str(path)), address, inputs, input_fn=ROUND)
     return {"mode": "dask", "k": k, **shipped(res), "counts": counts(webdb.open(str(path)))}
 
 

@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
-from bench_distributed import AGENT_ENV, base_db, counts, fresh, parts  # noqa: E402
+from bench_distributed import AGENT_ENV, base_db, counts, fresh_run, parts, section_cluster  # noqa: E402
 from roundtsv import INPUT as ROUND  # noqa: E402
 
 import webdb  # noqa: E402
@@ -120,8 +120,7 @@ def breakdown(res) -> dict:
 
 
 def run_local(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
-    path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
-    inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
+    path, inputs = fresh_run(work, data, k, sync)
     # One location holds the k sections: they share memory_mb.
     res = update(Rack.local(str(path)), inputs, input_fn=ROUND, env=AGENT_ENV, settings={"memory_mb": mem * k})
     db = webdb.open(str(path))
@@ -130,31 +129,14 @@ def run_local(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
 
 
 def run_dask(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
-    import logging
-
     import dask
-    from distributed import Client, LocalCluster, Nanny
 
     from webdb.writer.daskrun import update_dask
 
-    path = fresh(base_db(work, data, k, sync), work / "run" / "crawl")
-    inputs = {j: {"paths": [str(p)]} for j, p in enumerate(parts(work, data, k))}
+    path, inputs = fresh_run(work, data, k, sync)
     dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})  # a loaded machine
-    cluster = LocalCluster(
-        n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
-    )
-    try:
-        for j in range(k):
-            opts = {"nthreads": 1, "resources": {f"section-{j}": 1}, "env": AGENT_ENV, "memory_limit": 0}
-            cluster.worker_spec[f"section-{j}"] = {"cls": Nanny, "options": opts}
-        cluster.scale(k)
-        with Client(cluster, set_as_default=False) as c:
-            c.wait_for_workers(k, timeout=600)
-        res = update_dask(
-            Rack.local(str(path)), cluster.scheduler_address, inputs, input_fn=ROUND, settings={"memory_mb": mem * k}
-        )
-    finally:
-        cluster.close()
+    with section_cluster(k, wait=600) as address:
+        res = update_dask(Rack.local(str(path)), address, inputs, input_fn=ROUND, settings={"memory_mb": mem * k})
     db = webdb.open(str(path))
     digest = table_digests(res.manifest, db.section_dir)
     return {"mode": "dask", "k": k, **breakdown(res), "digest": digest, "counts": counts(db)}

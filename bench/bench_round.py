@@ -70,7 +70,7 @@ def write_round_segment(db, round_tsv: str, seg_dir: str, fetchers: int = 2) -> 
     return {"urls": len(rows), "outlinks": outlinks}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="workload directory (pages.tsv, links.tsv, round.tsv, meta.json)")
     ap.add_argument("--work", required=True, help="scratch directory (db and segments)")
@@ -80,39 +80,31 @@ def main() -> None:
     ap.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="a writer setting for the update (JSON value)"
     )
-    args = ap.parse_args()
-    with open(os.path.join(args.data, "meta.json")) as f:
-        meta = json.load(f)
-    os.makedirs(args.work, exist_ok=True)
-    base = {
-        "pages0": meta["pages"],
-        "round": meta["round"],
-        "sections": args.sections,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "date": time.strftime("%Y-%m-%d"),
-    }
-    if args.db:
-        db = webdb.open(args.db)
-    else:
-        from peer_webdb import Peer
+    return ap.parse_args()
 
-        t = time.monotonic()
-        peer = Peer(args.work, meta, f"sections={args.sections},sync=0")
-        peer.load(os.path.join(args.data, "pages.tsv"), os.path.join(args.data, "links.tsv"))
-        db = peer.db
-        with db.reader() as r:
-            emit(
-                {
-                    **base,
-                    "step": "load",
-                    "seconds": round(time.monotonic() - t, 2),
-                    "pages": r.num_pages,
-                    "links": r.num_links,
-                }
-            )
-    stamp = time.strftime("%H%M%S")
+
+def load_step(args: argparse.Namespace, meta: dict, base: dict) -> webdb.WebDB:
+    """The workload's db loaded by bench/peer_webdb.py (step ``load``)."""
+    from peer_webdb import Peer
+
+    t = time.monotonic()
+    peer = Peer(args.work, meta, f"sections={args.sections},sync=0")
+    peer.load(os.path.join(args.data, "pages.tsv"), os.path.join(args.data, "links.tsv"))
+    db = peer.db
+    with db.reader() as r:
+        emit(
+            {
+                **base,
+                "step": "load",
+                "seconds": round(time.monotonic() - t, 2),
+                "pages": r.num_pages,
+                "links": r.num_links,
+            }
+        )
+    return db
+
+
+def generate_step(db, args: argparse.Namespace, meta: dict, base: dict, stamp: str) -> None:
     t = time.monotonic()
     g = generate(
         db, os.path.join(args.work, f"gen-{stamp}"), now=meta["t_round"], top_n=meta["round"], fetchers=args.fetchers
@@ -129,15 +121,13 @@ def main() -> None:
             "breakdown": {k: round(v, 2) for k, v in g.seconds.items()},
         }
     )
-    emit({**base, "step": "fetch", "seconds": None, "note": "not run: see bench/bench_fetch.py; synthetic segment"})
-    seg_dir = os.path.join(args.work, f"round-{stamp}")
-    t = time.monotonic()
-    s = write_round_segment(db, os.path.join(args.data, "round.tsv"), seg_dir, args.fetchers)
-    emit({**base, "step": "segment", "seconds": round(time.monotonic() - t, 2), **s})
+
+
+def update_step(db, seg_dir: str, writer_set: list[str], base: dict) -> None:
     t = time.monotonic()
     with db.reader() as r:
         before = (r.num_pages, r.num_links)
-    settings = {k: json.loads(v) for k, _, v in (x.partition("=") for x in args.set)}
+    settings = {k: json.loads(v) for k, _, v in (x.partition("=") for x in writer_set)}
     c = update_db(db, [seg_dir], writer_settings=settings or None)
     took = time.monotonic() - t
     emit(
@@ -158,6 +148,31 @@ def main() -> None:
             "outlinks": c.get("outlinks", 0),
         }
     )
+
+
+def main() -> None:
+    args = parse_args()
+    with open(os.path.join(args.data, "meta.json")) as f:
+        meta = json.load(f)
+    os.makedirs(args.work, exist_ok=True)
+    base = {
+        "pages0": meta["pages"],
+        "round": meta["round"],
+        "sections": args.sections,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    db = webdb.open(args.db) if args.db else load_step(args, meta, base)
+    stamp = time.strftime("%H%M%S")
+    generate_step(db, args, meta, base, stamp)
+    emit({**base, "step": "fetch", "seconds": None, "note": "not run: see bench/bench_fetch.py; synthetic segment"})
+    seg_dir = os.path.join(args.work, f"round-{stamp}")
+    t = time.monotonic()
+    s = write_round_segment(db, os.path.join(args.data, "round.tsv"), seg_dir, args.fetchers)
+    emit({**base, "step": "segment", "seconds": round(time.monotonic() - t, 2), **s})
+    update_step(db, seg_dir, args.set, base)
 
 
 if __name__ == "__main__":

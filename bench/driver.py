@@ -72,6 +72,35 @@ def du_bytes(path):
     return int(subprocess.run(["du", "-sb", path], capture_output=True, text=True).stdout.split()[0])
 
 
+class SqlPeer:
+    """The reads, dump and close of a peer on a DB-API connection ``self.db`` holding the tables
+    pages(url, md5, status, fetch_time, retries, interval, score, num_outlinks) and
+    links(from_md5, to_url, anchor).  ``QUERIES``: the query that lists each canonical table in
+    order (a peer's own, to name the index that serves it)."""
+
+    QUERIES: dict[str, str] = dict(
+        pages_by_url="SELECT url, md5, status, fetch_time, retries, interval, score, num_outlinks"
+        " FROM pages ORDER BY url",
+        pages_by_md5="SELECT md5, url FROM pages ORDER BY md5, url",
+        links_by_md5="SELECT from_md5, to_url, anchor FROM links ORDER BY from_md5, to_url",
+        links_by_url="SELECT to_url, from_md5, anchor FROM links ORDER BY to_url, from_md5",
+    )
+
+    def get_page(self, url):
+        return self.db.execute("SELECT * FROM pages WHERE url = ?", (url,)).fetchone()
+
+    def inlinks(self, url):
+        return self.db.execute("SELECT from_md5, anchor FROM links WHERE to_url = ?", (url,)).fetchall()
+
+    def dump(self, table):
+        cur = self.db.execute(self.QUERIES[table])
+        while rows := cur.fetchmany(100_000):
+            yield "".join("\t".join(map(str, r)) + "\n" for r in rows)
+
+    def close(self):
+        self.db.close()
+
+
 def digest(peer):
     res, counts = {}, {}
     for t in TABLES:
@@ -88,7 +117,7 @@ def digest(peer):
     return res, counts
 
 
-def main(peer_cls=None):
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", help="module name of the peer (peer_<name>.py)")
     ap.add_argument("--data", required=True, help="folder made by webgraph.py")
@@ -103,7 +132,72 @@ def main(peer_cls=None):
         default=1,
         help="apply round.tsv, round-2.tsv .. round-R.tsv (webgraph.py --rounds R) one after the other",
     )
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def time_rounds(peer, a, meta, rec):
+    """Load the db, apply round 1 and, with --rounds R, rounds 2..R; meta["expected"] becomes the
+    counts after the last round."""
+    t = time.perf_counter()
+    peer.load(os.path.join(a.data, "pages.tsv"), os.path.join(a.data, "links.tsv"))
+    rec["load_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    peer.apply_round(os.path.join(a.data, "round.tsv"))
+    rec["round_s"] = time.perf_counter() - t
+    rec["round_rps"] = rec["records"] / rec["round_s"]
+    if a.rounds > 1:
+        rounds = meta["rounds"][: a.rounds]
+        if len(rounds) < a.rounds:
+            raise SystemExit(f"{a.data} has {len(rounds)} rounds; regenerate with webgraph.py --rounds {a.rounds}")
+        rec["rounds_s"] = [rec["round_s"]]
+        for r in rounds[1:]:
+            meta["t_round"] = r["t_round"]  # the peers' new pages take the round's fetch time
+            t = time.perf_counter()
+            peer.apply_round(os.path.join(a.data, f"round-{r['round']}.tsv"))
+            rec["rounds_s"].append(time.perf_counter() - t)
+        rec["rounds_records"] = sum(r["records"] for r in rounds)
+        rec["rounds_mean_s"] = sum(rec["rounds_s"]) / len(rec["rounds_s"])
+        meta["expected"] = rounds[-1]["expected"]
+
+
+def time_reads(peer, data, rec):
+    """getPage for every URL of lookups.txt, inlinks() for every URL of inlinks.txt."""
+    urls = open(os.path.join(data, "lookups.txt")).read().split("\n")[:-1]
+    t = time.perf_counter()
+    found = sum(peer.get_page(u) is not None for u in urls)
+    rec["lookup_s"] = time.perf_counter() - t
+    rec["lookups_per_s"] = len(urls) / rec["lookup_s"]
+    urls = open(os.path.join(data, "inlinks.txt")).read().split("\n")[:-1]
+    t = time.perf_counter()
+    nin = sum(len(peer.inlinks(u)) for u in urls)
+    rec["inlinks_s"] = time.perf_counter() - t
+    rec["inlinks_per_s"] = len(urls) / rec["inlinks_s"]
+    rec["read_check"] = f"{found}/{nin}"
+
+
+def record_memory(mon, rec):
+    rec["peak_anon_mib"] = mon.peak_kib / 1024
+    ru = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    rec["max_rss_mib"] = ru / 1024
+
+
+def verify(peer, expected, rec):
+    """The per-table digests and whether the counts are the expected ones."""
+    t = time.perf_counter()
+    dig, counts = digest(peer)
+    rec["counts"] = dict(pages=counts["pages_by_url"], fetched=counts["fetched"], links=counts["links_by_md5"])
+    rec["consistent"] = (
+        counts["pages_by_url"] == counts["pages_by_md5"] == expected["pages"]
+        and counts["links_by_md5"] == counts["links_by_url"] == expected["links"]
+        and counts["fetched"] == expected["fetched"]
+    )
+    rec["digest"] = dig
+    rec["checksum"] = hashlib.md5(json.dumps(dig, sort_keys=True).encode()).hexdigest()[:12]
+    rec["verify_s"] = time.perf_counter() - t
+
+
+def main(peer_cls=None):
+    a = parse_args()
     if peer_cls is None:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         mod = importlib.import_module("peer_" + a.peer.split(":")[0])
@@ -119,56 +213,12 @@ def main(peer_cls=None):
     try:
         peer = peer_cls(a.work, meta, a.opt)
         rec["peer"] = peer.name
-        t = time.perf_counter()
-        peer.load(os.path.join(a.data, "pages.tsv"), os.path.join(a.data, "links.tsv"))
-        rec["load_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        peer.apply_round(os.path.join(a.data, "round.tsv"))
-        rec["round_s"] = time.perf_counter() - t
-        rec["round_rps"] = rec["records"] / rec["round_s"]
-        if a.rounds > 1:
-            rounds = meta["rounds"][: a.rounds]
-            if len(rounds) < a.rounds:
-                raise SystemExit(f"{a.data} has {len(rounds)} rounds; regenerate with webgraph.py --rounds {a.rounds}")
-            rec["rounds_s"] = [rec["round_s"]]
-            for r in rounds[1:]:
-                meta["t_round"] = r["t_round"]  # the peers' new pages take the round's fetch time
-                t = time.perf_counter()
-                peer.apply_round(os.path.join(a.data, f"round-{r['round']}.tsv"))
-                rec["rounds_s"].append(time.perf_counter() - t)
-            rec["rounds_records"] = sum(r["records"] for r in rounds)
-            rec["rounds_mean_s"] = sum(rec["rounds_s"]) / len(rec["rounds_s"])
-            meta["expected"] = rounds[-1]["expected"]
+        time_rounds(peer, a, meta, rec)
         rec["disk_mib"] = du_bytes(a.work) / 2**20
-        urls = open(os.path.join(a.data, "lookups.txt")).read().split("\n")[:-1]
-        t = time.perf_counter()
-        found = sum(peer.get_page(u) is not None for u in urls)
-        rec["lookup_s"] = time.perf_counter() - t
-        rec["lookups_per_s"] = len(urls) / rec["lookup_s"]
-        urls = open(os.path.join(a.data, "inlinks.txt")).read().split("\n")[:-1]
-        t = time.perf_counter()
-        nin = sum(len(peer.inlinks(u)) for u in urls)
-        rec["inlinks_s"] = time.perf_counter() - t
-        rec["inlinks_per_s"] = len(urls) / rec["inlinks_s"]
-        rec["read_check"] = f"{found}/{nin}"
-        rec["peak_anon_mib"] = mon.peak_kib / 1024
-        ru = max(
-            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        )
-        rec["max_rss_mib"] = ru / 1024
+        time_reads(peer, a.data, rec)
+        record_memory(mon, rec)
         if not a.no_verify:
-            t = time.perf_counter()
-            dig, counts = digest(peer)
-            exp = meta["expected"]
-            rec["counts"] = dict(pages=counts["pages_by_url"], fetched=counts["fetched"], links=counts["links_by_md5"])
-            rec["consistent"] = (
-                counts["pages_by_url"] == counts["pages_by_md5"] == exp["pages"]
-                and counts["links_by_md5"] == counts["links_by_url"] == exp["links"]
-                and counts["fetched"] == exp["fetched"]
-            )
-            rec["digest"] = dig
-            rec["checksum"] = hashlib.md5(json.dumps(dig, sort_keys=True).encode()).hexdigest()[:12]
-            rec["verify_s"] = time.perf_counter() - t
+            verify(peer, meta["expected"], rec)
         peer.close()
     except Exception as e:  # report the failure as a result row
         import traceback

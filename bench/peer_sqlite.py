@@ -28,7 +28,7 @@ def tsv(path):
             yield line[:-1].split("\t")
 
 
-class Peer:
+class Peer(driver.SqlPeer):
     name = "sqlite"
 
     def __init__(self, work, meta, opt):
@@ -87,27 +87,11 @@ class Peer:
         db.execute("COMMIT")
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
-    def get_page(self, url):
-        return self.db.execute("SELECT * FROM pages WHERE url=?", (url,)).fetchone()
-
-    def inlinks(self, url):
-        return self.db.execute("SELECT from_md5, anchor FROM links WHERE to_url=?", (url,)).fetchall()
-
     QUERIES = dict(
-        pages_by_url="SELECT url, md5, status, fetch_time, retries, interval, score, num_outlinks"
-        " FROM pages ORDER BY url",
+        driver.SqlPeer.QUERIES,
         pages_by_md5="SELECT md5, url FROM pages INDEXED BY pages_by_md5 ORDER BY md5, url",
-        links_by_md5="SELECT from_md5, to_url, anchor FROM links ORDER BY from_md5, to_url",
         links_by_url="SELECT to_url, from_md5, anchor FROM links INDEXED BY links_by_url ORDER BY to_url, from_md5",
     )
-
-    def dump(self, table):
-        cur = self.db.execute(self.QUERIES[table])
-        while rows := cur.fetchmany(100_000):
-            yield "".join("\t".join(map(str, r)) + "\n" for r in rows)
-
-    def close(self):
-        self.db.close()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -231,6 +232,212 @@ def write_lines(path, chunks):
             f.write(c)
 
 
+@dataclass
+class Db:
+    """The initial db: arrays indexed by page number, and the links sorted by source page."""
+
+    urls: np.ndarray
+    fetched: np.ndarray
+    md5: np.ndarray
+    status: np.ndarray
+    retries: np.ndarray
+    interval: np.ndarray
+    ftime: np.ndarray
+    score: list
+    lsrc: np.ndarray  # link source page
+    ltgt: np.ndarray  # link target page
+    lanc: np.ndarray  # link anchor, an index into web.anchors
+    nout: np.ndarray  # outlinks per page
+    loff: np.ndarray  # links of page p: loff[p]:loff[p+1]
+
+    def links_line(self, web, urls, p):
+        """Page p's links as a round line writes them (to_url US anchor, joined by RS)."""
+        s, e = self.loff[p], self.loff[p + 1]
+        return "\x1e".join(
+            map("{}\x1f{}".format, [urls[t] for t in self.ltgt[s:e].tolist()], web.anchors[self.lanc[s:e]])
+        )
+
+
+def initial_db(web, n):
+    """~40% of the pages fetched (host index pages always), 5% of the others failed once or more."""
+    rng = web.rng
+    urls = np.array(web.urls(web.ph, web.pj), dtype=object)
+    assert len(set(urls.tolist())) == n, "duplicate urls"
+    fetched = (rng.random(n) < 0.39) | (web.pj == 0)
+    fid = np.flatnonzero(fetched)
+    md5 = np.full(n, "", dtype=object)
+    md5[fid] = web.md5s(len(fid))
+    status = np.where(fetched, 1, 0)
+    retries = np.zeros(n, np.int64)
+    failed = ~fetched & (rng.random(n) < 0.05)
+    status[failed] = 2
+    retries[failed] = rng.integers(1, 4, int(failed.sum()))
+    interval = np.where(fetched, rng.choice(np.array([1, 7, 30]) * DAY, n, p=[0.1, 0.3, 0.6]), 30 * DAY)
+    ftime = np.where(fetched, T_ROUND - rng.integers(0, 30 * DAY, n) + interval, T_ROUND - rng.integers(0, 10 * DAY, n))
+    score = [repr(s) for s in np.round(rng.lognormal(0, 0.5, n), 3).tolist()]
+    row, th, tj = web.outlinks(fid)
+    lsrc = fid[row]
+    ltgt = web.hstart[th] + tj
+    lanc = anchor_idx(rng, len(web.anchors), len(row))
+    nout = np.bincount(lsrc, minlength=n)
+    loff = np.searchsorted(lsrc, np.arange(n + 1))
+    return Db(urls, fetched, md5, status, retries, interval, ftime, score, lsrc, ltgt, lanc, nout, loff)
+
+
+def write_db(out, web, db):
+    """pages.tsv and links.tsv, written in chunks."""
+    n = len(db.urls)
+
+    def page_chunks(step=500_000):
+        for s in range(0, n, step):
+            e = min(n, s + step)
+            yield "".join(
+                f"{u}\t{m}\t{st}\t{ft}\t{r}\t{iv}\t{sc}\t{no}\n"
+                for u, m, st, ft, r, iv, sc, no in zip(
+                    db.urls[s:e],
+                    db.md5[s:e],
+                    db.status[s:e].tolist(),
+                    db.ftime[s:e].tolist(),
+                    db.retries[s:e].tolist(),
+                    db.interval[s:e].tolist(),
+                    db.score[s:e],
+                    db.nout[s:e].tolist(),
+                )
+            )
+
+    def link_chunks(step=1_000_000):
+        for s in range(0, len(db.lsrc), step):
+            e = min(len(db.lsrc), s + step)
+            yield "".join(
+                map("{}\t{}\t{}\n".format, db.md5[db.lsrc[s:e]], db.urls[db.ltgt[s:e]], web.anchors[db.lanc[s:e]])
+            )
+
+    write_lines(os.path.join(out, "pages.tsv"), page_chunks())
+    write_lines(os.path.join(out, "links.tsv"), link_chunks())
+
+
+@dataclass
+class Round:
+    """A fetch round drawn from a db state: the pages fetched and what each fetch found."""
+
+    rp: np.ndarray  # the pages fetched, in round order
+    ok: np.ndarray  # the fetch succeeded
+    refetch: np.ndarray  # the page had been fetched before
+    changed: np.ndarray  # new content (always for a first fetch)
+    fresh: np.ndarray  # ok and changed: a new md5 and new outlinks
+    same: np.ndarray  # ok and unchanged: the same md5 and outlinks as before
+    rmd5: np.ndarray  # the md5 the fetch found ('' if it failed)
+    fi: np.ndarray  # positions of the fresh pages in rp
+
+
+def draw_round(web, fetched, md5, ftime, size, t):
+    """Half due refetches, half never-fetched pages; 3% fail, 30% of the refetches changed."""
+    rng = web.rng
+    due = np.flatnonzero(fetched & (ftime <= t))
+    unf = np.flatnonzero(~fetched)
+    n_re = min(len(due), size // 2)
+    n_new = min(len(unf), size - n_re)
+    n_re = min(len(due), size - n_new)
+    rp = np.concatenate([rng.choice(due, n_re, replace=False), rng.choice(unf, n_new, replace=False)])
+    rp = rp[rng.permutation(len(rp))]
+    n = len(rp)
+    ok = rng.random(n) >= 0.03
+    refetch = fetched[rp]
+    changed = ~refetch | (rng.random(n) < 0.30)
+    fresh = ok & changed
+    same = ok & ~changed
+    rmd5 = np.full(n, "", dtype=object)
+    rmd5[same] = md5[rp[same]]
+    rmd5[fresh] = web.md5s(int(fresh.sum()))
+    fi = np.flatnonzero(fresh)
+    return Round(rp=rp, ok=ok, refetch=refetch, changed=changed, fresh=fresh, same=same, rmd5=rmd5, fi=fi)
+
+
+def join_fresh_outlinks(rnd, frow, fls):
+    """The round lines' outlink strings and counts, filled in for the fresh pages; frow is the
+    fresh page (an index into rnd.fi) of each outlink fls, sorted."""
+    n = len(rnd.rp)
+    strs = np.full(n, "", dtype=object)
+    cnts = np.zeros(n, np.int64)
+    foff = np.searchsorted(frow, np.arange(len(rnd.fi) + 1))
+    for k, i in enumerate(rnd.fi.tolist()):
+        strs[i] = "\x1e".join(fls[foff[k] : foff[k + 1]])
+        cnts[i] = foff[k + 1] - foff[k]
+    return strs, cnts
+
+
+def write_round(path, urls, rnd, strs, t):
+    """One line per fetched page: url ok md5 fetch_time outlinks; urls are those of rnd.rp."""
+    lines = (f"{u}\t{o}\t{m}\t{t}\t{s}\n" for u, o, m, s in zip(urls, rnd.ok.astype(int).tolist(), rnd.rmd5, strs))
+    write_lines(path, ("".join(lines),))
+
+
+def first_round(out, web, db, size):
+    """Round 1 from the initial db, written to round.tsv. Returns the round, its outlink strings and
+    counts, whether each fresh outlink targets a new URL, and the codes (host << 32 | j) of the new URLs."""
+    rnd = draw_round(web, db.fetched, db.md5, db.ftime, size, T_ROUND)
+    frow, fth, ftj = web.outlinks(rnd.rp[rnd.fi], p_new=0.10)
+    isnew = ftj >= web.hsize[fth]
+    code = fth.astype(np.int64) << 32 | ftj
+    ucode, inv = np.unique(code[isnew], return_inverse=True)
+    newurls = np.array(web.urls(ucode >> 32, ucode & 0xFFFFFFFF), dtype=object)
+    furl = np.empty(len(frow), dtype=object)
+    furl[~isnew] = db.urls[web.hstart[fth[~isnew]] + ftj[~isnew]]
+    furl[isnew] = newurls[inv]
+    fanc = web.anchors[anchor_idx(web.rng, len(web.anchors), len(frow))]
+    fls = np.array(list(map("{}\x1f{}".format, furl, fanc)), dtype=object)
+    strs, cnts = join_fresh_outlinks(rnd, frow, fls)
+    for i in np.flatnonzero(rnd.same).tolist():
+        p = rnd.rp[i]
+        strs[i] = db.links_line(web, db.urls, p)
+        cnts[i] = db.loff[p + 1] - db.loff[p]
+    write_round(os.path.join(out, "round.tsv"), db.urls[rnd.rp], rnd, strs, T_ROUND)
+    return rnd, strs, cnts, isnew, ucode
+
+
+def write_read_keys(out, rng, urls):
+    """Keys for the read tests: existing pages, uniform."""
+    n = len(urls)
+    write_lines(os.path.join(out, "lookups.txt"), ("\n".join(urls[rng.integers(0, n, 100_000)]) + "\n",))
+    write_lines(os.path.join(out, "inlinks.txt"), ("\n".join(urls[rng.integers(0, n, 10_000)]) + "\n",))
+
+
+def round1_meta(seed, web, db, rnd, cnts, isnew, ucode):
+    """Parameters, sizes, and the expected counts after round 1."""
+    n, fetched, nout = len(db.urls), db.fetched, db.nout
+    ok, refetch = rnd.ok, rnd.refetch
+    ok_old = ok & refetch  # their old links are replaced
+    exp_links = len(db.lsrc) - int(nout[rnd.rp[ok_old]].sum()) + int(cnts.sum())
+    return dict(
+        pages=n,
+        round=len(rnd.rp),
+        seed=seed,
+        hosts=len(web.hsize),
+        t_round=T_ROUND,
+        init=dict(
+            pages=n,
+            fetched=int(fetched.sum()),
+            links=int(len(db.lsrc)),
+            avg_outlinks=round(len(db.lsrc) / int(fetched.sum()), 2),
+            max_outlinks=int(nout.max()),
+            avg_url_len=round(float(np.mean([len(u) for u in db.urls[:100000]])), 1),
+            largest_host=int(web.hsize.max()),
+        ),
+        round_stats=dict(
+            refetch=int(refetch.sum()),
+            first_fetch=int((~refetch).sum()),
+            failed=int((~ok).sum()),
+            changed=int((refetch & rnd.changed & ok).sum()),
+            unchanged=int(rnd.same.sum()),
+            outlinks=int(cnts.sum()),
+            new_url_targets=int(isnew.sum()),
+            new_urls=len(ucode),
+            records=len(rnd.rp) + int(cnts.sum()),
+        ),
+        expected=dict(pages=n + len(ucode), fetched=int(fetched.sum()) + int((ok & ~refetch).sum()), links=exp_links),
+    )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pages", type=int, default=100_000)
@@ -246,310 +453,123 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     t0 = time.time()
-    N, F = a.pages, a.round
     os.makedirs(a.out, exist_ok=True)
-    web = Web(N, a.hosts or max(1, N // 50), a.seed)
-    rng = web.rng
-    urls = np.array(web.urls(web.ph, web.pj), dtype=object)
-    assert len(set(urls.tolist())) == N, "duplicate urls"
-
-    # ---- initial state: ~40% fetched (host index pages always) ----
-    fetched = (rng.random(N) < 0.39) | (web.pj == 0)
-    fid = np.flatnonzero(fetched)
-    md5 = np.full(N, "", dtype=object)
-    md5[fid] = web.md5s(len(fid))
-    status = np.where(fetched, 1, 0)
-    retries = np.zeros(N, np.int64)
-    failed = ~fetched & (rng.random(N) < 0.05)
-    status[failed] = 2
-    retries[failed] = rng.integers(1, 4, int(failed.sum()))
-    interval = np.where(fetched, rng.choice(np.array([1, 7, 30]) * DAY, N, p=[0.1, 0.3, 0.6]), 30 * DAY)
-    ftime = np.where(fetched, T_ROUND - rng.integers(0, 30 * DAY, N) + interval, T_ROUND - rng.integers(0, 10 * DAY, N))
-    score = [repr(s) for s in np.round(rng.lognormal(0, 0.5, N), 3).tolist()]
-
-    row, th, tj = web.outlinks(fid)
-    lsrc = fid[row]
-    ltgt = web.hstart[th] + tj
-    lanc = anchor_idx(rng, len(web.anchors), len(row))
-    nout = np.bincount(lsrc, minlength=N)
-    loff = np.searchsorted(lsrc, np.arange(N + 1))  # links of page p: loff[p]:loff[p+1]
+    web = Web(a.pages, a.hosts or max(1, a.pages // 50), a.seed)
+    db = initial_db(web, a.pages)
     t1 = time.time()
-
-    def page_chunks(step=500_000):
-        for s in range(0, N, step):
-            e = min(N, s + step)
-            yield "".join(
-                f"{u}\t{m}\t{st}\t{ft}\t{r}\t{iv}\t{sc}\t{no}\n"
-                for u, m, st, ft, r, iv, sc, no in zip(
-                    urls[s:e],
-                    md5[s:e],
-                    status[s:e].tolist(),
-                    ftime[s:e].tolist(),
-                    retries[s:e].tolist(),
-                    interval[s:e].tolist(),
-                    score[s:e],
-                    nout[s:e].tolist(),
-                )
-            )
-
-    def link_chunks(step=1_000_000):
-        for s in range(0, len(lsrc), step):
-            e = min(len(lsrc), s + step)
-            yield "".join(map("{}\t{}\t{}\n".format, md5[lsrc[s:e]], urls[ltgt[s:e]], web.anchors[lanc[s:e]]))
-
-    write_lines(os.path.join(a.out, "pages.tsv"), page_chunks())
-    write_lines(os.path.join(a.out, "links.tsv"), link_chunks())
+    write_db(a.out, web, db)
     t2 = time.time()
-
-    # ---- fetch round: half due refetches, half never-fetched pages ----
-    due = np.flatnonzero(fetched & (ftime <= T_ROUND))
-    unf = np.flatnonzero(~fetched)
-    n_re = min(len(due), F // 2)
-    n_new = min(len(unf), F - n_re)
-    n_re = min(len(due), F - n_new)
-    rp = np.concatenate([rng.choice(due, n_re, replace=False), rng.choice(unf, n_new, replace=False)])
-    rp = rp[rng.permutation(len(rp))]
-    R = len(rp)
-    ok = rng.random(R) >= 0.03
-    refetch = fetched[rp]
-    changed = ~refetch | (rng.random(R) < 0.30)
-    fresh = ok & changed  # new md5 and new outlinks
-    same = ok & ~changed  # same md5, same outlinks as before
-    rmd5 = np.full(R, "", dtype=object)
-    rmd5[same] = md5[rp[same]]
-    rmd5[fresh] = web.md5s(int(fresh.sum()))
-    fi = np.flatnonzero(fresh)
-    frow, fth, ftj = web.outlinks(rp[fi], p_new=0.10)
-    isnew = ftj >= web.hsize[fth]
-    code = fth.astype(np.int64) << 32 | ftj
-    ucode, inv = np.unique(code[isnew], return_inverse=True)
-    newurls = np.array(web.urls(ucode >> 32, ucode & 0xFFFFFFFF), dtype=object)
-    furl = np.empty(len(frow), dtype=object)
-    furl[~isnew] = urls[web.hstart[fth[~isnew]] + ftj[~isnew]]
-    furl[isnew] = newurls[inv]
-    fanc = web.anchors[anchor_idx(rng, len(web.anchors), len(frow))]
-    fls = np.array(list(map("{}\x1f{}".format, furl, fanc)), dtype=object)
-    foff = np.searchsorted(frow, np.arange(len(fi) + 1))
-    out_str = np.full(R, "", dtype=object)
-    out_cnt = np.zeros(R, np.int64)
-    for n, i in enumerate(fi.tolist()):
-        out_str[i] = "\x1e".join(fls[foff[n] : foff[n + 1]])
-        out_cnt[i] = foff[n + 1] - foff[n]
-    for i in np.flatnonzero(same).tolist():
-        p = rp[i]
-        s, e = loff[p], loff[p + 1]
-        out_str[i] = "\x1e".join(map("{}\x1f{}".format, urls[ltgt[s:e]], web.anchors[lanc[s:e]]))
-        out_cnt[i] = e - s
-    write_lines(
-        os.path.join(a.out, "round.tsv"),
-        (
-            "".join(
-                f"{u}\t{o}\t{m}\t{T_ROUND}\t{s}\n"
-                for u, o, m, s in zip(urls[rp], ok.astype(int).tolist(), rmd5, out_str)
-            ),
-        ),
-    )
-
-    # ---- read-test keys (existing pages, uniform) ----
-    write_lines(os.path.join(a.out, "lookups.txt"), ("\n".join(urls[rng.integers(0, N, 100_000)]) + "\n",))
-    write_lines(os.path.join(a.out, "inlinks.txt"), ("\n".join(urls[rng.integers(0, N, 10_000)]) + "\n",))
-
-    ok_old = ok & refetch  # their old links are replaced
-    exp_links = len(lsrc) - int(nout[rp[ok_old]].sum()) + int(out_cnt.sum())
-    meta = dict(
-        pages=N,
-        round=R,
-        seed=a.seed,
-        hosts=len(web.hsize),
-        t_round=T_ROUND,
-        init=dict(
-            pages=N,
-            fetched=int(fetched.sum()),
-            links=int(len(lsrc)),
-            avg_outlinks=round(len(lsrc) / len(fid), 2),
-            max_outlinks=int(nout.max()),
-            avg_url_len=round(float(np.mean([len(u) for u in urls[:100000]])), 1),
-            largest_host=int(web.hsize.max()),
-        ),
-        round_stats=dict(
-            refetch=int(refetch.sum()),
-            first_fetch=int((~refetch).sum()),
-            failed=int((~ok).sum()),
-            changed=int((refetch & changed & ok).sum()),
-            unchanged=int(same.sum()),
-            outlinks=int(out_cnt.sum()),
-            new_url_targets=int(isnew.sum()),
-            new_urls=len(ucode),
-            records=R + int(out_cnt.sum()),
-        ),
-        expected=dict(pages=N + len(ucode), fetched=int(fetched.sum()) + int((ok & ~refetch).sum()), links=exp_links),
-        gen_seconds=dict(graph=round(t1 - t0, 1), write_db=round(t2 - t1, 1), round=round(time.time() - t2, 1)),
-    )
+    rnd, strs, cnts, isnew, ucode = first_round(a.out, web, db, a.round)
+    write_read_keys(a.out, web.rng, db.urls)
+    meta = round1_meta(a.seed, web, db, rnd, cnts, isnew, ucode)
+    meta["gen_seconds"] = dict(graph=round(t1 - t0, 1), write_db=round(t2 - t1, 1), round=round(time.time() - t2, 1))
     if a.rounds > 1:
-        meta["rounds"] = later_rounds(
-            a,
-            web,
-            urls,
-            fetched,
-            md5,
-            ftime,
-            interval,
-            lsrc,
-            ltgt,
-            lanc,
-            nout,
-            loff,
-            rp,
-            ok,
-            rmd5,
-            fresh,
-            fi,
-            frow,
-            out_str,
-            out_cnt,
-            ucode,
-            newurls,
-            meta,
-        )
+        meta["rounds"] = later_rounds(a, web, db, rnd, strs, cnts, ucode, meta)
     with open(os.path.join(a.out, "meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps(meta))
 
 
-def later_rounds(
-    a,
-    web,
-    urls,
-    fetched,
-    md5,
-    ftime,
-    interval,
-    lsrc,
-    ltgt,
-    lanc,
-    nout,
-    loff,
-    rp,
-    ok,
-    rmd5,
-    fresh,
-    fi,
-    frow,
-    out_str,
-    out_cnt,
-    ucode,
-    newurls,
-    meta,
-):
+class State:
+    """The db as the rounds after the first see it: it grows by the URLs each round discovers."""
+
+    def __init__(self, web, db):
+        self.web, self.db = web, db
+        self.urls = list(db.urls)
+        self.fetched, self.md5 = db.fetched.copy(), db.md5.copy()
+        self.ftime, self.interval = db.ftime.copy(), db.interval.copy()
+        self.nout = db.nout.astype(np.int64).copy()
+        self.cur = {}  # page -> its outlinks as written in a round line
+        self.known = {}  # (host << 32 | j) of URLs added by rounds -> page index
+
+    def grow(self, codes, t):
+        """New pages, due at t, for new URL codes, appended to every array."""
+        web = self.web
+        n0 = len(self.urls)
+        for c, u in zip(codes.tolist(), web.urls(codes >> 32, codes & 0xFFFFFFFF)):
+            self.known[c] = len(self.urls)
+            self.urls.append(u)
+        k = len(self.urls) - n0
+        web.ph = np.concatenate([web.ph, (codes >> 32).astype(web.ph.dtype)])
+        web.pj = np.concatenate([web.pj, (codes & 0xFFFFFFFF).astype(web.pj.dtype)])
+        self.fetched = np.concatenate([self.fetched, np.zeros(k, bool)])
+        self.md5 = np.concatenate([self.md5, np.full(k, "", dtype=object)])
+        self.ftime = np.concatenate([self.ftime, np.full(k, t, np.int64)])
+        self.interval = np.concatenate([self.interval, np.full(k, 30 * DAY, np.int64)])
+        self.nout = np.concatenate([self.nout, np.zeros(k, np.int64)])
+
+    def apply(self, rnd, strs, cnts, t):
+        """The round's effect on the state."""
+        for i, p in enumerate(rnd.rp.tolist()):
+            if rnd.ok[i]:
+                self.md5[p], self.fetched[p] = rnd.rmd5[i], True
+                self.ftime[p], self.nout[p] = t + self.interval[p], cnts[i]
+                if rnd.fresh[i]:
+                    self.cur[p] = strs[i]
+            else:
+                self.ftime[p] = t + DAY
+
+    def links_of(self, p):
+        if p in self.cur:
+            return self.cur[p]
+        return self.db.links_line(self.web, self.urls, p)
+
+    def targets(self, fth, ftj, t):
+        """The page index of each outlink target (host fth, local index ftj), adding the URLs no
+        round has seen yet as pages due at t. Returns the indexes and the new URLs' codes."""
+        web = self.web
+        code = fth.astype(np.int64) << 32 | ftj
+        beyond = ftj >= web.hsize[fth]
+        tidx = np.full(len(fth), -1, np.int64)
+        tidx[~beyond] = web.hstart[fth[~beyond]] + ftj[~beyond]
+        tidx[beyond] = [self.known.get(c, -1) for c in code[beyond].tolist()]
+        isnew = tidx < 0
+        ucode = np.unique(code[isnew])
+        self.grow(ucode, t)
+        tidx[isnew] = [self.known[c] for c in code[isnew].tolist()]
+        return tidx, ucode
+
+
+def later_rounds(a, web, db, rnd, strs, cnts, ucode, meta):
     """Rounds 2..R, each from the state the previous round left: the same mix as round 1 (half due
     refetches, half never-fetched pages incl. pages that earlier rounds discovered, 3% failures, 30% of
     refetches changed, ~10% new-URL targets), fetched one day after the previous round.
     Returns one {round, t_round, records, expected} per round, round 1 first."""
-    rng = web.rng
-    urls = list(urls)
-    fetched, md5, ftime, interval = fetched.copy(), md5.copy(), ftime.copy(), interval.copy()
-    nout = nout.astype(np.int64).copy()
-    cur = {}  # page -> its outlinks as written in a round line
-    known = {}  # (host << 32 | j) of URLs added by rounds -> page index
-
-    def grow(codes):  # new pages for new URL codes, appended to every array
-        nonlocal fetched, md5, ftime, interval, nout
-        n0 = len(urls)
-        for c, u in zip(codes.tolist(), web.urls(codes >> 32, codes & 0xFFFFFFFF)):
-            known[c] = len(urls)
-            urls.append(u)
-        k = len(urls) - n0
-        web.ph = np.concatenate([web.ph, (codes >> 32).astype(web.ph.dtype)])
-        web.pj = np.concatenate([web.pj, (codes & 0xFFFFFFFF).astype(web.pj.dtype)])
-        fetched = np.concatenate([fetched, np.zeros(k, bool)])
-        md5 = np.concatenate([md5, np.full(k, "", dtype=object)])
-        ftime = np.concatenate([ftime, np.full(k, T, np.int64)])
-        interval = np.concatenate([interval, np.full(k, 30 * DAY, np.int64)])
-        nout = np.concatenate([nout, np.zeros(k, np.int64)])
-
-    def apply(rp, ok, fresh, rmd5, strs, cnts, T):  # the round's effect on the state
-        for i, p in enumerate(rp.tolist()):
-            if ok[i]:
-                md5[p], fetched[p], ftime[p], nout[p] = rmd5[i], True, T + interval[p], cnts[i]
-                if fresh[i]:
-                    cur[p] = strs[i]
-            else:
-                ftime[p] = T + DAY
-
-    def links_of(p):
-        if p in cur:
-            return cur[p]
-        s, e = loff[p], loff[p + 1]
-        return "\x1e".join(map("{}\x1f{}".format, [urls[t] for t in ltgt[s:e].tolist()], web.anchors[lanc[s:e]]))
-
-    T = T_ROUND
-    apply(rp, ok, fresh, rmd5, out_str, out_cnt, T)
-    grow(ucode)
-    out = [dict(round=1, t_round=T, records=meta["round_stats"]["records"], expected=meta["expected"])]
-    F = a.round
+    state = State(web, db)
+    state.apply(rnd, strs, cnts, T_ROUND)
+    state.grow(ucode, T_ROUND)
+    out = [dict(round=1, t_round=T_ROUND, records=meta["round_stats"]["records"], expected=meta["expected"])]
     for r in range(2, a.rounds + 1):
-        T = T_ROUND + (r - 1) * DAY
-        due = np.flatnonzero(fetched & (ftime <= T))
-        unf = np.flatnonzero(~fetched)
-        n_re = min(len(due), F // 2)
-        n_new = min(len(unf), F - n_re)
-        n_re = min(len(due), F - n_new)
-        rp = np.concatenate([rng.choice(due, n_re, replace=False), rng.choice(unf, n_new, replace=False)])
-        rp = rp[rng.permutation(len(rp))]
-        R = len(rp)
-        ok = rng.random(R) >= 0.03
-        refetch = fetched[rp]
-        changed = ~refetch | (rng.random(R) < 0.30)
-        fresh, same = ok & changed, ok & ~changed
-        rmd5 = np.full(R, "", dtype=object)
-        rmd5[same] = md5[rp[same]]
-        rmd5[fresh] = web.md5s(int(fresh.sum()))
-        fi = np.flatnonzero(fresh)
-        frow, fth, ftj = web.outlinks(rp[fi], p_new=0.10)
-        code = fth.astype(np.int64) << 32 | ftj
-        beyond = ftj >= web.hsize[fth]
-        tidx = np.full(len(frow), -1, np.int64)
-        tidx[~beyond] = web.hstart[fth[~beyond]] + ftj[~beyond]
-        tidx[beyond] = [known.get(c, -1) for c in code[beyond].tolist()]
-        isnew = tidx < 0
-        ucode = np.unique(code[isnew])
-        grow(ucode)
-        tidx[isnew] = [known[c] for c in code[isnew].tolist()]
-        fanc = web.anchors[anchor_idx(rng, len(web.anchors), len(frow))]
-        fls = [f"{urls[t]}\x1f{an}" for t, an in zip(tidx.tolist(), fanc)]
-        foff = np.searchsorted(frow, np.arange(len(fi) + 1))
-        strs, cnts = [""] * R, np.zeros(R, np.int64)
-        for n, i in enumerate(fi.tolist()):
-            strs[i] = "\x1e".join(fls[foff[n] : foff[n + 1]])
-            cnts[i] = foff[n + 1] - foff[n]
-        for i in np.flatnonzero(same).tolist():
-            p = rp[i]
-            strs[i] = links_of(p)
-            cnts[i] = nout[p]
-        write_lines(
-            os.path.join(a.out, f"round-{r}.tsv"),
-            (
-                "".join(
-                    f"{urls[p]}\t{o}\t{m}\t{T}\t{s}\n"
-                    for p, o, m, s in zip(rp.tolist(), ok.astype(int).tolist(), rmd5, strs)
-                ),
-            ),
-        )
-        apply(rp, ok, fresh, rmd5, strs, cnts, T)
-        out.append(
-            dict(
-                round=r,
-                t_round=T,
-                records=R + int(cnts.sum()),
-                new_urls=len(ucode),
-                expected=dict(
-                    pages=len(urls),
-                    fetched=int(fetched.sum()),
-                    links=int(nout[np.flatnonzero(fetched | (md5 != ""))].sum()),
-                ),
-            )
-        )
+        out.append(next_round(a.out, a.round, state, r))
     return out
+
+
+def next_round(out, size, state, r):
+    """Round r (2 or later), written to round-r.tsv and applied to the state."""
+    web, t = state.web, T_ROUND + (r - 1) * DAY
+    rnd = draw_round(web, state.fetched, state.md5, state.ftime, size, t)
+    frow, fth, ftj = web.outlinks(rnd.rp[rnd.fi], p_new=0.10)
+    tidx, ucode = state.targets(fth, ftj, t)
+    fanc = web.anchors[anchor_idx(web.rng, len(web.anchors), len(frow))]
+    fls = [f"{state.urls[p]}\x1f{an}" for p, an in zip(tidx.tolist(), fanc)]
+    strs, cnts = join_fresh_outlinks(rnd, frow, fls)
+    for i in np.flatnonzero(rnd.same).tolist():
+        p = rnd.rp[i]
+        strs[i] = state.links_of(p)
+        cnts[i] = state.nout[p]
+    write_round(os.path.join(out, f"round-{r}.tsv"), [state.urls[p] for p in rnd.rp.tolist()], rnd, strs, t)
+    state.apply(rnd, strs, cnts, t)
+    return dict(
+        round=r,
+        t_round=t,
+        records=len(rnd.rp) + int(cnts.sum()),
+        new_urls=len(ucode),
+        expected=dict(
+            pages=len(state.urls),
+            fetched=int(state.fetched.sum()),
+            links=int(state.nout[np.flatnonzero(state.fetched | (state.md5 != ""))].sum()),
+        ),
+    )
 
 
 if __name__ == "__main__":

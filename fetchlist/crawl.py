@@ -164,6 +164,27 @@ def update_db(db, segment_dirs: list[str], writer_settings: dict | None = None, 
     return counts
 
 
+def _open_or_create(db_path: str, sections: int, create_settings: dict | None):
+    """The db at ``db_path``, created (with ``sections``) where nothing or an empty folder is."""
+    try:
+        return webdb.open(db_path)
+    except NotADatabase:
+        if os.path.exists(db_path) and (not os.path.isdir(db_path) or os.listdir(db_path)):
+            raise
+        return webdb.create(db_path, sections=sections, **(create_settings or {}))
+
+
+def _count_update(rs: RoundSummary, c: dict) -> None:
+    """A round's summary from its update's counts (those of ``update_db``)."""
+    rs.fetched = c.get("fetched", 0)
+    rs.not_modified = c.get("not_modified", 0)
+    rs.redirects = c.get("redirect_perm", 0) + c.get("redirect_temp", 0)
+    rs.failed = c.get("retry", 0) + c.get("gone", 0)
+    rs.new_urls, rs.pages, rs.links = c["new_urls"], c["pages"], c["links"]
+    refused = {POLICY: c.get(REFUSED_POLICY, 0), "robots.txt": c.get(REFUSED_ROBOTS, 0)}
+    rs.refused = {k: v for k, v in refused.items() if v}
+
+
 def crawl(
     db_path: str,
     *,
@@ -192,12 +213,7 @@ def crawl(
     if not isinstance(rounds, int) or rounds < 0:
         raise BadInput(f"rounds must be a whole number >= 0, not {rounds!r}")
     t_start = time.monotonic()
-    try:
-        db = webdb.open(db_path)
-    except NotADatabase:
-        if os.path.exists(db_path) and (not os.path.isdir(db_path) or os.listdir(db_path)):
-            raise
-        db = webdb.create(db_path, sections=sections, **(create_settings or {}))
+    db = _open_or_create(db_path, sections, create_settings)
     segments_dir = segments_dir or os.path.abspath(db_path).rstrip(os.sep) + ".segments"
     os.makedirs(segments_dir, exist_ok=True)
     seeds = list(seeds)
@@ -238,13 +254,7 @@ def crawl(
         t1 = time.monotonic()
         c = update_step(seg_dir)
         rs.seconds["update"] = round(time.monotonic() - t1, 3)
-        rs.fetched = c.get("fetched", 0)
-        rs.not_modified = c.get("not_modified", 0)
-        rs.redirects = c.get("redirect_perm", 0) + c.get("redirect_temp", 0)
-        rs.failed = c.get("retry", 0) + c.get("gone", 0)
-        rs.new_urls, rs.pages, rs.links = c["new_urls"], c["pages"], c["links"]
-        refused = {POLICY: c.get(REFUSED_POLICY, 0), "robots.txt": c.get(REFUSED_ROBOTS, 0)}
-        rs.refused = {k: v for k, v in refused.items() if v}
+        _count_update(rs, c)
         out.append(rs)
         if report:
             report(rs)

@@ -280,22 +280,48 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
     ``/sitemap-pages.xml.gz``, whose URLs include ``/hidden/h0.html`` … ``h2.html`` (linked from
     nowhere).  Deterministic for a given seed.
     """
-    rnd = random.Random(seed)
-    hosts = [b.split("//", 1)[1].rsplit(":", 1)[0] for b in bases]
-    per_host = max(8, pages // len(bases))
-    routes: dict[str, dict[str, Resource]] = {h: {} for h in hosts}
-    graph: dict[str, list[str]] = {}
-    disallowed: set[str] = set()
-    crawl_delays: dict[str, float] = {}
-    articles = {b: [f"/s{i % 4}/a{i}.html" for i in range(per_host)] for b in bases}
+    site = _SiteBuilder(bases, pages, seed)
+    for hi, base in enumerate(bases):
+        site.host(hi, base, crawl_delay)
+    return site.result()
 
-    sitemapped: dict[str, tuple[float, str]] = {}
-    refresh: dict[str, str] = {}
-    canonical: dict[str, str] = {}
+
+class _SiteBuilder:
+    """The demo site's routes and link graph, host by host; one seeded ``random.Random`` draws
+    in a fixed order, so the site is the same for the same seed."""
+
+    def __init__(self, bases: list[str], pages: int, seed: int) -> None:
+        self.bases = bases
+        self.rnd = random.Random(seed)
+        hosts = [b.split("//", 1)[1].rsplit(":", 1)[0] for b in bases]
+        per_host = max(8, pages // len(bases))
+        self.routes: dict[str, dict[str, Resource]] = {h: {} for h in hosts}
+        self.graph: dict[str, list[str]] = {}
+        self.disallowed: set[str] = set()
+        self.crawl_delays: dict[str, float] = {}
+        self.articles = {b: [f"/s{i % 4}/a{i}.html" for i in range(per_host)] for b in bases}
+        self.sitemapped: dict[str, tuple[float, str]] = {}
+        self.refresh: dict[str, str] = {}
+        self.canonical: dict[str, str] = {}
+
+    def result(self) -> DemoSite:
+        seeds = [b + "/" for b in self.bases]
+        return DemoSite(
+            self.routes,
+            self.graph,
+            seeds,
+            self.disallowed,
+            self.crawl_delays,
+            self.sitemapped,
+            self.refresh,
+            self.canonical,
+        )
 
     def page(
-        base: str, path: str, title: str, links: list[tuple[str, str]], charset: str = "utf-8", head: str = ""
+        self, base: str, path: str, title: str, links: list[tuple[str, str]], charset: str = "utf-8", head: str = ""
     ) -> None:
+        """An HTML page of random words and a list of ``links`` (href, text)."""
+        rnd = self.rnd
         words = " ".join(rnd.choice(_WORDS) for _ in range(rnd.randint(30, 120)))
         items = "".join(f'<li><a href="{href}">{text}</a></li>' for href, text in links)
         html = (
@@ -303,11 +329,27 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
             f"<body><h1>{title}</h1><p>{words}</p><ul>{items}</ul></body></html>"
         )
         ctype = f"text/html; charset={charset}"
-        routes[_host(base)][path] = Resource(200, html.encode(charset), ctype, last_modified=1_700_000_000 + len(graph))
-        graph[base + path] = [_absolute(base, href) for href, _ in links]
+        last_modified = 1_700_000_000 + len(self.graph)
+        self.routes[_host(base)][path] = Resource(200, html.encode(charset), ctype, last_modified=last_modified)
+        self.graph[base + path] = [_absolute(base, href) for href, _ in links]
 
-    for hi, base in enumerate(bases):
-        arts = articles[base]
+    def host(self, hi: int, base: str, crawl_delay: float) -> None:
+        """Host ``hi``: robots.txt, home, sections, articles, the odd resources."""
+        home_links = self.robots(hi, base, crawl_delay)
+        if hi + 1 < len(self.bases):
+            home_links.append((self.bases[hi + 1] + "/", f"Next host {hi + 1}"))
+        self.page(base, "/", f"Home of host {hi}", home_links)
+        arts = self.articles[base]
+        for k in range(4):
+            self.page(base, f"/s{k}/", f"Section {k}", [(a, f"Article {a}") for a in arts if a.startswith(f"/s{k}/")])
+        for i, a in enumerate(arts):
+            self.article(hi, base, i, a)
+        self.odd_resources(hi, base)
+
+    def robots(self, hi: int, base: str, crawl_delay: float) -> list[tuple[str, str]]:
+        """Host ``hi``'s robots.txt (and the private page host 0 disallows); returns the home
+        page's links."""
+        routes = self.routes[_host(base)]
         home_links = [(f"/s{k}/", f"Section {k}") for k in range(4)]
         home_links += [("/about.txt", "About"), ("/logo.png", "Logo"), ("/old/a1.html", "Old article")]
         home_links += [
@@ -318,42 +360,47 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
         ]
         if hi == 0:
             home_links += [("/private/secret.html", "Private"), ("/moved.html", "Moved"), ("/s0/a0", "Short")]
-            routes[_host(base)]["/robots.txt"] = Resource(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
-            page(base, "/private/secret.html", "Secret", [("/", "Home")])
-            disallowed.add(base + "/private/secret.html")
+            routes["/robots.txt"] = Resource(200, b"User-agent: *\nDisallow: /private/\n", "text/plain")
+            self.page(base, "/private/secret.html", "Secret", [("/", "Home")])
+            self.disallowed.add(base + "/private/secret.html")
         elif hi == 1:
-            routes[_host(base)]["/robots.txt"] = Resource(
+            routes["/robots.txt"] = Resource(
                 200, f"User-agent: *\nCrawl-delay: {crawl_delay}\nDisallow: /nothing-here/\n".encode(), "text/plain"
             )
-            crawl_delays[base] = crawl_delay
-        elif hi > 2 and hi + 1 < len(bases):
-            routes[_host(base)]["/robots.txt"] = Resource(200, b"User-agent: *\nAllow: /\n", "text/plain")
+            self.crawl_delays[base] = crawl_delay
+        elif hi > 2 and hi + 1 < len(self.bases):
+            routes["/robots.txt"] = Resource(200, b"User-agent: *\nAllow: /\n", "text/plain")
         elif hi > 2:
             robots = f"User-agent: *\nAllow: /\nSitemap: {base}/sitemap.xml\n".encode()
-            routes[_host(base)]["/robots.txt"] = Resource(200, robots, "text/plain")
-        if hi + 1 < len(bases):
-            home_links.append((bases[hi + 1] + "/", f"Next host {hi + 1}"))
-        page(base, "/", f"Home of host {hi}", home_links)
-        for k in range(4):
-            page(base, f"/s{k}/", f"Section {k}", [(a, f"Article {a}") for a in arts if a.startswith(f"/s{k}/")])
-        for i, a in enumerate(arts):
-            links = [("/", "Home"), (f"/s{i % 4}/", "Section")]
-            links += [(arts[(i + 1) % len(arts)], "Next"), (arts[i - 1], "Previous")]
-            for _ in range(3):
-                other = rnd.choice(bases)
-                target = rnd.choice(articles[other])
-                links.append((target if other == base else other + target, f"See also {target}"))
-            if i % 17 == 5:
-                links.append((f"/s{i % 4}/missing-{i}.html", "Broken link"))
-            head = ""
-            if hi == 0 and i == 0:  # the same bytes are served at /s0/a0, which names this one canonical
-                head = f'<link rel="canonical" href="{a}">'
-                canonical[base + "/s0/a0"] = canonical[base + a] = base + a
-            page(base, a, f"Article {i} on host {hi}", links, head=head)
-            if head:
-                routes[_host(base)]["/s0/a0"] = routes[_host(base)][a]
-                graph[base + "/s0/a0"] = graph[base + a]
-        r = routes[_host(base)]
+            routes["/robots.txt"] = Resource(200, robots, "text/plain")
+        return home_links
+
+    def article(self, hi: int, base: str, i: int, a: str) -> None:
+        """Article ``i`` at path ``a``: links home, to its section, its neighbours, three random
+        articles anywhere, now and then a broken link."""
+        rnd, arts = self.rnd, self.articles[base]
+        links = [("/", "Home"), (f"/s{i % 4}/", "Section")]
+        links += [(arts[(i + 1) % len(arts)], "Next"), (arts[i - 1], "Previous")]
+        for _ in range(3):
+            other = rnd.choice(self.bases)
+            target = rnd.choice(self.articles[other])
+            links.append((target if other == base else other + target, f"See also {target}"))
+        if i % 17 == 5:
+            links.append((f"/s{i % 4}/missing-{i}.html", "Broken link"))
+        head = ""
+        if hi == 0 and i == 0:  # the same bytes are served at /s0/a0, which names this one canonical
+            head = f'<link rel="canonical" href="{a}">'
+            self.canonical[base + "/s0/a0"] = self.canonical[base + a] = base + a
+        self.page(base, a, f"Article {i} on host {hi}", links, head=head)
+        if head:
+            self.routes[_host(base)]["/s0/a0"] = self.routes[_host(base)][a]
+            self.graph[base + "/s0/a0"] = self.graph[base + a]
+
+    def odd_resources(self, hi: int, base: str) -> None:
+        """Redirects, a loop, a 410, a 500, text, an image, a windows-1251 page; host 0's meta
+        refresh; the last host's sitemaps."""
+        arts = self.articles[base]
+        r = self.routes[_host(base)]
         r["/old/a1.html"] = Resource(301, b"", None, {"Location": f"{base}{arts[1]}"})
         r["/tmp"] = Resource(302, b"", None, {"Location": "/"})
         r["/loop/a"] = Resource(302, b"", None, {"Location": "/loop/b"})
@@ -362,18 +409,16 @@ def build_site(bases: list[str], pages: int = 300, seed: int = 1, crawl_delay: f
         r["/error.html"] = Resource(500, b"<html><body>server error</body></html>")
         r["/about.txt"] = Resource(200, f"Demo host {hi}: generated pages for webdb.\n".encode(), "text/plain")
         r["/logo.png"] = Resource(
-            200, b"\x89PNG\r\n\x1a\n" + bytes(rnd.randrange(256) for _ in range(2048)), "image/png"
+            200, b"\x89PNG\r\n\x1a\n" + bytes(self.rnd.randrange(256) for _ in range(2048)), "image/png"
         )
-        page(base, "/koi.html", "Кириллица", [("/", "Домой")], charset="windows-1251")
+        self.page(base, "/koi.html", "Кириллица", [("/", "Домой")], charset="windows-1251")
         if hi == 0:
             r["/moved.html"] = Resource(
                 200, b'<html><head><meta http-equiv="refresh" content="0; url=/s1/"></head></html>'
             )
-            refresh[base + "/moved.html"] = base + "/s1/"
-        if hi > 2 and hi + 1 == len(bases):
-            _sitemaps(base, r, arts, sitemapped, page)
-    seeds = [b + "/" for b in bases]
-    return DemoSite(routes, graph, seeds, disallowed, crawl_delays, sitemapped, refresh, canonical)
+            self.refresh[base + "/moved.html"] = base + "/s1/"
+        if hi > 2 and hi + 1 == len(self.bases):
+            _sitemaps(base, r, arts, self.sitemapped, self.page)
 
 
 _HIDDEN = ((1.0, "daily"), (0.1, "monthly"), (0.5, "weekly"))

@@ -38,6 +38,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from fetchlist.rulefiles import file_stamp, read_text
 from webdb.errors import BadInput
 
 __all__ = ["UrlFilter", "FilterFile", "REGEX", "PREFIX", "SUFFIX"]
@@ -48,6 +49,8 @@ SUFFIX = "suffix"
 _KINDS = (REGEX, PREFIX, SUFFIX)
 _DEFAULT_SIGN = {PREFIX: True, SUFFIX: False}  # a line without +/- in a prefix / suffix file
 _UNMATCHED = {REGEX: False, PREFIX: False, SUFFIX: True}
+# How errors about a filter file word it (fetchlist.rulefiles).
+CANNOT_READ, NOT_UTF8 = "cannot read filter file", "filter file is not UTF-8"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +66,8 @@ class FilterFile:
 
     def __init__(self, path: str | os.PathLike, kind: str | None = None) -> None:
         self.path = os.fspath(path)
-        self._stamp: tuple[int, int] | None = _stamp(self.path)
-        self.text = _read_text(self.path)
+        self._stamp: tuple[int, int] | None = file_stamp(self.path, CANNOT_READ)
+        self.text = read_text(self.path, CANNOT_READ, NOT_UTF8)
         self.kind = kind or declared_kind(self.text) or kind_of(self.path)
         if self.kind not in _KINDS:
             raise BadInput(f"{self.path}: unknown filter kind {self.kind!r} (one of {', '.join(_KINDS)})")
@@ -82,7 +85,7 @@ class FilterFile:
         return f
 
     def changed(self) -> bool:
-        return self._stamp is not None and _stamp(self.path) != self._stamp
+        return self._stamp is not None and file_stamp(self.path, CANNOT_READ) != self._stamp
 
     def accept(self, url: str) -> bool:
         return self.match(url)[0]
@@ -216,21 +219,3 @@ class UrlFilter:
 
     def __repr__(self) -> str:
         return f"UrlFilter({self.files!r})"
-
-
-def _stamp(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read filter file: {e.strerror}") from None
-    return st.st_mtime_ns, st.st_size
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read filter file: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{path}: filter file is not UTF-8 ({e.reason} at byte {e.start})") from None

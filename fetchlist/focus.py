@@ -25,6 +25,7 @@ import re
 
 from fetchlist.generate import host_key
 from fetchlist.normalize import normalize, registered_domain
+from fetchlist.rulefiles import read_text
 from webdb.errors import BadInput
 
 __all__ = ["FocusRules"]
@@ -70,14 +71,7 @@ class FocusRules:
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> FocusRules:
         path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise BadInput(f"{path}: cannot read focus rules: {e.strerror}") from None
-        except UnicodeDecodeError as e:
-            raise BadInput(f"{path}: focus rules are not UTF-8 ({e.reason} at byte {e.start})") from None
-        return cls.parse(text, path)
+        return cls.parse(read_text(path, "cannot read focus rules", "focus rules are not UTF-8"), path)
 
     def fits(self, url: str) -> bool:
         h = host_key(url)

@@ -39,6 +39,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from w3lib.url import canonicalize_url
 
+from fetchlist.rulefiles import file_stamp, read_text
 from webdb import MAX_URL_BYTES, validate_url
 from webdb.errors import BadInput
 from webdb.urls import host_of, registered_domain
@@ -259,14 +260,14 @@ class WwwRules:
                 raise BadInput(f"www rule {domain!r} {form!r}: {err}")
             self._rules[domain.lower()] = form
         self.path = path
-        self._stamp = _stamp(path) if path else None
+        self._stamp = file_stamp(path) if path else None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> WwwRules:
         """Load the rules of ``path``; BadInput names the file and line of a bad rule."""
         path = os.fspath(path)
-        stamp = _stamp(path)
-        rules = cls.parse(_read_text(path), path)
+        stamp = file_stamp(path)
+        rules = cls.parse(read_text(path), path)
         rules.path, rules._stamp = path, stamp
         return rules
 
@@ -307,7 +308,7 @@ class WwwRules:
 
         A bad edit raises BadInput and keeps the previous rules.
         """
-        if self.path is None or _stamp(self.path) == self._stamp:
+        if self.path is None or file_stamp(self.path) == self._stamp:
             return False
         fresh = WwwRules.from_file(self.path)
         self._rules, self._stamp = fresh._rules, fresh._stamp
@@ -341,21 +342,3 @@ class WwwRules:
 
     def __repr__(self) -> str:
         return f"WwwRules({len(self._rules)} domains, path={self.path!r})"
-
-
-def _stamp(path: str) -> tuple[int, int]:
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
-    return st.st_mtime_ns, st.st_size
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None

@@ -139,7 +139,8 @@ class FetchOutcome:
 # ---- JSON records -----------------------------------------------------------------------------
 
 
-def _dumps(obj: dict) -> bytes:
+def json_line(obj: dict) -> bytes:
+    """One record as a line of a part file: compact JSON, UTF-8, newline-terminated."""
     return (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
 
 
@@ -472,7 +473,7 @@ class Segment:
         for sub in (FETCHLIST, FETCH, PARSE, CONTENT):
             os.mkdir(os.path.join(path, sub))
         ident = {"format": SEGMENT_FORMAT, "version": version, "created": int(time.time()), **info}
-        _write_new(os.path.join(path, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
+        write_new(os.path.join(path, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
         return cls(path, ident)
 
     @classmethod
@@ -540,7 +541,7 @@ class Segment:
             os.unlink(tmp)
         with open(tmp, "xb") as f:
             for e in entries:
-                f.write(_dumps(entry_to_json(e)))
+                f.write(json_line(entry_to_json(e)))
                 n += 1
             f.flush()
             os.fsync(f.fileno())
@@ -759,7 +760,7 @@ class SegmentWriter:
         self.segment, self.part = segment, part
         self._lock = threading.Lock()
         fetch_path = segment.file(FETCH, part)
-        self._fetch = _open_append(fetch_path)
+        self._fetch = open_append(fetch_path)
         try:
             fcntl.flock(self._fetch.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -767,15 +768,15 @@ class SegmentWriter:
             raise BadInput(f"{fetch_path}: partition {part} is being written by another process") from None
         self._content = self._warc = None
         try:
-            self._parse = _open_append(segment.file(PARSE, part))
+            self._parse = open_append(segment.file(PARSE, part))
         except BaseException:
             self._fetch.close()
             raise
         try:
             if segment.version >= 2:
-                self._warc = WarcWriter(os.path.join(segment.path, CONTENT), part, opener=_open_append)
+                self._warc = WarcWriter(os.path.join(segment.path, CONTENT), part, opener=open_append)
             else:
-                self._content = _open_append(segment.file(CONTENT, part))
+                self._content = open_append(segment.file(CONTENT, part))
         except BaseException:
             self._parse.close()
             self._fetch.close()
@@ -852,9 +853,9 @@ class SegmentWriter:
                 self._content.flush()
                 r.content_ref = (off, len(r.content))
             if r.parse is not None:
-                self._parse.write(_dumps(parse_to_json(r.parse)))
+                self._parse.write(json_line(parse_to_json(r.parse)))
                 self._parse.flush()
-            self._fetch.write(_dumps(record_to_json(r)))
+            self._fetch.write(json_line(record_to_json(r)))
             self._fetch.flush()
             self.done.add(r.url)
             self.written += 1
@@ -884,7 +885,7 @@ class SegmentWriter:
         self.close()
 
 
-def _open_append(path: str):
+def open_append(path: str):
     """Open a part file for appending without following a symlink (at the file or at its
     folder inside the segment): a planted link could otherwise make us write anywhere."""
     folder = os.path.dirname(path)
@@ -902,7 +903,8 @@ def _open_append(path: str):
     return os.fdopen(fd, "ab+")
 
 
-def _write_new(path: str, data: bytes) -> None:
+def write_new(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all: a temporary file, fsynced, renamed."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "xb") as f:
         f.write(data)

@@ -248,84 +248,113 @@ def apply_segments(
         if not os.path.isdir(d):
             raise BadInput(f"{d}: no such segment directory")
         segs.append(Segment.open(d))
-    iv = _new_interval(log, opts)
-    retry_delay = _retry_delay(log)
-    counts: Counter[str] = Counter()
+    applier = _Applier(log, opts)
     t0 = time.monotonic()
     units = [(seg, part) for seg in segs for part in seg.parts()]
     if sh is not None:
         units = units[len(units) * sh[0] // sh[1] : len(units) * (sh[0] + 1) // sh[1]]
+    counts = applier.counts
     counts["segments"] = len(segs)
     for seg, part in units:
         generated = {e.url: e.page for e in seg.fetchlist(part)}
         for o in seg.outcomes(part):
-            r = o.result
-            url = r.url
-            norm = normalize(url)
-            if norm is None or (norm != url and url not in generated):
-                # not an http(s) URL, or neither in the fetchlist nor in normal form: never a page
-                counts["bad_records"] += 1
-                continue
-            page = generated.get(url)
-            if refused_by_policy(o.record):
-                counts[REFUSED_POLICY] += 1
-                if page is not None:
-                    log.add_page(_refused(page, r.fetch_time, retry_delay))
-                continue
-            prev_md5, prev_meta = (page.md5, page.meta) if page is not None else (None, {})
-            meta = dict(r.meta or {})
-            if MARK in prev_meta:
-                meta[MARK] = ""
-            if prev_meta.get(REFUSED):
-                meta[REFUSED] = ""
-            redirect = opts.target(o.redirect) if o.redirect else None
-            if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
-                meta["redirect"] = o.redirect or ""
-            elif prev_meta.get("redirect"):
-                meta["redirect"] = ""
-            parsed = o.record.parse if r.status == Status.FETCHED else None
-            canonical = _canonical(url, parsed.canonical if parsed is not None else None, opts)
-            if canonical:
-                meta[CANONICAL] = canonical
-            elif prev_meta.get(CANONICAL) and parsed is not None:  # no parse record: not known
-                meta[CANONICAL] = ""
-            log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
-            counts[Status(r.status).name.lower()] += 1
-            if r.status == Status.GONE and o.record.error == ROBOTS_DENIED:
-                counts[REFUSED_ROBOTS] += 1
-            if r.status == Status.FETCHED:
-                if parsed is not None and parsed.sitemaps and not opts.no_additions:
-                    level = sitemap_level(prev_meta) + 1
-                    counts["sitemaps"] += _add_sitemaps(log, url, parsed, level, r.fetch_time, iv, opts)
-                if (
-                    parsed is not None
-                    and parsed.sitemap_urls
-                    and sitemap_level(prev_meta)  # only a sitemap's record lists URLs
-                    and not opts.no_additions
-                    and r.md5 != prev_md5
-                ):
-                    counts["sitemap_urls"] += _add_sitemap_urls(log, url, parsed.sitemap_urls, r.fetch_time, iv, opts)
-                if prev_md5 is not None and r.md5 == prev_md5:
-                    counts["unchanged"] += 1
-                    continue
-                counts["changed"] += 1
-                links = opts.targets(url, o.outlinks)
-                if not links:
-                    continue
-                counts["outlinks"] += len(links)
-                dom = domain_id(host_key(url))
-                if opts.no_additions:
-                    _links_only(log, r.md5, links, dom)
-                else:
-                    _add_new(log, r.md5, links, dom, r.fetch_time, iv, opts)
-            elif redirect is not None and redirect != url:
-                counts["redirect_targets"] += 1
-                if not opts.no_additions:
-                    _add_new(log, None, [(redirect, "")], 0, r.fetch_time, iv, opts)
+            applier.outcome(o, generated)
     counts["bad_urls"] += opts.bad
     out = dict(counts)
     out["seconds"] = round(time.monotonic() - t0, 3)
     return out
+
+
+class _Applier:
+    """The writer calls for one fetch outcome after another, counting what it found."""
+
+    def __init__(self, log: Any, opts: UpdateOptions) -> None:
+        self.log, self.opts = log, opts
+        self.iv = _new_interval(log, opts)
+        self.retry_delay = _retry_delay(log)
+        self.counts: Counter[str] = Counter()
+
+    def outcome(self, o: Any, generated: dict[str, Page]) -> None:
+        """One outcome of a segment partition whose fetchlist is ``generated`` (url -> page)."""
+        log, opts, counts = self.log, self.opts, self.counts
+        r = o.result
+        url = r.url
+        norm = normalize(url)
+        if norm is None or (norm != url and url not in generated):
+            # not an http(s) URL, or neither in the fetchlist nor in normal form: never a page
+            counts["bad_records"] += 1
+            return
+        page = generated.get(url)
+        if refused_by_policy(o.record):
+            counts[REFUSED_POLICY] += 1
+            if page is not None:
+                log.add_page(_refused(page, r.fetch_time, self.retry_delay))
+            return
+        prev_md5, prev_meta = (page.md5, page.meta) if page is not None else (None, {})
+        redirect = opts.target(o.redirect) if o.redirect else None
+        parsed = o.record.parse if r.status == Status.FETCHED else None
+        meta = self._meta(o, prev_meta, parsed)
+        log.apply_fetch(FetchResult(url, r.status, r.fetch_time, r.md5, r.num_outlinks, meta or None))
+        counts[Status(r.status).name.lower()] += 1
+        if r.status == Status.GONE and o.record.error == ROBOTS_DENIED:
+            counts[REFUSED_ROBOTS] += 1
+        if r.status == Status.FETCHED:
+            self._fetched(o, parsed, prev_md5, prev_meta)
+        elif redirect is not None and redirect != url:
+            counts["redirect_targets"] += 1
+            if not opts.no_additions:
+                _add_new(log, None, [(redirect, "")], 0, r.fetch_time, self.iv, opts)
+
+    def _meta(self, o: Any, prev_meta: dict, parsed: Any) -> dict:
+        """The fetch's page meta: the fetcher's, with the generate mark, a refusal, a redirect
+        and a canonical URL the page had cleared (an empty value), a new redirect or canonical set."""
+        r = o.result
+        meta = dict(r.meta or {})
+        if MARK in prev_meta:
+            meta[MARK] = ""
+        if prev_meta.get(REFUSED):
+            meta[REFUSED] = ""
+        if r.status in (Status.REDIRECT_PERM, Status.REDIRECT_TEMP):
+            meta["redirect"] = o.redirect or ""
+        elif prev_meta.get("redirect"):
+            meta["redirect"] = ""
+        canonical = _canonical(r.url, parsed.canonical if parsed is not None else None, self.opts)
+        if canonical:
+            meta[CANONICAL] = canonical
+        elif prev_meta.get(CANONICAL) and parsed is not None:  # no parse record: not known
+            meta[CANONICAL] = ""
+        return meta
+
+    def _fetched(self, o: Any, parsed: Any, prev_md5: bytes | None, prev_meta: dict) -> None:
+        """A page fetched: the sitemaps and sitemap URLs it names, and its outlinks if its
+        content changed."""
+        log, opts, counts, iv = self.log, self.opts, self.counts, self.iv
+        r = o.result
+        url = r.url
+        if parsed is not None and parsed.sitemaps and not opts.no_additions:
+            level = sitemap_level(prev_meta) + 1
+            counts["sitemaps"] += _add_sitemaps(log, url, parsed, level, r.fetch_time, iv, opts)
+        if (
+            parsed is not None
+            and parsed.sitemap_urls
+            and sitemap_level(prev_meta)  # only a sitemap's record lists URLs
+            and not opts.no_additions
+            and r.md5 != prev_md5
+        ):
+            counts["sitemap_urls"] += _add_sitemap_urls(log, url, parsed.sitemap_urls, r.fetch_time, iv, opts)
+        if prev_md5 is not None and r.md5 == prev_md5:
+            counts["unchanged"] += 1
+            return
+        counts["changed"] += 1
+        links = opts.targets(url, o.outlinks)
+        if not links:
+            return
+        counts["outlinks"] += len(links)
+        dom = domain_id(host_key(url))
+        if opts.no_additions:
+            _links_only(log, r.md5, links, dom)
+        else:
+            _add_new(log, r.md5, links, dom, r.fetch_time, iv, opts)
 
 
 def refused_by_policy(record: FetchRecord) -> bool:

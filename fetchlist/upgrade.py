@@ -33,11 +33,11 @@ from fetchlist.segment import (
     SEGMENT_VERSION,
     UPGRADE_DIR,
     Segment,
-    _dumps,
-    _open_append,
-    _write_new,
     exchange_of,
+    json_line,
+    open_append,
     record_to_json,
+    write_new,
 )
 from fetchlist.warc import WarcWriter
 from webdb import Status
@@ -69,7 +69,7 @@ def upgrade_segment(path: str | os.PathLike) -> dict:
     responses = 0
     try:
         for p in seg.parts():
-            lock = _open_append(seg.file(FETCH, p))
+            lock = open_append(seg.file(FETCH, p))
             locks.append(lock)
             try:
                 fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -78,20 +78,20 @@ def upgrade_segment(path: str | os.PathLike) -> dict:
                     f"{seg.file(FETCH, p)}: partition {p} is being fetched; upgrade after the fetch"
                 ) from None
             new_fetch = os.path.join(stage, FETCH, os.path.basename(seg.file(FETCH, p)))
-            with WarcWriter(os.path.join(stage, CONTENT), p, opener=_open_append) as w, open(new_fetch, "xb") as out:
+            with WarcWriter(os.path.join(stage, CONTENT), p, opener=open_append) as w, open(new_fetch, "xb") as out:
                 for r in seg.records(p, content=True):
                     if r.status == Status.FETCHED or r.content_ref is not None:
                         loc = w.write(exchange_of(r))
                         r.content_ref = (loc.offset, loc.length)
                         responses += 1
-                    out.write(_dumps(record_to_json(r)))
+                    out.write(json_line(record_to_json(r)))
                 out.flush()
                 os.fsync(out.fileno())
         for d in (os.path.join(stage, FETCH), os.path.join(stage, CONTENT), stage):
             _fsync_dir(d)
         ident = {**seg.info, "version": SEGMENT_VERSION, "upgraded_from": seg.version}
         _fault("upgrade.staged")
-        _write_new(os.path.join(stage, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
+        write_new(os.path.join(stage, SEGMENT_FILE), json.dumps(ident, indent=1).encode() + b"\n")
         _fsync_dir(stage)
         _fault("upgrade.committed")
         _roll_forward(path, stage)

@@ -61,6 +61,17 @@ def ssh_hosts(sshd_cluster: SSHCluster) -> list[SSHHost]:
     return list(sshd_cluster)
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """A Dask cluster of 3 worker processes on this machine (worker j declares section-j), shared
+    by a module's tests (daskutil.start_cluster)."""
+    from daskutil import start_cluster
+
+    c = start_cluster(3)
+    yield c
+    c.close()
+
+
 @pytest.fixture(autouse=True)
 def _no_user_ssh(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """ssh tests run with HOME in a tmp dir and no agent, so ~/.ssh is never consulted."""

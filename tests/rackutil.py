@@ -1,13 +1,36 @@
-"""Helpers for tests of the distributed writer: inputs split across sections, and one
-readable view of a db whose sections live under several roots."""
+"""Helpers for tests of the distributed writer: racks whose sections live in local roots,
+inputs split across sections, the same calls applied by one local writer, and one readable
+view of a db whose sections live under several roots."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from dbutil import snapshot
 
 import webdb
+from webdb.writer.inputs import apply_call
+
+
+def local_roots(tmp: Path, k: int, name: str = "hosts.ini") -> tuple[Path, list[Path]]:
+    """A hosts.ini (``tmp/name``) of a k-section rack whose section j lives in its own local root
+    ``tmp/rJ`` (made here); returns the ini's path and the roots."""
+    roots = [tmp / f"r{j}" for j in range(k)]
+    for r in roots:
+        r.mkdir(parents=True, exist_ok=True)
+    ini = tmp / name
+    ini.write_text(
+        f"[ndfs]\ndb = crawl\n[sections]\ncount = {k}\n" + "".join(f"{j} = {r}\n" for j, r in enumerate(roots))
+    )
+    return ini, roots
+
+
+def apply_local(db: webdb.WebDB, calls: list[str]) -> None:
+    """Recorded writer calls (JSON lines) applied to ``db`` in one local batch."""
+    with db.writer() as w:
+        for c in calls:
+            apply_call(w, json.loads(c))
 
 
 def split(calls: list[str], dirs: list[Path], tag: str) -> dict[int, dict]:

@@ -172,17 +172,25 @@ def test_crawl_rejects_an_unknown_set_and_a_file_as_segments(tmp_path: Path) -> 
     assert p.stderr.strip() == f"webdb crawl: error: --segments {seeds}: not a directory"
 
 
+def two_host_rack(ssh_hosts: list[SSHHost], tmp_path: Path) -> tuple[list[SSHHost], Path]:
+    """The db ``crawl`` created (sync off) with one section on each of two ssh test hosts;
+    returns the hosts and the hosts.ini."""
+    hosts = ssh_hosts[:2]
+    path = tmp_path / "hosts.ini"
+    path.write_text(
+        "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
+    )
+    cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
+    return hosts, path
+
+
 @pytest.mark.ssh
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_inject_into_a_rack(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
-    hosts = ssh_hosts[:2]
-    ini = "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
-    path = tmp_path / "hosts.ini"
-    path.write_text(ini)
+    hosts, path = two_host_rack(ssh_hosts, tmp_path)
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("".join(f"http://s{i}.example.com/\n" for i in range(40)) + "not a url\n")
-    cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
     p = cli("inject", "--hosts", str(path), "crawl", "--skip-bad", str(seeds), "--json", check=0)
     out = json.loads(p.stdout)
     assert out["urls"] == 40 and out["bad"] == 1 and out["generation"] == 1
@@ -278,11 +286,7 @@ def test_lock_state_as_fab_check_reports_it(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_rack_update_names_the_host_and_pid_holding_a_lock(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
-    hosts = ssh_hosts[:2]
-    ini = "[ndfs]\ndb = crawl\n" + "".join(h.ini() for h in hosts) + "\n[sections]\ncount = 2\nhosts = h0, h1\n"
-    path = tmp_path / "hosts.ini"
-    path.write_text(ini)
-    cli("create", "--hosts", str(path), "crawl", "--set", "sync=false", check=0)
+    hosts, path = two_host_rack(ssh_hosts, tmp_path)
     calls = calls_file(hosts[1].root / "crawl" / "a.jsonl")
     h = Holder(hosts[1].root / "crawl")  # a frozen writer on h1 keeps the rack's lock there
     try:

@@ -7,7 +7,6 @@ killed coordinator and a misplaced worker leave the db at its old or new state."
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -17,15 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from daskutil import start_cluster
 from dbutil import batch_a, batch_b
-from rackutil import committed, gather, no_leftovers, split
+from rackutil import apply_local, committed, gather, local_roots, no_leftovers, split
 from test_engine import digests, recorded, same_parts
 from waiting import wait_until
 
 import webdb
 from webdb.lockwait import wait_for_lock
 from webdb.writer.daskrun import DaskUnavailable, update_dask
-from webdb.writer.inputs import apply_call
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 
 distributed = pytest.importorskip("distributed")
@@ -36,55 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DASK = shutil.which("dask", path=str(Path(sys.executable).parent)) or "dask"
 
 
-def start_cluster(k: int, env: dict[str, str] | None = None):
-    """A LocalCluster of k worker processes (each under a nanny); worker j declares section-j."""
-    import dask
-    from distributed import Client, LocalCluster, Nanny
-
-    # A killed worker is closed for good (its nanny too) if the nanny's restart has not joined
-    # the scheduler within this time (15 s by default, which a loaded machine can exceed): a
-    # bound the restart never reaches, so the test waits on the restart itself.
-    dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})
-
-    cluster = LocalCluster(
-        n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
-    )
-    for j in range(k):
-        cluster.worker_spec[f"section-{j}"] = {
-            "cls": Nanny,
-            "options": {"nthreads": 1, "resources": {f"section-{j}": 1}, "env": dict(env or {}), "memory_limit": 0},
-        }
-    cluster.scale(k)
-    with Client(cluster, set_as_default=False) as c:
-        c.wait_for_workers(k, timeout=120)
-    return cluster
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = start_cluster(3)
-    yield c
-    c.close()
-
-
 def rack_of(tmp: Path, k: int, name: str = "hosts.ini") -> tuple[Rack, list[Path]]:
     """A k-section rack db whose section j lives in its own root ``tmp/rJ``."""
-    roots = [tmp / f"r{j}" for j in range(k)]
-    for r in roots:
-        r.mkdir(parents=True, exist_ok=True)
-    ini = tmp / name
-    ini.write_text(
-        f"[ndfs]\ndb = crawl\n[sections]\ncount = {k}\n" + "".join(f"{j} = {r}\n" for j, r in enumerate(roots))
-    )
+    ini, roots = local_roots(tmp, k, name)
     rack = Rack.from_file(ini)
     create_rack(rack, **SETTINGS)
     return rack, roots
-
-
-def apply_local(db: webdb.WebDB, calls: list[str]) -> None:
-    with db.writer() as w:
-        for c in calls:
-            apply_call(w, json.loads(c))
 
 
 @pytest.mark.timeout(600)
@@ -472,24 +428,24 @@ def test_dask_workers_started_over_ssh_on_the_rack_hosts(ssh_hosts, procs, tmp_p
 def test_generate_over_dask_selects_and_marks_what_generate_does(cluster, tmp_path: Path) -> None:
     """generate's per-location (given a rack) requests run as tasks on the lead workers: the same
     fetchlists and marks as generate on the whole db."""
-    from test_generate_rack import NOW, _fetchlists, _fill, _pages_and_links, _pages_of, _renamed
+    from test_generate_rack import NOW, fetchlists_of, fill_db, pages_and_links, pages_of, renamed
 
     from fetchlist.generate import generate
 
-    pages, links = _pages_and_links(400)
+    pages, links = pages_and_links(400)
     twin = webdb.create(str(tmp_path / "twin"), sections=3, **SETTINGS)
     rack_db = webdb.create(str(tmp_path / "crawl"), sections=3, **SETTINGS)
     for d in (twin, rack_db):
-        _fill(d, pages, links)
+        fill_db(d, pages, links)
     want = generate(twin, tmp_path / "want0", now=NOW, top_n=60, mark_expiry=0)
     got = generate(
         Rack.local(rack_db.path), tmp_path / "got0", now=NOW, top_n=60, mark_expiry=0, dask=cluster.scheduler_address
     )
     assert want.selected > 0 and got.selected == want.selected
-    assert _fetchlists(tmp_path / "got0") == _fetchlists(tmp_path / "want0")
+    assert fetchlists_of(tmp_path / "got0") == fetchlists_of(tmp_path / "want0")
     assert (got.scanned, got.eligible, got.skipped) == (want.scanned, want.eligible, want.skipped)
     assert got.rack.committed
-    assert _pages_of(rack_db) == _renamed(_pages_of(twin))
+    assert pages_of(rack_db) == renamed(pages_of(twin))
     with rack_db.reader() as r:
         r.check()
     no_leftovers([tmp_path])

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from dbutil import batch_a, batch_b, md5, snapshot
-from rackutil import committed, gather, split
-from test_dask import REPLAY, SETTINGS, apply_local, rack_of, start_cluster
+from rackutil import apply_local, committed, gather, split
+from test_dask import REPLAY, SETTINGS, rack_of
 from test_engine import recorded
 
 import webdb
@@ -25,13 +25,6 @@ from webdb.writer.daskrun import update_dask
 from webdb.writer.rack import UpdateFailed
 
 pytest.importorskip("distributed")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = start_cluster(3)
-    yield c
-    c.close()
 
 
 def with_dups(w) -> None:

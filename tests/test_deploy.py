@@ -82,7 +82,6 @@ def test_deploy_needs_a_virtualenv_python() -> None:
 def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: list[SSHHost], tmp_path: Path) -> None:
     hosts = ssh_hosts[:2]
     path = rack_ini(hosts, tmp_path)
-    ini = path.read_text()
     (tmp_path / "src").mkdir()
     src = snapshot_tree(tmp_path / "src")
 
@@ -96,10 +95,31 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
     # must install the dependencies and prove the install on each host.
     p = fab("deploy", "--ini", str(path), "--base-python", host_python())
     assert p.returncode == 0, p.stdout + p.stderr
+    check_first_deploy(p.stdout, hosts, path.read_text())
+    digest = re.findall(r"digest (\w+)", p.stdout)
+    assert len(set(digest)) == 1
+    check_twice_and_deploy_again(fab, path, digest[0])
+    update_through_the_install(webdb_cli, hosts, path, tmp_path)
+
+    # A host that is down fails the check with a reason, and so does every host that cannot
+    # reach it (edits travel host to host).
+    hosts[1].stop()
+    try:
+        p = fab("check", "--ini", str(path))
+        assert p.returncode == 1
+        assert re.search(r"h0 +FAILED .*cannot reach h1 from h0", p.stdout), p.stdout
+        assert re.search(r"h1 +FAILED .*h1: cannot connect to 127.0.0.3:\d+: connection refused", p.stdout), p.stdout
+    finally:
+        hosts[1].start()
+
+
+def check_first_deploy(stdout: str, hosts: list[SSHHost], ini: str) -> None:
+    """Each host: a venv of its own made, webdb installed and proved with the compiled codec,
+    the section folder made, the config pushed into a private folder."""
     for h in hosts:
-        assert re.search(rf"{h.name} +ok .*done venv created, installed, config pushed", p.stdout), p.stdout
-        assert re.search(rf"{h.name} +ok .*codec compiled, extras none", p.stdout), p.stdout
-        assert "proved webdb 0.1.0" in p.stdout
+        assert re.search(rf"{h.name} +ok .*done venv created, installed, config pushed", stdout), stdout
+        assert re.search(rf"{h.name} +ok .*codec compiled, extras none", stdout), stdout
+        assert "proved webdb 0.1.0" in stdout
         # Built on the host by its compiler: the venv's python loads the C codec.
         probe = "import webdb.tables._blockc; from webdb.tables import block; print(block.COMPILED)"
         venv_py = h.root / ".webdb" / "venv" / "bin" / "python"
@@ -110,12 +130,15 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         assert (h.root / "crawl" / f"section-{int(h.name[1:]):04d}").is_dir()
         assert (conf_dir(h) / "hosts.ini").read_text() == ini
         assert conf_dir(h).stat().st_mode & 0o777 == 0o700  # key files pushed here stay private
-    digest = re.findall(r"digest (\w+)", p.stdout)
-    assert len(set(digest)) == 1
+
+
+def check_twice_and_deploy_again(fab, path: Path, digest: str) -> None:
+    """``fab check`` passes, a second deploy has nothing to do but proves again, and the check
+    passes again."""
     for rerun in (False, True):
         p = fab("check", "--ini", str(path))
         assert p.returncode == 0, p.stdout + p.stderr
-        assert p.stdout.count(" ok ") == 2 and f"version 0.1.0, digest {digest[0]}" in p.stdout and "skew" in p.stdout
+        assert p.stdout.count(" ok ") == 2 and f"version 0.1.0, digest {digest}" in p.stdout and "skew" in p.stdout
         assert p.stdout.count("codec compiled, extras none") == 2 and "WARNING" not in p.stdout, p.stdout
         if not rerun:
             p = fab("deploy", "--ini", str(path), "--base-python", host_python())
@@ -125,7 +148,10 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
             assert p.stdout.count("codec compiled") == 2, p.stdout
     assert re.search(r"h0 +ok .*host key ssh-ed25519 SHA256:\S+, sections section-0000, locks none", p.stdout), p.stdout
 
-    # An update through the deployed install: the agents run the venvs' python and webdb.
+
+def update_through_the_install(webdb_cli, hosts: list[SSHHost], path: Path, tmp_path: Path) -> None:
+    """An update through the deployed install: the agents run the venvs' python and webdb,
+    and the rack ends in the state one local writer makes of the same calls."""
     calls = CallRecorder()
     batch_a(calls)
     n = len(calls.calls)
@@ -149,17 +175,6 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         for c in calls.calls:
             apply_call(w, json.loads(c))
     assert_state([h.root for h in hosts], 1, snapshot(ref))
-
-    # A host that is down fails the check with a reason, and so does every host that cannot
-    # reach it (edits travel host to host).
-    hosts[1].stop()
-    try:
-        p = fab("check", "--ini", str(path))
-        assert p.returncode == 1
-        assert re.search(r"h0 +FAILED .*cannot reach h1 from h0", p.stdout), p.stdout
-        assert re.search(r"h1 +FAILED .*h1: cannot connect to 127.0.0.3:\d+: connection refused", p.stdout), p.stdout
-    finally:
-        hosts[1].start()
 
 
 def conf_dir(h: SSHHost) -> Path:

@@ -94,7 +94,7 @@ def test_select_over_the_parts_selections_is_the_global_selection(seed: int) -> 
 # ---- local rack == single process --------------------------------------------------------------------
 
 
-def _pages_and_links(n: int = 900, seed: int = 4) -> tuple[list[Page], list[Link]]:
+def pages_and_links(n: int = 900, seed: int = 4) -> tuple[list[Page], list[Link]]:
     """Hosts with many pages (so section breakpoints fall inside hosts) whose names sort far
     apart within a registered domain (so a domain spans sections)."""
     rnd = random.Random(seed)
@@ -115,7 +115,7 @@ def _pages_and_links(n: int = 900, seed: int = 4) -> tuple[list[Page], list[Link
     return pages, links
 
 
-def _fill(db, pages: list[Page], links: list[Link]) -> None:
+def fill_db(db, pages: list[Page], links: list[Link]) -> None:
     with db.writer() as w:
         for p in pages:
             w.add_page_with_score(p)
@@ -123,18 +123,18 @@ def _fill(db, pages: list[Page], links: list[Link]) -> None:
             w.add_link(lk)
 
 
-def _fetchlists(seg_dir) -> list[list[tuple]]:
-    """Entries of every fetchlist, marks named as the rack's segments are (see _renamed)."""
+def fetchlists_of(seg_dir) -> list[list[tuple]]:
+    """Entries of every fetchlist, marks named as the rack's segments are (see renamed)."""
     seg = Segment.open(seg_dir)
-    return [[(e.url, _renamed([e.page])[0], e.anchors) for e in seg.fetchlist(part)] for part in seg.parts()]
+    return [[(e.url, renamed([e.page])[0], e.anchors) for e in seg.fetchlist(part)] for part in seg.parts()]
 
 
-def _pages_of(db) -> list[Page]:
+def pages_of(db) -> list[Page]:
     with db.reader() as r:
         return list(r.pages())
 
 
-def _renamed(pages: list[Page]) -> list[Page]:
+def renamed(pages: list[Page]) -> list[Page]:
     """The twin's pages with its marks named as the rack's segments are (want<n> -> got<n>)."""
     out = []
     for p in pages:
@@ -145,11 +145,11 @@ def _renamed(pages: list[Page]) -> list[Page]:
 
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_local_rack_generate_equals_generate(k: int, tmp_path: Path) -> None:
-    pages, links = _pages_and_links()
+    pages, links = pages_and_links()
     rack_db = webdb.create(str(tmp_path / "crawl"), sections=k, **SETTINGS)
     twin = webdb.create(str(tmp_path / "twin"), sections=k, **SETTINGS)
     for d in (rack_db, twin):
-        _fill(d, pages, links)
+        fill_db(d, pages, links)
     if k > 1:  # sections cut through hosts, and registered domains span sections
         secs = rack_db.sections()
         by_host: dict[str, set[int]] = {}
@@ -168,7 +168,7 @@ def test_local_rack_generate_equals_generate(k: int, tmp_path: Path) -> None:
         want = generate(twin, tmp_path / f"want{n}", now=now, mark_expiry=0, **opts)
         got = generate(rack, tmp_path / f"got{n}", now=now, mark_expiry=0, **opts)
         assert want.selected > 0 and got.selected == want.selected, opts
-        assert _fetchlists(tmp_path / f"got{n}") == _fetchlists(tmp_path / f"want{n}"), opts
+        assert fetchlists_of(tmp_path / f"got{n}") == fetchlists_of(tmp_path / f"want{n}"), opts
         assert (got.scanned, got.eligible, got.skipped, got.hosts, got.parts) == (
             want.scanned,
             want.eligible,
@@ -180,7 +180,7 @@ def test_local_rack_generate_equals_generate(k: int, tmp_path: Path) -> None:
         # at most O(top_n) (or the per-host caps) keys travelled per location
         if opts.get("top_n"):
             assert got.candidates <= opts["top_n"] * len(rack.places)
-        assert _pages_of(rack_db) == _renamed(_pages_of(twin)), opts
+        assert pages_of(rack_db) == renamed(pages_of(twin)), opts
     with rack_db.reader() as r:
         r.check()
     no_leftovers([tmp_path])
@@ -188,14 +188,14 @@ def test_local_rack_generate_equals_generate(k: int, tmp_path: Path) -> None:
 
 def test_rack_generate_marks_hide_pages_from_the_next_one(tmp_path: Path) -> None:
     """Overlapping rounds never hand out a URL twice: the second sees the first one's marks."""
-    pages, links = _pages_and_links(400)
+    pages, links = pages_and_links(400)
     db = webdb.create(str(tmp_path / "crawl"), sections=2, **SETTINGS)
-    _fill(db, pages, links)
+    fill_db(db, pages, links)
     rack = Rack.local(db.path)
     a = generate(rack, tmp_path / "a", now=NOW, top_n=50)
     b = generate(rack, tmp_path / "b", now=NOW + 60, top_n=1000)
-    ua = {e[0] for lst in _fetchlists(tmp_path / "a") for e in lst}
-    ub = {e[0] for lst in _fetchlists(tmp_path / "b") for e in lst}
+    ua = {e[0] for lst in fetchlists_of(tmp_path / "a") for e in lst}
+    ub = {e[0] for lst in fetchlists_of(tmp_path / "b") for e in lst}
     assert len(ua) == 50 and not ua & ub and b.eligible == a.eligible - 50 and b.skipped["marked"] == 50
     with db.reader() as r:
         assert all(r.get_page(u).meta[MARK] == f"a@{NOW}" for u in ua)
@@ -207,9 +207,9 @@ def test_rack_generate_marks_hide_pages_from_the_next_one(tmp_path: Path) -> Non
 
 @pytest.mark.timeout(300)
 def test_local_rack_generate_section_agent_killed_then_rerun(tmp_path: Path) -> None:
-    pages, links = _pages_and_links(300)
+    pages, links = pages_and_links(300)
     db = webdb.create(str(tmp_path / "crawl"), sections=3, **SETTINGS)
-    _fill(db, pages, links)
+    fill_db(db, pages, links)
     before = snapshot(db)
     rack = Rack.local(db.path)
     for point in ("dist.s1.step0.before_ship", "dist.s2.step3.before_ship"):
@@ -228,9 +228,9 @@ def test_local_rack_generate_section_agent_killed_then_rerun(tmp_path: Path) -> 
 
 @pytest.mark.timeout(120)
 def test_rack_generate_waits_for_the_lock_then_fails_clearly(tmp_path: Path) -> None:
-    pages, links = _pages_and_links(200)
+    pages, links = pages_and_links(200)
     db = webdb.create(str(tmp_path / "crawl"), sections=2, **SETTINGS)
-    _fill(db, pages, links)
+    fill_db(db, pages, links)
     w = db.writer()
     try:
         with pytest.raises(UpdateFailed, match=r"generate waited 1s for the writer lock: .*LockedError") as e:
@@ -250,9 +250,9 @@ def cli(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
 def test_cli_generate_in_a_local_rack_and_update_exit_codes(tmp_path: Path) -> None:
     """`webdb generate --hosts` on a hosts.ini of local paths, and `webdb update` with a bad
     segment path: exit code 2 (bad input), like every other command."""
-    pages, links = _pages_and_links(300)
+    pages, links = pages_and_links(300)
     db = webdb.create(str(tmp_path / "crawl"), sections=2, **SETTINGS)
-    _fill(db, pages, links)
+    fill_db(db, pages, links)
     (tmp_path / "hosts.ini").write_text(f"[ndfs]\ndb = crawl\n\n[sections]\ncount = 2\n0-1 = {tmp_path}\n")
     segs = tmp_path / "segs"
     p = cli(["generate", "--hosts", str(tmp_path / "hosts.ini"), "crawl", str(segs), "--segment", "r1",
@@ -262,7 +262,7 @@ def test_cli_generate_in_a_local_rack_and_update_exit_codes(tmp_path: Path) -> N
     assert lines[0].startswith("generated 20 URLs from ") and lines[-1] == str(segs / "r1")
     assert any(line.startswith(str(tmp_path)) and " ok " in line for line in lines), p.stdout  # per-host row
     assert "selecting on 1 location(s)" in p.stderr and "marking 20 pages" in p.stderr
-    assert sum(len(x) for x in _fetchlists(segs / "r1")) == 20
+    assert sum(len(x) for x in fetchlists_of(segs / "r1")) == 20
     p = cli(["generate", "--hosts", str(tmp_path / "hosts.ini"), "crawl", str(segs), "--min-score", "100", "--json"])
     assert p.returncode == 1 and json.loads(p.stdout)["segment"] is None, p.stderr
     p = cli(["generate", "--hosts", str(tmp_path / "hosts.ini"), "crawl", str(segs), "--segment", "r1"])
@@ -313,17 +313,17 @@ def test_ssh_rack_generate_equals_generate_then_a_host_down(ssh_hosts: list[SSHH
     roots = [h.root for h in hosts]
     rack = make_rack(hosts, tmp_path)
     create_rack(rack, env=AGENT_ENV, **SETTINGS)
-    pages, links = _pages_and_links(600)
+    pages, links = pages_and_links(600)
     _load(rack, roots, pages, links)
     twin = webdb.create(str(tmp_path / "twin"), sections=2, **SETTINGS)
-    _fill(twin, pages, links)
+    fill_db(twin, pages, links)
     for n, opts in enumerate([{"top_n": 50, "max_per_host": 4}, {"max_per_domain": 7, "fetchers": 2}]):
         want = generate(twin, tmp_path / f"want{n}", now=NOW + n, mark_expiry=0, **opts)
         got = generate(rack, tmp_path / f"got{n}", now=NOW + n, mark_expiry=0, env=AGENT_ENV, **opts)
         assert want.selected and got.selected == want.selected
-        assert _fetchlists(tmp_path / f"got{n}") == _fetchlists(tmp_path / f"want{n}")
+        assert fetchlists_of(tmp_path / f"got{n}") == fetchlists_of(tmp_path / f"want{n}")
         assert set(got.rack.hosts) == {"h0", "h1"} and got.rack.hosts.ok
-    assert _pages_of(gather(roots)) == _renamed(_pages_of(twin))
+    assert pages_of(gather(roots)) == renamed(pages_of(twin))
     with gather(roots).reader() as r:
         r.check()
     gen = int((roots[0] / "crawl" / "CURRENT").read_text().split()[0])

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 from dbutil import batch_a
-from rackutil import committed, gather, no_leftovers
+from rackutil import apply_local, committed, gather, local_roots, no_leftovers
 from sshd import SSHHost
 from test_engine import digests, recorded
 
 import webdb
-from webdb.writer.inputs import apply_call
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 
 REPLAY = "webdb.writer.inputs:replay_calls"
@@ -32,22 +31,14 @@ ROUND = (
 
 def path_rack(tmp: Path, k: int) -> tuple[Path, list[Path]]:
     """A k-section rack whose section j lives under its own local root ``tmp/rJ``."""
-    roots = [tmp / f"r{j}" for j in range(k)]
-    for r in roots:
-        r.mkdir(parents=True)
-    ini = tmp / "hosts.ini"
-    ini.write_text(
-        f"[ndfs]\ndb = crawl\n[sections]\ncount = {k}\n" + "".join(f"{j} = {r}\n" for j, r in enumerate(roots))
-    )
+    ini, roots = local_roots(tmp, k)
     create_rack(Rack.from_file(ini), **SETTINGS)
     return ini, roots
 
 
 def local_twin(tmp: Path, k: int, calls: list[str]) -> webdb.WebDB:
     db = webdb.create(str(tmp / "twin" / "crawl"), sections=k, **SETTINGS)
-    with db.writer() as w:
-        for c in calls:
-            apply_call(w, json.loads(c))
+    apply_local(db, calls)
     return db
 
 
@@ -151,7 +142,7 @@ def test_sshd_hosts_that_see_one_file_read_it_once(ssh_hosts: list[SSHHost], tmp
 @pytest.mark.timeout(600)
 def test_dask_workers_that_see_one_file_read_it_once(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
-    from test_dask import start_cluster
+    from daskutil import start_cluster
 
     cluster = start_cluster(2)
     try:

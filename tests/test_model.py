@@ -186,27 +186,26 @@ def test_md5_change_deletes_old_outlinks():
     assert m.outlinks(M1) == [] and m.num_links == 0
 
 
-def test_md5_change_keeps_links_another_url_holds():
-    m = committed(
+def two_urls_one_md5_linking_c() -> Model:
+    """A and B with the same content M1, whose one link goes to C."""
+    return committed(
         Model(),
         ("add_page", Page(A, md5=M1)),
         ("add_page", Page(B, md5=M1)),
         ("add_page", Page(C)),
         ("add_link", Link(M1, C)),
     )
+
+
+def test_md5_change_keeps_links_another_url_holds():
+    m = two_urls_one_md5_linking_c()
     committed(m, ("add_page", Page(A, md5=M2)))
     assert keys(m.outlinks(M1)) == [(M1, C)]
     assert [p.url for p in m.get_pages(M1)] == [B]
 
 
 def test_defect1_deleting_every_page_of_a_multi_page_md5_deletes_its_links():
-    m = committed(
-        Model(),
-        ("add_page", Page(A, md5=M1)),
-        ("add_page", Page(B, md5=M1)),
-        ("add_page", Page(C)),
-        ("add_link", Link(M1, C)),
-    )
+    m = two_urls_one_md5_linking_c()
     committed(m, ("delete_page", A), ("delete_page", B))
     assert m.links() == [] and m.links_by_md5() == [] and m.num_links == 0
 

@@ -235,8 +235,6 @@ def test_add_run_checks_order(tmp_path):
 def test_merges_match_a_model(tmp_path, seed):
     """merge_points and merge_ranges (full results and Splices, ranges within and across
     blocks) against a dict, at block sizes from a few records to many."""
-    from webdb.tables.merge import Splice
-
     rng = random.Random(seed)
     bs = rng.choice([48, 128, 512, 4096])
     keys = [b"k%05d" % i for i in range(0, 3000, 3)]
@@ -244,9 +242,12 @@ def test_merges_match_a_model(tmp_path, seed):
     w = TableWriter(str(tmp_path / "old0"), KIND_PAGES_BY_URL, bs, sync=False)
     w.add_many(keys, [model[k] for k in keys])
     w.close()
-    old = TableReader(str(tmp_path / "old0"))
+    check_merge_points(tmp_path, rng, bs, model)
+    check_merge_ranges(tmp_path, rng, bs, model)
 
-    # Points: set, delete or keep keys stored or not.
+
+def check_merge_points(tmp_path, rng, bs, model):
+    """Points: set, delete or keep keys stored or not (the table old0 holds ``model``)."""
     pts = sorted(rng.sample(range(3000), rng.choice([0, 5, 100, 1500])))
     groups = [(b"k%05d" % i, rng.choice(["set", "del", "keep"])) for i in pts]
 
@@ -254,7 +255,7 @@ def test_merges_match_a_model(tmp_path, seed):
         return {"set": b"new" * rng.randint(0, 3) + key, "del": None, "keep": v}[op]
 
     w = TableWriter(str(tmp_path / "pts"), KIND_PAGES_BY_URL, bs, sync=False)
-    m = MergeCursor(old, w)
+    m = MergeCursor(TableReader(str(tmp_path / "old0")), w)
     want = dict(model)
     results = {}
 
@@ -273,7 +274,11 @@ def test_merges_match_a_model(tmp_path, seed):
             want[k] = r
     assert list(TableReader(str(tmp_path / "pts")).items()) == sorted(want.items())
 
-    # Ranges of 1..60 keys: rewritten whole, spliced, or emptied.
+
+def check_merge_ranges(tmp_path, rng, bs, model):
+    """Ranges of 1..60 keys: rewritten whole, spliced, or emptied (the table old0 holds ``model``)."""
+    from webdb.tables.merge import Splice
+
     cur = rng.randrange(0, 30)
     ranges = []
     while cur < 3000:
@@ -282,14 +287,7 @@ def test_merges_match_a_model(tmp_path, seed):
         cur += width + rng.choice([0, 1, 5, 200])
     want = dict(model)
 
-    def combine_rng(lo, ok, old_values, how):
-        ov = old_values()
-        assert ok == sorted(k for k in model if lo <= k < hi_of[lo]) and ov == [model[k] for k in ok]
-        lo_i, hi_i = int(lo[1:]), int(hi_of[lo][1:])
-        if how == "empty":
-            for k in ok:
-                del want[k]
-            return [], []
+    def random_edits(lo_i, hi_i):
         edits = []
         for i in range(lo_i, hi_i):
             k = b"k%05d" % i
@@ -298,6 +296,16 @@ def test_merges_match_a_model(tmp_path, seed):
                 edits.append((k, b"n%d" % i))
             elif c < 0.5:
                 edits.append((k, None))
+        return edits
+
+    def combine_rng(lo, ok, old_values, how):
+        ov = old_values()
+        assert ok == sorted(k for k in model if lo <= k < hi_of[lo]) and ov == [model[k] for k in ok]
+        if how == "empty":
+            for k in ok:
+                del want[k]
+            return [], []
+        edits = random_edits(int(lo[1:]), int(hi_of[lo][1:]))
         for k, v in edits:
             if v is None:
                 want.pop(k, None)

@@ -5,7 +5,6 @@ at k = 1, 2, 3; and a rack's export through each is the local export's bytes."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,12 +12,11 @@ from pathlib import Path
 
 import pytest
 from dbutil import batch_a, batch_b
-from rackutil import gather, no_leftovers, split
+from rackutil import apply_local, gather, local_roots, no_leftovers, split
 from sshd import SSHHost
 from test_engine import digests, recorded, same_parts
 
 import webdb
-from webdb.writer.inputs import apply_call
 from webdb.writer.rack import Rack, create_rack, update
 
 REPLAY = "webdb.writer.inputs:replay_calls"
@@ -27,23 +25,8 @@ SETTINGS = {"sync": False, "block_size": 512}
 pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from test_dask import start_cluster
-
-    c = start_cluster(3)
-    yield c
-    c.close()
-
-
 def roots_rack(tmp: Path, k: int) -> tuple[Rack, list[Path]]:
-    roots = [tmp / f"r{j}" for j in range(k)]
-    for r in roots:
-        r.mkdir(parents=True)
-    ini = tmp / "hosts.ini"
-    ini.write_text(
-        f"[ndfs]\ndb = crawl\n[sections]\ncount = {k}\n" + "".join(f"{j} = {r}\n" for j, r in enumerate(roots))
-    )
+    ini, roots = local_roots(tmp, k)
     return Rack.from_file(ini), roots
 
 
@@ -71,9 +54,7 @@ def test_every_transport_writes_the_same_tables_and_manifests(
         create_rack(rack, **SETTINGS)
     for tag, batch in (("a", batch_a), ("b", batch_b)):
         calls = recorded(batch)
-        with local.writer() as w:
-            for c in calls:
-                apply_call(w, json.loads(c))
+        apply_local(local, calls)
         dbs = {}
         for name, (rack, roots, dask) in racks.items():
             res = update(rack, split(calls, [tmp_path] * k, f"{tag}-{name}"), input_fn=REPLAY, dask=dask)
@@ -119,9 +100,7 @@ def test_export_of_a_rack_equals_the_local_export(
     create_rack(rack, **SETTINGS)
     for tag, batch in (("a", batch_a), ("b", batch_b)):
         calls = recorded(batch)
-        with local.writer() as w:
-            for c in calls:
-                apply_call(w, json.loads(c))
+        apply_local(local, calls)
         assert update(
             rack, split(calls, [tmp_path] * k, tag), input_fn=REPLAY, dask=dask[1] if dask else None
         ).committed

@@ -108,6 +108,7 @@ def _as_generated(db) -> list[Page]:
 
 
 def test_status_rules_and_link_semantics(tmp_path, db):
+    """One record of each status: the counts, then each page and its links."""
     records = [
         fetched("http://a.com/", "home", ["http://a.com/same", "http://b.org/new", "http://a.com/"]),
         fetched("http://a.com/same", "same", ["http://a.com/never-added"]),  # unchanged: links kept as they are
@@ -147,6 +148,12 @@ def test_status_rules_and_link_semantics(tmp_path, db):
         "redirect_targets": 2,
     }
     pages, links = snapshot(db)
+    check_fetched_pages(db, pages, links)
+    check_other_statuses(db, pages, links)
+
+
+def check_fetched_pages(db, pages, links):
+    """A page fetched: new, unchanged or changed content, and what happens to its links."""
     home = pages["http://a.com/"]
     assert (home.status, home.md5, home.fetch_time, home.next_fetch, home.retries, home.score) == (
         Status.FETCHED,
@@ -168,6 +175,10 @@ def test_status_rules_and_link_semantics(tmp_path, db):
     assert ch.md5 == md5("v2") and ch.meta["etag"] == '"v2"'
     assert outlinks_of(db, "http://a.com/changes") == {"http://a.com/new-target"}
     assert not any(lk[0] == md5("v1") for lk in links) and "http://a.com/old-target" in pages  # the page stays
+
+
+def check_other_statuses(db, pages, links):
+    """Not modified, retries, gone and redirects; the generate mark cleared on every outcome."""
     nm = pages["http://a.com/304"]
     assert (nm.status, nm.md5, nm.fetch_time, nm.next_fetch, nm.meta["etag"]) == (
         Status.NOT_MODIFIED,

@@ -26,6 +26,63 @@ from webdb.tables.table import TableWriter
 __all__ = ["compact"]
 
 
+def _check_sections_here(db, m: dict) -> None:
+    for j in range(m["sections"]["k"]):
+        if m["tables"][j] and not os.path.isdir(db.section_dir(j)):
+            raise BadInput(
+                f"{db.path}: section {j} is not here (one location of a rack?); a rack's tables are "
+                f"compacted inside `webdb update` (settings level_ratio, level_runs)"
+            )
+
+
+def _tables_with_runs(m: dict) -> list[tuple[float, int, str, int]]:
+    """(runs' bytes / base's bytes, section, table, total bytes) of every table with runs, the
+    most run-heavy first."""
+    todo = []
+    for j in range(m["sections"]["k"]):
+        for t, e in m["tables"][j].items():
+            if e.get("runs"):
+                rb = sum(r["bytes"] for r in e["runs"])
+                todo.append((rb / max(e["bytes"], 1), j, t, e["bytes"] + rb))
+    todo.sort(key=lambda x: (-x[0], x[1], x[2]))
+    return todo
+
+
+def _out_of_budget(budget: float | None, spent: float, done: list, nbytes: int, size: int) -> bool:
+    """Whether the next table (``size`` bytes) would overrun the budget at the bytes per second
+    so far (the first table always starts unless the budget is spent)."""
+    if budget is None:
+        return False
+    if done and spent + size / (nbytes / max(spent, 1e-9)) > budget:
+        return True
+    return spent >= budget
+
+
+def _compact_table(db, gen: int, entry: dict, j: int, t: str, created: list[str]) -> dict:
+    """One table's base and runs merged into a new base file; returns its manifest entry."""
+    s = db.settings
+    d = db.section_dir(j)
+    view = open_levels(
+        os.path.join(d, entry["file"]), [os.path.join(d, r["file"]) for r in entry["runs"]], t, entry["records"]
+    )
+    name = f"{gen:08d}-c.{TABLE_SUFFIX[t]}"
+    out = TableWriter(os.path.join(d, name), TABLE_KINDS[t], s["block_size"], s["codec"], sync=s["sync"])
+    created.append(out.path)
+    _, info = written(view, out, lambda v=view, o=out: compact_levels(v, o))
+    if info["records"] != entry["records"]:
+        raise AssertionError(f"{out.path}: {info['records']} records after compaction, expected {entry['records']}")
+    _fault.point("compact.after_table")
+    return {"file": name, "records": info["records"], "bytes": info["bytes"]}
+
+
+def _remove(paths: list[str]) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass  # aborted before it was created, or already gone
+
+
 def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
     """Merge every table's delta runs into a new base and commit one generation; returns
     ``{"generation", "compacted": [{"section", "table", "runs", "bytes", "seconds"}], "left",
@@ -39,53 +96,22 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
     try:
         db.recover()
         m = db.manifest()
-        k = m["sections"]["k"]
-        for j in range(k):
-            if m["tables"][j] and not os.path.isdir(db.section_dir(j)):
-                raise BadInput(
-                    f"{db.path}: section {j} is not here (one location of a rack?); a rack's tables are "
-                    f"compacted inside `webdb update` (settings level_ratio, level_runs)"
-                )
+        _check_sections_here(db, m)
         db.quick_check()
-        todo = []
-        for j in range(k):
-            for t, e in m["tables"][j].items():
-                if e.get("runs"):
-                    rb = sum(r["bytes"] for r in e["runs"])
-                    todo.append((rb / max(e["bytes"], 1), j, t, e["bytes"] + rb))
-        todo.sort(key=lambda x: (-x[0], x[1], x[2]))
+        todo = _tables_with_runs(m)
         gen = m["generation"] + 1
-        s = db.settings
         tables = [dict(x) for x in m["tables"]]
         done: list[dict] = []
         created: list[str] = []
-        nbytes, spent = 0, 0.0
+        nbytes = 0
         try:
             for _, j, t, size in todo:
-                spent = clock() - t0
-                if budget is not None and done:
-                    rate = nbytes / max(spent, 1e-9)
-                    if spent + size / rate > budget:
-                        break
-                if budget is not None and spent >= budget:
+                if _out_of_budget(budget, clock() - t0, done, nbytes, size):
                     break
                 c0 = clock()
-                e = tables[j][t]
-                d = db.section_dir(j)
-                view = open_levels(
-                    os.path.join(d, e["file"]), [os.path.join(d, r["file"]) for r in e["runs"]], t, e["records"]
-                )
-                name = f"{gen:08d}-c.{TABLE_SUFFIX[t]}"
-                out = TableWriter(os.path.join(d, name), TABLE_KINDS[t], s["block_size"], s["codec"], sync=s["sync"])
-                created.append(out.path)
-                _, info = written(view, out, lambda v=view, o=out: compact_levels(v, o))
-                if info["records"] != e["records"]:
-                    raise AssertionError(
-                        f"{out.path}: {info['records']} records after compaction, expected {e['records']}"
-                    )
-                _fault.point("compact.after_table")
-                tables[j][t] = {"file": name, "records": info["records"], "bytes": info["bytes"]}
-                done.append({"section": j, "table": t, "runs": len(e["runs"]), "bytes": size, "seconds": clock() - c0})
+                runs = len(tables[j][t]["runs"])
+                tables[j][t] = _compact_table(db, gen, tables[j][t], j, t, created)
+                done.append({"section": j, "table": t, "runs": runs, "bytes": size, "seconds": clock() - c0})
                 nbytes += size
             if not done:
                 return {"generation": None, "compacted": [], "left": len(todo), "seconds": clock() - t0}
@@ -103,11 +129,7 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
             check_counts(manifest)
             _fault.point("compact.before_commit")
         except BaseException:
-            for p in created:
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass  # aborted before it was created, or already gone
+            _remove(created)
             raise
         db.commit(manifest)
         _fault.point("compact.after_commit")

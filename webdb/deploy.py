@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from webdb.errors import BadInput, DistributedError, WebDBError
 from webdb.ndfs import GroupResult, HostConfig, HostResult, NdfsConfig, load_config, parse_config
@@ -385,6 +386,166 @@ def _facts(h: _Host, py: str) -> dict:
         raise DistributedError(f"{h.host.name}: python -m webdb.deploy facts printed {out[:200]!r}") from None
 
 
+@dataclass(frozen=True)
+class _Shipment:
+    """What deploy sends every host: the source distribution, the wheels, the config files, and
+    the digest a host's install marker must hold to count as current."""
+
+    sdist: bytes
+    sdist_name: str
+    wheels: dict[str, bytes]  # file name -> bytes; empty without a wheelhouse
+    reqs: list[str]
+    digest: str
+    probe_imports: str
+    ini_bytes: bytes
+    config_dir: str  # where hosts.ini and the files it names live here
+    extra_files: list[str]  # relative to config_dir
+
+
+def _shipment(ini_path: str, reqs: list[str], deps: bool, wheelhouse: str | None) -> _Shipment:
+    import tempfile
+
+    ini_bytes = open(ini_path, "rb").read()
+    extra_files = relative_files(ini_path)
+    with tempfile.TemporaryDirectory() as tmp:
+        sdist_path = build_sdist(tmp)
+        with open(sdist_path, "rb") as f:
+            sdist = f.read()
+    house: dict[str, bytes] = {}
+    if wheelhouse:
+        for f in wheelhouse_fill(wheelhouse, reqs):
+            with open(os.path.join(wheelhouse, f), "rb") as fh:
+                house[f] = fh.read()
+    # The marker covers the shipped source (C files included), the dependency set, the extras
+    # and how it was installed: a deploy that changes any of them installs again.
+    mode = "wheelhouse " + " ".join(sorted(house)) if wheelhouse else "index"
+    digest = hashlib.sha256(
+        "\n".join([hashlib.sha256(sdist).hexdigest(), *reqs, mode, f"upgrade={deps}"]).encode()
+    ).hexdigest()
+    return _Shipment(
+        sdist=sdist,
+        sdist_name=os.path.basename(sdist_path),
+        wheels=house,
+        reqs=reqs,
+        digest=digest,
+        probe_imports=", ".join(import_names(reqs)),
+        ini_bytes=ini_bytes,
+        config_dir=os.path.dirname(os.path.abspath(ini_path)),
+        extra_files=extra_files,
+    )
+
+
+def _make_dirs(h: _Host, config: NdfsConfig, db: str | None) -> str:
+    """The data root, the db's share-group directories and the (private) config folder; returns
+    the config folder."""
+    hc = h.host
+    conf = deploy_dir(hc.root, config)  # per config: racks sharing a root do not collide
+    dirs = [hc.root, conf]
+    if db:
+        dirs += [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
+    h.run("mkdir -p " + " ".join(map(shlex.quote, dirs)), "creating directories")
+    # Key files arrive by atomic put with default modes: the folder keeps them private.
+    h.run(f"chmod 700 {shlex.quote(conf)}", "protecting the config folder")
+    return conf
+
+
+def _ensure_venv(h: _Host, base_python: str, done: list[str]) -> None:
+    """A venv of its own (no system site-packages) at the python hosts.ini names."""
+    hc = h.host
+    venv = venv_of(hc)
+    py = shlex.quote(hc.python)
+    cfg = shlex.quote(posixpath.join(venv, "pyvenv.cfg"))
+    state = h.run(f"if test -x {py}; then grep -qi '^include-system-site-packages *= *true' {cfg} 2>/dev/null "
+                  f"&& echo shared || echo own; else echo none; fi", "looking for the venv").strip()  # fmt: skip
+    if state != "own":
+        # From the host's own python, never with the host's site-packages: the venv holds
+        # exactly what deploy installs (and proves below).
+        h.run(f"{shlex.quote(base_python)} -m venv --clear {shlex.quote(venv)}", "creating the venv")
+        done.append("venv created" if state == "none" else "venv rebuilt (had system site-packages)")
+    if h.run(f"test -f {cfg} && echo yes || echo no", "looking for pyvenv.cfg").strip() != "yes":
+        raise BadInput(f"[host:{hc.name}] python = {hc.python}: {venv} is not a virtualenv (no pyvenv.cfg); "
+                       f"refusing to install into it")  # fmt: skip
+
+
+class _Install:
+    """Installing the shipment into one host's venv and proving it runs there."""
+
+    def __init__(self, h: _Host, ship: _Shipment, conf: str, deps: bool) -> None:
+        hc = h.host
+        self.h, self.ship, self.deps = h, ship, deps
+        self.venv = venv_of(hc)
+        self.conf_rel = posixpath.relpath(conf, hc.root)
+        self.py = shlex.quote(hc.python)
+        self.marker = posixpath.join(self.venv, MARKER)
+        self.pip = f"{self.py} -m pip install -q --disable-pip-version-check"
+        if ship.wheels:
+            for f, b in ship.wheels.items():
+                h.put_bytes(b, posixpath.join(self.conf_rel, "wheels", f))
+            self.pip += f" --no-index --find-links {shlex.quote(posixpath.join(conf, 'wheels'))}"
+
+    def installed_digest(self) -> str:
+        return self.h.run(f"cat {shlex.quote(self.marker)} 2>/dev/null || true", "reading the deployed digest").strip()
+
+    def install(self) -> None:
+        h, ship = self.h, self.ship
+        src = posixpath.join(self.conf_rel, ship.sdist_name)
+        h.put_bytes(ship.sdist, src)
+        h.run(f"rm -f {shlex.quote(self.marker)}", "clearing the install marker")
+        upgrade = " --upgrade --upgrade-strategy eager" if self.deps else ""
+        h.run(f"{self.pip}{upgrade} {' '.join(map(shlex.quote, ship.reqs))}", "pip install the dependencies")
+        # Built here, by the host's pip and compiler; never from pip's wheel cache (a wheel
+        # built before, or on a host that had a compiler, under the same name).
+        q = shlex.quote(posixpath.join(h.host.root, src))
+        h.run(f"{self.pip} --no-cache-dir --force-reinstall --no-deps {q}", "pip install webdb (building its codec)")
+
+    def prove(self) -> tuple[str, dict]:
+        h, probe_imports = self.h, self.ship.probe_imports
+        h.run(f"{self.py} -c {shlex.quote('import ' + probe_imports)}", f"importing {probe_imports} in {self.venv}")
+        version = h.run(f"{shlex.quote(posixpath.join(self.venv, 'bin', 'webdb'))} --version", "webdb --version")
+        return version.strip(), _facts(h, self.py)
+
+    def run(self, done: list[str]) -> tuple[str, dict]:
+        """Install where the marker is not current, prove, and install again where the proof
+        shows a venv without the codec or a broken one; records the install in the marker.
+        Returns the proved version and the host's facts."""
+        digest = self.ship.digest
+        have = self.installed_digest()
+        if have != digest:
+            self.install()
+            done.append("installed")
+        try:
+            try:
+                version, facts = self.prove()
+                if facts["codec"] != "compiled" and have == digest:
+                    self.install()  # current, but without the codec: a compiler may be there now
+                    done.append("rebuilt")
+                    version, facts = self.prove()
+            except DistributedError:
+                if have != digest:
+                    raise
+                self.install()  # the marker said current but the venv is broken: install again
+                done.append("reinstalled")
+                version, facts = self.prove()
+        except DistributedError as e:
+            raise DistributedError(f"{e}; the venv cannot run webdb: fix the cause, or remove {self.venv} "
+                                   f"and run fab deploy again to rebuild it") from None  # fmt: skip
+        tmp = shlex.quote(f"{self.marker}.tmp")
+        self.h.run(f"echo {digest} > {tmp} && sync {tmp} && mv -f {tmp} {shlex.quote(self.marker)}",
+                   "recording the install")  # fmt: skip
+        return version, facts
+
+
+def _push_config(h: _Host, ship: _Shipment, conf: str) -> bool:
+    """hosts.ini and the key files it names, into the config folder; True if any changed."""
+    conf_rel = posixpath.relpath(conf, h.host.root)
+    changed = h.put_bytes(ship.ini_bytes, posixpath.join(conf_rel, "hosts.ini"))
+    for rel in ship.extra_files:
+        with open(os.path.join(ship.config_dir, rel), "rb") as f:
+            changed |= h.put_bytes(f.read(), posixpath.join(conf_rel, rel))
+        h.run(f"chmod 600 {shlex.quote(posixpath.join(conf, rel))}", "protecting key files")
+    return changed
+
+
 def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3", deps: bool = False,
            wheelhouse: str | None = None, hosts: list[str] | None = None, extras: tuple[str, ...] = (),
            require_compiled: bool = False) -> GroupResult:  # fmt: skip
@@ -400,110 +561,20 @@ def deploy(ini_path: str, *, db: str | None = None, base_python: str = "python3"
     config = check_file(ini_path, "hosts.ini")
     extras = parse_extras(extras)
     db = db or config.db
-    ini_bytes = open(ini_path, "rb").read()
-    extra_files = relative_files(ini_path)
-    base = os.path.dirname(os.path.abspath(ini_path))
-    reqs = requirements(extras)
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        sdist_path = build_sdist(tmp)
-        with open(sdist_path, "rb") as f:
-            sdist = f.read()
-    house: dict[str, bytes] = {}
-    if wheelhouse:
-        for f in wheelhouse_fill(wheelhouse, reqs):
-            with open(os.path.join(wheelhouse, f), "rb") as fh:
-                house[f] = fh.read()
-    sdist_name = os.path.basename(sdist_path)
+    ship = _shipment(ini_path, requirements(extras), deps, wheelhouse)
     code = source_digest()
-    # The marker covers the shipped source (C files included), the dependency set, the extras
-    # and how it was installed: a deploy that changes any of them installs again.
-    mode = "wheelhouse " + " ".join(sorted(house)) if wheelhouse else "index"
-    digest = hashlib.sha256(
-        "\n".join([hashlib.sha256(sdist).hexdigest(), *reqs, mode, f"upgrade={deps}"]).encode()
-    ).hexdigest()
-    probe_imports = ", ".join(import_names(reqs))
 
     def one(h: _Host) -> dict:
-        hc = h.host
-        venv = venv_of(hc)
-        conf = deploy_dir(hc.root, config)  # per config: racks sharing a root do not collide
-        conf_rel = posixpath.relpath(conf, hc.root)
-        dirs = [hc.root, conf]
-        if db:
-            dirs += [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
-        h.run("mkdir -p " + " ".join(map(shlex.quote, dirs)), "creating directories")
-        # Key files arrive by atomic put with default modes: the folder keeps them private.
-        h.run(f"chmod 700 {shlex.quote(conf)}", "protecting the config folder")
+        conf = _make_dirs(h, config, db)
         done: list[str] = []
-        py = shlex.quote(hc.python)
-        cfg = shlex.quote(posixpath.join(venv, "pyvenv.cfg"))
-        state = h.run(f"if test -x {py}; then grep -qi '^include-system-site-packages *= *true' {cfg} 2>/dev/null "
-                      f"&& echo shared || echo own; else echo none; fi", "looking for the venv").strip()  # fmt: skip
-        if state != "own":
-            # From the host's own python, never with the host's site-packages: the venv holds
-            # exactly what deploy installs (and proves below).
-            h.run(f"{shlex.quote(base_python)} -m venv --clear {shlex.quote(venv)}", "creating the venv")
-            done.append("venv created" if state == "none" else "venv rebuilt (had system site-packages)")
-        if h.run(f"test -f {cfg} && echo yes || echo no", "looking for pyvenv.cfg").strip() != "yes":
-            raise BadInput(f"[host:{hc.name}] python = {hc.python}: {venv} is not a virtualenv (no pyvenv.cfg); "
-                           f"refusing to install into it")  # fmt: skip
-        marker = posixpath.join(venv, MARKER)
-        pip = f"{py} -m pip install -q --disable-pip-version-check"
-        if wheelhouse:
-            for f, b in house.items():
-                h.put_bytes(b, posixpath.join(conf_rel, "wheels", f))
-            pip += f" --no-index --find-links {shlex.quote(posixpath.join(conf, 'wheels'))}"
-
-        def install() -> None:
-            src = posixpath.join(conf_rel, sdist_name)
-            h.put_bytes(sdist, src)
-            h.run(f"rm -f {shlex.quote(marker)}", "clearing the install marker")
-            upgrade = " --upgrade --upgrade-strategy eager" if deps else ""
-            h.run(f"{pip}{upgrade} {' '.join(map(shlex.quote, reqs))}", "pip install the dependencies")
-            # Built here, by the host's pip and compiler; never from pip's wheel cache (a wheel
-            # built before, or on a host that had a compiler, under the same name).
-            q = shlex.quote(posixpath.join(hc.root, src))
-            h.run(f"{pip} --no-cache-dir --force-reinstall --no-deps {q}", "pip install webdb (building its codec)")
-
-        def prove() -> tuple[str, dict]:
-            h.run(f"{py} -c {shlex.quote('import ' + probe_imports)}", f"importing {probe_imports} in {venv}")
-            version = h.run(f"{shlex.quote(posixpath.join(venv, 'bin', 'webdb'))} --version", "webdb --version")
-            return version.strip(), _facts(h, py)
-
-        have = h.run(f"cat {shlex.quote(marker)} 2>/dev/null || true", "reading the deployed digest").strip()
-        if have != digest:
-            install()
-            done.append("installed")
-        try:
-            try:
-                version, facts = prove()
-                if facts["codec"] != "compiled" and have == digest:
-                    install()  # current, but without the codec: a compiler may be there now
-                    done.append("rebuilt")
-                    version, facts = prove()
-            except DistributedError:
-                if have != digest:
-                    raise
-                install()  # the marker said current but the venv is broken: install again
-                done.append("reinstalled")
-                version, facts = prove()
-        except DistributedError as e:
-            raise DistributedError(f"{e}; the venv cannot run webdb: fix the cause, or remove {venv} "
-                                   f"and run fab deploy again to rebuild it") from None  # fmt: skip
-        tmp = shlex.quote(f"{marker}.tmp")
-        h.run(f"echo {digest} > {tmp} && sync {tmp} && mv -f {tmp} {shlex.quote(marker)}", "recording the install")
-        changed = h.put_bytes(ini_bytes, posixpath.join(conf_rel, "hosts.ini"))
-        for rel in extra_files:
-            with open(os.path.join(base, rel), "rb") as f:
-                changed |= h.put_bytes(f.read(), posixpath.join(conf_rel, rel))
-            h.run(f"chmod 600 {shlex.quote(posixpath.join(conf, rel))}", "protecting key files")
-        if changed:
+        _ensure_venv(h, base_python, done)
+        installing = _Install(h, ship, conf, deps)
+        version, facts = installing.run(done)
+        if _push_config(h, ship, conf):
             done.append("config pushed")
         if require_compiled and facts["codec"] != "compiled":
-            raise DistributedError(f"{hc.name}: the compiled block codec is required: {facts['why']}")
-        return {"done": done or ["unchanged"], "venv": venv, "proved": version, "digest": code[:12],
+            raise DistributedError(f"{h.host.name}: the compiled block codec is required: {facts['why']}")
+        return {"done": done or ["unchanged"], "venv": installing.venv, "proved": version, "digest": code[:12],
                 "codec": codec_line(facts), "extras": ", ".join(facts["extras"]) or "none"}  # fmt: skip
 
     return _each(config, f"deploy {ini_path}", one, hosts)

@@ -36,6 +36,80 @@ def _breakpoints(reader, k: int) -> list[bytes]:
     return out
 
 
+class _TableWriters:
+    """One table's writers in the new generation, one per new section, opened at first use."""
+
+    def __init__(self, db, settings: dict, gen: int, table: str, kind: int) -> None:
+        self.db, self.settings, self.gen, self.table, self.kind = db, settings, gen, table, kind
+        self.writers: dict[int, TableWriter] = {}
+
+    def __call__(self, j: int) -> TableWriter:
+        w = self.writers.get(j)
+        if w is None:
+            s = self.settings
+            name = f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}"
+            w = self.writers[j] = TableWriter(
+                os.path.join(section_path(self.db.path, j), name),
+                self.kind,
+                s["block_size"],
+                s["codec"],
+                sync=s["sync"],
+            )
+        return w
+
+    def close(self, tables: list[dict]) -> None:
+        """Close every writer, recording its file in ``tables[section]``."""
+        for j, w in self.writers.items():
+            info = w.close()
+            tables[j][self.table] = {
+                "file": os.path.basename(w.path),
+                "records": info["records"],
+                "bytes": info["bytes"],
+            }
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+def _copy_table(r, table: str, secs: Sections, writer: _TableWriters, status: list[dict]) -> tuple[int, int]:
+    """Stream one table in global order into the new sections: a block that lands whole in one
+    section is copied raw (its CRC checked), any other is decoded and cut; pages_by_url is
+    always decoded, to count each new section's statuses.  Returns (raw, decoded) blocks."""
+    raw = decoded = 0
+
+    def of(key: bytes) -> int:
+        return secs.of_key(table, key)
+
+    for t in r.tables[table]:
+        if t is None:
+            continue
+        if not hasattr(t, "nblocks"):
+            # Kept as levels: the merged records, one by one (no raw blocks).
+            for keys, vals in t.chunks():
+                decoded += 1
+                for key, val in zip(keys, vals):
+                    writer(of(key)).add(key, val)
+            continue
+        for b in range(t.nblocks):
+            j0, j1 = of(t.first_keys[b]), of(t.last_keys[b])
+            if j0 == j1 and table != "pages_by_url":
+                data = t.raw_block(b)
+                check_block_crc(data, t.where(b))
+                writer(j0).add_raw_block(data, t.first_keys[b], t.last_keys[b], t.counts[b])
+                raw += 1
+                continue
+            keys, vals = t.block(b, fill_cache=False)
+            decoded += 1
+            for key, val in zip(keys, vals):
+                j = of(key)
+                writer(j).add(key, val)
+                if table == "pages_by_url":
+                    st = str(page_status(val))
+                    status[j][st] = status[j].get(st, 0) + 1
+    return raw, decoded
+
+
 def rebalance(db, sections: int, progress: bool = False) -> dict:
     """Commit a new generation of ``db`` with ``sections`` sections; returns its manifest."""
     from webdb.errors import BadInput
@@ -56,65 +130,15 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
             status: list[dict] = [{} for _ in range(sections)]
             raw = decoded = 0
             for table, kind in TABLE_KINDS.items():
-
-                def of(key: bytes, table: str = table) -> int:
-                    return secs.of_key(table, key)
-
-                writers: dict[int, TableWriter] = {}
-
-                def writer(
-                    j: int, table: str = table, kind: int = kind, writers: dict[int, TableWriter] = writers
-                ) -> TableWriter:
-                    w = writers.get(j)
-                    if w is None:
-                        name = f"{gen:08d}-s0.{TABLE_SUFFIX[table]}"
-                        w = writers[j] = TableWriter(
-                            os.path.join(section_path(db.path, j), name),
-                            kind,
-                            s["block_size"],
-                            s["codec"],
-                            sync=s["sync"],
-                        )
-                    return w
-
+                writer = _TableWriters(db, s, gen, table, kind)
                 try:
-                    for t in r.tables[table]:
-                        if t is None:
-                            continue
-                        if not hasattr(t, "nblocks"):
-                            # Kept as levels: the merged records, one by one (no raw blocks).
-                            for keys, vals in t.chunks():
-                                decoded += 1
-                                for key, val in zip(keys, vals):
-                                    writer(of(key)).add(key, val)
-                            continue
-                        for b in range(t.nblocks):
-                            j0, j1 = of(t.first_keys[b]), of(t.last_keys[b])
-                            if j0 == j1 and table != "pages_by_url":
-                                data = t.raw_block(b)
-                                check_block_crc(data, t.where(b))
-                                writer(j0).add_raw_block(data, t.first_keys[b], t.last_keys[b], t.counts[b])
-                                raw += 1
-                                continue
-                            keys, vals = t.block(b, fill_cache=False)
-                            decoded += 1
-                            for key, val in zip(keys, vals):
-                                j = of(key)
-                                writer(j).add(key, val)
-                                if table == "pages_by_url":
-                                    st = str(page_status(val))
-                                    status[j][st] = status[j].get(st, 0) + 1
-                    for j, w in writers.items():
-                        info = w.close()
-                        tables[j][table] = {
-                            "file": os.path.basename(w.path),
-                            "records": info["records"],
-                            "bytes": info["bytes"],
-                        }
+                    table_raw, table_decoded = _copy_table(r, table, secs, writer, status)
+                    writer.close(tables)
                 except BaseException:
-                    for w in writers.values():
-                        w.abort()
+                    writer.abort()
                     raise
+                raw += table_raw
+                decoded += table_decoded
             base = r.manifest
         manifest = build(
             generation=gen,

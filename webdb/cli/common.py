@@ -206,3 +206,10 @@ def rack_target(args):
             raise BadInput(f"--dask: {e}") from None
     rack = Rack.from_file(args.hosts, args.db) if args.hosts else Rack.local(args.db)
     return rack, args.dask
+
+
+def rack_failed(command: str, e) -> int:
+    """A rack run that failed (``UpdateFailed`` ``e``): its one-line error on stderr, and the
+    exit status: 2 for bad input or a held lock, 1 for the rest (a host down, a killed agent)."""
+    print(f"webdb {command}: error: {e}", file=sys.stderr)
+    return 2 if e.kind in ("BadInput", "LockedError") else 1

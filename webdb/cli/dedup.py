@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_json, add_lock_wait, add_rack_args, emit, rack_target
+from webdb.cli.common import add_json, add_lock_wait, add_rack_args, emit, rack_failed, rack_target
 
 
 def add_parser(sub) -> None:
@@ -84,8 +84,7 @@ def run(args) -> int:
                 give_up=lambda e: UpdateFailed(f"dedup waited {args.lock_wait:g}s for the writer lock: {e}", e.result),
             )
         except UpdateFailed as e:
-            print(f"webdb dedup: error: {e}", file=sys.stderr)
-            return 2 if e.kind in ("BadInput", "LockedError") else 1
+            return rack_failed("dedup", e)
     else:
         db = webdb.open(args.db)
         counts = wait_for_lock(

@@ -97,16 +97,31 @@ def serve(args) -> int:
 
 
 def run(args) -> int:
-    from fetchlist.crawl import crawl
     from fetchlist.demo_site import DEMO_HOSTS, loopback_ok, serve_demo
-    from fetchlist.fetch import Fetcher
-    from webdb.cli.read import stats
 
     missing = [h for h in DEMO_HOSTS if not loopback_ok(h)]
     if missing:
         raise BadInput(f"the demo serves on {', '.join(DEMO_HOSTS)}; this machine cannot bind {', '.join(missing)}")
     if args.serve:
         return serve(args)
+    check_db_arg(args)
+    tmp = None if args.db else tempfile.mkdtemp(prefix="webdb-demo-")
+    root = args.db or os.path.join(tmp, "demo.db")
+    t0 = time.monotonic()
+    try:
+        server, site = serve_demo(pages=args.pages, crawl_delay=0.1)
+        with server:
+            res = crawl_demo(args, root, tmp, server, site)
+        data, text = summary(args, root, tmp, site, res, t0)
+        emit(args, data, text)
+    finally:
+        if tmp and not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def check_db_arg(args) -> None:
+    """--db: a new folder (made here, so that a folder no db can be made in is named) or an empty one."""
     if args.db:
         check_parent(args.db, "--db")
         if not os.path.exists(args.db):
@@ -116,70 +131,75 @@ def run(args) -> int:
                 raise BadInput(f"--db {args.db}: cannot create it: {e.strerror}") from None
     if args.db and os.path.exists(args.db) and (not os.path.isdir(args.db) or os.listdir(args.db)):
         raise BadInput(f"{args.db}: exists; give a new path (the demo site's port changes every run)")
-    tmp = None if args.db else tempfile.mkdtemp(prefix="webdb-demo-")
-    root = args.db or os.path.join(tmp, "demo.db")
-    quiet = args.json
-    t0 = time.monotonic()
-    try:
-        server, site = serve_demo(pages=args.pages, crawl_delay=0.1)
-        with server:
-            seeds = os.path.join(os.path.dirname(os.path.abspath(root)), "demo-seeds.txt")
-            if not quiet:
-                where = (
-                    ("a temporary directory, kept" if args.keep else "a temporary directory, removed at the end")
-                    if tmp
-                    else "--db"
-                )
-                print(f"demo site: {len(site.graph):,} pages on {', '.join(server.base(h) for h in DEMO_HOSTS)}")
-                print(f"db: {root} ({where}); seeds: {seeds}")
-            with open(seeds, "w", encoding="utf-8") as f:
-                f.write("".join(u + "\n" for u in site.seeds))
-            # Our own servers on loopback (allowed by the address policy here only): a short
-            # politeness delay (host 1 still asks for Crawl-delay 0.1 s).
-            fetcher = Fetcher(politeness_delay=0.02, threads=8, progress=False, allow_private_addresses=True)
-            res = crawl(
-                root,
-                seeds=[seeds],
-                rounds=args.rounds,
-                sections=args.sections,
-                fetcher=fetcher,
-                create_settings={"sync": False},
-                report=None if quiet else (lambda rs: print(rs.line(), flush=True)),
-            )
-        import webdb
 
-        with webdb.open(root).reader() as r:
-            st = stats(r, top_hosts=4, progress=False)
-            check = r.check()
-        reach = site.reachable()
-        with webdb.open(root).reader() as r:
-            got = {p.url for p in r.pages() if p.status == 1 and p.url in site.graph}
-        data = {
-            "db": root,
-            "kept": tmp is None or args.keep,
-            "crawl": res.to_json(),
-            "stats": st,
-            "check": "ok",
-            "site_pages": len(site.graph),
-            "reachable_html": len(reach),
-            "fetched_html": len(got & reach),
-            "seconds": round(time.monotonic() - t0, 2),
-        }
-        lines = [
-            f"db stats: {st['pages']:,} pages ({st['fetched']:,} fetched, {st['unfetched']:,} unfetched), "
-            f"{st['links']:,} links, {st['bytes']:,} bytes in {st['sections']} sections; check {data['check']} "
-            f"({check['pages']:,} pages, {check['links']:,} links verified)",
-            "status: " + ", ".join(f"{k} {v:,}" for k, v in st["status"].items()),
-            "top hosts: " + ", ".join(f"{h} {n:,}" for h, n in st["top_hosts"]),
-            f"fetched {data['fetched_html']:,} of the {len(reach):,} HTML pages a polite crawler can reach "
-            f"in {data['seconds']:.1f}s",
-        ]
-        if tmp and not args.keep:
-            lines.append(f"removed {tmp} (run `webdb demo --keep` or `--db PATH` to keep the db)")
-        else:
-            lines.append(f"try: webdb read {root} --stats")
-        emit(args, data, "\n".join(lines))
-    finally:
-        if tmp and not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+
+def crawl_demo(args, root: str, tmp: str | None, server, site):
+    """Write the seeds beside the db and crawl the served site for --rounds rounds, printing a
+    line per round (unless --json); returns the CrawlResult."""
+    from fetchlist.crawl import crawl
+    from fetchlist.demo_site import DEMO_HOSTS
+    from fetchlist.fetch import Fetcher
+
+    quiet = args.json
+    seeds = os.path.join(os.path.dirname(os.path.abspath(root)), "demo-seeds.txt")
+    if not quiet:
+        where = (
+            ("a temporary directory, kept" if args.keep else "a temporary directory, removed at the end")
+            if tmp
+            else "--db"
+        )
+        print(f"demo site: {len(site.graph):,} pages on {', '.join(server.base(h) for h in DEMO_HOSTS)}")
+        print(f"db: {root} ({where}); seeds: {seeds}")
+    with open(seeds, "w", encoding="utf-8") as f:
+        f.write("".join(u + "\n" for u in site.seeds))
+    # Our own servers on loopback (allowed by the address policy here only): a short
+    # politeness delay (host 1 still asks for Crawl-delay 0.1 s).
+    fetcher = Fetcher(politeness_delay=0.02, threads=8, progress=False, allow_private_addresses=True)
+    return crawl(
+        root,
+        seeds=[seeds],
+        rounds=args.rounds,
+        sections=args.sections,
+        fetcher=fetcher,
+        create_settings={"sync": False},
+        report=None if quiet else (lambda rs: print(rs.line(), flush=True)),
+    )
+
+
+def summary(args, root: str, tmp: str | None, site, res, t0: float) -> tuple[dict, str]:
+    """What the db holds after the crawl, checked, and how much of the reachable site it
+    fetched: the --json document and the text."""
+    import webdb
+    from webdb.cli.read import stats
+
+    with webdb.open(root).reader() as r:
+        st = stats(r, top_hosts=4, progress=False)
+        check = r.check()
+    reach = site.reachable()
+    with webdb.open(root).reader() as r:
+        got = {p.url for p in r.pages() if p.status == 1 and p.url in site.graph}
+    data = {
+        "db": root,
+        "kept": tmp is None or args.keep,
+        "crawl": res.to_json(),
+        "stats": st,
+        "check": "ok",
+        "site_pages": len(site.graph),
+        "reachable_html": len(reach),
+        "fetched_html": len(got & reach),
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    lines = [
+        f"db stats: {st['pages']:,} pages ({st['fetched']:,} fetched, {st['unfetched']:,} unfetched), "
+        f"{st['links']:,} links, {st['bytes']:,} bytes in {st['sections']} sections; check {data['check']} "
+        f"({check['pages']:,} pages, {check['links']:,} links verified)",
+        "status: " + ", ".join(f"{k} {v:,}" for k, v in st["status"].items()),
+        "top hosts: " + ", ".join(f"{h} {n:,}" for h, n in st["top_hosts"]),
+        f"fetched {data['fetched_html']:,} of the {len(reach):,} HTML pages a polite crawler can reach "
+        f"in {data['seconds']:.1f}s",
+    ]
+    if tmp and not args.keep:
+        lines.append(f"removed {tmp} (run `webdb demo --keep` or `--db PATH` to keep the db)")
+    else:
+        lines.append(f"try: webdb read {root} --stats")
+    return data, "\n".join(lines)

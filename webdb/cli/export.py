@@ -21,7 +21,7 @@ import stat
 import sys
 from contextlib import contextmanager
 
-from webdb.cli.common import add_db_location, add_json, add_rack_args, emit, open_db, rack_target
+from webdb.cli.common import add_db_location, add_json, add_rack_args, emit, open_db, rack_failed, rack_target
 from webdb.errors import BadInput
 from webdb.export import (
     DEFAULT_MAX_ANCHORS,
@@ -201,8 +201,7 @@ def run_rack(args, rack, scheduler, statuses, since) -> int:
                 heartbeat_timeout=args.heartbeat_timeout,
             )
         except UpdateFailed as e:
-            print(f"webdb export: error: {e}", file=sys.stderr)
-            return 2 if e.kind in ("BadInput", "LockedError") else 1
+            return rack_failed("export", e)
 
         def lines():
             for j, _ in parts:

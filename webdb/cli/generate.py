@@ -22,7 +22,7 @@ import os
 import sys
 
 import webdb
-from webdb.cli.common import add_json, add_quiet, emit
+from webdb.cli.common import add_json, add_quiet, emit, rack_failed
 from webdb.cli.crawlopts import add_generate_args, generate_kwargs
 from webdb.writer.rack import HEARTBEAT_TIMEOUT
 
@@ -87,8 +87,7 @@ def run(args) -> int:
         except UpdateFailed as e:
             if args.json:  # the error is one line on stderr; the per-host table only in JSON
                 emit(args, {"segment": None, "error": str(e), "kind": e.kind})
-            print(f"webdb generate: error: {e}", file=sys.stderr)
-            return 2 if e.kind in ("BadInput", "LockedError") else 1
+            return rack_failed("generate", e)
     data = {
         "segment": res.segment,
         "selected": res.selected,

@@ -111,7 +111,7 @@ def run_rack(args) -> int:
     """Inject into a rack: ship the files to one location, run one rack batch there."""
     import hashlib
 
-    from webdb.cli.update import _locked
+    from webdb.cli.update import rack_lock_held
     from webdb.lockwait import wait_for_lock
     from webdb.ndfs import open_transport
     from webdb.writer.rack import Rack, update
@@ -147,7 +147,7 @@ def run_rack(args) -> int:
                 lambda: update(rack, inputs, input_fn="fetchlist.inject:inject_input", options=options),
                 args.lock_wait,
                 "inject",
-                _locked,
+                rack_lock_held,
             )
         finally:
             for name in shipped:

@@ -14,7 +14,16 @@ from __future__ import annotations
 import json
 import sys
 
-from webdb.cli.common import add_db_location, add_json, add_rack_args, nonneg_int, open_db, positive_int, rack_target
+from webdb.cli.common import (
+    add_db_location,
+    add_json,
+    add_rack_args,
+    nonneg_int,
+    open_db,
+    positive_int,
+    rack_failed,
+    rack_target,
+)
 
 COLS = ("domain", "prefix", "unfetched", "fetched", "fit")
 
@@ -47,8 +56,7 @@ def run(args) -> int:
                 rack, args.depth, args.min_count, dask=scheduler, heartbeat_timeout=args.heartbeat_timeout
             )
         except UpdateFailed as e:
-            print(f"webdb prefixes: error: {e}", file=sys.stderr)
-            return 2 if e.kind in ("BadInput", "LockedError") else 1
+            return rack_failed("prefixes", e)
         _write(args, stats)
         return 0
     with open_db(args).reader() as r:

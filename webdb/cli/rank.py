@@ -9,7 +9,16 @@ dask_scheduler) the same runs as tasks on a Dask cluster (docs/analysis.md §5).
 
 from __future__ import annotations
 
-from webdb.cli.common import add_json, add_lock_wait, add_rack_args, emit, nonneg_int, positive_int, rack_target
+from webdb.cli.common import (
+    add_json,
+    add_lock_wait,
+    add_rack_args,
+    emit,
+    nonneg_int,
+    positive_int,
+    rack_failed,
+    rack_target,
+)
 
 
 def add_parser(sub) -> None:
@@ -38,8 +47,6 @@ def run(args) -> int:
 
     rack, scheduler = rack_target(args)
     if rack is not None:
-        import sys
-
         from webdb.analysis.onrack import rank_rack
         from webdb.writer.rack import UpdateFailed
 
@@ -53,8 +60,7 @@ def run(args) -> int:
                 lock_wait=args.lock_wait,
             )
         except UpdateFailed as e:
-            print(f"webdb rank: error: {e}", file=sys.stderr)
-            return 2 if e.kind in ("BadInput", "LockedError") else 1
+            return rack_failed("rank", e)
     else:
         res = rank(webdb.open(args.db), args.iterations, args.damping, args.workers, lock_wait=args.lock_wait)
     emit(

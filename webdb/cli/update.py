@@ -250,12 +250,12 @@ def run(args) -> int:
         return update(rack, dask=args.dask, **common)
 
     try:
-        res = wait_for_lock(attempt, args.lock_wait, "update", _locked)
+        res = wait_for_lock(attempt, args.lock_wait, "update", rack_lock_held)
     except UpdateFailed as e:
         # The error is one line on stderr; the per-host table only with --json or -v.
         if args.json or args.verbose:
             emit(args, _json(e.result), e.result.summary())
-        waited = f"waited {args.lock_wait:g}s for the writer lock: " if _locked(e) else ""
+        waited = f"waited {args.lock_wait:g}s for the writer lock: " if rack_lock_held(e) else ""
         print(f"webdb update: error: {waited}{e}", file=sys.stderr)
         # Bad input (a segment that is not there, a malformed record), a corrupt db and a lock
         # held past --lock-wait are 2 like every command's WebDBError; a run that failed for
@@ -265,7 +265,7 @@ def run(args) -> int:
     return 0
 
 
-def _locked(e: BaseException) -> bool:
+def rack_lock_held(e: BaseException) -> bool:
     """A rack update that failed only because a host's writer lock is held: nothing was
     written (the agents take their locks first), so it can start again."""
     return isinstance(e, UpdateFailed) and e.kind == "LockedError" and not e.result.committed
