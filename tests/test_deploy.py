@@ -59,8 +59,9 @@ def test_sdist_holds_every_package_the_scripts_and_the_codec_sources(tmp_path: P
     for mod in ("webdb/writer/distributed.py", "webdb/tables/table.py", "webdb/ndfs/ssh.py", "fetchlist/fetch.py"):
         assert mod in names
     assert {"setup.py", "pyproject.toml", "PKG-INFO", "bin/webdb-update"} <= names
-    c_files = {p.relative_to(REPO).as_posix() for p in (REPO / "webdb" / "tables" / "_blockc_src").iterdir()}
-    assert c_files <= names and "webdb/tables/_blockc_src/blockc.h" in c_files
+    for src, header in (("tables/_blockc_src", "blockc.h"), ("writer/_stagesc_src", "stagesc.h")):
+        c_files = {p.relative_to(REPO).as_posix() for p in (REPO / "webdb" / src).iterdir()}
+        assert c_files <= names and f"webdb/{src}/{header}" in c_files
     # The same tree gives the same bytes: an unchanged tree is not shipped again.
     assert Path(path).read_bytes() == Path(build_sdist(str(tmp_path / "b"))).read_bytes()
     assert len(source_digest()) == 64
@@ -100,10 +101,13 @@ def test_fab_deploy_and_check_twice_then_update_through_the_install(ssh_hosts: l
         assert re.search(rf"{h.name} +ok .*done venv created, installed, config pushed", p.stdout), p.stdout
         assert re.search(rf"{h.name} +ok .*codec compiled, extras none", p.stdout), p.stdout
         assert "proved webdb 0.1.0" in p.stdout
-        # Built on the host by its compiler: the venv's python loads the C codec.
-        probe = "import webdb.tables._blockc; from webdb.tables import block; print(block.COMPILED)"
+        # Built on the host by its compiler: the venv's python loads both compiled extensions.
+        probe = (
+            "import webdb.tables._blockc, webdb.writer._stagesc; from webdb.tables import block; "
+            "from webdb.writer import kernels; print(block.COMPILED, kernels.COMPILED)"
+        )
         venv_py = h.root / ".webdb" / "venv" / "bin" / "python"
-        assert subprocess.run([venv_py, "-c", probe], capture_output=True, text=True).stdout == "True\n"
+        assert subprocess.run([venv_py, "-c", probe], capture_output=True, text=True).stdout == "True True\n"
         cfg = (h.root / ".webdb" / "venv" / "pyvenv.cfg").read_text()
         assert "include-system-site-packages = false" in cfg and str(Path(HOST_PYTHON).parent) in cfg
         assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()

@@ -566,42 +566,6 @@ def range_diff(
     return _blockc.diff(ok, ov, new, lo, hi, out_k, out_v) if _blockc is not None else None
 
 
-def pack_edits(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes] | None:
-    """Edit records ``key + prefix + seq counter (n0 + 1, ...; 5 bytes BE) + value + key length``
-    (``webdb.writer.edits.pack``) in C (``_blockc.pack_edits``); None when not compiled or for
-    input it declines (the Python code raises)."""
-    return _blockc.pack_edits(keys, values, prefix, n0) if _blockc is not None else None
-
-
-def lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
-    """Stage 4's edit records cut into groups per url in C (``_blockc.lbu_groups``; the
-    reference is ``webdb.writer.cascade._lbu_groups``); None when not compiled or for a record
-    it declines."""
-    return _blockc.lbu_groups(recs, final) if _blockc is not None else None
-
-
-def lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
-    """Stage 3's edit records cut into groups per md5 in C (``_blockc.lbm_groups``; the
-    reference is ``webdb.writer.cascade._lbm_groups``); None when not compiled or for a record
-    it declines."""
-    return _blockc.lbm_groups(recs, final) if _blockc is not None else None
-
-
-def lbm_adds(
-    md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
-) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]] | None:
-    """Stage 3's new or changed links of one md5 in C (``_blockc.lbm_adds``; the reference is
-    ``webdb.writer.cascade._lbm_adds``); None when not compiled or for input it declines."""
-    return _blockc.lbm_adds(md5, ok, ov, adds, tail) if _blockc is not None else None
-
-
-def lbu_splice(start: bytes, url: bytes, ledits: list, state_of: Callable[[bytes], int], tail: bytes) -> tuple | None:
-    """Stage 4's link edits of a url without a target notice in C (``_blockc.lbu_splice``; the
-    reference is ``webdb.writer.cascade._lbu_splice``); None when not compiled or for input it
-    declines (``state_of`` not called then)."""
-    return _blockc.lbu_splice(start, url, ledits, state_of, tail) if _blockc is not None else None
-
-
 def make_links(
     keys: list[bytes], vals: list[bytes], plen: int, url: str, cls: type, fixed: int, out: int
 ) -> list | None:

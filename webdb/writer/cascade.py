@@ -31,8 +31,6 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables import block
-from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, lbu_splice
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import MergeCursor, Splice
@@ -50,6 +48,7 @@ from webdb.tables.pagecodec import (
 from webdb.tables.records import Page
 from webdb.tables.table import Probe, TableReader, TableWriter, _prefix_end
 from webdb.writer import edits as E
+from webdb.writer import kernels
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
 
@@ -217,9 +216,9 @@ def _chunks(it: Iterator[bytes], n: int) -> Iterator[list[bytes]]:
 
 def join_run(recs: list[bytes], lo: int, hi: int) -> tuple[bytes, list[int]]:
     """``recs[lo:hi]`` as ``TableWriter.add_run``'s arguments (keys with empty values): their
-    bytes back to back and their lengths, each followed by 0.  In C (``_blockc.join_run``) when
-    the compiled codec is built."""
-    c = block._blockc
+    bytes back to back and their lengths, each followed by 0.  In C (``_stagesc.join_run``) when
+    the writer's kernels are compiled."""
+    c = kernels.stagesc
     if c is not None:
         return c.join_run(recs, lo, hi)
     part = recs[lo:hi]
@@ -526,8 +525,8 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         if not del_all:
             # Only new or changed links are written; the stored ones stay as bytes (a re-add of
             # the same link keeps the stored flag and emits nothing).  In C when compiled.
-            r = lbm_adds(md5, ok, old_values(), adds, tail)
-            ek, ev, sp = r if r is not None else _lbm_adds(md5, ok, old_values(), adds, tail)
+            r = kernels.lbm_adds(md5, ok, old_values(), adds, tail)
+            ek, ev, sp = r if r is not None else lbm_adds_py(md5, ok, old_values(), adds, tail)
             if ek:
                 em4.add_many(ek, ev)
             return Splice(sp)
@@ -553,7 +552,7 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
 
-    cur.merge_ranges(_batched_groups(job, lbm_groups, _lbm_groups), combine)
+    cur.merge_ranges(_batched_groups(job, kernels.lbm_groups, lbm_groups_py), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {4: em4.finish()}
@@ -580,8 +579,8 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
             # The target did not change: stored links have the right flag and stay as they are
             # (spliced as bytes).  Added links need the target's state; deletes need nothing.
             tail = E.lbm2_tail(url_b, E.OP5_FLAG)
-            r = lbu_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
-            state, sp, fix = r if r is not None else _lbu_splice(start, url_b, ledits, state_of, tail)
+            r = kernels.lbu_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
+            state, sp, fix = r if r is not None else lbu_splice_py(start, url_b, ledits, state_of, tail)
             if sp is not None:
                 if fix:
                     em5.add_many(fix, [bytes((LINK_OUT if state == E.TARGET_OUT else 0,))] * len(fix))
@@ -615,14 +614,14 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
-    cur.merge_ranges(_batched_groups(job, lbu_groups, _lbu_groups), combine)
+    cur.merge_ranges(_batched_groups(job, kernels.lbu_groups, lbu_groups_py), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
 
 
-def _lbu_splice(
+def lbu_splice_py(
     start: bytes, url_b: bytes, ledits: list[tuple[bytes, int, bytes]], state_of: Callable[[bytes], int], tail: bytes
 ) -> tuple[int, list[tuple[bytes, bytes | None]] | None, list[bytes]]:
     """Stage 4's link edits of a url with no target notice: ``(state, splice, fix)``.  The last
@@ -630,7 +629,7 @@ def _lbu_splice(
     absent target ``(0, None, [])`` (the caller deletes every link).  Else the splice of the
     url's range (``start`` + fromID, value or None), each added link's flag set to the target's
     where it differs, and ``fix`` the fromID + ``tail`` of those links (stage 5 sets the same
-    flag in LinksByMD5).  (``_blockc.lbu_splice`` is this in C.)"""
+    flag in LinksByMD5).  (``_stagesc.lbu_splice`` is this in C.)"""
     fin: dict[bytes, bytes | None] = {}
     for fid, op, v in ledits:
         fin[fid] = v if op == E.OP4_ADD else None
@@ -649,13 +648,13 @@ def _lbu_splice(
     return state, [(start + fid, v) for fid, v in fin.items()], fix
 
 
-def _lbm_adds(
+def lbm_adds_py(
     md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
 ) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]]:
     """Stage 3's link adds of an md5 without a delete-all: the new or changed ones (a url not
     stored, or a value that differs but in the flag) as the edits to emit (url + ``tail``,
     value) and the splice of the md5's range (md5 + url, value).  ``ok``, ``ov``: the md5's
-    stored links; ``adds`` in url order, one per url.  (``_blockc.lbm_adds`` is this in C.)"""
+    stored links; ``adds`` in url order, one per url.  (``_stagesc.lbm_adds`` is this in C.)"""
     old = dict(zip([k[16:] for k in ok], ov))
     ek: list[bytes] = []
     ev: list[bytes] = []
@@ -669,10 +668,10 @@ def _lbm_adds(
     return ek, ev, sp
 
 
-def _lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
+def lbm_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     """Stage 3's edit records cut into one group per md5, ``(md5, end of its key range,
     (delete_all, [(url, value)]))``, of several adds of a url the last; the rest as
-    ``_lbu_groups``.  (``_blockc.lbm_groups`` is this in C.)"""
+    ``_lbu_groups``.  (``_stagesc.lbm_groups`` is this in C.)"""
     out = []
     gm: bytes | None = None
     del_all = False
@@ -703,11 +702,11 @@ def _lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
     return out, len(recs)
 
 
-def _lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
+def lbu_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     """Stage 4's edit records cut into one group per url, ``(url 0x00, url 0x01, (url, notice,
     [(fromID, op, value)]))`` (the last notice of a url wins).  Unless ``final`` the last url's
     group is left, as it may go on in the next records: returns the groups and the index of its
-    first record.  (``_blockc.lbu_groups`` is this in C.)"""
+    first record.  (``_stagesc.lbu_groups`` is this in C.)"""
     out = []
     gu: bytes | None = None
     notice: int | None = None

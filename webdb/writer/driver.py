@@ -329,8 +329,8 @@ class _Drive:
         if slow:
             self.warn(
                 f"{', '.join(slow)} run{'s' if len(slow) == 1 else ''} the pure-Python block codec (the C "
-                "extension webdb.tables._blockc is not importable there): merges are several times slower; "
-                "fab deploy builds it on each host"
+                "extensions webdb.tables._blockc and webdb.writer._stagesc are not both importable there): "
+                "merges are several times slower; fab deploy builds them on each host"
             )
         gen0 = max(h["committed"] for h in hello.values())
         base = next(h["manifest"] for h in hello.values() if h["committed"] == gen0)

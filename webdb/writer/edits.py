@@ -15,8 +15,8 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from webdb.tables.block import pack_edits
 from webdb.tables.pagecodec import NO_OUTLINKS, NUM_OUTLINKS
+from webdb.writer.kernels import pack_edits
 
 # Stages of the cascade and the table each one rewrites.
 ST_PBU, ST_PBM, ST_LBM, ST_LBU, ST_LBM2 = 1, 2, 3, 4, 5
@@ -75,7 +75,7 @@ def pack_at(key: bytes, prefix: bytes, n: int, value: bytes = b"") -> bytes:
 
 def pack_many(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes]:
     """``[pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(zip(keys, values), 1)]``,
-    in C when the codec is compiled (``_blockc.pack_edits``)."""
+    in C when the writer's kernels are compiled (``_stagesc.pack_edits``)."""
     recs = pack_edits(keys, values, prefix, n0)
     if recs is None:
         recs = [

@@ -21,7 +21,6 @@ from webdb.schedule import FetchResult
 from webdb.sections import Reservoir, Sections
 from webdb.settings import resolve
 from webdb.sortbuf import GroupFeed, SortBuffer
-from webdb.tables import block
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
@@ -37,6 +36,7 @@ from webdb.tables.records import (
     validate_url,
 )
 from webdb.writer import edits as E
+from webdb.writer import kernels
 from webdb.writer.cascade import StageJob, encode_fetch, encode_lastmod, write_routed
 from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
@@ -457,14 +457,15 @@ class EditLog:
 def first_ifn_only(recs: Iterable[bytes]) -> Iterable[bytes]:
     """Drop every add_page_if_not_present edit of a url but its first: only the first can win
     (docs/semantics.md), and an update adds one per outlink, so most targets repeat.  A list
-    (a spill) is filtered in one C call (``_blockc.ifn_first``) with the compiled codec."""
-    c = block._blockc
+    (a spill) is filtered in one C call (``_stagesc.ifn_first``) with the writer's kernels compiled."""
+    c = kernels.stagesc
     if c is not None and isinstance(recs, list):
         return c.ifn_first(recs, E.OP_IFN)
-    return _first_ifn_only(recs)
+    return first_ifn_only_py(recs)
 
 
-def _first_ifn_only(recs: Iterable[bytes]) -> Iterator[bytes]:
+def first_ifn_only_py(recs: Iterable[bytes]) -> Iterator[bytes]:
+    """``first_ifn_only`` in Python, a record at a time (the reference of ``_stagesc.ifn_first``)."""
     prev = b""
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)

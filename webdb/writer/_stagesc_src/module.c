@@ -1,0 +1,26 @@
+/* The module webdb.writer._stagesc: its method table (the functions of every C file, stagesc.h). */
+#include "stagesc.h"
+
+static PyMethodDef methods[] = {
+    {"pack_edits", (PyCFunction)(void (*)(void))c_pack_edits, METH_FASTCALL, pack_edits_doc},
+    {"ifn_first", c_ifn_first, METH_VARARGS, ifn_first_doc},
+    {"join_run", c_join_run, METH_VARARGS, join_run_doc},
+    {"link_records", (PyCFunction)(void (*)(void))c_link_records, METH_FASTCALL, link_records_doc},
+    {"urls_ok", (PyCFunction)(void (*)(void))c_urls_ok, METH_FASTCALL, urls_ok_doc},
+    {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
+    {"lbm_groups", (PyCFunction)(void (*)(void))c_lbm_groups, METH_FASTCALL, lbm_groups_doc},
+    {"lbm_adds", (PyCFunction)(void (*)(void))c_lbm_adds, METH_FASTCALL, lbm_adds_doc},
+    {"lbu_splice", (PyCFunction)(void (*)(void))c_lbu_splice, METH_FASTCALL, lbu_splice_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "webdb.writer._stagesc",
+    .m_doc = "The writer's edit and stage kernels in C; webdb/writer/kernels.py loads it, the Python "
+             "references beside it in webdb/writer/ are the fallback.",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__stagesc(void) { return PyModule_Create(&module); }
