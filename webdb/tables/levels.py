@@ -22,7 +22,7 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import _blockc, _crc32, _lz4_decompress, merge_sorted, range_diff, short_levels
+from webdb.tables.block import blockc, crc32, lz4_decompress, merge_sorted, range_diff, short_levels
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import _DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
@@ -30,7 +30,7 @@ from webdb.tables.table import _DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
 T = TypeVar("T")
-_span = _blockc.span if _blockc is not None else None
+_span = blockc.span if blockc is not None else None
 
 PUT = b"\x01"
 DEL = b"\x00"
@@ -303,7 +303,7 @@ class Levels:
 
     def _short_files(self) -> tuple:
         """Each file's ``short_args`` and whether it is a run, newest first; () if a file has none."""
-        if _blockc is None:
+        if blockc is None:
             return ()
         out = []
         for t in self._newest:
@@ -320,7 +320,7 @@ class Levels:
         files = self._short
         if files is None:
             files = self._short = self._short_files()
-        return _blockc.levelseek(files, _crc32, _lz4_decompress) if files else None
+        return blockc.levelseek(files, crc32, lz4_decompress) if files else None
 
     def _merged(
         self, parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]]
@@ -364,7 +364,7 @@ class LevelCursor:
         self.view, self.out = view, out
         # Newest first; the base last.  Each one read forward as the edits go.
         self._seek = [Seeker(r) for r in view.runs] + ([Seeker(view.base)] if view.base is not None else [])
-        # Compiled, the same reads in one call per range or key (_blockc.levelseek); on a block
+        # Compiled, the same reads in one call per range or key (blockc.levelseek); on a block
         # or record it finds unsound it is dropped, and the Seekers (from the start: reads are
         # forward, so that only costs a longer search) read on and name the fault.
         self._c = view.level_seek()
