@@ -62,15 +62,15 @@ def url_key(url: str) -> bytes:
     return url.encode("utf-8")
 
 
-def pbm_key(p: Page) -> bytes:
+def pages_by_md5_key(p: Page) -> bytes:
     return p.md5 + url_key(p.url)
 
 
-def lbm_key(link: Link) -> bytes:
+def links_by_md5_key(link: Link) -> bytes:
     return link.from_id + url_key(link.url)
 
 
-def lbu_key(link: Link) -> bytes:
+def links_by_url_key(link: Link) -> bytes:
     return url_key(link.url) + b"\x00" + link.from_id
 
 
@@ -286,22 +286,22 @@ class Model:
         return _sorted_copies(self._pages.values(), lambda p: url_key(p.url))
 
     def pages_by_md5(self) -> list[Page]:
-        return _sorted_copies(self._pages.values(), pbm_key)
+        return _sorted_copies(self._pages.values(), pages_by_md5_key)
 
     def links(self) -> list[Link]:
-        return _sorted_copies(self._links.values(), lbu_key)
+        return _sorted_copies(self._links.values(), links_by_url_key)
 
     def links_by_md5(self) -> list[Link]:
-        return _sorted_copies(self._links.values(), lbm_key)
+        return _sorted_copies(self._links.values(), links_by_md5_key)
 
     def get_pages(self, md5: bytes) -> list[Page]:
-        return _sorted_copies([p for p in self._pages.values() if p.md5 == md5], pbm_key)
+        return _sorted_copies([p for p in self._pages.values() if p.md5 == md5], pages_by_md5_key)
 
     def inlinks(self, url: str) -> list[Link]:
-        return _sorted_copies([x for x in self._links.values() if x.url == url], lbu_key)
+        return _sorted_copies([x for x in self._links.values() if x.url == url], links_by_url_key)
 
     def outlinks(self, md5: bytes) -> list[Link]:
-        return _sorted_copies([x for x in self._links.values() if x.from_id == md5], lbm_key)
+        return _sorted_copies([x for x in self._links.values() if x.from_id == md5], links_by_md5_key)
 
 
 def _sorted_copies(items: Iterable, key) -> list:

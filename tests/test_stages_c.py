@@ -1,10 +1,11 @@
 """The compiled kernels of levels merged a range at a time (webdb/tables/_blockc_src/merge.c) and
 of cascade stages 3 and 4 (webdb/writer/_stagesc_src/) against their Python references, on
 hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``), ``span`` (``Seeker.range``
-on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``), ``lbu_groups`` /
-``lbm_groups`` (a batch of edit records cut into groups, ``cascade.lbu_groups_py`` /
-``lbm_groups_py``), ``lbm_adds``, ``lbu_splice``, including the input each declines (None, so the
-Python code runs and names the fault) and the carry of a group across batches.  Whole stages
+on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``), ``links_by_url_groups``
+/ ``links_by_md5_groups`` (a batch of edit records cut into groups,
+``cascade.links_by_url_groups_py`` / ``links_by_md5_groups_py``), ``links_by_md5_adds``,
+``links_by_url_splice``, including the input each declines (None, so the Python code runs and
+names the fault) and the carry of a group across batches.  Whole stages
 with and without the compiled codec are compared by the model tests under
 ``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
 
@@ -158,19 +159,21 @@ _url = st.binary(min_size=1, max_size=6).map(lambda b: b.replace(b"\x00", b"a"))
 _fid = st.binary(min_size=16, max_size=16)
 
 
-def _lbu_records(draw_list):
+def _links_by_url_records(draw_list):
     """Stage 4's edit records (E.pack layout), sorted as the producers sort them."""
     recs = []
     for n, (url, kind, fid, op, v) in enumerate(draw_list):
         if kind == 0:
-            key, val = E.lbu_notice_key(url), bytes((op % 3,))
+            key, val = E.links_by_url_notice_key(url), bytes((op % 3,))
         else:
-            key, val = url + E.lbu_link_tail(fid, op % 2), v
+            key, val = url + E.links_by_url_link_tail(fid, op % 2), v
         recs.append(E.pack(key, b"\x03\x00\x01" + n.to_bytes(5, "big"), val))
     return sorted(recs)
 
 
-_lbu_edit = st.tuples(st.sampled_from([b"a", b"ab", b"b"]) | _url, st.integers(0, 3), _fid, st.integers(0, 5), _val)
+_links_by_url_edit = st.tuples(
+    st.sampled_from([b"a", b"ab", b"b"]) | _url, st.integers(0, 3), _fid, st.integers(0, 5), _val
+)
 
 
 def _cut_all(cut, recs, n):
@@ -189,65 +192,65 @@ def _cut_all(cut, recs, n):
     return out
 
 
-@given(st.lists(_lbu_edit, max_size=40), st.integers(1, 9))
-def test_lbu_groups_c_and_python_and_batches(edits, n):
-    recs = _lbu_records(edits)
-    whole, used = cascade.lbu_groups_py(recs, True)
+@given(st.lists(_links_by_url_edit, max_size=40), st.integers(1, 9))
+def test_links_by_url_groups_c_and_python_and_batches(edits, n):
+    recs = _links_by_url_records(edits)
+    whole, used = cascade.links_by_url_groups_py(recs, True)
     assert used == len(recs)
-    assert _cut_all(cascade.lbu_groups_py, recs, n) == whole
+    assert _cut_all(cascade.links_by_url_groups_py, recs, n) == whole
     assert [g[2][0] for g in whole] == sorted({r[: r.index(b"\x00")] for r in recs})
     if _stagesc is not None:
         for final in (True, False):
-            assert _stagesc.lbu_groups(recs, final) == cascade.lbu_groups_py(recs, final)
-        assert _cut_all(_stagesc.lbu_groups, recs, n) == whole
+            assert _stagesc.links_by_url_groups(recs, final) == cascade.links_by_url_groups_py(recs, final)
+        assert _cut_all(_stagesc.links_by_url_groups, recs, n) == whole
 
 
-def _lbm_records(draw_list):
+def _links_by_md5_records(draw_list):
     recs = []
     for n, (md5, kind, url, v) in enumerate(draw_list):
-        key = E.lbm_del_all_key(md5) if kind == 0 else E.lbm_add_key(md5, url)
+        key = E.links_by_md5_del_all_key(md5) if kind == 0 else E.links_by_md5_add_key(md5, url)
         recs.append(E.pack(key, b"\x02\x00\x01" + n.to_bytes(5, "big"), b"" if kind == 0 else v))
     return sorted(recs)
 
 
 _md5 = st.sampled_from([b"\x00" * 16, b"\x01" * 15 + b"\xff", b"\xff" * 16]) | st.binary(min_size=16, max_size=16)
-_lbm_edit = st.tuples(_md5, st.integers(0, 3), st.sampled_from([b"u", b"v"]) | _url, _val)
+_links_by_md5_edit = st.tuples(_md5, st.integers(0, 3), st.sampled_from([b"u", b"v"]) | _url, _val)
 
 
-@given(st.lists(_lbm_edit, max_size=40), st.integers(1, 9))
-def test_lbm_groups_c_and_python_and_batches(edits, n):
-    recs = _lbm_records(edits)
-    whole, used = cascade.lbm_groups_py(recs, True)
+@given(st.lists(_links_by_md5_edit, max_size=40), st.integers(1, 9))
+def test_links_by_md5_groups_c_and_python_and_batches(edits, n):
+    recs = _links_by_md5_records(edits)
+    whole, used = cascade.links_by_md5_groups_py(recs, True)
     assert used == len(recs)
-    assert _cut_all(cascade.lbm_groups_py, recs, n) == whole
+    assert _cut_all(cascade.links_by_md5_groups_py, recs, n) == whole
     for md5, end, (_, adds) in whole:
         assert end > md5 and (end == b"\xff" * 17 or not end.startswith(md5))  # _prefix_end, or past 0xff..
         assert [u for u, _ in adds] == sorted({u for u, _ in adds})  # one add per url, the last
     if _stagesc is not None:
         for final in (True, False):
-            assert _stagesc.lbm_groups(recs, final) == cascade.lbm_groups_py(recs, final)
-        assert _cut_all(_stagesc.lbm_groups, recs, n) == whole
+            assert _stagesc.links_by_md5_groups(recs, final) == cascade.links_by_md5_groups_py(recs, final)
+        assert _cut_all(_stagesc.links_by_md5_groups, recs, n) == whole
 
 
 @needs_stages_c
 def test_groups_decline_records_python_fails_on():
-    assert _stagesc.lbu_groups([b"no zero byte\x05\x00"], True) is None
-    assert _stagesc.lbu_groups([b"u\x00"], True) is None  # no tag
-    assert _stagesc.lbu_groups([b"u\x00\x01short\x09\x00"], True) is None  # no op byte
+    assert _stagesc.links_by_url_groups([b"no zero byte\x05\x00"], True) is None
+    assert _stagesc.links_by_url_groups([b"u\x00"], True) is None  # no tag
+    assert _stagesc.links_by_url_groups([b"u\x00\x01short\x09\x00"], True) is None  # no op byte
     with pytest.raises(IndexError):
-        cascade.lbu_groups_py([b"u\x00\x01short\x09\x00"], True)
-    assert _stagesc.lbm_groups([b"0123456789abcde"], True) is None  # shorter than an md5 and tag
+        cascade.links_by_url_groups_py([b"u\x00\x01short\x09\x00"], True)
+    assert _stagesc.links_by_md5_groups([b"0123456789abcde"], True) is None  # shorter than an md5 and tag
     with pytest.raises(IndexError):
-        cascade.lbm_groups_py([b"0123456789abcde"], True)
-    assert _stagesc.lbm_groups([b"0123456789abcdef\x01u\x00" + b"s" * 8 + b"\x05\x00"], True) is None
+        cascade.links_by_md5_groups_py([b"0123456789abcde"], True)
+    assert _stagesc.links_by_md5_groups([b"0123456789abcdef\x01u\x00" + b"s" * 8 + b"\x05\x00"], True) is None
 
 
 def test_pure_python_env_has_no_compiled_helpers():
     if os.environ.get("WEBDB_PURE_PYTHON", "") not in ("", "0"):
         assert block.range_diff([], [], Splice(), b"", b"z", [], []) is None
         assert kernels.pack_edits([], [], b"abc", 0) is None
-        assert kernels.lbu_groups([], True) is None
-        assert kernels.lbm_groups([], True) is None
+        assert kernels.links_by_url_groups([], True) is None
+        assert kernels.links_by_md5_groups([], True) is None
         assert not kernels.COMPILED and not block.COMPILED
 
 
@@ -255,7 +258,7 @@ _link = st.binary(max_size=14)
 
 
 @given(st.dictionaries(_url, _link, max_size=12), st.dictionaries(_url, _link, max_size=12), st.data())
-def test_lbm_adds_c_matches_python(stored, added, data):
+def test_links_by_md5_adds_c_matches_python(stored, added, data):
     md5 = data.draw(_md5)
     ok = [md5 + u for u in sorted(stored)]
     ov = [stored[u] for u in sorted(stored)]
@@ -264,35 +267,35 @@ def test_lbm_adds_c_matches_python(stored, added, data):
         v = stored[u]
         added[u] = v[:8] + bytes(((v[8] ^ 1) if len(v) > 8 else 0,)) + v[9:] if len(v) > 8 else v
     adds = sorted(added.items())
-    tail = E.lbu_link_tail(md5, E.OP4_ADD)
-    want = cascade.lbm_adds_py(md5, ok, ov, adds, tail)
+    tail = E.links_by_url_link_tail(md5, E.OP4_ADD)
+    want = cascade.links_by_md5_adds_py(md5, ok, ov, adds, tail)
     assert want[2] == [(md5 + k[: -len(tail)], v) for k, v in zip(want[0], want[1])]
     if _stagesc is not None:
-        assert _stagesc.lbm_adds(md5, ok, ov, adds, tail) == want
-        assert _stagesc.lbm_adds(md5, ok, ov, adds[::-1], tail) is None or len(adds) < 2
-        assert _stagesc.lbm_adds(md5, [b"x" + k for k in ok], ov, adds, tail) is None or not ok
+        assert _stagesc.links_by_md5_adds(md5, ok, ov, adds, tail) == want
+        assert _stagesc.links_by_md5_adds(md5, ok, ov, adds[::-1], tail) is None or len(adds) < 2
+        assert _stagesc.links_by_md5_adds(md5, [b"x" + k for k in ok], ov, adds, tail) is None or not ok
 
 
 _ledit = st.tuples(st.sampled_from([b"f" * 16, b"g" * 16, b"h" * 16]) | _fid, st.integers(0, 1), st.binary(max_size=12))
 
 
 @given(st.lists(_ledit, max_size=10).map(sorted), st.integers(0, 2))
-def test_lbu_splice_c_matches_python(ledits, state):
+def test_links_by_url_splice_c_matches_python(ledits, state):
     calls: list[bytes] = []
 
     def state_of(url: bytes) -> int:
         calls.append(url)
         return state
 
-    tail = E.lbm2_tail(b"u", E.OP5_FLAG)
+    tail = E.link_fixup_tail(b"u", E.OP5_FLAG)
     try:
-        want = cascade.lbu_splice_py(b"u\x00", b"u", ledits, state_of, tail)
+        want = cascade.links_by_url_splice_py(b"u\x00", b"u", ledits, state_of, tail)
     except IndexError:  # an added value without a flags byte: C declines it
         want = None
     n_py, calls[:] = len(calls), []
     if _stagesc is None:
         return
-    got = _stagesc.lbu_splice(b"u\x00", b"u", ledits, state_of, tail)
+    got = _stagesc.links_by_url_splice(b"u\x00", b"u", ledits, state_of, tail)
     if got is None:
         # Declined (an added value without a flags byte) before asking for the target's state,
         # so the Python code that runs instead asks once.
@@ -303,10 +306,10 @@ def test_lbu_splice_c_matches_python(ledits, state):
         # Another order of the same edits: another last edit per fromID, the reference's result.
         rev = ledits[::-1]
         try:
-            want_rev = cascade.lbu_splice_py(b"u\x00", b"u", rev, state_of, tail)
+            want_rev = cascade.links_by_url_splice_py(b"u\x00", b"u", rev, state_of, tail)
         except IndexError:
             want_rev = None
-        assert _stagesc.lbu_splice(b"u\x00", b"u", rev, state_of, tail) in (None, want_rev)
+        assert _stagesc.links_by_url_splice(b"u\x00", b"u", rev, state_of, tail) in (None, want_rev)
 
 
 @pytest.mark.timeout(900)
@@ -457,7 +460,11 @@ def test_record_builders_are_edits_pack(kv, n0, prefix, md5, op):
     finally:
         E.pack_edits = pure
     for i, (url, v) in enumerate(kv, 1):
-        assert E.pbu_record(url, op, prefix, n0 + i, v) == E.pack(E.pbu_edit_key(url, op), seq(i), v)
-        assert E.lbm_add_record(md5, url, prefix, n0 + i, v) == E.pack(E.lbm_add_key(md5, url), seq(i), v)
+        assert E.pages_by_url_record(url, op, prefix, n0 + i, v) == E.pack(E.pages_by_url_edit_key(url, op), seq(i), v)
+        assert E.links_by_md5_add_record(md5, url, prefix, n0 + i, v) == E.pack(
+            E.links_by_md5_add_key(md5, url), seq(i), v
+        )
     pp, lp = E.outlink_seq_prefixes(prefix)
-    assert pp == E.pbu_edit_key(b"", E.OP_IFN) + prefix and lp == E.lbm_add_key(b"", b"")[-1:] + prefix
+    assert (
+        pp == E.pages_by_url_edit_key(b"", E.OP_IFN) + prefix and lp == E.links_by_md5_add_key(b"", b"")[-1:] + prefix
+    )

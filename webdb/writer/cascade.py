@@ -257,7 +257,13 @@ def run_stage(job: StageJob) -> dict:
     name = f"{job.gen:08d}-s{stage}.{TABLE_SUFFIX[table]}"
     d = section_path(job.db, sec)
     res: dict = {"stage": stage, "section": sec, "table": table, "file": name, "emitted": {}, "status": {}}
-    fn = {1: _stage_pbu, 2: _stage_pbm, 3: _stage_lbm, 4: _stage_lbu, 5: _stage_lbm2}[stage]
+    fn = {
+        1: _stage_pages_by_url,
+        2: _stage_pages_by_md5,
+        3: _stage_links_by_md5,
+        4: _stage_links_by_url,
+        5: _stage_link_fixups,
+    }[stage]
     if entry is not None and table in LEVELED and s["level_ratio"] > 0:
         _leveled_stage(job, fn, entry, table, d, name, res)
     else:
@@ -381,7 +387,7 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
 # ---- stage 1: PagesByURL ---------------------------------------------------------------------
 
 
-def _stage_pbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     sched = Schedule(**job.schedule)
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
@@ -416,20 +422,20 @@ def _stage_pbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
             new = p.encode_value() if p is not None else None
         if old is not None and new is not None:
             if old[MD5] != new[MD5]:
-                em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))
-                em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+                em2.add(E.pages_by_md5_edit_key(old[MD5], url_b, E.OP2_DEL))
+                em2.add(E.pages_by_md5_edit_key(new[MD5], url_b, E.OP2_ADD), new)
             elif old != new:
-                em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+                em2.add(E.pages_by_md5_edit_key(new[MD5], url_b, E.OP2_ADD), new)
         elif old is not None:
-            em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))
+            em2.add(E.pages_by_md5_edit_key(old[MD5], url_b, E.OP2_DEL))
         elif new is not None:
-            em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+            em2.add(E.pages_by_md5_edit_key(new[MD5], url_b, E.OP2_ADD), new)
         if link is not None:
-            em3.add(E.lbm_add_key(link[0], url_b), link[1])
+            em3.add(E.links_by_md5_add_key(link[0], url_b), link[1])
         if old is None or new is None or (old[NUM_OUTLINKS] == NO_OUTLINKS) != (new[NUM_OUTLINKS] == NO_OUTLINKS):
             so, sn = E.target_state(old), E.target_state(new)
             if so != sn:
-                em4.add(E.lbu_notice_key(url_b), bytes((sn,)))
+                em4.add(E.links_by_url_notice_key(url_b), bytes((sn,)))
         if old is not None:
             status[old[STATUS]] = status.get(old[STATUS], 0) - 1
         if new is not None:
@@ -458,7 +464,7 @@ def _stage_pbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
 # ---- stage 2: PagesByMD5 ---------------------------------------------------------------------
 
 
-def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
+def _stage_pages_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
     """Closes its table itself (stage 3's emissions probe the new table) and returns its stats."""
     lost: list[bytes] = []
 
@@ -498,7 +504,7 @@ def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         probe = Probe(TableReader(out_path))
         for md5 in lost:
             if not probe.has_prefix(md5):
-                em3.add(E.lbm_del_all_key(md5))
+                em3.add(E.links_by_md5_del_all_key(md5))
         probe.t.close()
     res["emitted"] = {3: em3.finish()}
     return info
@@ -507,10 +513,10 @@ def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
 # ---- stage 3: LinksByMD5 ---------------------------------------------------------------------
 
 
-def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_links_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em4 = Emitter(job, 4, 3)
-    pbm = _base(job, "pages_by_md5")
-    probe = Probe(TableReader(pbm) if pbm else None)
+    pages_by_md5 = _base(job, "pages_by_md5")
+    probe = Probe(TableReader(pages_by_md5) if pages_by_md5 else None)
     dropped = 0
 
     def combine(md5: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
@@ -521,12 +527,12 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
             adds = []
         if not adds and not del_all:
             return Splice()
-        tail = E.lbu_link_tail(md5, E.OP4_ADD)
+        tail = E.links_by_url_link_tail(md5, E.OP4_ADD)
         if not del_all:
             # Only new or changed links are written; the stored ones stay as bytes (a re-add of
             # the same link keeps the stored flag and emits nothing).  In C when compiled.
-            r = kernels.lbm_adds(md5, ok, old_values(), adds, tail)
-            ek, ev, sp = r if r is not None else lbm_adds_py(md5, ok, old_values(), adds, tail)
+            r = kernels.links_by_md5_adds(md5, ok, old_values(), adds, tail)
+            ek, ev, sp = r if r is not None else links_by_md5_adds_py(md5, ok, old_values(), adds, tail)
             if ek:
                 em4.add_many(ek, ev)
             return Splice(sp)
@@ -547,12 +553,12 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         if del_all:
             gone = [u for u in old if u not in new]
             if gone:
-                tail = E.lbu_link_tail(md5, E.OP4_DEL)
+                tail = E.links_by_url_link_tail(md5, E.OP4_DEL)
                 em4.add_many([u + tail for u in gone], [b""] * len(gone))
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
 
-    cur.merge_ranges(_batched_groups(job, kernels.lbm_groups, lbm_groups_py), combine)
+    cur.merge_ranges(_batched_groups(job, kernels.links_by_md5_groups, links_by_md5_groups_py), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {4: em4.finish()}
@@ -562,10 +568,10 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
 # ---- stage 4: LinksByURL ---------------------------------------------------------------------
 
 
-def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em5 = Emitter(job, 5, 4)
-    pbu = _base(job, "pages_by_url")
-    probe = Probe(TableReader(pbu) if pbu else None)
+    pages_by_url = _base(job, "pages_by_url")
+    probe = Probe(TableReader(pages_by_url) if pages_by_url else None)
     dangling = 0
 
     def state_of(url_b: bytes) -> int:
@@ -578,9 +584,9 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         if notice is None:
             # The target did not change: stored links have the right flag and stay as they are
             # (spliced as bytes).  Added links need the target's state; deletes need nothing.
-            tail = E.lbm2_tail(url_b, E.OP5_FLAG)
-            r = kernels.lbu_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
-            state, sp, fix = r if r is not None else lbu_splice_py(start, url_b, ledits, state_of, tail)
+            tail = E.link_fixup_tail(url_b, E.OP5_FLAG)
+            r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
+            state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
             if sp is not None:
                 if fix:
                     em5.add_many(fix, [bytes((LINK_OUT if state == E.TARGET_OUT else 0,))] * len(fix))
@@ -596,7 +602,7 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
                 links[fid] = added[fid] = v
         if state == E.TARGET_ABSENT:
             if links:
-                tail = E.lbm2_tail(url_b, E.OP5_DEL)
+                tail = E.link_fixup_tail(url_b, E.OP5_DEL)
                 em5.add_many([fid + tail for fid in links], [b""] * len(links))
             dangling += len(links)
             return [], []
@@ -609,19 +615,19 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
             if fix:
                 for fid in fix:
                     links[fid] = link_with_flags(links[fid], fb)
-                tail = E.lbm2_tail(url_b, E.OP5_FLAG)
+                tail = E.link_fixup_tail(url_b, E.OP5_FLAG)
                 em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
-    cur.merge_ranges(_batched_groups(job, kernels.lbu_groups, lbu_groups_py), combine)
+    cur.merge_ranges(_batched_groups(job, kernels.links_by_url_groups, links_by_url_groups_py), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
 
 
-def lbu_splice_py(
+def links_by_url_splice_py(
     start: bytes, url_b: bytes, ledits: list[tuple[bytes, int, bytes]], state_of: Callable[[bytes], int], tail: bytes
 ) -> tuple[int, list[tuple[bytes, bytes | None]] | None, list[bytes]]:
     """Stage 4's link edits of a url with no target notice: ``(state, splice, fix)``.  The last
@@ -629,7 +635,7 @@ def lbu_splice_py(
     absent target ``(0, None, [])`` (the caller deletes every link).  Else the splice of the
     url's range (``start`` + fromID, value or None), each added link's flag set to the target's
     where it differs, and ``fix`` the fromID + ``tail`` of those links (stage 5 sets the same
-    flag in LinksByMD5).  (``_stagesc.lbu_splice`` is this in C.)"""
+    flag in LinksByMD5).  (``_stagesc.links_by_url_splice`` is this in C.)"""
     fin: dict[bytes, bytes | None] = {}
     for fid, op, v in ledits:
         fin[fid] = v if op == E.OP4_ADD else None
@@ -648,13 +654,13 @@ def lbu_splice_py(
     return state, [(start + fid, v) for fid, v in fin.items()], fix
 
 
-def lbm_adds_py(
+def links_by_md5_adds_py(
     md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
 ) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]]:
     """Stage 3's link adds of an md5 without a delete-all: the new or changed ones (a url not
     stored, or a value that differs but in the flag) as the edits to emit (url + ``tail``,
     value) and the splice of the md5's range (md5 + url, value).  ``ok``, ``ov``: the md5's
-    stored links; ``adds`` in url order, one per url.  (``_stagesc.lbm_adds`` is this in C.)"""
+    stored links; ``adds`` in url order, one per url.  (``_stagesc.links_by_md5_adds`` is this in C.)"""
     old = dict(zip([k[16:] for k in ok], ov))
     ek: list[bytes] = []
     ev: list[bytes] = []
@@ -668,10 +674,10 @@ def lbm_adds_py(
     return ek, ev, sp
 
 
-def lbm_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
+def links_by_md5_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     """Stage 3's edit records cut into one group per md5, ``(md5, end of its key range,
     (delete_all, [(url, value)]))``, of several adds of a url the last; the rest as
-    ``_lbu_groups``.  (``_stagesc.lbm_groups`` is this in C.)"""
+    ``links_by_url_groups_py``.  (``_stagesc.links_by_md5_groups`` is this in C.)"""
     out = []
     gm: bytes | None = None
     del_all = False
@@ -702,11 +708,11 @@ def lbm_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     return out, len(recs)
 
 
-def lbu_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
+def links_by_url_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     """Stage 4's edit records cut into one group per url, ``(url 0x00, url 0x01, (url, notice,
     [(fromID, op, value)]))`` (the last notice of a url wins).  Unless ``final`` the last url's
     group is left, as it may go on in the next records: returns the groups and the index of its
-    first record.  (``_stagesc.lbu_groups`` is this in C.)"""
+    first record.  (``_stagesc.links_by_url_groups`` is this in C.)"""
     out = []
     gu: bytes | None = None
     notice: int | None = None
@@ -759,7 +765,7 @@ def _batched_groups(job: StageJob, cut, cut_py, n: int = 512) -> Iterator:
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
 
 
-def _stage_lbm2(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_link_fixups(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
         if old is None or op_val[0] == E.OP5_DEL:
             return None

@@ -32,30 +32,32 @@ def pack_edits(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -
     return stagesc.pack_edits(keys, values, prefix, n0) if stagesc is not None else None
 
 
-def lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
-    """Stage 4's edit records cut into groups per url in C (``_stagesc.lbu_groups``; the
-    reference is ``webdb.writer.cascade.lbu_groups_py``); None when not compiled or for a record
+def links_by_url_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
+    """Stage 4's edit records cut into groups per url in C (``_stagesc.links_by_url_groups``; the
+    reference is ``webdb.writer.cascade.links_by_url_groups_py``); None when not compiled or for a record
     it declines."""
-    return stagesc.lbu_groups(recs, final) if stagesc is not None else None
+    return stagesc.links_by_url_groups(recs, final) if stagesc is not None else None
 
 
-def lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
-    """Stage 3's edit records cut into groups per md5 in C (``_stagesc.lbm_groups``; the
-    reference is ``webdb.writer.cascade.lbm_groups_py``); None when not compiled or for a record
+def links_by_md5_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
+    """Stage 3's edit records cut into groups per md5 in C (``_stagesc.links_by_md5_groups``; the
+    reference is ``webdb.writer.cascade.links_by_md5_groups_py``); None when not compiled or for a record
     it declines."""
-    return stagesc.lbm_groups(recs, final) if stagesc is not None else None
+    return stagesc.links_by_md5_groups(recs, final) if stagesc is not None else None
 
 
-def lbm_adds(
+def links_by_md5_adds(
     md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
 ) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]] | None:
-    """Stage 3's new or changed links of one md5 in C (``_stagesc.lbm_adds``; the reference is
-    ``webdb.writer.cascade.lbm_adds_py``); None when not compiled or for input it declines."""
-    return stagesc.lbm_adds(md5, ok, ov, adds, tail) if stagesc is not None else None
+    """Stage 3's new or changed links of one md5 in C (``_stagesc.links_by_md5_adds``; the reference is
+    ``webdb.writer.cascade.links_by_md5_adds_py``); None when not compiled or for input it declines."""
+    return stagesc.links_by_md5_adds(md5, ok, ov, adds, tail) if stagesc is not None else None
 
 
-def lbu_splice(start: bytes, url: bytes, ledits: list, state_of: Callable[[bytes], int], tail: bytes) -> tuple | None:
-    """Stage 4's link edits of a url without a target notice in C (``_stagesc.lbu_splice``; the
-    reference is ``webdb.writer.cascade.lbu_splice_py``); None when not compiled or for input it
+def links_by_url_splice(
+    start: bytes, url: bytes, ledits: list, state_of: Callable[[bytes], int], tail: bytes
+) -> tuple | None:
+    """Stage 4's link edits of a url without a target notice in C (``_stagesc.links_by_url_splice``; the
+    reference is ``webdb.writer.cascade.links_by_url_splice_py``); None when not compiled or for input it
     declines (``state_of`` not called then)."""
-    return stagesc.lbu_splice(start, url, ledits, state_of, tail) if stagesc is not None else None
+    return stagesc.links_by_url_splice(start, url, ledits, state_of, tail) if stagesc is not None else None

@@ -66,8 +66,8 @@ class EditLog:
         bs, codec = 65536, self.settings["codec"]
         # The writer's two edit buffers get 60% of the budget; the rest is the interpreter, the
         # block cache of probes and the write buffers.  Stage workers run after they are freed.
-        self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
-        self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
+        self._pages_by_url = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
+        self._links_by_md5 = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
         self._seq = E.Seq(E.RANK_API, producer)
         # The URL sample a first load of a k-section db chooses its breakpoints from.
         self._sample = None if self.secs.ready else Reservoir(int(self.settings["breakpoint_sample"]))
@@ -78,12 +78,12 @@ class EditLog:
 
     @property
     def count(self) -> int:
-        return self._pbu.count + self._lbm.count
+        return self._pages_by_url.count + self._links_by_md5.count
 
     @property
     def edits(self) -> dict[str, int]:
         """Edits recorded so far, page calls and link calls: the manifest's ``edits``."""
-        return {"pages": self._pbu.count, "links": self._lbm.count}
+        return {"pages": self._pages_by_url.count, "links": self._links_by_md5.count}
 
     def sample(self) -> list[bytes]:
         """The URL sample (reservoir) taken while the sections had no breakpoints yet."""
@@ -111,17 +111,17 @@ class EditLog:
         return url_b
 
     def _add1(self, key: bytes, value: bytes) -> None:
-        self._pbu.add(E.pack(key, self._seq.next(), value))
+        self._pages_by_url.add(E.pack(key, self._seq.next(), value))
 
     def add_page(self, page: Page) -> None:
         """Insert or replace ``page``; an existing page keeps its stored score and next_score."""
         url_b = self._page_edit(page, E.OP_ADD)
-        self._add1(E.pbu_edit_key(url_b, E.OP_ADD), page.encode_value())
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_ADD), page.encode_value())
 
     def add_page_with_score(self, page: Page) -> None:
         """Insert or replace ``page``, scores included."""
         url_b = self._page_edit(page, E.OP_ADD_SCORE)
-        self._add1(E.pbu_edit_key(url_b, E.OP_ADD_SCORE), page.encode_value())
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_ADD_SCORE), page.encode_value())
 
     def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
         """Insert ``page`` only if its url is absent; then also add ``link`` (which must point to it)."""
@@ -133,13 +133,13 @@ class EditLog:
             if link.url != page.url:
                 raise BadInput(f"link to {link.url!r:.200} given with page {page.url!r:.200}: must be the same url")
             v = E.ifn_value(page.encode_value(), link.from_id, self._link_value(link))
-        self._add1(E.pbu_edit_key(url_b, E.OP_IFN), v)
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_IFN), v)
 
     def delete_page(self, url: str) -> None:
         """Remove the page (its inlinks then dangle and are removed too)."""
         self._live()
         url_b = self._url(url)
-        self._add1(E.pbu_edit_key(url_b, E.OP_DEL), b"")
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_DEL), b"")
 
     def apply_fetch(self, result: FetchResult) -> None:
         """Apply a fetch outcome to the stored page (docs/semantics.md, *Fetch results*)."""
@@ -154,7 +154,7 @@ class EditLog:
         validate_fetch(result)
         if self._sample is not None:
             self._sample.add(url_b)
-        self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
 
     def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
         """A hint that ``url`` changed at ``lastmod`` (a sitemap's lastmod, seconds since the
@@ -170,7 +170,7 @@ class EditLog:
                 )
         if self._sample is not None:
             self._sample.add(url_b)
-        self._add1(E.pbu_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
 
     def _check_link(self, link: Link) -> bytes:
         self._live()
@@ -187,14 +187,16 @@ class EditLog:
     def add_link(self, link: Link) -> None:
         """Insert or replace the link (from_id, url); the last call for a key wins."""
         url_b = self._check_link(link)
-        self._lbm.add(E.pack(E.lbm_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link)))
+        self._links_by_md5.add(
+            E.pack(E.links_by_md5_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link))
+        )
 
     def delete_links(self, md5: bytes) -> None:
         """Remove every link whose from_id is ``md5`` (applied before this batch's adds)."""
         self._live()
         if not isinstance(md5, bytes) or len(md5) != 16:
             raise BadInput(f"delete_links needs a 16-byte md5, got {md5!r:.80}")
-        self._lbm.add(E.pack(E.lbm_del_all_key(md5), self._seq.next()))
+        self._links_by_md5.add(E.pack(E.links_by_md5_del_all_key(md5), self._seq.next()))
 
     def add_links(self, from_md5: bytes, links: Iterable[tuple[str, str]], *, domain_id: int = 0) -> None:
         """``add_link(Link(from_md5, url, anchor, domain_id))`` for each (url, anchor), with less work per link."""
@@ -228,10 +230,14 @@ class EditLog:
             raise BadInput(f"links need a 16-byte source md5, got {from_md5!r:.80}")
         check_domain_id(domain_id, f"links from {from_md5.hex()}")
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
-        amax, seq, pbu, lbm = self._anchor_max, self._seq, self._pbu, self._lbm
+        amax, seq, pages_by_url, links_by_md5 = self._anchor_max, self._seq, self._pages_by_url, self._links_by_md5
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
         ifn = E.ifn_value_without_md5(page_tail) if page_tail is not None else b""
-        pbu_record, lbm_add_record, op_ifn = E.pbu_record, E.lbm_add_record, E.OP_IFN
+        pages_by_url_record, links_by_md5_add_record, op_ifn = (
+            E.pages_by_url_record,
+            E.links_by_md5_add_record,
+            E.OP_IFN,
+        )
         precs: list[bytes] = []
         lrecs: list[bytes] = []
         bad, max_url = _BAD_URL_CHAR.search, self._max_url
@@ -254,15 +260,15 @@ class EditLog:
                     if sample is not None:
                         sample.add(url_b)
                     seq.n += 1
-                    precs.append(pbu_record(url_b, op_ifn, prefix, seq.n, ifn))
+                    precs.append(pages_by_url_record(url_b, op_ifn, prefix, seq.n, ifn))
                 seq.n += 1
-                lrecs.append(lbm_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
+                lrecs.append(links_by_md5_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
         finally:
             # What was recorded before a bad URL stays recorded, as with one call per link.
             if precs:
-                pbu.extend(precs)
+                pages_by_url.extend(precs)
             if lrecs:
-                lbm.extend(lrecs)
+                links_by_md5.extend(lrecs)
 
     def apply_fetch_block(
         self,
@@ -333,7 +339,7 @@ class EditLog:
                     r = FetchResult(url, Status.RETRY, t)
                 validate_fetch(r)
                 n += 1
-                frecs.append(E.pbu_record(url_b, E.OP_FETCH, prefix, n, encode_fetch(r)))
+                frecs.append(E.pages_by_url_record(url_b, E.OP_FETCH, prefix, n, encode_fetch(r)))
                 n += 2 * m
         except BadInput:
             return False
@@ -412,9 +418,9 @@ class EditLog:
             links[at] = False
             both[at], both[links] = sizes, psize
             sizes = both
-        feeds = [(GroupFeed(self._pbu, recs, ends, sizes), ppos)]
+        feeds = [(GroupFeed(self._pages_by_url, recs, ends, sizes), ppos)]
         if nl:
-            feeds.append((GroupFeed(self._lbm, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
+            feeds.append((GroupFeed(self._links_by_md5, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
         while True:
             nexts = [(pos[g], f, g) for f, pos in feeds if (g := f.next_spill()) is not None]
             if not nexts:
@@ -429,27 +435,27 @@ class EditLog:
     def _route_run(self, job: StageJob, stage: int, recs) -> dict[int, int]:
         self._files += 1
         name = f"api-{self.producer:04d}-{self._files:04d}"
-        return write_routed(job, stage, first_ifn_only(recs) if stage == E.ST_PBU else recs, name)
+        return write_routed(job, stage, first_ifn_only(recs) if stage == E.STAGE_PAGES_BY_URL else recs, name)
 
     def route_as_you_go(self, job: StageJob) -> None:
         """From now on a spill routes its sorted records straight into edit files (the stage
         workers merge those with their other inputs), instead of a run this process would merge
         back serially at close.  Needs the sections' breakpoints and the batch's job."""
-        self._pbu.spill_to = lambda recs: self._route_run(job, E.ST_PBU, recs)
-        self._lbm.spill_to = lambda recs: self._route_run(job, E.ST_LBM, recs)
+        self._pages_by_url.spill_to = lambda recs: self._route_run(job, E.STAGE_PAGES_BY_URL, recs)
+        self._links_by_md5.spill_to = lambda recs: self._route_run(job, E.STAGE_LINKS_BY_MD5, recs)
 
     def route(self, job: StageJob) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
         counts = {
-            "pages": self._route_run(job, E.ST_PBU, self._pbu.sorted_records()),
-            "links": self._route_run(job, E.ST_LBM, self._lbm.sorted_records()),
+            "pages": self._route_run(job, E.STAGE_PAGES_BY_URL, self._pages_by_url.sorted_records()),
+            "links": self._route_run(job, E.STAGE_LINKS_BY_MD5, self._links_by_md5.sorted_records()),
         }
         self.discard()
         return counts
 
     def discard(self) -> None:
-        self._pbu.cleanup()
-        self._lbm.cleanup()
+        self._pages_by_url.cleanup()
+        self._links_by_md5.cleanup()
         if os.path.isdir(self.tmp):
             shutil.rmtree(self.tmp)
 

@@ -7,10 +7,10 @@ static PyMethodDef methods[] = {
     {"join_run", c_join_run, METH_VARARGS, join_run_doc},
     {"link_records", (PyCFunction)(void (*)(void))c_link_records, METH_FASTCALL, link_records_doc},
     {"urls_ok", (PyCFunction)(void (*)(void))c_urls_ok, METH_FASTCALL, urls_ok_doc},
-    {"lbu_groups", (PyCFunction)(void (*)(void))c_lbu_groups, METH_FASTCALL, lbu_groups_doc},
-    {"lbm_groups", (PyCFunction)(void (*)(void))c_lbm_groups, METH_FASTCALL, lbm_groups_doc},
-    {"lbm_adds", (PyCFunction)(void (*)(void))c_lbm_adds, METH_FASTCALL, lbm_adds_doc},
-    {"lbu_splice", (PyCFunction)(void (*)(void))c_lbu_splice, METH_FASTCALL, lbu_splice_doc},
+    {"links_by_url_groups", (PyCFunction)(void (*)(void))c_links_by_url_groups, METH_FASTCALL, links_by_url_groups_doc},
+    {"links_by_md5_groups", (PyCFunction)(void (*)(void))c_links_by_md5_groups, METH_FASTCALL, links_by_md5_groups_doc},
+    {"links_by_md5_adds", (PyCFunction)(void (*)(void))c_links_by_md5_adds, METH_FASTCALL, links_by_md5_adds_doc},
+    {"links_by_url_splice", (PyCFunction)(void (*)(void))c_links_by_url_splice, METH_FASTCALL, links_by_url_splice_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -2,7 +2,7 @@
 
 #include "stagesc.h"
 
-/* The arguments of lbu_groups and lbm_groups, (recs: list, final: bool): the list's length in
+/* The arguments of links_by_url_groups and links_by_md5_groups, (recs: list, final: bool): the list's length in
  * *n and final's truth in *final; -1 with a TypeError naming `name` if they are not that. */
 static int groups_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *n, int *final) {
     if (nargs != 2 || !PyList_Check(args[0])) {
@@ -27,17 +27,17 @@ static int edit_rec(PyObject *recs, Py_ssize_t j, Py_ssize_t min, const unsigned
     return 1;
 }
 
-SHARED_PYDOC(lbu_groups_doc,
-             "lbu_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
+SHARED_PYDOC(links_by_url_groups_doc,
+             "links_by_url_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
              "key = url 0x00 tag [fromID(16) op], E.pack layout) cut into one group per url: (url + "
              "0x00, url + 0x01, (url, notice or None, [(fromID, op, value)])), the last notice of a url "
              "winning.  Unless final, the last url's group is left (it may go on in the next records): "
              "used is the index of its first record.  None for a record the Python code would fail on.");
 
-PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_url_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t n;
     int final;
-    if (groups_args("lbu_groups", args, nargs, &n, &final) < 0) return NULL;
+    if (groups_args("links_by_url_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
     for (Py_ssize_t j = 0; j < n; j++) {
         const unsigned char *p;
@@ -121,17 +121,17 @@ fail:
     return NULL;
 }
 
-SHARED_PYDOC(lbm_groups_doc,
-             "lbm_groups(recs, final) -> (groups, used): stage 3's edit records (webdb.writer.cascade, "
+SHARED_PYDOC(links_by_md5_groups_doc,
+             "links_by_md5_groups(recs, final) -> (groups, used): stage 3's edit records (webdb.writer.cascade, "
              "key = md5(16) tag [url 0x00], E.pack layout) cut into one group per md5: (md5, the end of "
              "the md5's key range, (delete_all, [(url, value)])), of several adds of a url the last.  "
              "Unless final, the last md5's group is left (it may go on in the next records): used is "
              "the index of its first record.  None for a record the Python code would fail on.");
 
-PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_md5_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t n;
     int final;
-    if (groups_args("lbm_groups", args, nargs, &n, &final) < 0) return NULL;
+    if (groups_args("links_by_md5_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
     for (Py_ssize_t j = 0; j < n; j++) {
         const unsigned char *p;
@@ -215,18 +215,18 @@ static int same_but_flag(PyObject *a, PyObject *b) {
     return ha == hb && ta == tb && memcmp(pa, pb, (size_t)ha) == 0 && (ta == 0 || memcmp(pa + 9, pb + 9, (size_t)ta) == 0);
 }
 
-SHARED_PYDOC(lbm_adds_doc,
-             "lbm_adds(md5, ok, ov, adds, tail) -> (emit_keys, emit_values, splice): stage 3's link adds of "
-             "one md5 (cascade._lbm_adds in C).  ok, ov: the md5's stored links (keys md5 + url, "
+SHARED_PYDOC(links_by_md5_adds_doc,
+             "links_by_md5_adds(md5, ok, ov, adds, tail) -> (emit_keys, emit_values, splice): stage 3's link adds of "
+             "one md5 (cascade.links_by_md5_adds_py in C).  ok, ov: the md5's stored links (keys md5 + url, "
              "sorted); adds: (url, value) in increasing url order.  An add whose url is not stored, or "
              "whose value differs from the stored one but in the flag byte, is emitted (url + tail, "
              "value) and spliced (md5 + url, value).  None for input it declines (not sorted, a key "
              "without the md5, an item that is not bytes): the Python code runs.");
 
-PyObject *c_lbm_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_md5_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2]) ||
         !PyList_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "lbm_adds(md5: bytes, ok: list, ov: list, adds: list, tail: bytes)");
+        PyErr_SetString(PyExc_TypeError, "links_by_md5_adds(md5: bytes, ok: list, ov: list, adds: list, tail: bytes)");
         return NULL;
     }
     PyObject *md5 = args[0], *ok = args[1], *ov = args[2], *adds = args[3], *tail = args[4];
@@ -289,9 +289,9 @@ fail:
     return NULL;
 }
 
-SHARED_PYDOC(lbu_splice_doc,
-             "lbu_splice(start, url, ledits, state_of, tail) -> (state, splice, fix): stage 4's link edits "
-             "of a url without a target notice (cascade._lbu_splice in C).  ledits: (fromID, op, value) "
+SHARED_PYDOC(links_by_url_splice_doc,
+             "links_by_url_splice(start, url, ledits, state_of, tail) -> (state, splice, fix): stage 4's link edits "
+             "of a url without a target notice (cascade.links_by_url_splice_py in C).  ledits: (fromID, op, value) "
              "in fromID order; the last edit of a fromID wins (op 1 adds, 0 deletes).  If any link is "
              "added, state = state_of(url) (the target's state, called once), else -1.  State 0 (absent): "
              "(0, None, []).  Else the splice [(start + fromID, value or None)], each added link's flag "
@@ -299,9 +299,9 @@ SHARED_PYDOC(lbu_splice_doc,
              "tail of each link whose flag was set.  None for input it declines (fromIDs out of order, "
              "an added value without a flag byte, an item of the wrong type).");
 
-PyObject *c_lbu_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[2]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "lbu_splice(start: bytes, url: bytes, ledits: list, state_of, tail: bytes)");
+        PyErr_SetString(PyExc_TypeError, "links_by_url_splice(start: bytes, url: bytes, ledits: list, state_of, tail: bytes)");
         return NULL;
     }
     PyObject *start = args[0], *tail = args[4], *res = NULL, *sp = NULL, *fix = NULL;

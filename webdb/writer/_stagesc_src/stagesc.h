@@ -69,10 +69,10 @@ SHARED PyObject *c_urls_ok(PyObject *self, PyObject *const *args, Py_ssize_t nar
 SHARED extern const char pack_edits_doc[], ifn_first_doc[], join_run_doc[], link_records_doc[], urls_ok_doc[];
 
 /* stages.c */
-SHARED PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbm_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbu_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED extern const char lbu_groups_doc[], lbm_groups_doc[], lbm_adds_doc[], lbu_splice_doc[];
+SHARED PyObject *c_links_by_url_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED PyObject *c_links_by_md5_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED PyObject *c_links_by_md5_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED extern const char links_by_url_groups_doc[], links_by_md5_groups_doc[], links_by_md5_adds_doc[], links_by_url_splice_doc[];
 
 #endif
