@@ -136,8 +136,8 @@ class Model:
 
     def commit(self) -> None:
         calls, self._calls = self._calls, []
-        new_pages, ifn_links = self._new_pages(calls)
-        self._links = self._new_links(calls, ifn_links, new_pages)
+        new_pages, if_new_links = self._new_pages(calls)
+        self._links = self._new_links(calls, if_new_links, new_pages)
         self._pages = new_pages
 
     # ---- the batch, declaratively ---------------------------------------------------------------
@@ -157,7 +157,7 @@ class Model:
     def _new_pages(self, calls: list) -> tuple[dict[str, Page], list[Link]]:
         """New url -> page map, and the links of the winning add_page_if_not_present calls."""
         new = dict(self._pages)
-        ifn_links: list[tuple[int, Link]] = []
+        if_new_links: list[tuple[int, Link]] = []
         by_url: dict[str, list[tuple[int, str, object, object]]] = {}
         for i, (op, a, b) in enumerate(calls):
             url = self._call_url(op, a)
@@ -180,7 +180,7 @@ class Model:
                     else:
                         p = copy.deepcopy(arg)
                         if link is not None:
-                            ifn_links.append((i, link))
+                            if_new_links.append((i, link))
                 else:
                     p = None
             else:
@@ -200,12 +200,12 @@ class Model:
                 new.pop(url, None)
             else:
                 new[url] = p
-        return new, [link for _, link in sorted(ifn_links, key=lambda x: x[0])]
+        return new, [link for _, link in sorted(if_new_links, key=lambda x: x[0])]
 
-    def _new_links(self, calls: list, ifn_links: list[Link], new_pages: dict[str, Page]) -> dict:
+    def _new_links(self, calls: list, if_new_links: list[Link], new_pages: dict[str, Page]) -> dict:
         dropped = {a for op, a, _ in calls if op == "delete_links"}
         links = {k: v for k, v in self._links.items() if k[0] not in dropped}
-        added = [a for op, a, _ in calls if op == "add_link"] + ifn_links
+        added = [a for op, a, _ in calls if op == "add_link"] + if_new_links
         for link in added:
             link = copy.deepcopy(link)
             link.anchor = link.anchor[: self.anchor_max]

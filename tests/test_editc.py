@@ -1,4 +1,4 @@
-"""Step 0's compiled helpers (``sort_records`` of webdb/tables/_blockc_src/sort.c; ``ifn_first``,
+"""Step 0's compiled helpers (``sort_records`` of webdb/tables/_blockc_src/sort.c; ``first_if_new``,
 ``join_run``, ``link_records``, ``urls_ok`` of webdb/writer/_stagesc_src/edits.c) against their
 pure-Python references, on random input (hypothesis): the same lists, the same bytes.
 tests/test_columns.py checks whole edit files of both paths."""
@@ -73,7 +73,7 @@ def edit_records(draw) -> list[bytes]:
     out = []
     for _ in range(draw(st.integers(0, 60))):
         url = draw(st.sampled_from([b"http://a/", b"http://b/x", b"http://c/"]))
-        op = draw(st.sampled_from([E.OP_IFN, E.OP_FETCH, E.OP_ADD, E.OP_DEL]))
+        op = draw(st.sampled_from([E.OP_IF_NEW, E.OP_FETCH, E.OP_ADD, E.OP_DEL]))
         key = url + b"\x00" + bytes((op,))
         seq = draw(st.integers(0, 1 << 30)).to_bytes(8, "big")
         out.append(key + seq + draw(st.binary(max_size=5)) + (len(key) + 8).to_bytes(2, "little"))
@@ -81,14 +81,14 @@ def edit_records(draw) -> list[bytes]:
 
 
 @given(edit_records())
-def test_ifn_first_equals_the_python_filter(recs: list[bytes]) -> None:
-    assert _stagesc.ifn_first(recs, E.OP_IFN) == list(writer.first_ifn_only_py(recs))
-    assert writer.first_ifn_only(recs) == list(writer.first_ifn_only_py(iter(recs)))
+def test_first_if_new_equals_the_python_filter(recs: list[bytes]) -> None:
+    assert _stagesc.first_if_new(recs, E.OP_IF_NEW) == list(writer.first_if_new_only_py(recs))
+    assert writer.first_if_new_only(recs) == list(writer.first_if_new_only_py(iter(recs)))
 
 
-def test_ifn_first_refuses_what_is_not_an_edit_record() -> None:
+def test_first_if_new_refuses_what_is_not_an_edit_record() -> None:
     with pytest.raises(ValueError, match="item 0 is not an edit record"):
-        _stagesc.ifn_first([b"\xff\xff"], E.OP_IFN)
+        _stagesc.first_if_new([b"\xff\xff"], E.OP_IF_NEW)
 
 
 @given(st.lists(st.binary(max_size=300), max_size=40), st.integers(-3, 45), st.integers(-3, 45))

@@ -443,7 +443,7 @@ def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
     st.integers(0, 2**39),
     st.binary(min_size=3, max_size=3),
     st.binary(min_size=16, max_size=16),
-    st.sampled_from([E.OP_IFN, E.OP_FETCH, E.OP_LASTMOD]),
+    st.sampled_from([E.OP_IF_NEW, E.OP_FETCH, E.OP_LASTMOD]),
 )
 def test_record_builders_are_edits_pack(kv, n0, prefix, md5, op):
     """Every shortcut of edits.py that builds records (the hot loops' one call per edit) makes
@@ -466,5 +466,6 @@ def test_record_builders_are_edits_pack(kv, n0, prefix, md5, op):
         )
     pp, lp = E.outlink_seq_prefixes(prefix)
     assert (
-        pp == E.pages_by_url_edit_key(b"", E.OP_IFN) + prefix and lp == E.links_by_md5_add_key(b"", b"")[-1:] + prefix
+        pp == E.pages_by_url_edit_key(b"", E.OP_IF_NEW) + prefix
+        and lp == E.links_by_md5_add_key(b"", b"")[-1:] + prefix
     )

@@ -394,7 +394,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
 
     def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
         op, val = group[0]
-        if op == E.OP_IFN and old is not None and len(group) == 1:
+        if op == E.OP_IF_NEW and old is not None and len(group) == 1:
             # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
             # is emitted, and the record stays in its block's bytes (merge_points: same object).
             return old
@@ -404,9 +404,9 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             new = page_with_scores_of(val, old) if old is not None else val
         elif op == E.OP_ADD_SCORE:
             new = val
-        elif op == E.OP_IFN:
+        elif op == E.OP_IF_NEW:
             if old is None:
-                new, lf, lv = E.split_ifn_value(val, url_b)
+                new, lf, lv = E.split_if_new_value(val, url_b)
                 if lf is not None:
                     link = (lf, lv)
         elif op == E.OP_DEL:

@@ -37,7 +37,7 @@ STAGE_BY_URL = {
 }
 
 # Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last.
-OP_ADD, OP_ADD_SCORE, OP_IFN, OP_DEL, OP_FETCH, OP_LASTMOD = 1, 2, 3, 4, 5, 6
+OP_ADD, OP_ADD_SCORE, OP_IF_NEW, OP_DEL, OP_FETCH, OP_LASTMOD = 1, 2, 3, 4, 5, 6
 # Stage 2 (PagesByMD5) and stage 5 (LinksByMD5 fix-ups), stage 4 link edits.
 OP2_DEL, OP2_ADD = 0, 1
 OP5_DEL, OP5_FLAG = 0, 1
@@ -109,34 +109,34 @@ def pages_by_url_record(url_b: bytes, op: int, prefix: bytes, n: int, value: byt
 _PAGES_BY_URL_TAG = [b"\x00" + bytes((op,)) for op in range(OP_LASTMOD + 1)]
 
 
-def ifn_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:
+def if_new_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:
     v = _U32.pack(len(page_value)) + page_value
     if link_from is not None:
         v += link_from + link_value
     return v
 
 
-# High bit of an IFN value's length: the page value lacks its md5, which is MD5(url) (an
+# High bit of an if-new value's length: the page value lacks its md5, which is MD5(url) (an
 # outlink's new page); stage 1 computes it only when the page is really inserted.
-IFN_NO_MD5 = 0x80000000
+IF_NEW_NO_MD5 = 0x80000000
 
 
-def ifn_value_without_md5(page_tail: bytes) -> bytes:
-    """An outlink's IFN value: the page value less its md5 (``page_without_md5``), flagged."""
-    return (len(page_tail) | IFN_NO_MD5).to_bytes(4, "little") + page_tail
+def if_new_value_without_md5(page_tail: bytes) -> bytes:
+    """An outlink's if-new value: the page value less its md5 (``page_without_md5``), flagged."""
+    return (len(page_tail) | IF_NEW_NO_MD5).to_bytes(4, "little") + page_tail
 
 
 def outlink_seq_prefixes(prefix: bytes) -> tuple[bytes, bytes]:
-    """What follows the url in an outlink's two records up to their counter: the IFN page
-    edit's (``0x00 OP_IFN`` + seq prefix) and the link edit's (``links_by_md5_add_key``'s ``0x00`` +
+    """What follows the url in an outlink's two records up to their counter: the if-new page
+    edit's (``0x00 OP_IF_NEW`` + seq prefix) and the link edit's (``links_by_md5_add_key``'s ``0x00`` +
     seq prefix).  ``webdb.writer.columns.link_records`` splices them per outlink."""
-    return b"\x00" + bytes((OP_IFN,)) + prefix, b"\x00" + prefix
+    return b"\x00" + bytes((OP_IF_NEW,)) + prefix, b"\x00" + prefix
 
 
-def split_ifn_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, bytes]:
+def split_if_new_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, bytes]:
     n = _U32.unpack_from(v)[0]
-    if n & IFN_NO_MD5:
-        n &= ~IFN_NO_MD5
+    if n & IF_NEW_NO_MD5:
+        n &= ~IF_NEW_NO_MD5
         return hashlib.md5(url_b).digest() + v[4 : 4 + n], None, b""
     page = v[4 : 4 + n]
     rest = v[4 + n :]

@@ -125,15 +125,15 @@ class EditLog:
 
     def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
         """Insert ``page`` only if its url is absent; then also add ``link`` (which must point to it)."""
-        url_b = self._page_edit(page, E.OP_IFN)
+        url_b = self._page_edit(page, E.OP_IF_NEW)
         if link is None:
-            v = E.ifn_value(page.encode_value())
+            v = E.if_new_value(page.encode_value())
         else:
             self._check_link(link)
             if link.url != page.url:
                 raise BadInput(f"link to {link.url!r:.200} given with page {page.url!r:.200}: must be the same url")
-            v = E.ifn_value(page.encode_value(), link.from_id, self._link_value(link))
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_IFN), v)
+            v = E.if_new_value(page.encode_value(), link.from_id, self._link_value(link))
+        self._add1(E.pages_by_url_edit_key(url_b, E.OP_IF_NEW), v)
 
     def delete_page(self, url: str) -> None:
         """Remove the page (its inlinks then dangle and are removed too)."""
@@ -232,11 +232,11 @@ class EditLog:
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
         amax, seq, pages_by_url, links_by_md5 = self._anchor_max, self._seq, self._pages_by_url, self._links_by_md5
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
-        ifn = E.ifn_value_without_md5(page_tail) if page_tail is not None else b""
-        pages_by_url_record, links_by_md5_add_record, op_ifn = (
+        if_new = E.if_new_value_without_md5(page_tail) if page_tail is not None else b""
+        pages_by_url_record, links_by_md5_add_record, op_if_new = (
             E.pages_by_url_record,
             E.links_by_md5_add_record,
-            E.OP_IFN,
+            E.OP_IF_NEW,
         )
         precs: list[bytes] = []
         lrecs: list[bytes] = []
@@ -260,7 +260,7 @@ class EditLog:
                     if sample is not None:
                         sample.add(url_b)
                     seq.n += 1
-                    precs.append(pages_by_url_record(url_b, op_ifn, prefix, seq.n, ifn))
+                    precs.append(pages_by_url_record(url_b, op_if_new, prefix, seq.n, if_new))
                 seq.n += 1
                 lrecs.append(links_by_md5_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
         finally:
@@ -327,7 +327,7 @@ class EditLog:
                         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
                         validate_page(page)
                         pt = page_without_md5(page.encode_value())
-                        tail = tails[t] = E.ifn_value_without_md5(pt)
+                        tail = tails[t] = E.if_new_value_without_md5(pt)
                     if m:
                         rows.append(len(frecs))
                         seqs.append(n + 1)
@@ -435,7 +435,7 @@ class EditLog:
     def _route_run(self, job: StageJob, stage: int, recs) -> dict[int, int]:
         self._files += 1
         name = f"api-{self.producer:04d}-{self._files:04d}"
-        return write_routed(job, stage, first_ifn_only(recs) if stage == E.STAGE_PAGES_BY_URL else recs, name)
+        return write_routed(job, stage, first_if_new_only(recs) if stage == E.STAGE_PAGES_BY_URL else recs, name)
 
     def route_as_you_go(self, job: StageJob) -> None:
         """From now on a spill routes its sorted records straight into edit files (the stage
@@ -460,23 +460,23 @@ class EditLog:
             shutil.rmtree(self.tmp)
 
 
-def first_ifn_only(recs: Iterable[bytes]) -> Iterable[bytes]:
+def first_if_new_only(recs: Iterable[bytes]) -> Iterable[bytes]:
     """Drop every add_page_if_not_present edit of a url but its first: only the first can win
     (docs/semantics.md), and an update adds one per outlink, so most targets repeat.  A list
-    (a spill) is filtered in one C call (``_stagesc.ifn_first``) with the writer's kernels compiled."""
+    (a spill) is filtered in one C call (``_stagesc.first_if_new``) with the writer's kernels compiled."""
     c = kernels.stagesc
     if c is not None and isinstance(recs, list):
-        return c.ifn_first(recs, E.OP_IFN)
-    return first_ifn_only_py(recs)
+        return c.first_if_new(recs, E.OP_IF_NEW)
+    return first_if_new_only_py(recs)
 
 
-def first_ifn_only_py(recs: Iterable[bytes]) -> Iterator[bytes]:
-    """``first_ifn_only`` in Python, a record at a time (the reference of ``_stagesc.ifn_first``)."""
+def first_if_new_only_py(recs: Iterable[bytes]) -> Iterator[bytes]:
+    """``first_if_new_only`` in Python, a record at a time (the reference of ``_stagesc.first_if_new``)."""
     prev = b""
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)
         key = rec[: kl - 8]
-        if key[-1] == E.OP_IFN and key == prev:
+        if key[-1] == E.OP_IF_NEW and key == prev:
             continue
         prev = key
         yield rec

@@ -61,14 +61,14 @@ PyObject *c_pack_edits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return res;
 }
 
-SHARED_PYDOC(ifn_first_doc,
-             "ifn_first(recs, op) -> list: writer.first_ifn_only over a sorted list of edit records "
+SHARED_PYDOC(first_if_new_doc,
+             "first_if_new(recs, op) -> list: writer.first_if_new_only over a sorted list of edit records "
              "(the records whose key ends in op and equals the previous key are dropped).");
 
-PyObject *c_ifn_first(PyObject *self, PyObject *args) {
+PyObject *c_first_if_new(PyObject *self, PyObject *args) {
     PyObject *recs;
     int op;
-    if (!PyArg_ParseTuple(args, "O!i:ifn_first", &PyList_Type, &recs, &op)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!i:first_if_new", &PyList_Type, &recs, &op)) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(recs);
     PyObject *out = PyList_New(0);
     if (out == NULL) return NULL;
@@ -79,7 +79,7 @@ PyObject *c_ifn_first(PyObject *self, PyObject *args) {
         if (i + 8 < n) PREFETCH_ITEM(PyList_GET_ITEM(recs, i + 8));
         if (!PyBytes_CheckExact(o)) {
             Py_DECREF(out);
-            PyErr_Format(PyExc_TypeError, "ifn_first: item %zd is not bytes", i);
+            PyErr_Format(PyExc_TypeError, "first_if_new: item %zd is not bytes", i);
             return NULL;
         }
         const char *p = PyBytes_AS_STRING(o);
@@ -87,7 +87,7 @@ PyObject *c_ifn_first(PyObject *self, PyObject *args) {
         Py_ssize_t kl = m >= 2 ? ((Py_ssize_t)(unsigned char)p[m - 2] | ((Py_ssize_t)(unsigned char)p[m - 1] << 8)) : 0;
         if (kl < 9 || kl > m) {
             Py_DECREF(out);
-            PyErr_Format(PyExc_ValueError, "ifn_first: item %zd is not an edit record", i);
+            PyErr_Format(PyExc_ValueError, "first_if_new: item %zd is not an edit record", i);
             return NULL;
         }
         Py_ssize_t keyn = kl - 8;

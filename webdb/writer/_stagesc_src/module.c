@@ -3,7 +3,7 @@
 
 static PyMethodDef methods[] = {
     {"pack_edits", (PyCFunction)(void (*)(void))c_pack_edits, METH_FASTCALL, pack_edits_doc},
-    {"ifn_first", c_ifn_first, METH_VARARGS, ifn_first_doc},
+    {"first_if_new", c_first_if_new, METH_VARARGS, first_if_new_doc},
     {"join_run", c_join_run, METH_VARARGS, join_run_doc},
     {"link_records", (PyCFunction)(void (*)(void))c_link_records, METH_FASTCALL, link_records_doc},
     {"urls_ok", (PyCFunction)(void (*)(void))c_urls_ok, METH_FASTCALL, urls_ok_doc},

@@ -62,11 +62,11 @@ static inline int sorted_bytes(PyObject *l) {
 /* The module's functions and their doc strings, by file (module.c's method table). */
 /* edits.c */
 SHARED PyObject *c_pack_edits(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_ifn_first(PyObject *self, PyObject *args);
+SHARED PyObject *c_first_if_new(PyObject *self, PyObject *args);
 SHARED PyObject *c_join_run(PyObject *self, PyObject *args);
 SHARED PyObject *c_link_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_urls_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED extern const char pack_edits_doc[], ifn_first_doc[], join_run_doc[], link_records_doc[], urls_ok_doc[];
+SHARED extern const char pack_edits_doc[], first_if_new_doc[], join_run_doc[], link_records_doc[], urls_ok_doc[];
 
 /* stages.c */
 SHARED PyObject *c_links_by_url_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
