@@ -13,8 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webdb import sortbuf
-from webdb.writer import columns, kernels, writer
-from webdb.writer import edits as E
+from webdb.writer import columns, edits, kernels, writer
 from webdb.writer.cascade import join_run
 from webdb.writer.columns import link_records_py
 
@@ -73,7 +72,7 @@ def edit_records(draw) -> list[bytes]:
     out = []
     for _ in range(draw(st.integers(0, 60))):
         url = draw(st.sampled_from([b"http://a/", b"http://b/x", b"http://c/"]))
-        op = draw(st.sampled_from([E.OP_IF_NEW, E.OP_FETCH, E.OP_ADD, E.OP_DEL]))
+        op = draw(st.sampled_from([edits.OP_IF_NEW, edits.OP_FETCH, edits.OP_ADD, edits.OP_DEL]))
         key = url + b"\x00" + bytes((op,))
         seq = draw(st.integers(0, 1 << 30)).to_bytes(8, "big")
         out.append(key + seq + draw(st.binary(max_size=5)) + (len(key) + 8).to_bytes(2, "little"))
@@ -82,13 +81,13 @@ def edit_records(draw) -> list[bytes]:
 
 @given(edit_records())
 def test_first_if_new_equals_the_python_filter(recs: list[bytes]) -> None:
-    assert _stagesc.first_if_new(recs, E.OP_IF_NEW) == list(writer.first_if_new_only_py(recs))
+    assert _stagesc.first_if_new(recs, edits.OP_IF_NEW) == list(writer.first_if_new_only_py(recs))
     assert writer.first_if_new_only(recs) == list(writer.first_if_new_only_py(iter(recs)))
 
 
 def test_first_if_new_refuses_what_is_not_an_edit_record() -> None:
     with pytest.raises(ValueError, match="item 0 is not an edit record"):
-        _stagesc.first_if_new([b"\xff\xff"], E.OP_IF_NEW)
+        _stagesc.first_if_new([b"\xff\xff"], edits.OP_IF_NEW)
 
 
 @given(st.lists(st.binary(max_size=300), max_size=40), st.integers(-3, 45), st.integers(-3, 45))

@@ -26,8 +26,7 @@ from webdb.tables import block
 from webdb.tables.levels import Seeker, diff_py
 from webdb.tables.merge import Splice
 from webdb.tables.table import TableReader, TableWriter
-from webdb.writer import cascade, kernels
-from webdb.writer import edits as E
+from webdb.writer import cascade, edits, kernels
 
 try:
     _blockc = importlib.import_module("webdb.tables._blockc")
@@ -149,10 +148,10 @@ def test_seeker_ranges_are_the_records_in_range(tmp_path_factory, recs, ranges, 
 @given(st.lists(st.tuples(_key, _val), max_size=20), st.integers(0, 2**40 - 100), st.binary(min_size=3, max_size=3))
 def test_pack_edits_is_edits_pack(kv, n0, prefix):
     keys, vals = [k for k, _ in kv], [v for _, v in kv]
-    want = [E.pack(k, prefix + (n0 + i).to_bytes(5, "big"), v) for i, (k, v) in enumerate(kv, 1)]
+    want = [edits.pack(k, prefix + (n0 + i).to_bytes(5, "big"), v) for i, (k, v) in enumerate(kv, 1)]
     assert _stagesc.pack_edits(keys, vals, prefix, n0) == want
     assert _stagesc.pack_edits(keys, vals, prefix, 2**40) is None  # the counter overflows 5 bytes
-    assert _stagesc.pack_edits([b"k" * 65528], [b""], prefix, 0) is None  # E.pack's u16 overflows
+    assert _stagesc.pack_edits([b"k" * 65528], [b""], prefix, 0) is None  # edits.pack's u16 overflows
 
 
 _url = st.binary(min_size=1, max_size=6).map(lambda b: b.replace(b"\x00", b"a"))
@@ -160,14 +159,14 @@ _fid = st.binary(min_size=16, max_size=16)
 
 
 def _links_by_url_records(draw_list):
-    """Stage 4's edit records (E.pack layout), sorted as the producers sort them."""
+    """Stage 4's edit records (edits.pack layout), sorted as the producers sort them."""
     recs = []
     for n, (url, kind, fid, op, v) in enumerate(draw_list):
         if kind == 0:
-            key, val = E.links_by_url_notice_key(url), bytes((op % 3,))
+            key, val = edits.links_by_url_notice_key(url), bytes((op % 3,))
         else:
-            key, val = url + E.links_by_url_link_tail(fid, op % 2), v
-        recs.append(E.pack(key, b"\x03\x00\x01" + n.to_bytes(5, "big"), val))
+            key, val = url + edits.links_by_url_link_tail(fid, op % 2), v
+        recs.append(edits.pack(key, b"\x03\x00\x01" + n.to_bytes(5, "big"), val))
     return sorted(recs)
 
 
@@ -193,8 +192,8 @@ def _cut_all(cut, recs, n):
 
 
 @given(st.lists(_links_by_url_edit, max_size=40), st.integers(1, 9))
-def test_links_by_url_groups_c_and_python_and_batches(edits, n):
-    recs = _links_by_url_records(edits)
+def test_links_by_url_groups_c_and_python_and_batches(drawn, n):
+    recs = _links_by_url_records(drawn)
     whole, used = cascade.links_by_url_groups_py(recs, True)
     assert used == len(recs)
     assert _cut_all(cascade.links_by_url_groups_py, recs, n) == whole
@@ -208,8 +207,8 @@ def test_links_by_url_groups_c_and_python_and_batches(edits, n):
 def _links_by_md5_records(draw_list):
     recs = []
     for n, (md5, kind, url, v) in enumerate(draw_list):
-        key = E.links_by_md5_del_all_key(md5) if kind == 0 else E.links_by_md5_add_key(md5, url)
-        recs.append(E.pack(key, b"\x02\x00\x01" + n.to_bytes(5, "big"), b"" if kind == 0 else v))
+        key = edits.links_by_md5_del_all_key(md5) if kind == 0 else edits.links_by_md5_add_key(md5, url)
+        recs.append(edits.pack(key, b"\x02\x00\x01" + n.to_bytes(5, "big"), b"" if kind == 0 else v))
     return sorted(recs)
 
 
@@ -218,8 +217,8 @@ _links_by_md5_edit = st.tuples(_md5, st.integers(0, 3), st.sampled_from([b"u", b
 
 
 @given(st.lists(_links_by_md5_edit, max_size=40), st.integers(1, 9))
-def test_links_by_md5_groups_c_and_python_and_batches(edits, n):
-    recs = _links_by_md5_records(edits)
+def test_links_by_md5_groups_c_and_python_and_batches(drawn, n):
+    recs = _links_by_md5_records(drawn)
     whole, used = cascade.links_by_md5_groups_py(recs, True)
     assert used == len(recs)
     assert _cut_all(cascade.links_by_md5_groups_py, recs, n) == whole
@@ -267,7 +266,7 @@ def test_links_by_md5_adds_c_matches_python(stored, added, data):
         v = stored[u]
         added[u] = v[:8] + bytes(((v[8] ^ 1) if len(v) > 8 else 0,)) + v[9:] if len(v) > 8 else v
     adds = sorted(added.items())
-    tail = E.links_by_url_link_tail(md5, E.OP4_ADD)
+    tail = edits.links_by_url_link_tail(md5, edits.OP4_ADD)
     want = cascade.links_by_md5_adds_py(md5, ok, ov, adds, tail)
     assert want[2] == [(md5 + k[: -len(tail)], v) for k, v in zip(want[0], want[1])]
     if _stagesc is not None:
@@ -287,7 +286,7 @@ def test_links_by_url_splice_c_matches_python(ledits, state):
         calls.append(url)
         return state
 
-    tail = E.link_fixup_tail(b"u", E.OP5_FLAG)
+    tail = edits.link_fixup_tail(b"u", edits.OP5_FLAG)
     try:
         want = cascade.links_by_url_splice_py(b"u\x00", b"u", ledits, state_of, tail)
     except IndexError:  # an added value without a flags byte: C declines it
@@ -443,29 +442,31 @@ def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
     st.integers(0, 2**39),
     st.binary(min_size=3, max_size=3),
     st.binary(min_size=16, max_size=16),
-    st.sampled_from([E.OP_IF_NEW, E.OP_FETCH, E.OP_LASTMOD]),
+    st.sampled_from([edits.OP_IF_NEW, edits.OP_FETCH, edits.OP_LASTMOD]),
 )
 def test_record_builders_are_edits_pack(kv, n0, prefix, md5, op):
     """Every shortcut of edits.py that builds records (the hot loops' one call per edit) makes
-    ``E.pack``'s bytes, with the C ``pack_edits`` and without it."""
+    ``edits.pack``'s bytes, with the C ``pack_edits`` and without it."""
     keys, vals = [k for k, _ in kv], [v for _, v in kv]
     seq = lambda i: prefix + (n0 + i).to_bytes(5, "big")  # noqa: E731
-    want = [E.pack(k, seq(i), v) for i, (k, v) in enumerate(kv, 1)]
-    assert E.pack_many(keys, vals, prefix, n0) == want
-    assert [E.pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(kv, 1)] == want
-    pure = E.pack_edits
+    want = [edits.pack(k, seq(i), v) for i, (k, v) in enumerate(kv, 1)]
+    assert edits.pack_many(keys, vals, prefix, n0) == want
+    assert [edits.pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(kv, 1)] == want
+    pure = edits.pack_edits
     try:
-        E.pack_edits = lambda *a: None  # as without the compiled codec
-        assert E.pack_many(keys, vals, prefix, n0) == want
+        edits.pack_edits = lambda *a: None  # as without the compiled codec
+        assert edits.pack_many(keys, vals, prefix, n0) == want
     finally:
-        E.pack_edits = pure
+        edits.pack_edits = pure
     for i, (url, v) in enumerate(kv, 1):
-        assert E.pages_by_url_record(url, op, prefix, n0 + i, v) == E.pack(E.pages_by_url_edit_key(url, op), seq(i), v)
-        assert E.links_by_md5_add_record(md5, url, prefix, n0 + i, v) == E.pack(
-            E.links_by_md5_add_key(md5, url), seq(i), v
+        assert edits.pages_by_url_record(url, op, prefix, n0 + i, v) == edits.pack(
+            edits.pages_by_url_edit_key(url, op), seq(i), v
         )
-    pp, lp = E.outlink_seq_prefixes(prefix)
+        assert edits.links_by_md5_add_record(md5, url, prefix, n0 + i, v) == edits.pack(
+            edits.links_by_md5_add_key(md5, url), seq(i), v
+        )
+    pp, lp = edits.outlink_seq_prefixes(prefix)
     assert (
-        pp == E.pages_by_url_edit_key(b"", E.OP_IF_NEW) + prefix
-        and lp == E.links_by_md5_add_key(b"", b"")[-1:] + prefix
+        pp == edits.pages_by_url_edit_key(b"", edits.OP_IF_NEW) + prefix
+        and lp == edits.links_by_md5_add_key(b"", b"")[-1:] + prefix
     )

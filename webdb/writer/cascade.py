@@ -47,8 +47,7 @@ from webdb.tables.pagecodec import (
 )
 from webdb.tables.records import Page
 from webdb.tables.table import Probe, TableReader, TableWriter, _prefix_end
-from webdb.writer import edits as E
-from webdb.writer import kernels
+from webdb.writer import edits, kernels
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
 
@@ -126,7 +125,7 @@ class Emitter:
             s["block_size"],
             s["codec"],
         )
-        self.prefix = E.Seq(rank, job.section).prefix
+        self.prefix = edits.Seq(rank, job.section).prefix
         self.n = 0
         self.files = 0
         # A spill goes straight into edit files (the consumer merges every file it is sent), as
@@ -134,13 +133,13 @@ class Emitter:
         self.buf.spill_to = self._route
 
     def add(self, key: bytes, value: bytes = b"") -> None:
-        # E.pack with an inline E.Seq: this runs once per emitted edit.
+        # edits.pack with an inline edits.Seq: this runs once per emitted edit.
         self.n += 1
-        self.buf.add(E.pack_at(key, self.prefix, self.n, value))
+        self.buf.add(edits.pack_at(key, self.prefix, self.n, value))
 
     def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
         """``add`` for many edits at once (one list comprehension instead of n calls)."""
-        recs = E.pack_many(keys, values, self.prefix, self.n)
+        recs = edits.pack_many(keys, values, self.prefix, self.n)
         self.n += len(keys)
         self.buf.extend(recs)
 
@@ -177,7 +176,7 @@ def write_routed(job: StageJob, stage: int, recs: Iterable[bytes], producer: str
     A list (a sort buffer's spill) is one chunk; an iterator is read 65536 records at a time."""
     secs = Sections.from_json(job.sections)
     s = job.settings
-    bounds = secs.key_bounds(E.STAGE_BY_URL[stage])
+    bounds = secs.key_bounds(edits.STAGE_BY_URL[stage])
     counts: dict[int, int] = {}
     writers: dict[int, TableWriter] = {}
     chunks = [recs] if isinstance(recs, list) else _chunks(iter(recs), 65536)
@@ -251,7 +250,7 @@ def run_stage(job: StageJob) -> dict:
     """Run one stage for one section; returns the new table's stats (see module doc)."""
     t0, c0 = time.monotonic(), time.process_time()
     stage, sec = job.stage, job.section
-    table = E.STAGE_TABLE[stage]
+    table = edits.STAGE_TABLE[stage]
     s = job.settings
     entry = job.tables.get(table)
     name = f"{job.gen:08d}-s{stage}.{TABLE_SUFFIX[table]}"
@@ -394,48 +393,48 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
 
     def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
         op, val = group[0]
-        if op == E.OP_IF_NEW and old is not None and len(group) == 1:
+        if op == edits.OP_IF_NEW and old is not None and len(group) == 1:
             # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
             # is emitted, and the record stays in its block's bytes (merge_points: same object).
             return old
         new = old
         link = None
-        if op == E.OP_ADD:
+        if op == edits.OP_ADD:
             new = page_with_scores_of(val, old) if old is not None else val
-        elif op == E.OP_ADD_SCORE:
+        elif op == edits.OP_ADD_SCORE:
             new = val
-        elif op == E.OP_IF_NEW:
+        elif op == edits.OP_IF_NEW:
             if old is None:
-                new, lf, lv = E.split_if_new_value(val, url_b)
+                new, lf, lv = edits.split_if_new_value(val, url_b)
                 if lf is not None:
                     link = (lf, lv)
-        elif op == E.OP_DEL:
+        elif op == edits.OP_DEL:
             new = None
-        if group[-1][0] >= E.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
+        if group[-1][0] >= edits.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
             url = url_b.decode("utf-8")
             p = Page.decode(url, new) if new is not None else None
             for o, fv in group:
-                if o == E.OP_FETCH:
+                if o == edits.OP_FETCH:
                     p = apply_fetch(p, decode_fetch(url, fv), sched)
-                elif o == E.OP_LASTMOD and p is not None:
+                elif o == edits.OP_LASTMOD and p is not None:
                     p = apply_lastmod(p, *_LASTMOD.unpack(fv))
             new = p.encode_value() if p is not None else None
         if old is not None and new is not None:
             if old[MD5] != new[MD5]:
-                em2.add(E.pages_by_md5_edit_key(old[MD5], url_b, E.OP2_DEL))
-                em2.add(E.pages_by_md5_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+                em2.add(edits.pages_by_md5_edit_key(old[MD5], url_b, edits.OP2_DEL))
+                em2.add(edits.pages_by_md5_edit_key(new[MD5], url_b, edits.OP2_ADD), new)
             elif old != new:
-                em2.add(E.pages_by_md5_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+                em2.add(edits.pages_by_md5_edit_key(new[MD5], url_b, edits.OP2_ADD), new)
         elif old is not None:
-            em2.add(E.pages_by_md5_edit_key(old[MD5], url_b, E.OP2_DEL))
+            em2.add(edits.pages_by_md5_edit_key(old[MD5], url_b, edits.OP2_DEL))
         elif new is not None:
-            em2.add(E.pages_by_md5_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+            em2.add(edits.pages_by_md5_edit_key(new[MD5], url_b, edits.OP2_ADD), new)
         if link is not None:
-            em3.add(E.links_by_md5_add_key(link[0], url_b), link[1])
+            em3.add(edits.links_by_md5_add_key(link[0], url_b), link[1])
         if old is None or new is None or (old[NUM_OUTLINKS] == NO_OUTLINKS) != (new[NUM_OUTLINKS] == NO_OUTLINKS):
-            so, sn = E.target_state(old), E.target_state(new)
+            so, sn = edits.target_state(old), edits.target_state(new)
             if so != sn:
-                em4.add(E.links_by_url_notice_key(url_b), bytes((sn,)))
+                em4.add(edits.links_by_url_notice_key(url_b), bytes((sn,)))
         if old is not None:
             status[old[STATUS]] = status.get(old[STATUS], 0) - 1
         if new is not None:
@@ -484,7 +483,7 @@ def _stage_pages_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     def combine(tk: bytes, old: bytes | None, ops: list[tuple[int, bytes]]) -> bytes | None:
         v = old
         for op, val in ops:
-            if op == E.OP2_ADD:
+            if op == edits.OP2_ADD:
                 v = val
             else:
                 if v is not None and (not lost or lost[-1] != tk[:16]):
@@ -504,7 +503,7 @@ def _stage_pages_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         probe = Probe(TableReader(out_path))
         for md5 in lost:
             if not probe.has_prefix(md5):
-                em3.add(E.links_by_md5_del_all_key(md5))
+                em3.add(edits.links_by_md5_del_all_key(md5))
         probe.t.close()
     res["emitted"] = {3: em3.finish()}
     return info
@@ -527,7 +526,7 @@ def _stage_links_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             adds = []
         if not adds and not del_all:
             return Splice()
-        tail = E.links_by_url_link_tail(md5, E.OP4_ADD)
+        tail = edits.links_by_url_link_tail(md5, edits.OP4_ADD)
         if not del_all:
             # Only new or changed links are written; the stored ones stay as bytes (a re-add of
             # the same link keeps the stored flag and emits nothing).  In C when compiled.
@@ -553,7 +552,7 @@ def _stage_links_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         if del_all:
             gone = [u for u in old if u not in new]
             if gone:
-                tail = E.links_by_url_link_tail(md5, E.OP4_DEL)
+                tail = edits.links_by_url_link_tail(md5, edits.OP4_DEL)
                 em4.add_many([u + tail for u in gone], [b""] * len(gone))
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
@@ -575,7 +574,7 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     dangling = 0
 
     def state_of(url_b: bytes) -> int:
-        return E.target_state(probe.get(url_b))
+        return edits.target_state(probe.get(url_b))
 
     def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
@@ -584,30 +583,30 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         if notice is None:
             # The target did not change: stored links have the right flag and stay as they are
             # (spliced as bytes).  Added links need the target's state; deletes need nothing.
-            tail = E.link_fixup_tail(url_b, E.OP5_FLAG)
+            tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
             r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
             state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
             if sp is not None:
                 if fix:
-                    em5.add_many(fix, [bytes((LINK_OUT if state == E.TARGET_OUT else 0,))] * len(fix))
+                    em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
                 return Splice(sp)
         n0 = len(start)
         links = dict(zip([k[n0:] for k in ok], old_values()))
         added = {}  # value as stage 3 wrote it to LinksByMD5
         for fid, op, v in ledits:
-            if op == E.OP4_DEL:
+            if op == edits.OP4_DEL:
                 links.pop(fid, None)
                 added.pop(fid, None)
             else:
                 links[fid] = added[fid] = v
-        if state == E.TARGET_ABSENT:
+        if state == edits.TARGET_ABSENT:
             if links:
-                tail = E.link_fixup_tail(url_b, E.OP5_DEL)
+                tail = edits.link_fixup_tail(url_b, edits.OP5_DEL)
                 em5.add_many([fid + tail for fid in links], [b""] * len(links))
             dangling += len(links)
             return [], []
         if state >= 0:
-            flag = LINK_OUT if state == E.TARGET_OUT else 0
+            flag = LINK_OUT if state == edits.TARGET_OUT else 0
             fb = bytes((flag,))
             fix = [
                 fid for fid, v in (links if notice is not None else added).items() if (v[LINK_FLAGS] & LINK_OUT) != flag
@@ -615,7 +614,7 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             if fix:
                 for fid in fix:
                     links[fid] = link_with_flags(links[fid], fb)
-                tail = E.link_fixup_tail(url_b, E.OP5_FLAG)
+                tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
                 em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
@@ -638,14 +637,14 @@ def links_by_url_splice_py(
     flag in LinksByMD5).  (``_stagesc.links_by_url_splice`` is this in C.)"""
     fin: dict[bytes, bytes | None] = {}
     for fid, op, v in ledits:
-        fin[fid] = v if op == E.OP4_ADD else None
+        fin[fid] = v if op == edits.OP4_ADD else None
     added = {fid: v for fid, v in fin.items() if v is not None}
     state = state_of(url_b) if added else -1
-    if state == E.TARGET_ABSENT:
+    if state == edits.TARGET_ABSENT:
         return state, None, []
     fix: list[bytes] = []
     if state >= 0:
-        flag = LINK_OUT if state == E.TARGET_OUT else 0
+        flag = LINK_OUT if state == edits.TARGET_OUT else 0
         fb = bytes((flag,))
         fids = [fid for fid, v in added.items() if (v[LINK_FLAGS] & LINK_OUT) != flag]
         for fid in fids:
@@ -683,9 +682,9 @@ def links_by_md5_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     del_all = False
     adds: list[tuple[bytes, bytes]] = []
     start = 0
-    del_tag = E.TAG3_DEL_ALL[0]
+    del_tag = edits.TAG3_DEL_ALL[0]
     for j, rec in enumerate(recs):
-        # The edit record read in place (E.pack): key = md5 tag [url 0x00], value at kl.
+        # The edit record read in place (edits.pack): key = md5 tag [url 0x00], value at kl.
         kl = rec[-2] | (rec[-1] << 8)
         md5 = rec[:16]
         if md5 != gm:
@@ -718,9 +717,9 @@ def links_by_url_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     notice: int | None = None
     ledits: list[tuple[bytes, int, bytes]] = []
     start = 0
-    notice_tag = E.TAG4_NOTICE[0]
+    notice_tag = edits.TAG4_NOTICE[0]
     for j, rec in enumerate(recs):
-        # The edit record read in place (E.pack): key = url 0x00 tag [fromID op], value at kl.
+        # The edit record read in place (edits.pack): key = url 0x00 tag [fromID op], value at kl.
         kl = rec[-2] | (rec[-1] << 8)
         i = rec.index(b"\x00")
         url_b = rec[:i]
@@ -767,9 +766,9 @@ def _batched_groups(job: StageJob, cut, cut_py, n: int = 512) -> Iterator:
 
 def _stage_link_fixups(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
-        if old is None or op_val[0] == E.OP5_DEL:
+        if old is None or op_val[0] == edits.OP5_DEL:
             return None
         return link_with_flags(old, op_val[1])
 
     # A flag fix-up rewrites one byte of a value: blocks with only fix-ups are patched in place.
-    cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == E.OP5_FLAG)
+    cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == edits.OP5_FLAG)

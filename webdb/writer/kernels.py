@@ -22,8 +22,6 @@ if os.environ.get("WEBDB_PURE_PYTHON", "") in ("", "0"):
 COMPILED = stagesc is not None
 """True when the writer's kernels run the compiled extension, False when they run pure Python."""
 
-NAME = "webdb.writer._stagesc"
-
 
 def pack_edits(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes] | None:
     """Edit records ``key + prefix + seq counter (n0 + 1, ...; 5 bytes BE) + value + key length``

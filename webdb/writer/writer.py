@@ -35,8 +35,7 @@ from webdb.tables.records import (
     validate_page,
     validate_url,
 )
-from webdb.writer import edits as E
-from webdb.writer import kernels
+from webdb.writer import edits, kernels
 from webdb.writer.cascade import StageJob, encode_fetch, encode_lastmod, write_routed
 from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
@@ -68,7 +67,7 @@ class EditLog:
         # block cache of probes and the write buffers.  Stage workers run after they are freed.
         self._pages_by_url = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
         self._links_by_md5 = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
-        self._seq = E.Seq(E.RANK_API, producer)
+        self._seq = edits.Seq(edits.RANK_API, producer)
         # The URL sample a first load of a k-section db chooses its breakpoints from.
         self._sample = None if self.secs.ready else Reservoir(int(self.settings["breakpoint_sample"]))
         self._max_url = int(self.settings["max_url_bytes"])
@@ -111,35 +110,35 @@ class EditLog:
         return url_b
 
     def _add1(self, key: bytes, value: bytes) -> None:
-        self._pages_by_url.add(E.pack(key, self._seq.next(), value))
+        self._pages_by_url.add(edits.pack(key, self._seq.next(), value))
 
     def add_page(self, page: Page) -> None:
         """Insert or replace ``page``; an existing page keeps its stored score and next_score."""
-        url_b = self._page_edit(page, E.OP_ADD)
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_ADD), page.encode_value())
+        url_b = self._page_edit(page, edits.OP_ADD)
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_ADD), page.encode_value())
 
     def add_page_with_score(self, page: Page) -> None:
         """Insert or replace ``page``, scores included."""
-        url_b = self._page_edit(page, E.OP_ADD_SCORE)
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_ADD_SCORE), page.encode_value())
+        url_b = self._page_edit(page, edits.OP_ADD_SCORE)
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_ADD_SCORE), page.encode_value())
 
     def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
         """Insert ``page`` only if its url is absent; then also add ``link`` (which must point to it)."""
-        url_b = self._page_edit(page, E.OP_IF_NEW)
+        url_b = self._page_edit(page, edits.OP_IF_NEW)
         if link is None:
-            v = E.if_new_value(page.encode_value())
+            v = edits.if_new_value(page.encode_value())
         else:
             self._check_link(link)
             if link.url != page.url:
                 raise BadInput(f"link to {link.url!r:.200} given with page {page.url!r:.200}: must be the same url")
-            v = E.if_new_value(page.encode_value(), link.from_id, self._link_value(link))
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_IF_NEW), v)
+            v = edits.if_new_value(page.encode_value(), link.from_id, self._link_value(link))
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_IF_NEW), v)
 
     def delete_page(self, url: str) -> None:
         """Remove the page (its inlinks then dangle and are removed too)."""
         self._live()
         url_b = self._url(url)
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_DEL), b"")
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_DEL), b"")
 
     def apply_fetch(self, result: FetchResult) -> None:
         """Apply a fetch outcome to the stored page (docs/semantics.md, *Fetch results*)."""
@@ -154,7 +153,7 @@ class EditLog:
         validate_fetch(result)
         if self._sample is not None:
             self._sample.add(url_b)
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_FETCH), encode_fetch(result))
 
     def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
         """A hint that ``url`` changed at ``lastmod`` (a sitemap's lastmod, seconds since the
@@ -170,7 +169,7 @@ class EditLog:
                 )
         if self._sample is not None:
             self._sample.add(url_b)
-        self._add1(E.pages_by_url_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_LASTMOD), encode_lastmod(lastmod, due))
 
     def _check_link(self, link: Link) -> bytes:
         self._live()
@@ -188,7 +187,7 @@ class EditLog:
         """Insert or replace the link (from_id, url); the last call for a key wins."""
         url_b = self._check_link(link)
         self._links_by_md5.add(
-            E.pack(E.links_by_md5_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link))
+            edits.pack(edits.links_by_md5_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link))
         )
 
     def delete_links(self, md5: bytes) -> None:
@@ -196,7 +195,7 @@ class EditLog:
         self._live()
         if not isinstance(md5, bytes) or len(md5) != 16:
             raise BadInput(f"delete_links needs a 16-byte md5, got {md5!r:.80}")
-        self._links_by_md5.add(E.pack(E.links_by_md5_del_all_key(md5), self._seq.next()))
+        self._links_by_md5.add(edits.pack(edits.links_by_md5_del_all_key(md5), self._seq.next()))
 
     def add_links(self, from_md5: bytes, links: Iterable[tuple[str, str]], *, domain_id: int = 0) -> None:
         """``add_link(Link(from_md5, url, anchor, domain_id))`` for each (url, anchor), with less work per link."""
@@ -232,11 +231,11 @@ class EditLog:
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
         amax, seq, pages_by_url, links_by_md5 = self._anchor_max, self._seq, self._pages_by_url, self._links_by_md5
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
-        if_new = E.if_new_value_without_md5(page_tail) if page_tail is not None else b""
+        if_new = edits.if_new_value_without_md5(page_tail) if page_tail is not None else b""
         pages_by_url_record, links_by_md5_add_record, op_if_new = (
-            E.pages_by_url_record,
-            E.links_by_md5_add_record,
-            E.OP_IF_NEW,
+            edits.pages_by_url_record,
+            edits.links_by_md5_add_record,
+            edits.OP_IF_NEW,
         )
         precs: list[bytes] = []
         lrecs: list[bytes] = []
@@ -327,7 +326,7 @@ class EditLog:
                         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
                         validate_page(page)
                         pt = page_without_md5(page.encode_value())
-                        tail = tails[t] = E.if_new_value_without_md5(pt)
+                        tail = tails[t] = edits.if_new_value_without_md5(pt)
                     if m:
                         rows.append(len(frecs))
                         seqs.append(n + 1)
@@ -339,7 +338,7 @@ class EditLog:
                     r = FetchResult(url, Status.RETRY, t)
                 validate_fetch(r)
                 n += 1
-                frecs.append(E.pages_by_url_record(url_b, E.OP_FETCH, prefix, n, encode_fetch(r)))
+                frecs.append(edits.pages_by_url_record(url_b, edits.OP_FETCH, prefix, n, encode_fetch(r)))
                 n += 2 * m
         except BadInput:
             return False
@@ -384,7 +383,7 @@ class EditLog:
                 md5s,
                 tail_of,
                 np.asarray(seqs, np.int64),
-                *E.outlink_seq_prefixes(prefix),
+                *edits.outlink_seq_prefixes(prefix),
                 link_pre,
             )
         # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
@@ -435,20 +434,20 @@ class EditLog:
     def _route_run(self, job: StageJob, stage: int, recs) -> dict[int, int]:
         self._files += 1
         name = f"api-{self.producer:04d}-{self._files:04d}"
-        return write_routed(job, stage, first_if_new_only(recs) if stage == E.STAGE_PAGES_BY_URL else recs, name)
+        return write_routed(job, stage, first_if_new_only(recs) if stage == edits.STAGE_PAGES_BY_URL else recs, name)
 
     def route_as_you_go(self, job: StageJob) -> None:
         """From now on a spill routes its sorted records straight into edit files (the stage
         workers merge those with their other inputs), instead of a run this process would merge
         back serially at close.  Needs the sections' breakpoints and the batch's job."""
-        self._pages_by_url.spill_to = lambda recs: self._route_run(job, E.STAGE_PAGES_BY_URL, recs)
-        self._links_by_md5.spill_to = lambda recs: self._route_run(job, E.STAGE_LINKS_BY_MD5, recs)
+        self._pages_by_url.spill_to = lambda recs: self._route_run(job, edits.STAGE_PAGES_BY_URL, recs)
+        self._links_by_md5.spill_to = lambda recs: self._route_run(job, edits.STAGE_LINKS_BY_MD5, recs)
 
     def route(self, job: StageJob) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
         counts = {
-            "pages": self._route_run(job, E.STAGE_PAGES_BY_URL, self._pages_by_url.sorted_records()),
-            "links": self._route_run(job, E.STAGE_LINKS_BY_MD5, self._links_by_md5.sorted_records()),
+            "pages": self._route_run(job, edits.STAGE_PAGES_BY_URL, self._pages_by_url.sorted_records()),
+            "links": self._route_run(job, edits.STAGE_LINKS_BY_MD5, self._links_by_md5.sorted_records()),
         }
         self.discard()
         return counts
@@ -466,7 +465,7 @@ def first_if_new_only(recs: Iterable[bytes]) -> Iterable[bytes]:
     (a spill) is filtered in one C call (``_stagesc.first_if_new``) with the writer's kernels compiled."""
     c = kernels.stagesc
     if c is not None and isinstance(recs, list):
-        return c.first_if_new(recs, E.OP_IF_NEW)
+        return c.first_if_new(recs, edits.OP_IF_NEW)
     return first_if_new_only_py(recs)
 
 
@@ -476,7 +475,7 @@ def first_if_new_only_py(recs: Iterable[bytes]) -> Iterator[bytes]:
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)
         key = rec[: kl - 8]
-        if key[-1] == E.OP_IF_NEW and key == prev:
+        if key[-1] == edits.OP_IF_NEW and key == prev:
             continue
         prev = key
         yield rec

@@ -15,7 +15,7 @@ static int groups_args(const char *name, PyObject *const *args, Py_ssize_t nargs
     return 0;
 }
 
-/* Record j of recs as an edit record (E.pack: ..., key length u16 LE at the end): its bytes in
+/* Record j of recs as an edit record (edits.pack: ..., key length u16 LE at the end): its bytes in
  * *p, its length in *L and its key length in *kl; 0 if it is not bytes of at least min bytes. */
 static int edit_rec(PyObject *recs, Py_ssize_t j, Py_ssize_t min, const unsigned char **p, Py_ssize_t *L,
                     Py_ssize_t *kl) {
@@ -29,7 +29,7 @@ static int edit_rec(PyObject *recs, Py_ssize_t j, Py_ssize_t min, const unsigned
 
 SHARED_PYDOC(links_by_url_groups_doc,
              "links_by_url_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
-             "key = url 0x00 tag [fromID(16) op], E.pack layout) cut into one group per url: (url + "
+             "key = url 0x00 tag [fromID(16) op], edits.pack layout) cut into one group per url: (url + "
              "0x00, url + 0x01, (url, notice or None, [(fromID, op, value)])), the last notice of a url "
              "winning.  Unless final, the last url's group is left (it may go on in the next records): "
              "used is the index of its first record.  None for a record the Python code would fail on.");
@@ -123,7 +123,7 @@ fail:
 
 SHARED_PYDOC(links_by_md5_groups_doc,
              "links_by_md5_groups(recs, final) -> (groups, used): stage 3's edit records (webdb.writer.cascade, "
-             "key = md5(16) tag [url 0x00], E.pack layout) cut into one group per md5: (md5, the end of "
+             "key = md5(16) tag [url 0x00], edits.pack layout) cut into one group per md5: (md5, the end of "
              "the md5's key range, (delete_all, [(url, value)])), of several adds of a url the last.  "
              "Unless final, the last md5's group is left (it may go on in the next records): used is "
              "the index of its first record.  None for a record the Python code would fail on.");
