@@ -173,7 +173,7 @@ def conf_dir(h: SSHHost) -> Path:
 
 
 def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -> None:
-    from webdb.writer.section import _config, deploy_dir
+    from webdb.writer.section import deploy_dir, section_config
 
     a = "[host:x]\naddress = 10.0.0.1\nroot = /r\nknown_hosts = keys/known\n\n[sections]\ncount = 1\nhosts = x\n"
     b = a.replace("10.0.0.1", "10.0.0.2")
@@ -188,7 +188,7 @@ def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -
     folder.mkdir(parents=True)
     spec = {"root": str(root), "base_dir": "/coordinator", "ini": a.replace("/r", str(root)), "ini_source": "hosts.ini",
             "local_host": "x"}  # fmt: skip
-    assert _config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
+    assert section_config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
 
 
 def rack_ini(hosts: list[SSHHost], tmp_path: Path) -> Path:

@@ -223,7 +223,7 @@ def test_links_by_md5_groups_c_and_python_and_batches(drawn, n):
     assert used == len(recs)
     assert _cut_all(cascade.links_by_md5_groups_py, recs, n) == whole
     for md5, end, (_, adds) in whole:
-        assert end > md5 and (end == b"\xff" * 17 or not end.startswith(md5))  # _prefix_end, or past 0xff..
+        assert end > md5 and (end == b"\xff" * 17 or not end.startswith(md5))  # prefix_end, or past 0xff..
         assert [u for u, _ in adds] == sorted({u for u, _ in adds})  # one add per url, the last
     if _stagesc is not None:
         for final in (True, False):

@@ -15,7 +15,7 @@ from operator import lt
 
 from webdb.errors import CorruptionError
 from webdb.tables.block import RawBlock, check_block_crc, seal_block
-from webdb.tables.table import _DAMAGED, TableReader, TableWriter
+from webdb.tables.table import DAMAGED, TableReader, TableWriter
 
 __all__ = ["MergeCursor", "Splice"]
 
@@ -211,7 +211,7 @@ class MergeCursor:
                     held = g
                     break
                 if g[0] <= key:
-                    raise CorruptionError(f"{out.path}: edits out of order: {g[0]!r:.80} after {key!r:.80}" + _DAMAGED)
+                    raise CorruptionError(f"{out.path}: edits out of order: {g[0]!r:.80} after {key!r:.80}" + DAMAGED)
                 key, payload = g
             n = len(keys)
             if n > pos:
@@ -334,7 +334,7 @@ class MergeCursor:
                     p, prev = pos, None
                     for k, v in r:
                         if k < lo or k >= hi or (prev is not None and k <= prev):
-                            raise CorruptionError(f"{out.path}: splice key {k!r:.80} out of order or range" + _DAMAGED)
+                            raise CorruptionError(f"{out.path}: splice key {k!r:.80} out of order or range" + DAMAGED)
                         prev = k
                         j = bisect.bisect_left(keys, k, p, j2)
                         if j > p:
@@ -355,7 +355,7 @@ class MergeCursor:
                     if rk:
                         if rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:])):
                             raise CorruptionError(
-                                f"{out.path}: merged keys out of order or range at {lo!r:.80}" + _DAMAGED
+                                f"{out.path}: merged keys out of order or range at {lo!r:.80}" + DAMAGED
                             )
                         chunks += chain.from_iterable(zip(rk, rv))
                         lens += chain.from_iterable(zip(map(len, rk), map(len, rv)))

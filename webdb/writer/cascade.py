@@ -46,7 +46,7 @@ from webdb.tables.pagecodec import (
     page_with_scores_of,
 )
 from webdb.tables.records import Page
-from webdb.tables.table import Probe, TableReader, TableWriter, _prefix_end
+from webdb.tables.table import Probe, TableReader, TableWriter, prefix_end
 from webdb.writer import edits, kernels
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
@@ -689,7 +689,7 @@ def links_by_md5_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
         md5 = rec[:16]
         if md5 != gm:
             if gm is not None:
-                out.append((gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
+                out.append((gm, prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
             gm, del_all, adds, start = md5, False, [], j
         if rec[16] == del_tag:
             del_all = True
@@ -703,7 +703,7 @@ def links_by_md5_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
         return out, len(recs)
     if not final:
         return out, start
-    out.append((gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
+    out.append((gm, prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
     return out, len(recs)
 
 

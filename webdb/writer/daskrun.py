@@ -29,7 +29,7 @@ from webdb.errors import BadInput, WebDBError
 from webdb.writer import dasktasks
 from webdb.writer.driver import Options, Prepared, SectionSpec, update
 from webdb.writer.hosts import Rack
-from webdb.writer.results import Failed, UpdateResult, _Host
+from webdb.writer.results import Failed, HostRun, UpdateResult
 
 __all__ = ["CONNECT_TIMEOUT", "WORKER_TIMEOUT", "DaskTransport", "DaskUnavailable", "connect", "update_dask"]
 
@@ -80,7 +80,7 @@ class DaskTransport:
         )
         self.progress = opts.progress
         self.leads = _leads(rack)  # a location no worker could serve fails before connecting
-        self.hosts = {label: _Host(p) for label, p in rack.places.items()}
+        self.hosts = {label: HostRun(p) for label, p in rack.places.items()}
         self.nonce = os.urandom(4).hex()
         self.batch = f"open-{self.nonce}"  # the leases' batch id
         self.places = {

@@ -39,7 +39,7 @@ from webdb.writer.hosts import Placement, Rack
 from webdb.writer.inputs import DEFAULT_INPUT
 from webdb.writer.location import PROTOCOL
 from webdb.writer.placing import place_inputs, probe_names
-from webdb.writer.results import Failed, UpdateResult, _Host, failure_line, host_results, stopped
+from webdb.writer.results import Failed, HostRun, UpdateResult, failure_line, host_results, stopped
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
@@ -127,7 +127,7 @@ class Transport(Protocol):
     """Carries the driver's requests to the locations of a rack and reports back.  Every
     method raises ``Failed`` on any failure (naming the location where it knows it)."""
 
-    hosts: dict[str, _Host]
+    hosts: dict[str, HostRun]
 
     def open(self, task: dict, probe: dict[str, list[str]]) -> dict[str, dict]:
         """Lock every location; its hello (``Location.hello``) by label."""

@@ -24,7 +24,7 @@ from webdb.sortbuf import GroupFeed, SortBuffer
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
-    _BAD_URL_CHAR,
+    BAD_URL_CHAR,
     NEVER,
     Link,
     Page,
@@ -239,7 +239,7 @@ class EditLog:
         )
         precs: list[bytes] = []
         lrecs: list[bytes] = []
-        bad, max_url = _BAD_URL_CHAR.search, self._max_url
+        bad, max_url = BAD_URL_CHAR.search, self._max_url
         try:
             for url, anchor in links:
                 # validate_url inlined (the common case); anything odd goes through it for the error

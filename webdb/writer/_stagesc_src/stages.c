@@ -154,7 +154,7 @@ PyObject *c_links_by_md5_groups(PyObject *self, PyObject *const *args, Py_ssize_
         }
         int same = md5 && j < n && memcmp(PyBytes_AS_STRING(md5), p, 16) == 0;
         if (md5 && !same && (j < n || final)) {
-            /* The group of md5 ends here; its range ends at the next prefix (_prefix_end). */
+            /* The group of md5 ends here; its range ends at the next prefix (prefix_end). */
             unsigned char e[17];
             Py_ssize_t el = 16;
             memcpy(e, PyBytes_AS_STRING(md5), 16);
