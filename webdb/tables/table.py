@@ -21,10 +21,9 @@ from itertools import accumulate, chain, repeat
 from operator import add, ge, gt, lt
 
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
-from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
+from webdb.tables.block import (
     CODECS,
     COMPILED,
-    MAX_BLOCK_BYTES,
     RawBlock,
     check_block_crc,
     decode_block,
