@@ -306,72 +306,22 @@ class EditLog:
         # Checks first, records after: a refused block records nothing (the calls then redo it).
         import numpy as np
 
-        from webdb.writer.columns import link_records, link_urls_ok
+        from webdb.writer.columns import link_records
 
         iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
-        amax, prefix, n = self._anchor_max, self._seq.prefix, self._seq.n
-        try:
-            check_domain_id(domain_id, "links")
-            link_pre = Link(b"\x00" * 16, "", "", domain_id).encode_value()
-            tails: dict[int, bytes] = {}
-            frecs, rows, seqs, md5s, tail_of = [], [], [], [], []
-            for url, ok, md5, t, m in zip(b.urls, b.fetched, b.md5s, b.times, b.nlinks):
-                url_b = self._url(url)
-                if ok:
-                    if not isinstance(md5, bytes) or len(md5) != 16:
-                        return False
-                    r = FetchResult(url, Status.FETCHED, t, md5, m)
-                    tail = tails.get(t)
-                    if tail is None:
-                        page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
-                        validate_page(page)
-                        pt = page_without_md5(page.encode_value())
-                        tail = tails[t] = edits.if_new_value_without_md5(pt)
-                    if m:
-                        rows.append(len(frecs))
-                        seqs.append(n + 1)
-                        md5s.append(md5)
-                        tail_of.append(tail)
-                else:
-                    if m:
-                        return False
-                    r = FetchResult(url, Status.RETRY, t)
-                validate_fetch(r)
-                n += 1
-                frecs.append(edits.pages_by_url_record(url_b, edits.OP_FETCH, prefix, n, encode_fetch(r)))
-                n += 2 * m
-        except BadInput:
+        prefix = self._seq.prefix
+        fetches = self._fetch_records(b, domain_id, score, iv)
+        if fetches is None:
             return False
-        if len({len(t) for t in tail_of}) > 1:
+        frecs, rows, seqs, md5s, tail_of, link_pre, n = fetches
+        cols = _link_columns(b, self._anchor_max, self._max_url)
+        if cols is None:
             return False
-        data = b.data
-        us, ue = np.asarray(b.url_start, np.int64), np.asarray(b.url_end, np.int64)
-        as_, ae = np.asarray(b.anchor_start, np.int64), np.asarray(b.anchor_end, np.int64)
-        buf = np.frombuffer(data, np.uint8)
-        nd = len(data)
-        if len(as_) != len(us):
-            return False
-        for s, e in ((us, ue), (as_, ae)):  # slices in bounds (else the calls slice as Python does)
-            if len(s) != len(e) or (len(s) and (s.min() < 0 or e.max() > nd or (e < s).any())):
-                return False
-        if not link_urls_ok(buf, us, ue, self._max_url):
-            return False
+        data, us, ue, as_, ae, counts = cols
         nl = len(us)
-        counts = np.asarray([m for m in b.nlinks if m], np.int64)
-        if int(counts.sum()) != nl:
-            return False
-        long = np.flatnonzero(ae - as_ > amax)
-        if len(long):  # anchors cut to anchor_max characters: those few in Python, appended
-            cut = [
-                data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())
-            ]
-            ends = np.cumsum([len(c) for c in cut]) + len(data)
-            as_, ae = as_.copy(), ae.copy()
-            as_[long], ae[long] = ends - [len(c) for c in cut], ends
-            data += b"".join(cut)
-            buf = np.frombuffer(data, np.uint8)
         precs: list[bytes] = []
         lrecs: list[bytes] = []
+        psize = lsize = None
         if nl:
             precs, lrecs, psize, lsize = link_records(
                 data,
@@ -386,50 +336,55 @@ class EditLog:
                 *edits.outlink_seq_prefixes(prefix),
                 link_pre,
             )
-        # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
-        # 3's buffer its link edits (add_outlinks): groups in call order, 3 positions per row.
-        recs: list[bytes] = []
-        ends: list[int] = []
-        ppos: list[int] = []
-        lpos: list[int] = []
-        lo, rows_it = 0, iter(zip(rows, counts.tolist()))
-        nxt = next(rows_it, None)
-        for i, fr in enumerate(frecs):
-            recs.append(fr)
-            ends.append(len(recs))
-            ppos.append(3 * i)
-            if nxt is not None and nxt[0] == i:
-                hi = lo + nxt[1]
-                recs += precs[lo:hi]
-                ends.append(len(recs))
-                ppos.append(3 * i + 1)
-                lpos.append(3 * i + 2)
-                lo = hi
-                nxt = next(rows_it, None)
-        # The records' lengths in that order, in numpy: a fetch record, then its row's links.
-        sizes = np.fromiter(map(len, frecs), np.int64, len(frecs))
-        if nl:
-            per_row = np.zeros(len(frecs), np.int64)
-            per_row[rows] = counts
-            at = np.arange(len(frecs)) + np.cumsum(per_row) - per_row
-            both = np.empty(len(frecs) + nl, np.int64)
-            links = np.ones(len(both), bool)
-            links[at] = False
-            both[at], both[links] = sizes, psize
-            sizes = both
+        recs, ends, ppos, lpos, sizes = _in_call_order(frecs, precs, rows, counts, psize)
         feeds = [(GroupFeed(self._pages_by_url, recs, ends, sizes), ppos)]
         if nl:
             feeds.append((GroupFeed(self._links_by_md5, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
-        while True:
-            nexts = [(pos[g], f, g) for f, pos in feeds if (g := f.next_spill()) is not None]
-            if not nexts:
-                break
-            _, f, g = min(nexts, key=lambda x: x[0])
-            f.spill_next(g)
-        for f, _ in feeds:
-            f.finish()
+        _spill_in_call_order(feeds)
         self._seq.n = n
         return True
+
+    def _fetch_records(self, b: FetchBlock, domain_id: int, score: float, iv: int) -> tuple | None:
+        """A block's fetch records (one per row, ``pages_by_url_record`` of OP_FETCH) and what its
+        outlinks' records need: the rows with outlinks, the seq of each such row's first outlink
+        edit, its md5 and page tail, the link value's fixed part, and the sequence counter after
+        the block.  None for a row the calls would refuse or name (they then run instead)."""
+        prefix, n = self._seq.prefix, self._seq.n
+        try:
+            check_domain_id(domain_id, "links")
+            link_pre = Link(b"\x00" * 16, "", "", domain_id).encode_value()
+            tails: dict[int, bytes] = {}
+            frecs, rows, seqs, md5s, tail_of = [], [], [], [], []
+            for url, ok, md5, t, m in zip(b.urls, b.fetched, b.md5s, b.times, b.nlinks):
+                url_b = self._url(url)
+                if ok:
+                    if not isinstance(md5, bytes) or len(md5) != 16:
+                        return None
+                    r = FetchResult(url, Status.FETCHED, t, md5, m)
+                    tail = tails.get(t)
+                    if tail is None:
+                        page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
+                        validate_page(page)
+                        pt = page_without_md5(page.encode_value())
+                        tail = tails[t] = edits.if_new_value_without_md5(pt)
+                    if m:
+                        rows.append(len(frecs))
+                        seqs.append(n + 1)
+                        md5s.append(md5)
+                        tail_of.append(tail)
+                else:
+                    if m:
+                        return None
+                    r = FetchResult(url, Status.RETRY, t)
+                validate_fetch(r)
+                n += 1
+                frecs.append(edits.pages_by_url_record(url_b, edits.OP_FETCH, prefix, n, encode_fetch(r)))
+                n += 2 * m
+        except BadInput:
+            return None
+        if len({len(t) for t in tail_of}) > 1:
+            return None
+        return frecs, rows, seqs, md5s, tail_of, link_pre, n
 
     def _route_run(self, job: StageJob, stage: int, recs) -> dict[int, int]:
         self._files += 1
@@ -457,6 +412,92 @@ class EditLog:
         self._links_by_md5.cleanup()
         if os.path.isdir(self.tmp):
             shutil.rmtree(self.tmp)
+
+
+def _link_columns(b: FetchBlock, amax: int, max_url: int) -> tuple | None:
+    """A block's outlink columns checked and as int64 arrays: ``(data, url start, url end, anchor
+    start, anchor end, links per row with links)``, anchors longer than ``amax`` characters cut
+    (the cut ones appended to ``data``).  None when a slice is out of bounds, a url fails
+    ``link_urls_ok`` or the counts do not add up (the calls then run instead)."""
+    import numpy as np
+
+    from webdb.writer.columns import link_urls_ok
+
+    data = b.data
+    us, ue = np.asarray(b.url_start, np.int64), np.asarray(b.url_end, np.int64)
+    as_, ae = np.asarray(b.anchor_start, np.int64), np.asarray(b.anchor_end, np.int64)
+    buf = np.frombuffer(data, np.uint8)
+    nd = len(data)
+    if len(as_) != len(us):
+        return None
+    for s, e in ((us, ue), (as_, ae)):  # slices in bounds (else the calls slice as Python does)
+        if len(s) != len(e) or (len(s) and (s.min() < 0 or e.max() > nd or (e < s).any())):
+            return None
+    if not link_urls_ok(buf, us, ue, max_url):
+        return None
+    counts = np.asarray([m for m in b.nlinks if m], np.int64)
+    if int(counts.sum()) != len(us):
+        return None
+    long = np.flatnonzero(ae - as_ > amax)
+    if len(long):  # anchors cut to anchor_max characters: those few in Python, appended
+        cut = [data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())]
+        ends = np.cumsum([len(c) for c in cut]) + len(data)
+        as_, ae = as_.copy(), ae.copy()
+        as_[long], ae[long] = ends - [len(c) for c in cut], ends
+        data += b"".join(cut)
+    return data, us, ue, as_, ae, counts
+
+
+def _in_call_order(frecs: list[bytes], precs: list[bytes], rows: list[int], counts, psize) -> tuple:
+    """Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage 3's
+    buffer its link edits (add_outlinks): groups in call order, 3 positions per row.  Returns
+    stage 1's records, their group ends, the positions of stage 1's and stage 3's groups, and
+    the records' lengths in that order (numpy: a fetch record, then its row's links)."""
+    import numpy as np
+
+    recs: list[bytes] = []
+    ends: list[int] = []
+    ppos: list[int] = []
+    lpos: list[int] = []
+    lo, rows_it = 0, iter(zip(rows, counts.tolist()))
+    nxt = next(rows_it, None)
+    for i, fr in enumerate(frecs):
+        recs.append(fr)
+        ends.append(len(recs))
+        ppos.append(3 * i)
+        if nxt is not None and nxt[0] == i:
+            hi = lo + nxt[1]
+            recs += precs[lo:hi]
+            ends.append(len(recs))
+            ppos.append(3 * i + 1)
+            lpos.append(3 * i + 2)
+            lo = hi
+            nxt = next(rows_it, None)
+    sizes = np.fromiter(map(len, frecs), np.int64, len(frecs))
+    nl = len(precs)
+    if nl:
+        per_row = np.zeros(len(frecs), np.int64)
+        per_row[rows] = counts
+        at = np.arange(len(frecs)) + np.cumsum(per_row) - per_row
+        both = np.empty(len(frecs) + nl, np.int64)
+        links = np.ones(len(both), bool)
+        links[at] = False
+        both[at], both[links] = sizes, psize
+        sizes = both
+    return recs, ends, ppos, lpos, sizes
+
+
+def _spill_in_call_order(feeds: list[tuple[GroupFeed, list[int]]]) -> None:
+    """Hand the feeds' groups to their buffers, the group of the lowest call position first, so
+    the buffers spill exactly where the calls would have made them spill; then finish them."""
+    while True:
+        nexts = [(pos[g], f, g) for f, pos in feeds if (g := f.next_spill()) is not None]
+        if not nexts:
+            break
+        _, f, g = min(nexts, key=lambda x: x[0])
+        f.spill_next(g)
+    for f, _ in feeds:
+        f.finish()
 
 
 def first_if_new_only(recs: Iterable[bytes]) -> Iterable[bytes]:
