@@ -21,7 +21,8 @@
  * key-end offsets, n record-end offsets (u32 little-endian, from the start of the block) and the
  * count n (u32 LE).  These functions read the offsets in place from the raw bytes: nothing is
  * decoded but what is asked for.  Each one is the exact counterpart of a pure-Python function of
- * webdb/tables/block.py (the fallback, and the reference the tests compare these to), including
+ * webdb/tables/ (block.py, levels.py; docs/design.md §4.5 lists the pairs: the fallback, and the
+ * reference the tests compare these to), including
  * its behaviour on damaged offsets: every slice is clamped to the block as a Python slice is, so a
  * crafted offset can give wrong bytes (as in Python) but never a read outside the block.
  *
