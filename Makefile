@@ -16,8 +16,8 @@ $(VPY):
 	$(PY) -m venv $(VENV)
 
 # Reinstalled when the package metadata or the C sources change (the Python code itself is an
-# editable install; the compiled block codec is built by the install).
-$(STAMP): $(VPY) setup.py pyproject.toml $(wildcard webdb/tables/_blockc_src/*.[ch])
+# editable install; the compiled extensions are built by the install).
+$(STAMP): $(VPY) setup.py pyproject.toml $(wildcard webdb/tables/_blockc_src/*.[ch] webdb/writer/_stagesc_src/*.[ch])
 	$(VPY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 

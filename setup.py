@@ -8,10 +8,11 @@ setup(
     packages=find_packages(include=["webdb", "webdb.*", "fetchlist", "fetchlist.*"]),
     # The dashboard's templates and browser files (uPlot vendored with its license).
     package_data={"webdb.serve": ["templates/*.html", "static/*"]},
-    # The block codec's inner loops in C (docs/design.md "Compiled block codec").  Optional: where
-    # no compiler or Python headers exist (gcc, python3-dev) the build skips it and webdb runs the
-    # same code in pure Python (webdb/tables/block.py).
-    # One extension of several C files, one a concern (webdb/tables/_blockc_src/blockc.h lists them).
+    # Inner loops in C (docs/design.md "Compiled kernels"), one extension per layer: the block
+    # codec's (tables) and the edit and stage kernels' (writer).  Optional: where no compiler or
+    # Python headers exist (gcc, python3-dev) the build skips them and webdb runs the same code in
+    # pure Python (webdb/tables/block.py, the references in webdb/writer/).
+    # Each of several C files, one a concern (blockc.h and stagesc.h list them).
     ext_modules=[
         Extension(
             "webdb.tables._blockc",
@@ -19,15 +20,25 @@ setup(
                 "webdb/tables/_blockc_src/module.c",
                 "webdb/tables/_blockc_src/codec.c",
                 "webdb/tables/_blockc_src/bulk.c",
-                "webdb/tables/_blockc_src/edits.c",
-                "webdb/tables/_blockc_src/stages.c",
+                "webdb/tables/_blockc_src/sort.c",
+                "webdb/tables/_blockc_src/merge.c",
                 "webdb/tables/_blockc_src/pieces.c",
                 "webdb/tables/_blockc_src/index.c",
                 "webdb/tables/_blockc_src/seek.c",
             ],
             depends=["webdb/tables/_blockc_src/blockc.h"],
             optional=True,
-        )
+        ),
+        Extension(
+            "webdb.writer._stagesc",
+            sources=[
+                "webdb/writer/_stagesc_src/module.c",
+                "webdb/writer/_stagesc_src/edits.c",
+                "webdb/writer/_stagesc_src/stages.c",
+            ],
+            depends=["webdb/writer/_stagesc_src/stagesc.h"],
+            optional=True,
+        ),
     ],
     install_requires=[
         "lz4>=4.3",

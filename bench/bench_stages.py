@@ -35,9 +35,9 @@ HOOK = """
 import os
 if os.environ.get("BENCH_STAGES_SAVE"):
     import json, shutil
-    import webdb.writer.cascade as C
-    import webdb.writer.executor as X
-    _run = C.run_stage
+    import webdb.writer.cascade as cascade
+    import webdb.writer.executor as executor
+    _run = cascade.run_stage
 
     def run_stage(stage_job):
         job = stage_job.to_json()
@@ -58,10 +58,10 @@ if os.environ.get("BENCH_STAGES_SAVE"):
             json.dump(dict(job, inputs=ins, tables=tabs), f)
         return _run(stage_job)
 
-    C.run_stage = X.run_stage = run_stage
+    cascade.run_stage = executor.run_stage = run_stage
 
-    import webdb.writer.section as S
-    _apply = S.apply_input
+    import webdb.writer.section as section
+    _apply = section.apply_input
 
     def apply_input(spec, job0, secs, tmp, breakpoints):
         d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st0-s%d" % spec["section"])
@@ -70,7 +70,7 @@ if os.environ.get("BENCH_STAGES_SAVE"):
             json.dump({"spec": spec, "job0": job0.to_json(), "sections": secs.to_json()}, f)
         return _apply(spec, job0, secs, tmp, breakpoints)
 
-    S.apply_input = apply_input
+    section.apply_input = apply_input
 """
 
 

@@ -62,15 +62,15 @@ def url_key(url: str) -> bytes:
     return url.encode("utf-8")
 
 
-def pbm_key(p: Page) -> bytes:
+def pages_by_md5_key(p: Page) -> bytes:
     return p.md5 + url_key(p.url)
 
 
-def lbm_key(link: Link) -> bytes:
+def links_by_md5_key(link: Link) -> bytes:
     return link.from_id + url_key(link.url)
 
 
-def lbu_key(link: Link) -> bytes:
+def links_by_url_key(link: Link) -> bytes:
     return url_key(link.url) + b"\x00" + link.from_id
 
 
@@ -136,8 +136,8 @@ class Model:
 
     def commit(self) -> None:
         calls, self._calls = self._calls, []
-        new_pages, ifn_links = self._new_pages(calls)
-        self._links = self._new_links(calls, ifn_links, new_pages)
+        new_pages, if_new_links = self._new_pages(calls)
+        self._links = self._new_links(calls, if_new_links, new_pages)
         self._pages = new_pages
 
     # ---- the batch, declaratively ---------------------------------------------------------------
@@ -157,7 +157,7 @@ class Model:
     def _new_pages(self, calls: list) -> tuple[dict[str, Page], list[Link]]:
         """New url -> page map, and the links of the winning add_page_if_not_present calls."""
         new = dict(self._pages)
-        ifn_links: list[tuple[int, Link]] = []
+        if_new_links: list[tuple[int, Link]] = []
         by_url: dict[str, list[tuple[int, str, object, object]]] = {}
         for i, (op, a, b) in enumerate(calls):
             url = self._call_url(op, a)
@@ -180,7 +180,7 @@ class Model:
                     else:
                         p = copy.deepcopy(arg)
                         if link is not None:
-                            ifn_links.append((i, link))
+                            if_new_links.append((i, link))
                 else:
                     p = None
             else:
@@ -200,12 +200,12 @@ class Model:
                 new.pop(url, None)
             else:
                 new[url] = p
-        return new, [link for _, link in sorted(ifn_links, key=lambda x: x[0])]
+        return new, [link for _, link in sorted(if_new_links, key=lambda x: x[0])]
 
-    def _new_links(self, calls: list, ifn_links: list[Link], new_pages: dict[str, Page]) -> dict:
+    def _new_links(self, calls: list, if_new_links: list[Link], new_pages: dict[str, Page]) -> dict:
         dropped = {a for op, a, _ in calls if op == "delete_links"}
         links = {k: v for k, v in self._links.items() if k[0] not in dropped}
-        added = [a for op, a, _ in calls if op == "add_link"] + ifn_links
+        added = [a for op, a, _ in calls if op == "add_link"] + if_new_links
         for link in added:
             link = copy.deepcopy(link)
             link.anchor = link.anchor[: self.anchor_max]
@@ -286,22 +286,22 @@ class Model:
         return _sorted_copies(self._pages.values(), lambda p: url_key(p.url))
 
     def pages_by_md5(self) -> list[Page]:
-        return _sorted_copies(self._pages.values(), pbm_key)
+        return _sorted_copies(self._pages.values(), pages_by_md5_key)
 
     def links(self) -> list[Link]:
-        return _sorted_copies(self._links.values(), lbu_key)
+        return _sorted_copies(self._links.values(), links_by_url_key)
 
     def links_by_md5(self) -> list[Link]:
-        return _sorted_copies(self._links.values(), lbm_key)
+        return _sorted_copies(self._links.values(), links_by_md5_key)
 
     def get_pages(self, md5: bytes) -> list[Page]:
-        return _sorted_copies([p for p in self._pages.values() if p.md5 == md5], pbm_key)
+        return _sorted_copies([p for p in self._pages.values() if p.md5 == md5], pages_by_md5_key)
 
     def inlinks(self, url: str) -> list[Link]:
-        return _sorted_copies([x for x in self._links.values() if x.url == url], lbu_key)
+        return _sorted_copies([x for x in self._links.values() if x.url == url], links_by_url_key)
 
     def outlinks(self, md5: bytes) -> list[Link]:
-        return _sorted_copies([x for x in self._links.values() if x.from_id == md5], lbm_key)
+        return _sorted_copies([x for x in self._links.values() if x.from_id == md5], links_by_md5_key)
 
 
 def _sorted_copies(items: Iterable, key) -> list:

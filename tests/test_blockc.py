@@ -94,7 +94,7 @@ def _py_block(raw: bytes) -> block.RawBlock:
 
 def _py_index_entries(raw: bytes, size: int):
     """``block.index_entries``'s Python code over ``raw``."""
-    if block._blockc is None:
+    if block.blockc is None:
         return block.index_entries(_py_block(raw), size)
     keys, vals = _py_block(raw).split()
     if vals and min(map(len, vals)) < size:
@@ -122,9 +122,9 @@ def _same_reads(raw: bytes, probes: list[bytes], ranges: list[tuple[int, int | N
 def test_c_and_python_agree_on_random_blocks(recs, probes, data):
     keys, vals = recs
     raw = _blockc.build(keys, vals)
-    assert raw == block._build(keys, vals)
+    assert raw == block.build_py(keys, vals)
     lens = [len(x) for kv in zip(keys, vals) for x in kv]
-    assert _blockc.build_run(b"".join(x for kv in zip(keys, vals) for x in kv), lens) == block._build_run(
+    assert _blockc.build_run(b"".join(x for kv in zip(keys, vals) for x in kv), lens) == block.build_run_py(
         b"".join(x for kv in zip(keys, vals) for x in kv), lens
     )
     n = len(keys)
@@ -161,7 +161,7 @@ def test_c_refuses_what_python_cannot_encode():
         _blockc.get(bytearray(8), 0, b"k")
     with pytest.raises(TypeError, match="lens must hold ints"):
         _blockc.build_run(b"ab", [1, 1.0])
-    for build_run in (_blockc.build_run, block._build_run):
+    for build_run in (_blockc.build_run, block.build_run_py):
         with pytest.raises(OverflowError):
             build_run(b"ab", [-1, 2])  # a negative offset, as array("I") refuses it
 
@@ -169,11 +169,11 @@ def test_c_refuses_what_python_cannot_encode():
 @needs_c
 def test_c_builds_from_any_bytes_like_item():
     keys, vals = [b"a", b"bb", b"c"], [b"", b"x" * 5, b"yz"]
-    want = block._build(keys, vals)
+    want = block.build_py(keys, vals)
     assert _blockc.build([bytearray(k) for k in keys], [memoryview(v) for v in vals]) == want
     assert _blockc.build(tuple(keys), tuple(vals)) == want
     assert _blockc.build_run(bytearray(b"".join(k + v for k, v in zip(keys, vals))), [1, 0, 2, 5, 1, 2]) == (
-        block._build_run(b"".join(k + v for k, v in zip(keys, vals)), [1, 0, 2, 5, 1, 2])
+        block.build_run_py(b"".join(k + v for k, v in zip(keys, vals)), [1, 0, 2, 5, 1, 2])
     )
 
 
@@ -185,24 +185,24 @@ def test_c_builds_from_any_bytes_like_item():
 def test_c_unpack_range_equals_unpack_split(recs, probes, codec):
     keys, vals = recs
     data = block.encode_block(keys, vals, block.CODECS[codec])
-    py = _py_block(block._build(keys, vals))
-    got = _blockc.unpack(data, zlib.crc32, block._lz4_decompress)
+    py = _py_block(block.build_py(keys, vals))
+    got = _blockc.unpack(data, zlib.crc32, block.lz4_decompress)
     if codec == "zlib":
         assert got is None  # left to the Python code
         return
     assert got == (py.raw, py.n)
     for a, b in zip(probes, probes[1:]):
         want = py.split(py.find(a), py.find(b))
-        assert _blockc.unpack_range(data, zlib.crc32, block._lz4_decompress, a, b) == (*want, py.n)
+        assert _blockc.unpack_range(data, zlib.crc32, block.lz4_decompress, a, b) == (*want, py.n)
         assert block.unpack_range(data, a, b) == (*want, py.n)
     # A damaged block is declined (unpack_block then names the fault), never misread.
     for i in range(0, len(data), max(1, len(data) // 7)):
         bad = bytearray(data)
         bad[i] ^= 0x10
-        assert _blockc.unpack(bytes(bad), zlib.crc32, block._lz4_decompress) is None
-        assert _blockc.unpack_range(bytes(bad), zlib.crc32, block._lz4_decompress, b"", b"\xff") is None
-    assert _blockc.unpack(data[:-1], zlib.crc32, block._lz4_decompress) is None
-    assert _blockc.unpack(b"", zlib.crc32, block._lz4_decompress) is None
+        assert _blockc.unpack(bytes(bad), zlib.crc32, block.lz4_decompress) is None
+        assert _blockc.unpack_range(bytes(bad), zlib.crc32, block.lz4_decompress, b"", b"\xff") is None
+    assert _blockc.unpack(data[:-1], zlib.crc32, block.lz4_decompress) is None
+    assert _blockc.unpack(b"", zlib.crc32, block.lz4_decompress) is None
 
 
 _level = st.dictionaries(st.binary(max_size=3), st.binary(max_size=5), max_size=12)
@@ -475,35 +475,35 @@ def test_c_and_python_agree_on_lz4_pieces(recs, piece_bytes, probes, data):
     import lz4.block
 
     keys, vals = recs
-    raw = block._build(keys, vals)
+    raw = block.build_py(keys, vals)
     body = _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
-    assert body == block._seal_pieces_py(raw, piece_bytes)
+    assert body == block.seal_pieces_py(raw, piece_bytes)
     sealed = block.seal_block(raw, block.CODEC_LZ4_PIECES, piece_bytes)
     if body is None:  # one piece: plain lz4
         assert sealed == block.seal_block(raw, block.CODEC_LZ4)
         return
-    assert sealed == _resealed(body) and block._unpieces(body) == raw
+    assert sealed == _resealed(body) and block.unpieces(body) == raw
     py = _py_block(raw)
-    assert _blockc.unpack_pieces(sealed, zlib.crc32, block._lz4_decompress) == (raw, py.n)
+    assert _blockc.unpack_pieces(sealed, zlib.crc32, block.lz4_decompress) == (raw, py.n)
     assert block.unpack_block(sealed, "x").raw == raw
     for a, b in zip(probes, probes[1:]):
         want = (*py.split(py.find(a), py.find(b)), py.n)
-        assert _blockc.unpack_range_pieces(sealed, zlib.crc32, block._lz4_decompress, a, b) == want
+        assert _blockc.unpack_range_pieces(sealed, zlib.crc32, block.lz4_decompress, a, b) == want
         assert block.unpack_range(sealed, a, b) == want
     # A flipped byte: the checksum; a crafted piece table or piece (checksum recomputed): the
     # pieces' own checks.  C declines both, the Python code names them.
     i = data.draw(st.integers(0, len(body) - 1))
     bad = bytearray(sealed)
     bad[i] ^= 0x10
-    assert _blockc.unpack_pieces(bytes(bad), zlib.crc32, block._lz4_decompress) is None
+    assert _blockc.unpack_pieces(bytes(bad), zlib.crc32, block.lz4_decompress) is None
     everything = (b"", keys[-1] + b"\x00")  # a range read reads (and checks) only the pieces it reaches
-    assert _blockc.unpack_range_pieces(bytes(bad), zlib.crc32, block._lz4_decompress, *everything) is None
+    assert _blockc.unpack_range_pieces(bytes(bad), zlib.crc32, block.lz4_decompress, *everything) is None
     with pytest.raises(CorruptionError, match="^blk 7: checksum mismatch"):
         block.unpack_block(bytes(bad), "blk 7")
     crafted = _resealed(bytes(body[:i]) + bytes([body[i] ^ 0x10]) + bytes(body[i + 1 :]))
-    c = _blockc.unpack_pieces(crafted, zlib.crc32, block._lz4_decompress)
+    c = _blockc.unpack_pieces(crafted, zlib.crc32, block.lz4_decompress)
     try:
-        py_raw = block._unpieces(crafted[:-5])
+        py_raw = block.unpieces(crafted[:-5])
     except (ValueError, lz4.block.LZ4BlockError):
         py_raw = None
     if py_raw is None:
@@ -559,12 +559,12 @@ def test_c_and_python_ranges_agree_on_keys_out_of_order(keys, probes, codec):
     """A block whose keys are not in order (a crafted one: its CRC is sound) reads the same
     records through the compiled range read as through the Python code's two searches."""
     vals = [bytes([i % 256]) for i in range(len(keys))]
-    raw = block._build(keys, vals)
+    raw = block.build_py(keys, vals)
     py = _py_block(raw)
     data = block.encode_block(keys, vals, block.CODECS[codec])
     for a, b in zip(probes, probes[1:]):
         want = (*py.split(py.find(a), py.find(b)), py.n)
-        assert _blockc.unpack_range(data, zlib.crc32, block._lz4_decompress, a, b) == want
+        assert _blockc.unpack_range(data, zlib.crc32, block.lz4_decompress, a, b) == want
         assert block.unpack_range(data, a, b) == want
 
 
@@ -578,13 +578,13 @@ def test_c_and_python_piece_ranges_agree_on_keys_out_of_order(keys, probes, piec
     """The same for a block in lz4 pieces: the Python code (``pieces_split``) reads the pieces
     the header brackets, each searched on its own, as the compiled range read does."""
     vals = [bytes([i % 256]) for i in range(len(keys))]
-    raw = block._build(keys, vals)
+    raw = block.build_py(keys, vals)
     sealed = block.seal_block(raw, block.CODEC_LZ4_PIECES, piece_bytes)
     if sealed[-5] != block.CODEC_LZ4_PIECES:
         return  # one piece: plain lz4, as above
     py = _py_block(raw)
     for a, b in zip(probes, probes[1:]):
-        c = _blockc.unpack_range_pieces(sealed, zlib.crc32, block._lz4_decompress, a, b)
+        c = _blockc.unpack_range_pieces(sealed, zlib.crc32, block.lz4_decompress, a, b)
         if c is None:
             continue  # declined (the whole-block read then names what is wrong)
         assert c == (*block.pieces_split(py, sealed, a, b), py.n)
@@ -599,7 +599,7 @@ def test_c_and_python_agree_on_a_piece_offset_past_two_to_the_32():
     both wrap it (u32), the Python code no longer raises OverflowError."""
     import lz4.block
 
-    raws = [block._build([b"a", b"b"], [b"1", b"2"]), bytearray(block._build([b"c", b"d"], [b"3", b"4"]))]
+    raws = [block.build_py([b"a", b"b"], [b"1", b"2"]), bytearray(block.build_py([b"c", b"d"], [b"3", b"4"]))]
     n = 2
     struct_at = len(raws[1]) - 4 - 8 * n + 4  # key end of record 1 of piece 1
     raws[1][struct_at : struct_at + 4] = (0xFFFFFFF0).to_bytes(4, "little")
@@ -616,5 +616,5 @@ def test_c_and_python_agree_on_a_piece_offset_past_two_to_the_32():
     )
     body = b"".join([*pieces, header, len(header).to_bytes(4, "little"), zlib.crc32(header).to_bytes(4, "little")])
     sealed = _resealed(body)
-    py_raw = block._unpieces(body)
-    assert _blockc.unpack_pieces(sealed, zlib.crc32, block._lz4_decompress) == (py_raw, 4)
+    py_raw = block.unpieces(body)
+    assert _blockc.unpack_pieces(sealed, zlib.crc32, block.lz4_decompress) == (py_raw, 4)

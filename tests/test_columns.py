@@ -15,8 +15,7 @@ import pytest
 import webdb
 from webdb.sections import Sections
 from webdb.settings import resolve
-from webdb.tables import block as codec
-from webdb.writer import columns
+from webdb.writer import columns, kernels
 from webdb.writer.columns import FetchBlock
 from webdb.writer.engine import stage_job
 from webdb.writer.writer import EditLog
@@ -103,7 +102,7 @@ def test_block_edits_equal_the_calls(tmp_path: Path, seed: int, monkeypatch: pyt
     want = edit_files(tmp_path, "calls", by_calls(blocks, **kw))
     assert sum(1 for n in want if "/st1/" in n) > 4 and sum(1 for n in want if "/st3/" in n) > 4  # spills
     assert edit_files(tmp_path, "numpy", by_blocks(blocks, **kw)) == want
-    monkeypatch.setattr(codec, "_blockc", None)  # numpy, without the compiled helpers (their references)
+    monkeypatch.setattr(kernels, "stagesc", None)  # numpy, without the compiled helpers (their references)
     assert edit_files(tmp_path, "numpy-python", by_blocks(blocks, **kw)) == want
     monkeypatch.setattr(columns, "np", None)  # the pure-Python path
     assert edit_files(tmp_path, "python", by_blocks(blocks, **kw)) == want

@@ -312,10 +312,10 @@ def test_section9_invariants(pair):
     )
     r = pair.reader()
     pages, by_md5 = list(r.pages()), list(r.pages_by_md5())
-    links, lbm = list(r.links()), list(r.links_by_md5())
+    links, links_by_md5 = list(r.links()), list(r.links_by_md5())
     # Counts equal the rows of both orders.
     assert r.num_pages == len(pages) == len(by_md5) == 4
-    assert r.num_links == len(links) == len(lbm) == 3
+    assert r.num_links == len(links) == len(links_by_md5) == 3
     # Strict key orders.
     ukeys = [p.url.encode() for p in pages]
     assert ukeys == sorted(set(ukeys))

@@ -59,8 +59,9 @@ def test_sdist_holds_every_package_the_scripts_and_the_codec_sources(tmp_path: P
     for mod in ("webdb/writer/distributed.py", "webdb/tables/table.py", "webdb/ndfs/ssh.py", "fetchlist/fetch.py"):
         assert mod in names
     assert {"setup.py", "pyproject.toml", "PKG-INFO", "bin/webdb-update"} <= names
-    c_files = {p.relative_to(REPO).as_posix() for p in (REPO / "webdb" / "tables" / "_blockc_src").iterdir()}
-    assert c_files <= names and "webdb/tables/_blockc_src/blockc.h" in c_files
+    for src, header in (("tables/_blockc_src", "blockc.h"), ("writer/_stagesc_src", "stagesc.h")):
+        c_files = {p.relative_to(REPO).as_posix() for p in (REPO / "webdb" / src).iterdir()}
+        assert c_files <= names and f"webdb/{src}/{header}" in c_files
     # The same tree gives the same bytes: an unchanged tree is not shipped again.
     assert Path(path).read_bytes() == Path(build_sdist(str(tmp_path / "b"))).read_bytes()
     assert len(source_digest()) == 64
@@ -120,10 +121,13 @@ def check_first_deploy(stdout: str, hosts: list[SSHHost], ini: str) -> None:
         assert re.search(rf"{h.name} +ok .*done venv created, installed, config pushed", stdout), stdout
         assert re.search(rf"{h.name} +ok .*codec compiled, extras none", stdout), stdout
         assert "proved webdb 0.1.0" in stdout
-        # Built on the host by its compiler: the venv's python loads the C codec.
-        probe = "import webdb.tables._blockc; from webdb.tables import block; print(block.COMPILED)"
+        # Built on the host by its compiler: the venv's python loads both compiled extensions.
+        probe = (
+            "import webdb.tables._blockc, webdb.writer._stagesc; from webdb.tables import block; "
+            "from webdb.writer import kernels; print(block.COMPILED, kernels.COMPILED)"
+        )
         venv_py = h.root / ".webdb" / "venv" / "bin" / "python"
-        assert subprocess.run([venv_py, "-c", probe], capture_output=True, text=True).stdout == "True\n"
+        assert subprocess.run([venv_py, "-c", probe], capture_output=True, text=True).stdout == "True True\n"
         cfg = (h.root / ".webdb" / "venv" / "pyvenv.cfg").read_text()
         assert "include-system-site-packages = false" in cfg and str(Path(HOST_PYTHON).parent) in cfg
         assert (h.root / ".webdb" / "venv" / "bin" / "python").exists()
@@ -184,7 +188,7 @@ def conf_dir(h: SSHHost) -> Path:
 
 
 def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -> None:
-    from webdb.writer.section import _config, deploy_dir
+    from webdb.writer.section import deploy_dir, section_config
 
     a = "[host:x]\naddress = 10.0.0.1\nroot = /r\nknown_hosts = keys/known\n\n[sections]\ncount = 1\nhosts = x\n"
     b = a.replace("10.0.0.1", "10.0.0.2")
@@ -199,7 +203,7 @@ def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -
     folder.mkdir(parents=True)
     spec = {"root": str(root), "base_dir": "/coordinator", "ini": a.replace("/r", str(root)), "ini_source": "hosts.ini",
             "local_host": "x"}  # fmt: skip
-    assert _config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
+    assert section_config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
 
 
 def rack_ini(hosts: list[SSHHost], tmp_path: Path) -> Path:

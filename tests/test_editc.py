@@ -1,6 +1,7 @@
-"""Step 0's compiled helpers (webdb/tables/_blockc_src/edits.c: ``sort_records``, ``ifn_first``,
-``join_run``, ``link_records``) against their pure-Python references, on random input (hypothesis):
-the same lists, the same bytes.  tests/test_columns.py checks whole edit files of both paths."""
+"""Step 0's compiled helpers (``sort_records`` of webdb/tables/_blockc_src/sort.c; ``first_if_new``,
+``join_run``, ``link_records``, ``urls_ok`` of webdb/writer/_stagesc_src/edits.c) against their
+pure-Python references, on random input (hypothesis): the same lists, the same bytes.
+tests/test_columns.py checks whole edit files of both paths."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webdb import sortbuf
-from webdb.tables import block as codec
-from webdb.writer import columns, writer
-from webdb.writer import edits as E
+from webdb.writer import columns, edits, kernels, writer
 from webdb.writer.cascade import join_run
 from webdb.writer.columns import link_records_py
 
@@ -23,7 +22,14 @@ try:
     _blockc = importlib.import_module("webdb.tables._blockc")
 except ImportError:
     _blockc = None
-pytestmark = pytest.mark.skipif(_blockc is None, reason="webdb.tables._blockc is not built (no gcc/python3-dev)")
+try:
+    _stagesc = importlib.import_module("webdb.writer._stagesc")
+except ImportError:
+    _stagesc = None
+pytestmark = pytest.mark.skipif(
+    _blockc is None or _stagesc is None,
+    reason="webdb.tables._blockc or webdb.writer._stagesc is not built (no gcc/python3-dev)",
+)
 
 # Records sharing long prefixes (as URLs do), prefixes of each other, zero bytes, duplicates.
 _piece = st.sampled_from([b"", b"\x00", b"\xff", b"http://", b"www.a.com/", b"x" * 9, b"\x00" * 8, b"ab"])
@@ -66,7 +72,7 @@ def edit_records(draw) -> list[bytes]:
     out = []
     for _ in range(draw(st.integers(0, 60))):
         url = draw(st.sampled_from([b"http://a/", b"http://b/x", b"http://c/"]))
-        op = draw(st.sampled_from([E.OP_IFN, E.OP_FETCH, E.OP_ADD, E.OP_DEL]))
+        op = draw(st.sampled_from([edits.OP_IF_NEW, edits.OP_FETCH, edits.OP_ADD, edits.OP_DEL]))
         key = url + b"\x00" + bytes((op,))
         seq = draw(st.integers(0, 1 << 30)).to_bytes(8, "big")
         out.append(key + seq + draw(st.binary(max_size=5)) + (len(key) + 8).to_bytes(2, "little"))
@@ -74,14 +80,14 @@ def edit_records(draw) -> list[bytes]:
 
 
 @given(edit_records())
-def test_ifn_first_equals_the_python_filter(recs: list[bytes]) -> None:
-    assert _blockc.ifn_first(recs, E.OP_IFN) == list(writer._first_ifn_only(recs))
-    assert writer.first_ifn_only(recs) == list(writer._first_ifn_only(iter(recs)))
+def test_first_if_new_equals_the_python_filter(recs: list[bytes]) -> None:
+    assert _stagesc.first_if_new(recs, edits.OP_IF_NEW) == list(writer.first_if_new_only_py(recs))
+    assert writer.first_if_new_only(recs) == list(writer.first_if_new_only_py(iter(recs)))
 
 
-def test_ifn_first_refuses_what_is_not_an_edit_record() -> None:
+def test_first_if_new_refuses_what_is_not_an_edit_record() -> None:
     with pytest.raises(ValueError, match="item 0 is not an edit record"):
-        _blockc.ifn_first([b"\xff\xff"], E.OP_IFN)
+        _stagesc.first_if_new([b"\xff\xff"], edits.OP_IF_NEW)
 
 
 @given(st.lists(st.binary(max_size=300), max_size=40), st.integers(-3, 45), st.integers(-3, 45))
@@ -89,9 +95,9 @@ def test_join_run_equals_join_and_lengths(recs: list[bytes], lo: int, hi: int) -
     lo, hi = max(lo, 0), max(hi, 0)
     part = recs[lo:hi]
     want = (b"".join(part), [x for r in part for x in (len(r), 0)])
-    assert _blockc.join_run(recs, lo, hi) == want
+    assert _stagesc.join_run(recs, lo, hi) == want
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(codec, "_blockc", None)
+        mp.setattr(kernels, "stagesc", None)
         assert join_run(recs, lo, hi) == want
 
 
@@ -120,15 +126,15 @@ def link_blocks(draw):
 @given(link_blocks(), st.binary(min_size=3, max_size=3), st.binary(max_size=20))
 def test_link_records_equal_the_python_records(cols, prefix: bytes, link_pre: bytes) -> None:
     args = (*cols, b"\x00\x03" + prefix, b"\x00" + prefix, link_pre)
-    assert _blockc.link_records(*args) == link_records_py(*args)
+    assert _stagesc.link_records(*args) == link_records_py(*args)
 
 
 def test_link_records_refuse_offsets_outside_the_data() -> None:
     a = lambda *x: np.asarray(x, np.int64)  # noqa: E731
     with pytest.raises(ValueError, match="link 0 has offsets outside the data"):
-        _blockc.link_records(b"abc", a(0), a(9), a(0), a(1), a(1), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
+        _stagesc.link_records(b"abc", a(0), a(9), a(0), a(1), a(1), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
     with pytest.raises(ValueError, match="counts must be 1 int64"):
-        _blockc.link_records(b"abc", a(0), a(1), a(0), a(1), array("i", [1]), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
+        _stagesc.link_records(b"abc", a(0), a(1), a(0), a(1), array("i", [1]), [b"m" * 16], [b"t"], a(5), b"", b"", b"")
 
 
 @given(
@@ -146,6 +152,6 @@ def test_urls_ok_equals_the_numpy_checks(pieces: list[bytes], slices: list[tuple
     buf = np.frombuffer(data, np.uint8)
     want = columns.link_urls_ok(buf, us, ue, max_url)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(codec, "_blockc", None)
+        mp.setattr(kernels, "stagesc", None)
         assert columns.link_urls_ok(buf, us, ue, max_url) == want
-    assert _blockc.urls_ok(buf, us, ue, max_url) == want
+    assert _stagesc.urls_ok(buf, us, ue, max_url) == want

@@ -297,25 +297,25 @@ def test_damaged_index_of_a_lazy_table_is_named_on_first_use(tmp_path):
     db = _db(tmp_path / "db", 1, urls, [(urls[0], urls[1])])
     with db.reader() as r:
         t = r.tables["links_by_url"][0]
-        lbu, index_at = t.path, t.data_end
-    good = open(lbu, "rb").read()
-    with open(lbu, "r+b") as f:  # a byte of the index block: its checksum fails
+        path, index_at = t.path, t.data_end
+    good = open(path, "rb").read()
+    with open(path, "r+b") as f:  # a byte of the index block: its checksum fails
         f.seek(index_at + 1)
         f.write(bytes([good[index_at + 1] ^ 0x10]))
     with db.reader() as r:  # opens (the footer is sound): the index is read on first use
         assert r.get_page(urls[0]) is not None
         for _ in range(2):
-            with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: index block at offset {index_at}"):
+            with pytest.raises(CorruptionError, match=rf"{os.path.basename(path)}: index block at offset {index_at}"):
                 list(r.inlinks(urls[1]))
-        with pytest.raises(CorruptionError, match=os.path.basename(lbu)):
+        with pytest.raises(CorruptionError, match=os.path.basename(path)):
             r.tables["links_by_url"][0].nblocks  # noqa: B018 - the property is what is tested
-    with open(lbu, "r+b") as f:  # the footer's magic: refused by db.reader() itself
+    with open(path, "r+b") as f:  # the footer's magic: refused by db.reader() itself
         f.write(good)
         f.seek(-8, os.SEEK_END)
         f.write(b"NOTATABL")
-    with pytest.raises(CorruptionError, match=rf"{os.path.basename(lbu)}: not a webdb table"):
+    with pytest.raises(CorruptionError, match=rf"{os.path.basename(path)}: not a webdb table"):
         db.reader()
-    with open(lbu, "wb") as f:
+    with open(path, "wb") as f:
         f.write(good)
     r = db.reader()
     t = r.tables["links_by_url"][0]

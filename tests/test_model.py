@@ -75,22 +75,22 @@ def test_priority_add_page_beats_later_and_earlier_calls_of_lower_opcodes():
         ("add_page", Page(A, md5=M2, num_outlinks=9)),
     )
     assert m.get_page(A) == Page(A, md5=M1)  # first add_page wins
-    assert m.num_links == 0  # the IFN did not win: its link is not added
+    assert m.num_links == 0  # the if-new edit did not win: its link is not added
 
 
-def test_priority_with_score_beats_ifn_and_delete():
+def test_priority_with_score_beats_if_new_and_delete():
     m = committed(Model(), ("add_page", Page(A, md5=M1, score=7.0)))
     committed(m, ("delete_page", A), ("add_page_with_score", Page(A, md5=M2, score=1.5)), ("delete_page", A))
     assert m.get_page(A) == Page(A, md5=M2, score=1.5)
 
 
-def test_ifn_beats_delete_and_then_keeps_the_old_page():
+def test_if_new_beats_delete_and_then_keeps_the_old_page():
     m = committed(Model(), ("add_page", Page(A, md5=M1)))
     committed(m, ("delete_page", A), ("add_page_if_not_present", Page(A, md5=M2)))
     assert m.get_page(A) == Page(A, md5=M1)
 
 
-def test_first_ifn_wins_and_only_its_link_is_added():
+def test_first_if_new_wins_and_only_its_link_is_added():
     m = committed(Model(), ("add_page", Page(A, md5=M1)))
     committed(
         m,
@@ -101,7 +101,7 @@ def test_first_ifn_wins_and_only_its_link_is_added():
     assert m.links() == [Link(M1, B, "first")]
 
 
-def test_ifn_link_wins_over_add_link_of_the_same_key():
+def test_if_new_link_wins_over_add_link_of_the_same_key():
     m = committed(Model(), ("add_page", Page(A, md5=M1)))
     committed(
         m,

@@ -103,7 +103,7 @@ def fetch_results(md5: st.SearchStrategy) -> st.SearchStrategy[FetchResult]:
     return draw_result()
 
 
-def ifn_args(link: st.SearchStrategy[Link]) -> st.SearchStrategy[tuple[Page, Link | None]]:
+def if_new_args(link: st.SearchStrategy[Link]) -> st.SearchStrategy[tuple[Page, Link | None]]:
     """A page and an optional link to it (the link of add_page_if_not_present points to its page)."""
 
     def with_link(page: Page) -> st.SearchStrategy:
@@ -122,7 +122,7 @@ def batch_calls(held: list[bytes]) -> st.SearchStrategy[list[tuple[str, tuple]]]
     call = st.one_of(
         st.tuples(st.just("add_page"), st.tuples(pages)),
         st.tuples(st.just("add_page_with_score"), st.tuples(pages)),
-        st.tuples(st.just("add_page_if_not_present"), ifn_args(link)),
+        st.tuples(st.just("add_page_if_not_present"), if_new_args(link)),
         st.tuples(st.just("delete_page"), st.tuples(urls)),
         st.tuples(st.just("apply_fetch"), st.tuples(fetch_results(md5))),
         st.tuples(st.just("apply_lastmod"), st.tuples(urls, times, times)),
@@ -240,7 +240,9 @@ def random_batch(rnd: random.Random, urls: list[str], md5s: list[bytes], held: l
     calls: list[tuple[str, tuple]] = []
     sources = (held or md5s) + md5s[:3]
     for _ in range(n):
-        op = rnd.choice(["add_page"] * 3 + ["with_score", "ifn", "delete_page", "fetch"] + ["add_link"] * 3 + ["del"])
+        op = rnd.choice(
+            ["add_page"] * 3 + ["with_score", "if_new", "delete_page", "fetch"] + ["add_link"] * 3 + ["del"]
+        )
         url = rnd.choice(urls)
         page = Page(
             url,
@@ -254,7 +256,7 @@ def random_batch(rnd: random.Random, urls: list[str], md5s: list[bytes], held: l
             calls.append(("add_page", (page,)))
         elif op == "with_score":
             calls.append(("add_page_with_score", (page,)))
-        elif op == "ifn":
+        elif op == "if_new":
             calls.append(("add_page_if_not_present", (page, rnd.choice([None, dataclasses.replace(link, url=url)]))))
         elif op == "delete_page":
             calls.append(("delete_page", (url,)))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import webdb
-from webdb import manifest as M
+from webdb import manifest
 from webdb.sections import Sections
 from webdb.serve import views
 
@@ -29,7 +29,7 @@ def test_every_commit_adds_its_row_and_keeps_the_history(tmp_path):
     assert [r["pages"] for r in rows] == [0, 5, 8, 8]
     assert [r["new_pages"] for r in rows] == [None, 5, 3, 0]
     assert rows[2]["status"] == {"fetched": 3, "unfetched": 5}
-    assert rows[-1] == M.round_row(m, 8)  # the row of a generation is what its manifest says
+    assert rows[-1] == manifest.round_row(m, 8)  # the row of a generation is what its manifest says
     assert all(r["seconds"] is not None and r["bytes"] > 0 for r in rows[1:])
     assert rows[1]["committed"] <= rows[2]["committed"] <= rows[3]["committed"]
     with db.reader() as r:
@@ -42,7 +42,7 @@ def test_a_parent_without_rounds_starts_the_history_and_the_view_copes(tmp_path)
     _batch(db, ["http://a.example/"])
     parent = {k: v for k, v in db.manifest().items() if k != "rounds"}  # as a writer without rounds wrote it
     child = {**parent, "generation": parent["generation"] + 1, "parent": parent["generation"]}
-    rows = M.rounds(child, parent)
+    rows = manifest.rounds(child, parent)
     assert [r["generation"] for r in rows] == [1, 2] and rows[0]["new_pages"] is None and rows[1]["new_pages"] == 0
     # The view of a committed manifest with no rows at all: one row, its own.
     old = SimpleNamespace(manifest=parent, generation=parent["generation"])
@@ -51,8 +51,8 @@ def test_a_parent_without_rounds_starts_the_history_and_the_view_copes(tmp_path)
 
 def test_the_history_is_bounded():
     secs = Sections(1, [])
-    parent = M.empty(secs, generation=M.ROUNDS_KEPT + 5)
-    parent["rounds"] = [M.round_row({**parent, "generation": g}) for g in range(M.ROUNDS_KEPT + 6)]
+    parent = manifest.empty(secs, generation=manifest.ROUNDS_KEPT + 5)
+    parent["rounds"] = [manifest.round_row({**parent, "generation": g}) for g in range(manifest.ROUNDS_KEPT + 6)]
     child = {**parent, "generation": parent["generation"] + 1, "parent": parent["generation"]}
-    rows = M.rounds(child, parent)
-    assert len(rows) == M.ROUNDS_KEPT and rows[-1]["generation"] == child["generation"]
+    rows = manifest.rounds(child, parent)
+    assert len(rows) == manifest.ROUNDS_KEPT and rows[-1]["generation"] == child["generation"]

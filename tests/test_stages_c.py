@@ -1,9 +1,11 @@
-"""The compiled helpers of cascade stages 3 and 4 (webdb/tables/_blockc_src/stages.c) against their
-Python references, on hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``),
-``span`` (``Seeker.range`` on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``),
-``lbu_groups`` / ``lbm_groups`` (a batch of edit records cut into groups,
-``cascade._lbu_groups`` / ``_lbm_groups``), including the input each declines (None, so the
-Python code runs and names the fault) and the carry of a group across batches.  Whole stages
+"""The compiled kernels of levels merged a range at a time (webdb/tables/_blockc_src/merge.c) and
+of cascade stages 3 and 4 (webdb/writer/_stagesc_src/) against their Python references, on
+hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``), ``span`` (``Seeker.range``
+on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``), ``links_by_url_groups``
+/ ``links_by_md5_groups`` (a batch of edit records cut into groups,
+``cascade.links_by_url_groups_py`` / ``links_by_md5_groups_py``), ``links_by_md5_adds``,
+``links_by_url_splice``, including the input each declines (None, so the Python code runs and
+names the fault) and the carry of a group across batches.  Whole stages
 with and without the compiled codec are compared by the model tests under
 ``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
 
@@ -24,14 +26,18 @@ from webdb.tables import block
 from webdb.tables.levels import Seeker, diff_py
 from webdb.tables.merge import Splice
 from webdb.tables.table import TableReader, TableWriter
-from webdb.writer import cascade
-from webdb.writer import edits as E
+from webdb.writer import cascade, edits, kernels
 
 try:
     _blockc = importlib.import_module("webdb.tables._blockc")
 except ImportError:
     _blockc = None
 needs_c = pytest.mark.skipif(_blockc is None, reason="webdb.tables._blockc is not built (no gcc/python3-dev)")
+try:
+    _stagesc = importlib.import_module("webdb.writer._stagesc")
+except ImportError:
+    _stagesc = None
+needs_stages_c = pytest.mark.skipif(_stagesc is None, reason="webdb.writer._stagesc is not built (no gcc/python3-dev)")
 
 _key = st.binary(min_size=0, max_size=6)
 _val = st.binary(max_size=5)
@@ -138,33 +144,35 @@ def test_seeker_ranges_are_the_records_in_range(tmp_path_factory, recs, ranges, 
         t.close()
 
 
-@needs_c
+@needs_stages_c
 @given(st.lists(st.tuples(_key, _val), max_size=20), st.integers(0, 2**40 - 100), st.binary(min_size=3, max_size=3))
 def test_pack_edits_is_edits_pack(kv, n0, prefix):
     keys, vals = [k for k, _ in kv], [v for _, v in kv]
-    want = [E.pack(k, prefix + (n0 + i).to_bytes(5, "big"), v) for i, (k, v) in enumerate(kv, 1)]
-    assert _blockc.pack_edits(keys, vals, prefix, n0) == want
-    assert _blockc.pack_edits(keys, vals, prefix, 2**40) is None  # the counter overflows 5 bytes
-    assert _blockc.pack_edits([b"k" * 65528], [b""], prefix, 0) is None  # E.pack's u16 overflows
+    want = [edits.pack(k, prefix + (n0 + i).to_bytes(5, "big"), v) for i, (k, v) in enumerate(kv, 1)]
+    assert _stagesc.pack_edits(keys, vals, prefix, n0) == want
+    assert _stagesc.pack_edits(keys, vals, prefix, 2**40) is None  # the counter overflows 5 bytes
+    assert _stagesc.pack_edits([b"k" * 65528], [b""], prefix, 0) is None  # edits.pack's u16 overflows
 
 
 _url = st.binary(min_size=1, max_size=6).map(lambda b: b.replace(b"\x00", b"a"))
 _fid = st.binary(min_size=16, max_size=16)
 
 
-def _lbu_records(draw_list):
-    """Stage 4's edit records (E.pack layout), sorted as the producers sort them."""
+def _links_by_url_records(draw_list):
+    """Stage 4's edit records (edits.pack layout), sorted as the producers sort them."""
     recs = []
     for n, (url, kind, fid, op, v) in enumerate(draw_list):
         if kind == 0:
-            key, val = E.lbu_notice_key(url), bytes((op % 3,))
+            key, val = edits.links_by_url_notice_key(url), bytes((op % 3,))
         else:
-            key, val = url + E.lbu_link_tail(fid, op % 2), v
-        recs.append(E.pack(key, b"\x03\x00\x01" + n.to_bytes(5, "big"), val))
+            key, val = url + edits.links_by_url_link_tail(fid, op % 2), v
+        recs.append(edits.pack(key, b"\x03\x00\x01" + n.to_bytes(5, "big"), val))
     return sorted(recs)
 
 
-_lbu_edit = st.tuples(st.sampled_from([b"a", b"ab", b"b"]) | _url, st.integers(0, 3), _fid, st.integers(0, 5), _val)
+_links_by_url_edit = st.tuples(
+    st.sampled_from([b"a", b"ab", b"b"]) | _url, st.integers(0, 3), _fid, st.integers(0, 5), _val
+)
 
 
 def _cut_all(cut, recs, n):
@@ -183,72 +191,73 @@ def _cut_all(cut, recs, n):
     return out
 
 
-@given(st.lists(_lbu_edit, max_size=40), st.integers(1, 9))
-def test_lbu_groups_c_and_python_and_batches(edits, n):
-    recs = _lbu_records(edits)
-    whole, used = cascade._lbu_groups(recs, True)
+@given(st.lists(_links_by_url_edit, max_size=40), st.integers(1, 9))
+def test_links_by_url_groups_c_and_python_and_batches(drawn, n):
+    recs = _links_by_url_records(drawn)
+    whole, used = cascade.links_by_url_groups_py(recs, True)
     assert used == len(recs)
-    assert _cut_all(cascade._lbu_groups, recs, n) == whole
+    assert _cut_all(cascade.links_by_url_groups_py, recs, n) == whole
     assert [g[2][0] for g in whole] == sorted({r[: r.index(b"\x00")] for r in recs})
-    if _blockc is not None:
+    if _stagesc is not None:
         for final in (True, False):
-            assert _blockc.lbu_groups(recs, final) == cascade._lbu_groups(recs, final)
-        assert _cut_all(_blockc.lbu_groups, recs, n) == whole
+            assert _stagesc.links_by_url_groups(recs, final) == cascade.links_by_url_groups_py(recs, final)
+        assert _cut_all(_stagesc.links_by_url_groups, recs, n) == whole
 
 
-def _lbm_records(draw_list):
+def _links_by_md5_records(draw_list):
     recs = []
     for n, (md5, kind, url, v) in enumerate(draw_list):
-        key = E.lbm_del_all_key(md5) if kind == 0 else E.lbm_add_key(md5, url)
-        recs.append(E.pack(key, b"\x02\x00\x01" + n.to_bytes(5, "big"), b"" if kind == 0 else v))
+        key = edits.links_by_md5_del_all_key(md5) if kind == 0 else edits.links_by_md5_add_key(md5, url)
+        recs.append(edits.pack(key, b"\x02\x00\x01" + n.to_bytes(5, "big"), b"" if kind == 0 else v))
     return sorted(recs)
 
 
 _md5 = st.sampled_from([b"\x00" * 16, b"\x01" * 15 + b"\xff", b"\xff" * 16]) | st.binary(min_size=16, max_size=16)
-_lbm_edit = st.tuples(_md5, st.integers(0, 3), st.sampled_from([b"u", b"v"]) | _url, _val)
+_links_by_md5_edit = st.tuples(_md5, st.integers(0, 3), st.sampled_from([b"u", b"v"]) | _url, _val)
 
 
-@given(st.lists(_lbm_edit, max_size=40), st.integers(1, 9))
-def test_lbm_groups_c_and_python_and_batches(edits, n):
-    recs = _lbm_records(edits)
-    whole, used = cascade._lbm_groups(recs, True)
+@given(st.lists(_links_by_md5_edit, max_size=40), st.integers(1, 9))
+def test_links_by_md5_groups_c_and_python_and_batches(drawn, n):
+    recs = _links_by_md5_records(drawn)
+    whole, used = cascade.links_by_md5_groups_py(recs, True)
     assert used == len(recs)
-    assert _cut_all(cascade._lbm_groups, recs, n) == whole
+    assert _cut_all(cascade.links_by_md5_groups_py, recs, n) == whole
     for md5, end, (_, adds) in whole:
-        assert end > md5 and (end == b"\xff" * 17 or not end.startswith(md5))  # _prefix_end, or past 0xff..
+        assert end > md5 and (end == b"\xff" * 17 or not end.startswith(md5))  # prefix_end, or past 0xff..
         assert [u for u, _ in adds] == sorted({u for u, _ in adds})  # one add per url, the last
-    if _blockc is not None:
+    if _stagesc is not None:
         for final in (True, False):
-            assert _blockc.lbm_groups(recs, final) == cascade._lbm_groups(recs, final)
-        assert _cut_all(_blockc.lbm_groups, recs, n) == whole
+            assert _stagesc.links_by_md5_groups(recs, final) == cascade.links_by_md5_groups_py(recs, final)
+        assert _cut_all(_stagesc.links_by_md5_groups, recs, n) == whole
 
 
-@needs_c
+@needs_stages_c
 def test_groups_decline_records_python_fails_on():
-    assert _blockc.lbu_groups([b"no zero byte\x05\x00"], True) is None
-    assert _blockc.lbu_groups([b"u\x00"], True) is None  # no tag
-    assert _blockc.lbu_groups([b"u\x00\x01short\x09\x00"], True) is None  # no op byte
+    assert _stagesc.links_by_url_groups([b"no zero byte\x05\x00"], True) is None
+    assert _stagesc.links_by_url_groups([b"u\x00"], True) is None  # no tag
+    assert _stagesc.links_by_url_groups([b"u\x00\x01short\x09\x00"], True) is None  # no op byte
     with pytest.raises(IndexError):
-        cascade._lbu_groups([b"u\x00\x01short\x09\x00"], True)
-    assert _blockc.lbm_groups([b"0123456789abcde"], True) is None  # shorter than an md5 and tag
+        cascade.links_by_url_groups_py([b"u\x00\x01short\x09\x00"], True)
+    assert _stagesc.links_by_md5_groups([b"0123456789abcde"], True) is None  # shorter than an md5 and tag
     with pytest.raises(IndexError):
-        cascade._lbm_groups([b"0123456789abcde"], True)
-    assert _blockc.lbm_groups([b"0123456789abcdef\x01u\x00" + b"s" * 8 + b"\x05\x00"], True) is None
+        cascade.links_by_md5_groups_py([b"0123456789abcde"], True)
+    assert _stagesc.links_by_md5_groups([b"0123456789abcdef\x01u\x00" + b"s" * 8 + b"\x05\x00"], True) is None
 
 
 def test_pure_python_env_has_no_compiled_helpers():
     if os.environ.get("WEBDB_PURE_PYTHON", "") not in ("", "0"):
         assert block.range_diff([], [], Splice(), b"", b"z", [], []) is None
-        assert block.pack_edits([], [], b"abc", 0) is None
-        assert block.lbu_groups([], True) is None
-        assert block.lbm_groups([], True) is None
+        assert kernels.pack_edits([], [], b"abc", 0) is None
+        assert kernels.links_by_url_groups([], True) is None
+        assert kernels.links_by_md5_groups([], True) is None
+        assert not kernels.COMPILED and not block.COMPILED
 
 
 _link = st.binary(max_size=14)
 
 
 @given(st.dictionaries(_url, _link, max_size=12), st.dictionaries(_url, _link, max_size=12), st.data())
-def test_lbm_adds_c_matches_python(stored, added, data):
+def test_links_by_md5_adds_c_matches_python(stored, added, data):
     md5 = data.draw(_md5)
     ok = [md5 + u for u in sorted(stored)]
     ov = [stored[u] for u in sorted(stored)]
@@ -257,35 +266,35 @@ def test_lbm_adds_c_matches_python(stored, added, data):
         v = stored[u]
         added[u] = v[:8] + bytes(((v[8] ^ 1) if len(v) > 8 else 0,)) + v[9:] if len(v) > 8 else v
     adds = sorted(added.items())
-    tail = E.lbu_link_tail(md5, E.OP4_ADD)
-    want = cascade._lbm_adds(md5, ok, ov, adds, tail)
+    tail = edits.links_by_url_link_tail(md5, edits.OP4_ADD)
+    want = cascade.links_by_md5_adds_py(md5, ok, ov, adds, tail)
     assert want[2] == [(md5 + k[: -len(tail)], v) for k, v in zip(want[0], want[1])]
-    if _blockc is not None:
-        assert _blockc.lbm_adds(md5, ok, ov, adds, tail) == want
-        assert _blockc.lbm_adds(md5, ok, ov, adds[::-1], tail) is None or len(adds) < 2
-        assert _blockc.lbm_adds(md5, [b"x" + k for k in ok], ov, adds, tail) is None or not ok
+    if _stagesc is not None:
+        assert _stagesc.links_by_md5_adds(md5, ok, ov, adds, tail) == want
+        assert _stagesc.links_by_md5_adds(md5, ok, ov, adds[::-1], tail) is None or len(adds) < 2
+        assert _stagesc.links_by_md5_adds(md5, [b"x" + k for k in ok], ov, adds, tail) is None or not ok
 
 
 _ledit = st.tuples(st.sampled_from([b"f" * 16, b"g" * 16, b"h" * 16]) | _fid, st.integers(0, 1), st.binary(max_size=12))
 
 
 @given(st.lists(_ledit, max_size=10).map(sorted), st.integers(0, 2))
-def test_lbu_splice_c_matches_python(ledits, state):
+def test_links_by_url_splice_c_matches_python(ledits, state):
     calls: list[bytes] = []
 
     def state_of(url: bytes) -> int:
         calls.append(url)
         return state
 
-    tail = E.lbm2_tail(b"u", E.OP5_FLAG)
+    tail = edits.link_fixup_tail(b"u", edits.OP5_FLAG)
     try:
-        want = cascade._lbu_splice(b"u\x00", b"u", ledits, state_of, tail)
+        want = cascade.links_by_url_splice_py(b"u\x00", b"u", ledits, state_of, tail)
     except IndexError:  # an added value without a flags byte: C declines it
         want = None
     n_py, calls[:] = len(calls), []
-    if _blockc is None:
+    if _stagesc is None:
         return
-    got = _blockc.lbu_splice(b"u\x00", b"u", ledits, state_of, tail)
+    got = _stagesc.links_by_url_splice(b"u\x00", b"u", ledits, state_of, tail)
     if got is None:
         # Declined (an added value without a flags byte) before asking for the target's state,
         # so the Python code that runs instead asks once.
@@ -296,10 +305,10 @@ def test_lbu_splice_c_matches_python(ledits, state):
         # Another order of the same edits: another last edit per fromID, the reference's result.
         rev = ledits[::-1]
         try:
-            want_rev = cascade._lbu_splice(b"u\x00", b"u", rev, state_of, tail)
+            want_rev = cascade.links_by_url_splice_py(b"u\x00", b"u", rev, state_of, tail)
         except IndexError:
             want_rev = None
-        assert _blockc.lbu_splice(b"u\x00", b"u", rev, state_of, tail) in (None, want_rev)
+        assert _stagesc.links_by_url_splice(b"u\x00", b"u", rev, state_of, tail) in (None, want_rev)
 
 
 @pytest.mark.timeout(900)
@@ -433,24 +442,31 @@ def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
     st.integers(0, 2**39),
     st.binary(min_size=3, max_size=3),
     st.binary(min_size=16, max_size=16),
-    st.sampled_from([E.OP_IFN, E.OP_FETCH, E.OP_LASTMOD]),
+    st.sampled_from([edits.OP_IF_NEW, edits.OP_FETCH, edits.OP_LASTMOD]),
 )
 def test_record_builders_are_edits_pack(kv, n0, prefix, md5, op):
     """Every shortcut of edits.py that builds records (the hot loops' one call per edit) makes
-    ``E.pack``'s bytes, with the C ``pack_edits`` and without it."""
+    ``edits.pack``'s bytes, with the C ``pack_edits`` and without it."""
     keys, vals = [k for k, _ in kv], [v for _, v in kv]
     seq = lambda i: prefix + (n0 + i).to_bytes(5, "big")  # noqa: E731
-    want = [E.pack(k, seq(i), v) for i, (k, v) in enumerate(kv, 1)]
-    assert E.pack_many(keys, vals, prefix, n0) == want
-    assert [E.pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(kv, 1)] == want
-    pure = E.pack_edits
+    want = [edits.pack(k, seq(i), v) for i, (k, v) in enumerate(kv, 1)]
+    assert edits.pack_many(keys, vals, prefix, n0) == want
+    assert [edits.pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(kv, 1)] == want
+    pure = edits.pack_edits
     try:
-        E.pack_edits = lambda *a: None  # as without the compiled codec
-        assert E.pack_many(keys, vals, prefix, n0) == want
+        edits.pack_edits = lambda *a: None  # as without the compiled codec
+        assert edits.pack_many(keys, vals, prefix, n0) == want
     finally:
-        E.pack_edits = pure
+        edits.pack_edits = pure
     for i, (url, v) in enumerate(kv, 1):
-        assert E.pbu_record(url, op, prefix, n0 + i, v) == E.pack(E.pbu_edit_key(url, op), seq(i), v)
-        assert E.lbm_add_record(md5, url, prefix, n0 + i, v) == E.pack(E.lbm_add_key(md5, url), seq(i), v)
-    pp, lp = E.outlink_seq_prefixes(prefix)
-    assert pp == E.pbu_edit_key(b"", E.OP_IFN) + prefix and lp == E.lbm_add_key(b"", b"")[-1:] + prefix
+        assert edits.pages_by_url_record(url, op, prefix, n0 + i, v) == edits.pack(
+            edits.pages_by_url_edit_key(url, op), seq(i), v
+        )
+        assert edits.links_by_md5_add_record(md5, url, prefix, n0 + i, v) == edits.pack(
+            edits.links_by_md5_add_key(md5, url), seq(i), v
+        )
+    pp, lp = edits.outlink_seq_prefixes(prefix)
+    assert (
+        pp == edits.pages_by_url_edit_key(b"", edits.OP_IF_NEW) + prefix
+        and lp == edits.links_by_md5_add_key(b"", b"")[-1:] + prefix
+    )

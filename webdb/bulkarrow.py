@@ -97,7 +97,7 @@ try:  # glibc's malloc_trim (_release); absent elsewhere
     _malloc_trim: Any = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
 except (OSError, AttributeError):
     _malloc_trim = None
-_c = block_codec._blockc  # the compiled codec (gather_blocks, hash_values), None under WEBDB_PURE_PYTHON=1
+_c = block_codec.blockc  # the compiled codec (gather_blocks, hash_values), None under WEBDB_PURE_PYTHON=1
 
 
 class NotColumnar(ValueError):

@@ -7,7 +7,8 @@
    default), without the host's site-packages: the venv holds exactly what deploy installs;
 2. the dependencies (setup.py ``install_requires``, plus those of the ``extras`` asked for),
    then this source tree as a source distribution, built *on the host* by its pip with the
-   host's own C compiler, so the block codec ``webdb.tables._blockc`` is compiled for the
+   host's own C compiler, so the compiled extensions (``CODECS``: the block codec
+   ``webdb.tables._blockc`` and the writer's kernels ``webdb.writer._stagesc``) are built for the
    host's Python and platform: packages from the index the host's pip is configured for, or,
    with ``wheelhouse``, from wheels downloaded here and shipped to the host (``pip install
    --no-index``: no network needed);
@@ -60,6 +61,8 @@ TOP_FILES = ("setup.py", "pyproject.toml", "README.md")
 MARKER = "webdb-deployed.txt"  # in the venv: the digest of the installed source
 CMD_TIMEOUT = 600  # a pip install on a slow host
 CODEC = "webdb.tables._blockc"
+# Every compiled extension a host must load to say "codec compiled" (setup.py ext_modules).
+CODECS = (CODEC, "webdb.writer._stagesc")
 # The builds a host's pip needs for the source distribution (pyproject.toml [build-system]);
 # a wheelhouse carries them too.  70.1: bdist_wheel without the ``wheel`` package.
 BUILD_REQUIRES = ("setuptools>=70.1",)
@@ -333,23 +336,27 @@ def host_facts() -> dict:
 
     from webdb import __version__
     from webdb.tables import block
+    from webdb.writer import kernels
 
     why = ""
-    if not block.COMPILED:
+    compiled = block.COMPILED and kernels.COMPILED
+    for mod in CODECS if not compiled else ():
         try:
-            importlib.import_module(CODEC)
-            why = "WEBDB_PURE_PYTHON is set"
+            importlib.import_module(mod)
         except ImportError as e:
             cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
             header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
             if "No module named" not in str(e):
-                why = f"{CODEC} does not load: {e}"
+                why = f"{mod} does not load: {e}"
             elif shutil.which(cc) is None:
                 why = f"no C compiler: {cc} is not on PATH ({os.environ.get('PATH', '')}); install gcc"
             elif not os.path.exists(header):
                 why = f"no Python headers: {header} is missing; install python3-dev"
             else:
-                why = f"{CODEC} was not built (run the host's pip install -v of the sdist to see the compiler)"
+                why = f"{mod} was not built (run the host's pip install -v of the sdist to see the compiler)"
+            break
+    else:
+        why = "WEBDB_PURE_PYTHON is set" if not compiled else ""
     extras = []
     for extra, mods in HOST_EXTRAS.items():
         try:
@@ -363,7 +370,7 @@ def host_facts() -> dict:
         "digest": source_digest(),
         "path": os.path.dirname(_package_dirs()["webdb"]),
         "python": sys.version.split()[0],
-        "codec": "compiled" if block.COMPILED else "python",
+        "codec": "compiled" if compiled else "python",
         "why": why,
         "extras": extras,
     }

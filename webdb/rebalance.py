@@ -15,9 +15,10 @@ import time
 
 from webdb.manifest import build, check_counts
 from webdb.sections import Sections, section_path
+from webdb.tables.block import check_block_crc
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.pagecodec import page_status
-from webdb.tables.table import TableWriter, check_block_crc
+from webdb.tables.table import TableWriter
 
 
 def _breakpoints(reader, k: int) -> list[bytes]:

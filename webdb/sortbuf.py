@@ -29,7 +29,7 @@ def sort_records(recs: list[bytes]) -> None:
     instead of a call through bytes' rich compare (measured: half the CPU of list.sort on a
     spill of page edits).
     Cost: O(n log n) compares, 16 bytes per record of scratch while it runs."""
-    c = block._blockc
+    c = block.blockc
     if c is not None:
         try:
             c.sort_records(recs)

@@ -7,11 +7,11 @@ readers and writers (table.py), merging an old table with sorted changes into a 
 (merge.py: ``MergeCursor``, ``Splice``), and a table as a base file plus delta runs (levels.py:
 ``Levels``, ``LevelCursor``, compaction).  Knows nothing of sections, databases or hosts.
 
-The compiled extension ``_blockc`` (built from ``_blockc_src/``) holds the block kernels and,
-beside them, kernels of the writer's cascade stages that work on edit records as opaque sorted
-bytes (``pack_edits``, ``lbu_groups``, ``lbm_groups``, ``lbm_adds``, ``lbu_splice``,
-``make_links``; wrapped in block.py); the edit record layout they follow is owned by
-``webdb.writer.edits``.
+The compiled extension ``_blockc`` (built from ``_blockc_src/``) holds the block kernels: a
+block read, searched, split and built, a table's index and levels read in place, levels merged
+and diffed a range at a time, the bulk load's blocks, a list of byte records sorted (block.py
+loads it; its pure-Python code is the reference and the fallback).  The writer's kernels over
+edit records are the writer's own (``webdb.writer._stagesc``).
 
 May import: ``webdb.errors`` only (contract ``tables-at-the-bottom`` in pyproject.toml).
 """

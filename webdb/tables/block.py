@@ -38,13 +38,13 @@ TRAILER = struct.Struct("<BI")  # codec u8, crc32 u32
 _CODEC_BYTE = [bytes((c,)) for c in range(256)]  # the codec byte the checksum covers
 _BIG = sys.byteorder == "big"
 
-_blockc = None
+blockc = None
 if os.environ.get("WEBDB_PURE_PYTHON", "") in ("", "0"):
     try:
-        from webdb.tables import _blockc
+        from webdb.tables import _blockc as blockc
     except ImportError:  # not built (no compiler where it was installed): the Python code
         pass
-COMPILED = _blockc is not None
+COMPILED = blockc is not None
 """True when the block codec runs the compiled extension, False when it runs pure Python."""
 
 
@@ -73,12 +73,12 @@ def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
     piece's records and offsets reach ceil(len(raw) / m), each piece a block of its own,
     lz4-compressed, then the header (piece table, first keys, its length and CRC); None if
     m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
-    if _blockc is not None:
-        return _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
-    return _seal_pieces_py(raw, piece_bytes)
+    if blockc is not None:
+        return blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
+    return seal_pieces_py(raw, piece_bytes)
 
 
-def _seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
+def seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
     """``_seal_pieces`` in Python (the reference the tests compare the C code with)."""
     n = int.from_bytes(raw[-4:], "little")
     m = len(raw) // piece_bytes
@@ -113,7 +113,7 @@ def _seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
     return b"".join([*bodies, header, _U32X2.pack(len(header), zlib.crc32(header))])
 
 
-def _unpieces(body: bytes | memoryview) -> bytes:
+def unpieces(body: bytes | memoryview) -> bytes:
     """The raw block of an lz4-pieces body: the header's CRC, then every piece checked (its
     CRC, size, count and offsets, its first key against the header) and decompressed, the
     records joined and their offsets moved by where each piece starts.  ValueError names what
@@ -173,7 +173,7 @@ def _unpieces(body: bytes | memoryview) -> bytes:
 
 def _decompress(codec: int, data: bytes) -> bytes:
     if codec == CODEC_LZ4_PIECES:
-        return _unpieces(data)
+        return unpieces(data)
     if codec == CODEC_LZ4:
         if len(data) < 4:
             raise ValueError("lz4 body shorter than its size prefix")
@@ -196,10 +196,10 @@ def _decompress(codec: int, data: bytes) -> bytes:
 
 def encode_block(keys: list[bytes], vals: list[bytes], codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
     """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
-    return seal_block(_blockc.build(keys, vals) if _blockc is not None else _build(keys, vals), codec, piece_bytes)
+    return seal_block(blockc.build(keys, vals) if blockc is not None else build_py(keys, vals), codec, piece_bytes)
 
 
-def _build(keys: list[bytes], vals: list[bytes]) -> bytes:
+def build_py(keys: list[bytes], vals: list[bytes]) -> bytes:
     """The uncompressed block of these records (``_blockc.build`` in Python)."""
     n = len(keys)
     ends = list(accumulate(chain.from_iterable(zip(map(len, keys), map(len, vals)))))
@@ -218,12 +218,12 @@ def encode_run(
     back, ``lens`` their lengths (key, value, key, value, ...).  Returns the same block bytes as
     ``encode_block`` of those records, with the first key, the last key and the count.  Cost:
     one copy of the bytes and C-level passes over ``lens``; no Python code per record."""
-    raw, total = _blockc.build_run(data, lens) if _blockc is not None else _build_run(data, lens)
+    raw, total = blockc.build_run(data, lens) if blockc is not None else build_run_py(data, lens)
     last = total - lens[-1]
     return seal_block(raw, codec, piece_bytes), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
 
 
-def _build_run(data: bytes, lens: list[int]) -> tuple[bytes, int]:
+def build_run_py(data: bytes, lens: list[int]) -> tuple[bytes, int]:
     """``data`` followed by the offsets and count of the records ``lens`` gives, and the sum of
     ``lens`` (``_blockc.build_run`` in Python)."""
     n = len(lens) >> 1
@@ -363,22 +363,22 @@ class _CRawBlock(RawBlock):
         return self.rends[j - 1] if j else 0
 
     def find(self, key: bytes) -> int:
-        return _blockc.find(self.raw, self.n, key)
+        return blockc.find(self.raw, self.n, key)
 
     def get(self, key: bytes) -> bytes | None:
-        return _blockc.get(self.raw, self.n, key)
+        return blockc.get(self.raw, self.n, key)
 
     def keys(self) -> list[bytes]:
-        return _blockc.keys(self.raw, self.n)
+        return blockc.keys(self.raw, self.n)
 
     def lens(self, keys: list[bytes] | None = None) -> list[int]:
-        return _blockc.lens(self.raw, self.n)
+        return blockc.lens(self.raw, self.n)
 
     def values(self, lo: int, hi: int) -> list[bytes]:
-        return _blockc.values(self.raw, self.n, lo, hi)
+        return blockc.values(self.raw, self.n, lo, hi)
 
     def split(self, lo: int = 0, hi: int | None = None) -> tuple[list[bytes], list[bytes]]:
-        return _blockc.split(self.raw, self.n, lo, hi)
+        return blockc.split(self.raw, self.n, lo, hi)
 
 
 def _offsets(raw: bytes, n: int) -> tuple[array, array]:
@@ -390,8 +390,10 @@ def _offsets(raw: bytes, n: int) -> tuple[array, array]:
     return offs[:n], offs[n:]
 
 
-_crc32 = zlib.crc32
-_lz4_decompress = lz4.block.decompress
+# The checksum and the decompressor the compiled functions call back (passed in: the extension
+# links neither zlib nor lz4).
+crc32 = zlib.crc32
+lz4_decompress = lz4.block.decompress
 
 
 def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
@@ -401,10 +403,10 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     With the compiled codec one C call does it all for a sound block (``_blockc.unpack``);
     anything it does not take (a damaged block, the zlib codec) runs the Python code below,
     which raises the CorruptionError naming what is wrong."""
-    if _blockc is not None:
-        r = _blockc.unpack(data, _crc32, _lz4_decompress)
+    if blockc is not None:
+        r = blockc.unpack(data, crc32, lz4_decompress)
         if r is None and data[-5:-4] == b"\x03":
-            r = _blockc.unpack_pieces(data, _crc32, _lz4_decompress)
+            r = blockc.unpack_pieces(data, crc32, lz4_decompress)
         if r is not None:
             return _CRawBlock(*r)
     if not isinstance(where, str):
@@ -433,7 +435,7 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     # check() verifies key order.
     if n and rends[-1] != len(raw) - 4 - 8 * n:
         raise CorruptionError(f"{where}: block offsets do not match its size")
-    if _blockc is not None:
+    if blockc is not None:
         rb = _CRawBlock(raw, n)
         rb._k, rb._r = kends, rends
         return rb
@@ -444,11 +446,11 @@ def unpack_range(data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], l
     """``unpack_block(data).split(find(start), find(stop))`` and the block's record count in one
     C call (``_blockc.unpack_range``): no block object, one call per block of a short lookup.
     None when not compiled or when the block is not sound (``unpack_block`` names the fault)."""
-    if _blockc is None:
+    if blockc is None:
         return None
     if data[-5:-4] == b"\x03":  # lz4 pieces: only the pieces the range reaches
-        return _blockc.unpack_range_pieces(data, _crc32, _lz4_decompress, start, stop)
-    return _blockc.unpack_range(data, _crc32, _lz4_decompress, start, stop)
+        return blockc.unpack_range_pieces(data, crc32, lz4_decompress, start, stop)
+    return blockc.unpack_range(data, crc32, lz4_decompress, start, stop)
 
 
 def pieces_split(rb: RawBlock, data: bytes, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
@@ -505,7 +507,7 @@ def index_in_place(rb: RawBlock, data_end: int, count: int) -> tuple[bytes, int]
     """(raw, n) of a table's index block ``rb`` whose every entry passes the checks of the
     index load (``_blockc.index_check``): what ``short_file`` searches in place, with no list
     of keys built.  None when not compiled or when a check fails (the load then names it)."""
-    if _blockc is None or not _blockc.index_check(rb.raw, rb.n, data_end, count):
+    if blockc is None or not blockc.index_check(rb.raw, rb.n, data_end, count):
         return None
     return rb.raw, rb.n
 
@@ -521,7 +523,7 @@ def short_file(ix: tuple[bytes, int], fd: int, start: bytes, stop: bytes, most: 
     unpacked — if ``pieces`` (a file written in lz4 pieces), its tail (trailer and header)
     first, then only the pieces the range reaches.  (keys, values); None if the range reaches
     more than ``most`` blocks; False if a block is not sound (the Python path then names it)."""
-    return _blockc.short_file(ix[0], ix[1], fd, start, stop, most, _crc32, _lz4_decompress, pieces)
+    return blockc.short_file(ix[0], ix[1], fd, start, stop, most, crc32, lz4_decompress, pieces)
 
 
 def short_levels(files: tuple, start: bytes, stop: bytes, most: int):
@@ -530,7 +532,7 @@ def short_levels(files: tuple, start: bytes, stop: bytes, most: int):
     newest first; their records in [start, stop) merged as ``merge_sorted`` does.  None if a
     file's range reaches more than ``most`` blocks; False if a block or a record is not sound
     (each file's ``short_range`` then names the fault)."""
-    return _blockc.short_levels(files, start, stop, most, _crc32, _lz4_decompress)
+    return blockc.short_levels(files, start, stop, most, crc32, lz4_decompress)
 
 
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:
@@ -538,8 +540,8 @@ def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], by
     ``size`` bytes of fields then the block's last key; the fields of all entries are returned
     back to back, for arrays.  None if a value is shorter than ``size`` (the caller names it).
     One C pass when compiled (no list of values is built)."""
-    if _blockc is not None:
-        return _blockc.index_entries(rb.raw, rb.n, size)
+    if blockc is not None:
+        return blockc.index_entries(rb.raw, rb.n, size)
     keys, vals = rb.split()
     if vals and min(map(len, vals)) < size:
         return None
@@ -552,7 +554,7 @@ def merge_sorted(parts: list[tuple[list[bytes], list[bytes], bool]]) -> tuple[li
     where ``ops`` (a delta run: values are an op byte, then the value), a PUT gives its value
     and a DEL hides the key.  None when not compiled, or for input a sound table does not give
     (``Levels._merged`` then runs its Python reference, which names a bad op byte)."""
-    return _blockc.merge(parts) if _blockc is not None else None
+    return blockc.merge(parts) if blockc is not None else None
 
 
 def range_diff(
@@ -563,43 +565,7 @@ def range_diff(
     values)) appended to ``out_k``, ``out_v`` as delta records; returns the change in live
     records.  None, nothing appended, when not compiled or for input it declines (keys out of
     order or range: the Python code names them)."""
-    return _blockc.diff(ok, ov, new, lo, hi, out_k, out_v) if _blockc is not None else None
-
-
-def pack_edits(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes] | None:
-    """Edit records ``key + prefix + seq counter (n0 + 1, ...; 5 bytes BE) + value + key length``
-    (``webdb.writer.edits.pack``) in C (``_blockc.pack_edits``); None when not compiled or for
-    input it declines (the Python code raises)."""
-    return _blockc.pack_edits(keys, values, prefix, n0) if _blockc is not None else None
-
-
-def lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
-    """Stage 4's edit records cut into groups per url in C (``_blockc.lbu_groups``; the
-    reference is ``webdb.writer.cascade._lbu_groups``); None when not compiled or for a record
-    it declines."""
-    return _blockc.lbu_groups(recs, final) if _blockc is not None else None
-
-
-def lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int] | None:
-    """Stage 3's edit records cut into groups per md5 in C (``_blockc.lbm_groups``; the
-    reference is ``webdb.writer.cascade._lbm_groups``); None when not compiled or for a record
-    it declines."""
-    return _blockc.lbm_groups(recs, final) if _blockc is not None else None
-
-
-def lbm_adds(
-    md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
-) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]] | None:
-    """Stage 3's new or changed links of one md5 in C (``_blockc.lbm_adds``; the reference is
-    ``webdb.writer.cascade._lbm_adds``); None when not compiled or for input it declines."""
-    return _blockc.lbm_adds(md5, ok, ov, adds, tail) if _blockc is not None else None
-
-
-def lbu_splice(start: bytes, url: bytes, ledits: list, state_of: Callable[[bytes], int], tail: bytes) -> tuple | None:
-    """Stage 4's link edits of a url without a target notice in C (``_blockc.lbu_splice``; the
-    reference is ``webdb.writer.cascade._lbu_splice``); None when not compiled or for input it
-    declines (``state_of`` not called then)."""
-    return _blockc.lbu_splice(start, url, ledits, state_of, tail) if _blockc is not None else None
+    return blockc.diff(ok, ov, new, lo, hi, out_k, out_v) if blockc is not None else None
 
 
 def make_links(
@@ -608,7 +574,7 @@ def make_links(
     """``reader._links`` in C (``_blockc.links``): ``cls(key[plen:], url, anchor, domain_id,
     flags & out != 0)`` of each LinksByURL record.  None when not compiled, or when a value is
     shorter than ``fixed`` (the Python code names the record)."""
-    return _blockc.links(keys, vals, plen, url, cls, fixed, out) if _blockc is not None else None
+    return blockc.links(keys, vals, plen, url, cls, fixed, out) if blockc is not None else None
 
 
 def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:

@@ -22,15 +22,15 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import _blockc, _crc32, _lz4_decompress, merge_sorted, range_diff, short_levels
+from webdb.tables.block import blockc, crc32, lz4_decompress, merge_sorted, range_diff, short_levels
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
-from webdb.tables.table import _DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
+from webdb.tables.table import DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
 
 __all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
 
 T = TypeVar("T")
-_span = _blockc.span if _blockc is not None else None
+_span = blockc.span if blockc is not None else None
 
 PUT = b"\x01"
 DEL = b"\x00"
@@ -303,7 +303,7 @@ class Levels:
 
     def _short_files(self) -> tuple:
         """Each file's ``short_args`` and whether it is a run, newest first; () if a file has none."""
-        if _blockc is None:
+        if blockc is None:
             return ()
         out = []
         for t in self._newest:
@@ -320,7 +320,7 @@ class Levels:
         files = self._short
         if files is None:
             files = self._short = self._short_files()
-        return _blockc.levelseek(files, _crc32, _lz4_decompress) if files else None
+        return blockc.levelseek(files, crc32, lz4_decompress) if files else None
 
     def _merged(
         self, parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]]
@@ -349,9 +349,9 @@ class Levels:
         return ks, [d[k] for k in ks]
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
-        from webdb.tables.table import _prefix_end
+        from webdb.tables.table import prefix_end
 
-        return self.items(p, _prefix_end(p))
+        return self.items(p, prefix_end(p))
 
 
 class LevelCursor:
@@ -364,7 +364,7 @@ class LevelCursor:
         self.view, self.out = view, out
         # Newest first; the base last.  Each one read forward as the edits go.
         self._seek = [Seeker(r) for r in view.runs] + ([Seeker(view.base)] if view.base is not None else [])
-        # Compiled, the same reads in one call per range or key (_blockc.levelseek); on a block
+        # Compiled, the same reads in one call per range or key (blockc.levelseek); on a block
         # or record it finds unsound it is dropped, and the Seekers (from the start: reads are
         # forward, so that only costs a longer search) read on and name the fault.
         self._c = view.level_seek()
@@ -427,7 +427,7 @@ class LevelCursor:
         prev = None
         for key, payload in groups:
             if prev is not None and key <= prev:
-                raise CorruptionError(f"{self.out.path}: edits out of order: {key!r:.80} after {prev!r:.80}" + _DAMAGED)
+                raise CorruptionError(f"{self.out.path}: edits out of order: {key!r:.80} after {prev!r:.80}" + DAMAGED)
             prev = key
             old = self._get(key)
             self._put(key, old, combine(key, old, payload))
@@ -474,7 +474,7 @@ def diff_py(
         prev = None
         for k, v in r:
             if k < lo or k >= hi or (prev is not None and k <= prev):
-                raise CorruptionError(f"{path}: splice key {k!r:.80} out of order or range" + _DAMAGED)
+                raise CorruptionError(f"{path}: splice key {k!r:.80} out of order or range" + DAMAGED)
             prev = k
             o = old.get(k)
             if v is None:
@@ -492,7 +492,7 @@ def diff_py(
         return live
     rk, rv = r
     if rk and (rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:]))):
-        raise CorruptionError(f"{path}: merged keys out of order or range at {lo!r:.80}" + _DAMAGED)
+        raise CorruptionError(f"{path}: merged keys out of order or range at {lo!r:.80}" + DAMAGED)
     # Both sides sorted: walk them together, keeping only the differences.
     i = j = 0
     no, nn = len(ok), len(rk)

@@ -15,7 +15,7 @@ from operator import lt
 
 from webdb.errors import CorruptionError
 from webdb.tables.block import RawBlock, check_block_crc, seal_block
-from webdb.tables.table import _DAMAGED, TableReader, TableWriter
+from webdb.tables.table import DAMAGED, TableReader, TableWriter
 
 __all__ = ["MergeCursor", "Splice"]
 
@@ -40,6 +40,70 @@ def _result(r, ok: list[bytes], ov: list[bytes]) -> tuple[list[bytes], list[byte
             new[k] = v
     ks = sorted(new)
     return ks, [new[k] for k in ks]
+
+
+def _splice_block(
+    path: str,
+    r: Splice,
+    lo: bytes,
+    hi: bytes,
+    keys: list[bytes],
+    raw: bytes,
+    olens: list[int],
+    st: list[int],
+    pos: int,
+    j2: int,
+    chunks: list[bytes],
+    lens: list[int],
+) -> int:
+    """A Splice's point edits on the old records ``pos..j2-1`` of a decoded block (its keys,
+    ``raw`` bytes, key/value lengths ``olens`` and record starts ``st``): the old records between
+    the edited keys appended to ``chunks``/``lens`` as slices of ``raw``, each edit as a new record
+    (None: the old record dropped).  Returns the first old record not yet copied: the rest of
+    the range is copied with what follows it."""
+    p, prev = pos, None
+    for k, v in r:
+        if k < lo or k >= hi or (prev is not None and k <= prev):
+            raise CorruptionError(f"{path}: splice key {k!r:.80} out of order or range" + DAMAGED)
+        prev = k
+        j = bisect.bisect_left(keys, k, p, j2)
+        if j > p:
+            chunks.append(raw[st[p] : st[j]])
+            lens += olens[2 * p : 2 * j]
+        p = j + 1 if j < j2 and keys[j] == k else j
+        if v is not None:
+            chunks.append(k)
+            chunks.append(v)
+            lens.append(len(k))
+            lens.append(len(v))
+    return p
+
+
+def _replace_in_block(
+    path: str,
+    rk: list[bytes],
+    rv: list[bytes],
+    lo: bytes,
+    hi: bytes,
+    raw: bytes,
+    olens: list[int],
+    st: list[int],
+    pos: int,
+    j1: int,
+    chunks: list[bytes],
+    lens: list[int],
+) -> None:
+    """A range's new records in place of its old ones: the old records ``pos..j1-1`` before the
+    range appended as one slice of ``raw``, then ``rk``/``rv`` (checked: sorted, inside
+    [lo, hi))."""
+    if j1 > pos:
+        chunks.append(raw[st[pos] : st[j1]])
+        lens += olens[2 * pos : 2 * j1]
+    if rk:
+        if rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:])):
+            raise CorruptionError(f"{path}: merged keys out of order or range at {lo!r:.80}" + DAMAGED)
+        chunks += chain.from_iterable(zip(rk, rv))
+        lens += chain.from_iterable(zip(map(len, rk), map(len, rv)))
 
 
 class MergeCursor:
@@ -211,7 +275,7 @@ class MergeCursor:
                     held = g
                     break
                 if g[0] <= key:
-                    raise CorruptionError(f"{out.path}: edits out of order: {g[0]!r:.80} after {key!r:.80}" + _DAMAGED)
+                    raise CorruptionError(f"{out.path}: edits out of order: {g[0]!r:.80} after {key!r:.80}" + DAMAGED)
                 key, payload = g
             n = len(keys)
             if n > pos:
@@ -330,35 +394,10 @@ class MergeCursor:
                     break
                 r = combine(lo, keys[j1:j2], lambda rb=rb, j1=j1, j2=j2: rb.values(j1, j2), payload)
                 if type(r) is Splice:
-                    # Old records between the edited keys stay slices of raw.
-                    p, prev = pos, None
-                    for k, v in r:
-                        if k < lo or k >= hi or (prev is not None and k <= prev):
-                            raise CorruptionError(f"{out.path}: splice key {k!r:.80} out of order or range" + _DAMAGED)
-                        prev = k
-                        j = bisect.bisect_left(keys, k, p, j2)
-                        if j > p:
-                            chunks.append(raw[st[p] : st[j]])
-                            lens += olens[2 * p : 2 * j]
-                        p = j + 1 if j < j2 and keys[j] == k else j
-                        if v is not None:
-                            chunks.append(k)
-                            chunks.append(v)
-                            lens.append(len(k))
-                            lens.append(len(v))
-                    pos = p  # the rest of the range is copied with what follows it
+                    pos = _splice_block(out.path, r, lo, hi, keys, raw, olens, st, pos, j2, chunks, lens)
                 else:
                     rk, rv = r
-                    if j1 > pos:
-                        chunks.append(raw[st[pos] : st[j1]])
-                        lens += olens[2 * pos : 2 * j1]
-                    if rk:
-                        if rk[0] < lo or rk[-1] >= hi or not all(map(lt, rk, rk[1:])):
-                            raise CorruptionError(
-                                f"{out.path}: merged keys out of order or range at {lo!r:.80}" + _DAMAGED
-                            )
-                        chunks += chain.from_iterable(zip(rk, rv))
-                        lens += chain.from_iterable(zip(map(len, rk), map(len, rv)))
+                    _replace_in_block(out.path, rk, rv, lo, hi, raw, olens, st, pos, j1, chunks, lens)
                     pos = j2
                 g = next(it, None)
                 if g is None or g[0] > keys[-1]:

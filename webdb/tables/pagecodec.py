@@ -78,7 +78,7 @@ def page_score(value: bytes) -> float:
 
 
 def page_without_md5(value: bytes) -> bytes:
-    """The value minus its md5 (an IFN edit of a new page whose md5 is MD5(url)); the inverse
+    """The value minus its md5 (an if-new edit of a new page whose md5 is MD5(url)); the inverse
     is ``md5 + rest``."""
     return value[16:]
 

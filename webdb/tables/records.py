@@ -44,7 +44,7 @@ DAY = 86400
 NEVER = 2**62  # next_fetch of a page that must never be fetched again
 DEFAULT_INTERVAL = 30 * DAY
 MAX_URL_BYTES = 8192
-_BAD_URL_CHAR = re.compile(r"[\x00-\x20\x7f]")
+BAD_URL_CHAR = re.compile(r"[\x00-\x20\x7f]")
 DEFAULT_ANCHOR_MAX = 100
 
 
@@ -83,7 +83,7 @@ def validate_url(url: object, max_bytes: int = MAX_URL_BYTES) -> bytes:
         raise BadInput(f"url too long ({len(b)} bytes > {max_bytes}): {url[:100]!r}...")
     if "://" not in url[:32] or url.startswith("://"):
         raise BadInput(f"url has no scheme: {url!r:.200}")
-    bad = _BAD_URL_CHAR.search(url)
+    bad = BAD_URL_CHAR.search(url)
     if bad:
         raise BadInput(f"url holds a control or space character {bad.group()!r}: {url!r:.200}")
     return b

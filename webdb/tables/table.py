@@ -21,10 +21,9 @@ from itertools import accumulate, chain, repeat
 from operator import add, ge, gt, lt
 
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
-from webdb.tables.block import (  # noqa: F401 - re-exported: importers use webdb.tables.table
+from webdb.tables.block import (
     CODECS,
     COMPILED,
-    MAX_BLOCK_BYTES,
     RawBlock,
     check_block_crc,
     decode_block,
@@ -58,7 +57,7 @@ _INDEX_VALUE = struct.Struct("<QII")  # block offset, on-disk length (with trail
 # A writer handed keys out of order: what it merges (an old table, a delta run, an edit file)
 # holds records out of order, which a crafted block with a sound CRC can; the writer says so
 # instead of writing a table out of order (the batch aborts; nothing is committed).
-_DAMAGED = " (an input of this merge holds its records out of order: damaged; `webdb check` names the file)"
+DAMAGED = " (an input of this merge holds its records out of order: damaged; `webdb check` names the file)"
 assert _FOOTER.size == FOOTER_SIZE
 _BIG = sys.byteorder == "big"
 # What a lazy TableReader loads on first use (the ``_OnFirstUse`` attributes of TableReader).
@@ -104,7 +103,7 @@ class TableWriter:
 
     def add(self, key: bytes, value: bytes) -> None:
         if self._last is not None and key <= self._last:
-            raise CorruptionError(f"{self.path}: keys out of order: {key!r:.80} after {self._last!r:.80}" + _DAMAGED)
+            raise CorruptionError(f"{self.path}: keys out of order: {key!r:.80} after {self._last!r:.80}" + DAMAGED)
         self._last = key
         self._keys.append(key)
         self._vals.append(value)
@@ -118,7 +117,7 @@ class TableWriter:
         if not keys:
             return
         if (self._last is not None and keys[0] <= self._last) or not all(map(lt, keys, keys[1:])):
-            raise CorruptionError(f"{self.path}: keys out of order in add_many" + _DAMAGED)
+            raise CorruptionError(f"{self.path}: keys out of order in add_many" + DAMAGED)
         self._last = keys[-1]
         bs = self.block_size
         total = sum(map(len, keys)) + sum(map(len, vals)) + 8 * len(keys)
@@ -161,7 +160,7 @@ class TableWriter:
             return
         first = data[: lens[0]]
         if self._last is not None and first <= self._last:
-            raise CorruptionError(f"{self.path}: keys out of order: {first!r:.80} after {self._last!r:.80}" + _DAMAGED)
+            raise CorruptionError(f"{self.path}: keys out of order: {first!r:.80} after {self._last!r:.80}" + DAMAGED)
         self._last = data[len(data) - lens[-1] - lens[-2] : len(data) - lens[-1]]
         n = len(lens) >> 1
         bs = self.block_size
@@ -202,7 +201,7 @@ class TableWriter:
             return
         first = data[: lens[0]]
         if self._last is not None and first <= self._last:
-            raise CorruptionError(f"{self.path}: absorbed block out of order" + _DAMAGED)
+            raise CorruptionError(f"{self.path}: absorbed block out of order" + DAMAGED)
         self._last = data[len(data) - lens[-1] - lens[-2] : len(data) - lens[-1]]
         self._put_run(data, lens, 0)
         self._flush()
@@ -214,7 +213,7 @@ class TableWriter:
     def add_raw_block(self, data: bytes, first: bytes, last: bytes, count: int) -> None:
         """Append an already encoded block (carried over from another table unchanged)."""
         if self._last is not None and first <= self._last:
-            raise CorruptionError(f"{self.path}: raw block out of order" + _DAMAGED)
+            raise CorruptionError(f"{self.path}: raw block out of order" + DAMAGED)
         self._flush()
         self._emit(data, first, last, count)
         self._last = last
@@ -775,7 +774,7 @@ class TableReader:
 
     def prefix(self, p: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Records whose key starts with ``p``."""
-        stop = _prefix_end(p)
+        stop = prefix_end(p)
         return self.items(p, stop)
 
     def keys_blocks(self) -> Iterator[list[bytes]]:
@@ -783,7 +782,7 @@ class TableReader:
             yield self.block(b)[0]
 
 
-def _prefix_end(p: bytes) -> bytes | None:
+def prefix_end(p: bytes) -> bytes | None:
     """Smallest key greater than every key with prefix p (None: no bound)."""
     p = p.rstrip(b"\xff")
     return p[:-1] + bytes((p[-1] + 1,)) if p else None

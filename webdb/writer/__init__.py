@@ -9,7 +9,9 @@ distributed writer — one driver (``driver``, ``placing``) over its transports:
 (``coordinator`` / ``hosts`` / ``distributed``) and Dask (``daskrun`` / ``dasktasks``;
 ``distributed`` imported only there, lazily), one location side (``location``), a section
 writer (``section``), results (``results``), the public face (``rack``) — and what feeds a
-section writer (``inputs``; a fetch round's calls as columns: ``columns``).
+section writer (``inputs``; a fetch round's calls as columns: ``columns``) — and the compiled
+kernels of step 0 and stages 3-4 (``kernels``: the extension ``_stagesc`` built from
+``_stagesc_src/``, whose Python references are beside the code that calls them).
 
 May import: webdb's core (``db``, ``manifest``, ``sections``, ``settings``, ``schedule``,
 ``sortbuf``, ``lockwait``, ``tables``, ``ndfs``, ``errors``, ``_fault``).  Never ``fetchlist``

@@ -31,8 +31,6 @@ from webdb import _fault
 from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
-from webdb.tables import block
-from webdb.tables.block import lbm_adds, lbm_groups, lbu_groups, lbu_splice
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import MergeCursor, Splice
@@ -48,8 +46,8 @@ from webdb.tables.pagecodec import (
     page_with_scores_of,
 )
 from webdb.tables.records import Page
-from webdb.tables.table import Probe, TableReader, TableWriter, _prefix_end
-from webdb.writer import edits as E
+from webdb.tables.table import Probe, TableReader, TableWriter, prefix_end
+from webdb.writer import edits, kernels
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
 
@@ -127,7 +125,7 @@ class Emitter:
             s["block_size"],
             s["codec"],
         )
-        self.prefix = E.Seq(rank, job.section).prefix
+        self.prefix = edits.Seq(rank, job.section).prefix
         self.n = 0
         self.files = 0
         # A spill goes straight into edit files (the consumer merges every file it is sent), as
@@ -135,13 +133,13 @@ class Emitter:
         self.buf.spill_to = self._route
 
     def add(self, key: bytes, value: bytes = b"") -> None:
-        # E.pack with an inline E.Seq: this runs once per emitted edit.
+        # edits.pack with an inline edits.Seq: this runs once per emitted edit.
         self.n += 1
-        self.buf.add(E.pack_at(key, self.prefix, self.n, value))
+        self.buf.add(edits.pack_at(key, self.prefix, self.n, value))
 
     def add_many(self, keys: list[bytes], values: list[bytes]) -> None:
         """``add`` for many edits at once (one list comprehension instead of n calls)."""
-        recs = E.pack_many(keys, values, self.prefix, self.n)
+        recs = edits.pack_many(keys, values, self.prefix, self.n)
         self.n += len(keys)
         self.buf.extend(recs)
 
@@ -178,7 +176,7 @@ def write_routed(job: StageJob, stage: int, recs: Iterable[bytes], producer: str
     A list (a sort buffer's spill) is one chunk; an iterator is read 65536 records at a time."""
     secs = Sections.from_json(job.sections)
     s = job.settings
-    bounds = secs.key_bounds(E.STAGE_BY_URL[stage])
+    bounds = secs.key_bounds(edits.STAGE_BY_URL[stage])
     counts: dict[int, int] = {}
     writers: dict[int, TableWriter] = {}
     chunks = [recs] if isinstance(recs, list) else _chunks(iter(recs), 65536)
@@ -217,9 +215,9 @@ def _chunks(it: Iterator[bytes], n: int) -> Iterator[list[bytes]]:
 
 def join_run(recs: list[bytes], lo: int, hi: int) -> tuple[bytes, list[int]]:
     """``recs[lo:hi]`` as ``TableWriter.add_run``'s arguments (keys with empty values): their
-    bytes back to back and their lengths, each followed by 0.  In C (``_blockc.join_run``) when
-    the compiled codec is built."""
-    c = block._blockc
+    bytes back to back and their lengths, each followed by 0.  In C (``_stagesc.join_run``) when
+    the writer's kernels are compiled."""
+    c = kernels.stagesc
     if c is not None:
         return c.join_run(recs, lo, hi)
     part = recs[lo:hi]
@@ -252,13 +250,19 @@ def run_stage(job: StageJob) -> dict:
     """Run one stage for one section; returns the new table's stats (see module doc)."""
     t0, c0 = time.monotonic(), time.process_time()
     stage, sec = job.stage, job.section
-    table = E.STAGE_TABLE[stage]
+    table = edits.STAGE_TABLE[stage]
     s = job.settings
     entry = job.tables.get(table)
     name = f"{job.gen:08d}-s{stage}.{TABLE_SUFFIX[table]}"
     d = section_path(job.db, sec)
     res: dict = {"stage": stage, "section": sec, "table": table, "file": name, "emitted": {}, "status": {}}
-    fn = {1: _stage_pbu, 2: _stage_pbm, 3: _stage_lbm, 4: _stage_lbu, 5: _stage_lbm2}[stage]
+    fn = {
+        1: _stage_pages_by_url,
+        2: _stage_pages_by_md5,
+        3: _stage_links_by_md5,
+        4: _stage_links_by_url,
+        5: _stage_link_fixups,
+    }[stage]
     if entry is not None and table in LEVELED and s["level_ratio"] > 0:
         _leveled_stage(job, fn, entry, table, d, name, res)
     else:
@@ -382,55 +386,55 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
 # ---- stage 1: PagesByURL ---------------------------------------------------------------------
 
 
-def _stage_pbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     sched = Schedule(**job.schedule)
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
 
     def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
         op, val = group[0]
-        if op == E.OP_IFN and old is not None and len(group) == 1:
+        if op == edits.OP_IF_NEW and old is not None and len(group) == 1:
             # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
             # is emitted, and the record stays in its block's bytes (merge_points: same object).
             return old
         new = old
         link = None
-        if op == E.OP_ADD:
+        if op == edits.OP_ADD:
             new = page_with_scores_of(val, old) if old is not None else val
-        elif op == E.OP_ADD_SCORE:
+        elif op == edits.OP_ADD_SCORE:
             new = val
-        elif op == E.OP_IFN:
+        elif op == edits.OP_IF_NEW:
             if old is None:
-                new, lf, lv = E.split_ifn_value(val, url_b)
+                new, lf, lv = edits.split_if_new_value(val, url_b)
                 if lf is not None:
                     link = (lf, lv)
-        elif op == E.OP_DEL:
+        elif op == edits.OP_DEL:
             new = None
-        if group[-1][0] >= E.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
+        if group[-1][0] >= edits.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
             url = url_b.decode("utf-8")
             p = Page.decode(url, new) if new is not None else None
             for o, fv in group:
-                if o == E.OP_FETCH:
+                if o == edits.OP_FETCH:
                     p = apply_fetch(p, decode_fetch(url, fv), sched)
-                elif o == E.OP_LASTMOD and p is not None:
+                elif o == edits.OP_LASTMOD and p is not None:
                     p = apply_lastmod(p, *_LASTMOD.unpack(fv))
             new = p.encode_value() if p is not None else None
         if old is not None and new is not None:
             if old[MD5] != new[MD5]:
-                em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))
-                em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+                em2.add(edits.pages_by_md5_edit_key(old[MD5], url_b, edits.OP2_DEL))
+                em2.add(edits.pages_by_md5_edit_key(new[MD5], url_b, edits.OP2_ADD), new)
             elif old != new:
-                em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+                em2.add(edits.pages_by_md5_edit_key(new[MD5], url_b, edits.OP2_ADD), new)
         elif old is not None:
-            em2.add(E.pbm_edit_key(old[MD5], url_b, E.OP2_DEL))
+            em2.add(edits.pages_by_md5_edit_key(old[MD5], url_b, edits.OP2_DEL))
         elif new is not None:
-            em2.add(E.pbm_edit_key(new[MD5], url_b, E.OP2_ADD), new)
+            em2.add(edits.pages_by_md5_edit_key(new[MD5], url_b, edits.OP2_ADD), new)
         if link is not None:
-            em3.add(E.lbm_add_key(link[0], url_b), link[1])
+            em3.add(edits.links_by_md5_add_key(link[0], url_b), link[1])
         if old is None or new is None or (old[NUM_OUTLINKS] == NO_OUTLINKS) != (new[NUM_OUTLINKS] == NO_OUTLINKS):
-            so, sn = E.target_state(old), E.target_state(new)
+            so, sn = edits.target_state(old), edits.target_state(new)
             if so != sn:
-                em4.add(E.lbu_notice_key(url_b), bytes((sn,)))
+                em4.add(edits.links_by_url_notice_key(url_b), bytes((sn,)))
         if old is not None:
             status[old[STATUS]] = status.get(old[STATUS], 0) - 1
         if new is not None:
@@ -459,7 +463,7 @@ def _stage_pbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
 # ---- stage 2: PagesByMD5 ---------------------------------------------------------------------
 
 
-def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
+def _stage_pages_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> dict:
     """Closes its table itself (stage 3's emissions probe the new table) and returns its stats."""
     lost: list[bytes] = []
 
@@ -479,7 +483,7 @@ def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
     def combine(tk: bytes, old: bytes | None, ops: list[tuple[int, bytes]]) -> bytes | None:
         v = old
         for op, val in ops:
-            if op == E.OP2_ADD:
+            if op == edits.OP2_ADD:
                 v = val
             else:
                 if v is not None and (not lost or lost[-1] != tk[:16]):
@@ -499,7 +503,7 @@ def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         probe = Probe(TableReader(out_path))
         for md5 in lost:
             if not probe.has_prefix(md5):
-                em3.add(E.lbm_del_all_key(md5))
+                em3.add(edits.links_by_md5_del_all_key(md5))
         probe.t.close()
     res["emitted"] = {3: em3.finish()}
     return info
@@ -508,10 +512,10 @@ def _stage_pbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
 # ---- stage 3: LinksByMD5 ---------------------------------------------------------------------
 
 
-def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_links_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em4 = Emitter(job, 4, 3)
-    pbm = _base(job, "pages_by_md5")
-    probe = Probe(TableReader(pbm) if pbm else None)
+    pages_by_md5 = _base(job, "pages_by_md5")
+    probe = Probe(TableReader(pages_by_md5) if pages_by_md5 else None)
     dropped = 0
 
     def combine(md5: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
@@ -522,12 +526,12 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
             adds = []
         if not adds and not del_all:
             return Splice()
-        tail = E.lbu_link_tail(md5, E.OP4_ADD)
+        tail = edits.links_by_url_link_tail(md5, edits.OP4_ADD)
         if not del_all:
             # Only new or changed links are written; the stored ones stay as bytes (a re-add of
             # the same link keeps the stored flag and emits nothing).  In C when compiled.
-            r = lbm_adds(md5, ok, old_values(), adds, tail)
-            ek, ev, sp = r if r is not None else _lbm_adds(md5, ok, old_values(), adds, tail)
+            r = kernels.links_by_md5_adds(md5, ok, old_values(), adds, tail)
+            ek, ev, sp = r if r is not None else links_by_md5_adds_py(md5, ok, old_values(), adds, tail)
             if ek:
                 em4.add_many(ek, ev)
             return Splice(sp)
@@ -548,12 +552,12 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         if del_all:
             gone = [u for u in old if u not in new]
             if gone:
-                tail = E.lbu_link_tail(md5, E.OP4_DEL)
+                tail = edits.links_by_url_link_tail(md5, edits.OP4_DEL)
                 em4.add_many([u + tail for u in gone], [b""] * len(gone))
         us = sorted(new)
         return [md5 + u for u in us], [new[u] for u in us]
 
-    cur.merge_ranges(_batched_groups(job, lbm_groups, _lbm_groups), combine)
+    cur.merge_ranges(_batched_groups(job, kernels.links_by_md5_groups, links_by_md5_groups_py), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {4: em4.finish()}
@@ -563,14 +567,14 @@ def _stage_lbm(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
 # ---- stage 4: LinksByURL ---------------------------------------------------------------------
 
 
-def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em5 = Emitter(job, 5, 4)
-    pbu = _base(job, "pages_by_url")
-    probe = Probe(TableReader(pbu) if pbu else None)
+    pages_by_url = _base(job, "pages_by_url")
+    probe = Probe(TableReader(pages_by_url) if pages_by_url else None)
     dangling = 0
 
     def state_of(url_b: bytes) -> int:
-        return E.target_state(probe.get(url_b))
+        return edits.target_state(probe.get(url_b))
 
     def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
@@ -579,30 +583,30 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
         if notice is None:
             # The target did not change: stored links have the right flag and stay as they are
             # (spliced as bytes).  Added links need the target's state; deletes need nothing.
-            tail = E.lbm2_tail(url_b, E.OP5_FLAG)
-            r = lbu_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
-            state, sp, fix = r if r is not None else _lbu_splice(start, url_b, ledits, state_of, tail)
+            tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
+            r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
+            state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
             if sp is not None:
                 if fix:
-                    em5.add_many(fix, [bytes((LINK_OUT if state == E.TARGET_OUT else 0,))] * len(fix))
+                    em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
                 return Splice(sp)
         n0 = len(start)
         links = dict(zip([k[n0:] for k in ok], old_values()))
         added = {}  # value as stage 3 wrote it to LinksByMD5
         for fid, op, v in ledits:
-            if op == E.OP4_DEL:
+            if op == edits.OP4_DEL:
                 links.pop(fid, None)
                 added.pop(fid, None)
             else:
                 links[fid] = added[fid] = v
-        if state == E.TARGET_ABSENT:
+        if state == edits.TARGET_ABSENT:
             if links:
-                tail = E.lbm2_tail(url_b, E.OP5_DEL)
+                tail = edits.link_fixup_tail(url_b, edits.OP5_DEL)
                 em5.add_many([fid + tail for fid in links], [b""] * len(links))
             dangling += len(links)
             return [], []
         if state >= 0:
-            flag = LINK_OUT if state == E.TARGET_OUT else 0
+            flag = LINK_OUT if state == edits.TARGET_OUT else 0
             fb = bytes((flag,))
             fix = [
                 fid for fid, v in (links if notice is not None else added).items() if (v[LINK_FLAGS] & LINK_OUT) != flag
@@ -610,19 +614,19 @@ def _stage_lbu(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> 
             if fix:
                 for fid in fix:
                     links[fid] = link_with_flags(links[fid], fb)
-                tail = E.lbm2_tail(url_b, E.OP5_FLAG)
+                tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
                 em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
-    cur.merge_ranges(_batched_groups(job, lbu_groups, _lbu_groups), combine)
+    cur.merge_ranges(_batched_groups(job, kernels.links_by_url_groups, links_by_url_groups_py), combine)
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
     res["dangling"] = dangling
 
 
-def _lbu_splice(
+def links_by_url_splice_py(
     start: bytes, url_b: bytes, ledits: list[tuple[bytes, int, bytes]], state_of: Callable[[bytes], int], tail: bytes
 ) -> tuple[int, list[tuple[bytes, bytes | None]] | None, list[bytes]]:
     """Stage 4's link edits of a url with no target notice: ``(state, splice, fix)``.  The last
@@ -630,17 +634,17 @@ def _lbu_splice(
     absent target ``(0, None, [])`` (the caller deletes every link).  Else the splice of the
     url's range (``start`` + fromID, value or None), each added link's flag set to the target's
     where it differs, and ``fix`` the fromID + ``tail`` of those links (stage 5 sets the same
-    flag in LinksByMD5).  (``_blockc.lbu_splice`` is this in C.)"""
+    flag in LinksByMD5).  (``_stagesc.links_by_url_splice`` is this in C.)"""
     fin: dict[bytes, bytes | None] = {}
     for fid, op, v in ledits:
-        fin[fid] = v if op == E.OP4_ADD else None
+        fin[fid] = v if op == edits.OP4_ADD else None
     added = {fid: v for fid, v in fin.items() if v is not None}
     state = state_of(url_b) if added else -1
-    if state == E.TARGET_ABSENT:
+    if state == edits.TARGET_ABSENT:
         return state, None, []
     fix: list[bytes] = []
     if state >= 0:
-        flag = LINK_OUT if state == E.TARGET_OUT else 0
+        flag = LINK_OUT if state == edits.TARGET_OUT else 0
         fb = bytes((flag,))
         fids = [fid for fid, v in added.items() if (v[LINK_FLAGS] & LINK_OUT) != flag]
         for fid in fids:
@@ -649,13 +653,13 @@ def _lbu_splice(
     return state, [(start + fid, v) for fid, v in fin.items()], fix
 
 
-def _lbm_adds(
+def links_by_md5_adds_py(
     md5: bytes, ok: list[bytes], ov: list[bytes], adds: list[tuple[bytes, bytes]], tail: bytes
 ) -> tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]]:
     """Stage 3's link adds of an md5 without a delete-all: the new or changed ones (a url not
     stored, or a value that differs but in the flag) as the edits to emit (url + ``tail``,
     value) and the splice of the md5's range (md5 + url, value).  ``ok``, ``ov``: the md5's
-    stored links; ``adds`` in url order, one per url.  (``_blockc.lbm_adds`` is this in C.)"""
+    stored links; ``adds`` in url order, one per url.  (``_stagesc.links_by_md5_adds`` is this in C.)"""
     old = dict(zip([k[16:] for k in ok], ov))
     ek: list[bytes] = []
     ev: list[bytes] = []
@@ -669,23 +673,23 @@ def _lbm_adds(
     return ek, ev, sp
 
 
-def _lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
+def links_by_md5_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     """Stage 3's edit records cut into one group per md5, ``(md5, end of its key range,
     (delete_all, [(url, value)]))``, of several adds of a url the last; the rest as
-    ``_lbu_groups``.  (``_blockc.lbm_groups`` is this in C.)"""
+    ``links_by_url_groups_py``.  (``_stagesc.links_by_md5_groups`` is this in C.)"""
     out = []
     gm: bytes | None = None
     del_all = False
     adds: list[tuple[bytes, bytes]] = []
     start = 0
-    del_tag = E.TAG3_DEL_ALL[0]
+    del_tag = edits.TAG3_DEL_ALL[0]
     for j, rec in enumerate(recs):
-        # The edit record read in place (E.pack): key = md5 tag [url 0x00], value at kl.
+        # The edit record read in place (edits.pack): key = md5 tag [url 0x00], value at kl.
         kl = rec[-2] | (rec[-1] << 8)
         md5 = rec[:16]
         if md5 != gm:
             if gm is not None:
-                out.append((gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
+                out.append((gm, prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
             gm, del_all, adds, start = md5, False, [], j
         if rec[16] == del_tag:
             del_all = True
@@ -699,23 +703,23 @@ def _lbm_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
         return out, len(recs)
     if not final:
         return out, start
-    out.append((gm, _prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
+    out.append((gm, prefix_end(gm) or b"\xff" * 17, (del_all, adds)))
     return out, len(recs)
 
 
-def _lbu_groups(recs: list[bytes], final: bool) -> tuple[list, int]:
+def links_by_url_groups_py(recs: list[bytes], final: bool) -> tuple[list, int]:
     """Stage 4's edit records cut into one group per url, ``(url 0x00, url 0x01, (url, notice,
     [(fromID, op, value)]))`` (the last notice of a url wins).  Unless ``final`` the last url's
     group is left, as it may go on in the next records: returns the groups and the index of its
-    first record.  (``_blockc.lbu_groups`` is this in C.)"""
+    first record.  (``_stagesc.links_by_url_groups`` is this in C.)"""
     out = []
     gu: bytes | None = None
     notice: int | None = None
     ledits: list[tuple[bytes, int, bytes]] = []
     start = 0
-    notice_tag = E.TAG4_NOTICE[0]
+    notice_tag = edits.TAG4_NOTICE[0]
     for j, rec in enumerate(recs):
-        # The edit record read in place (E.pack): key = url 0x00 tag [fromID op], value at kl.
+        # The edit record read in place (edits.pack): key = url 0x00 tag [fromID op], value at kl.
         kl = rec[-2] | (rec[-1] << 8)
         i = rec.index(b"\x00")
         url_b = rec[:i]
@@ -760,11 +764,11 @@ def _batched_groups(job: StageJob, cut, cut_py, n: int = 512) -> Iterator:
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
 
 
-def _stage_lbm2(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
+def _stage_link_fixups(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
-        if old is None or op_val[0] == E.OP5_DEL:
+        if old is None or op_val[0] == edits.OP5_DEL:
             return None
         return link_with_flags(old, op_val[1])
 
     # A flag fix-up rewrites one byte of a value: blocks with only fix-ups are patched in place.
-    cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == E.OP5_FLAG)
+    cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == edits.OP5_FLAG)

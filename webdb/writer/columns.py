@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from webdb.schedule import FetchResult
-from webdb.tables import block
 from webdb.tables.records import Status
+from webdb.writer import kernels
 from webdb.writer.edits import TAG3_ADD
 
 try:
@@ -108,8 +108,8 @@ def link_records(
     seq ``seqs[r] + 1 + 2k`` for its page edit (add_page_if_not_present: url, ``pp``, seq,
     tail) and the next for its link edit (md5 0x01 url, ``lp``, seq, ``link_pre``, anchor).
     Returns the page records, the link records and their lengths (int64 arrays).  One C call
-    (``_blockc.link_records``) with the compiled codec, else ``link_records_py``."""
-    c = block._blockc
+    (``_stagesc.link_records``) with the writer's kernels compiled, else ``link_records_py``."""
+    c = kernels.stagesc
     f = c.link_records if c is not None else link_records_py
     precs, lrecs, psize, lsize = f(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre)
     return precs, lrecs, np.frombuffer(psize, np.int64), np.frombuffer(lsize, np.int64)
@@ -141,10 +141,10 @@ def link_urls_ok(buf, start, end, max_url: int) -> bool:
     chars: a url this refuses goes the call path, which accepts it or names it): at most
     ``max_url`` bytes, "://" ending within the first 32 bytes and not at the start, no byte
     0x00-0x20 or 0x7f (in UTF-8 those bytes are never part of a longer character).  In C
-    (``_blockc.urls_ok``, one pass over the url bytes) with the compiled codec."""
+    (``_stagesc.urls_ok``, one pass over the url bytes) with the writer's kernels compiled."""
     if not len(start):
         return True
-    c = block._blockc
+    c = kernels.stagesc
     if c is not None:
         return c.urls_ok(buf, start, end, max_url)
     if int((end - start).max()) > max_url:

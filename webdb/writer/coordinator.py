@@ -18,8 +18,8 @@ from webdb.ndfs import GroupResult
 from webdb.settings import resolve
 from webdb.writer.distributed import HEARTBEAT
 from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared, SectionSpec
-from webdb.writer.hosts import Placement, Rack, _LocalLink, _SSHLink
-from webdb.writer.results import Failed, UpdateFailed, UpdateResult, _Host, failure_line, host_results
+from webdb.writer.hosts import LocalAgentLink, Placement, Rack, SSHAgentLink
+from webdb.writer.results import Failed, HostRun, UpdateFailed, UpdateResult, failure_line, host_results
 
 __all__ = ["AgentTransport", "create_rack"]
 
@@ -39,7 +39,7 @@ class AgentTransport:
         self.progress = opts.progress
         self.env = opts.env
         self.q: queue.Queue = queue.Queue()
-        self.hosts = {label: _Host(p) for label, p in rack.places.items()}
+        self.hosts = {label: HostRun(p) for label, p in rack.places.items()}
         self.last_ping = 0.0
         self.ping_n = 0
         # An open liveness round: (ping number, its clock time, the hosts silent when it began).
@@ -51,7 +51,7 @@ class AgentTransport:
         """Start every agent (connections in parallel); the first failure stops all."""
         errors: dict[str, str] = {}
 
-        def one(h: _Host) -> None:
+        def one(h: HostRun) -> None:
             h.t0 = time.monotonic()
             spec = {
                 "label": h.place.label,
@@ -63,9 +63,9 @@ class AgentTransport:
             }
             try:
                 if h.place.location.host is None:
-                    h.link = _LocalLink(h.place.label, self.q, spec, self.env)
+                    h.link = LocalAgentLink(h.place.label, self.q, spec, self.env)
                 else:
-                    h.link = _SSHLink(h.place.label, self.q, spec, self.env, h.place.location.host)
+                    h.link = SSHAgentLink(h.place.label, self.q, spec, self.env, h.place.location.host)
             except (WebDBError, OSError) as e:
                 errors[h.place.label] = str(e)
                 return
@@ -158,7 +158,7 @@ class AgentTransport:
             live[lab].link.dead = True
             raise self.fail(lab, f"no heartbeat for {self.hb_timeout:g}s (host down or hung)")
 
-    def track(self, h: _Host, obj: dict) -> None:
+    def track(self, h: HostRun, obj: dict) -> None:
         ev = obj.get("ev")
         h.events.add(ev)
         if ev == "hello":

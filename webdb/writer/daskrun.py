@@ -26,10 +26,10 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 
 from webdb.errors import BadInput, WebDBError
-from webdb.writer import dasktasks as T
+from webdb.writer import dasktasks
 from webdb.writer.driver import Options, Prepared, SectionSpec, update
 from webdb.writer.hosts import Rack
-from webdb.writer.results import Failed, UpdateResult, _Host
+from webdb.writer.results import Failed, HostRun, UpdateResult
 
 __all__ = ["CONNECT_TIMEOUT", "WORKER_TIMEOUT", "DaskTransport", "DaskUnavailable", "connect", "update_dask"]
 
@@ -80,7 +80,7 @@ class DaskTransport:
         )
         self.progress = opts.progress
         self.leads = _leads(rack)  # a location no worker could serve fails before connecting
-        self.hosts = {label: _Host(p) for label, p in rack.places.items()}
+        self.hosts = {label: HostRun(p) for label, p in rack.places.items()}
         self.nonce = os.urandom(4).hex()
         self.batch = f"open-{self.nonce}"  # the leases' batch id
         self.places = {
@@ -175,7 +175,9 @@ class DaskTransport:
             try:
                 for label, j in self.leads.items():
                     if have.get(j):
-                        self.client.run(T.renew, self.rack.path(label), self.batch, workers=have[j], on_error="return")
+                        self.client.run(
+                            dasktasks.renew, self.rack.path(label), self.batch, workers=have[j], on_error="return"
+                        )
             except (OSError, FutureTimeout, TimeoutError) as e:  # CommClosedError is an OSError
                 raise self.lost(type(e).__name__) from None
 
@@ -240,7 +242,7 @@ class DaskTransport:
             for label, j in self.leads.items():
                 if have.get(j):
                     self.client.run(
-                        T.abort_location, self.rack.path(label), self.batch, workers=have[j], on_error="return"
+                        dasktasks.abort_location, self.rack.path(label), self.batch, workers=have[j], on_error="return"
                     )
         except (OSError, FutureTimeout, TimeoutError, WebDBError):
             pass  # the leases expire on their own after the heartbeat timeout
@@ -279,7 +281,7 @@ class DaskTransport:
         self.steps = task.get("steps")
         for label, place in self.places.items():
             place["probe"] = probe.get(label, [])
-        hello = self.per_location("open", T.open_location, self.batch)
+        hello = self.per_location("open", dasktasks.open_location, self.batch)
         for label, h in hello.items():
             self.hosts[label].hello = {k: h[k] for k in ("hostname", "python", "webdb", "pid", "worker", "compiled")}
             self.hosts[label].t0 = time.monotonic()
@@ -287,20 +289,26 @@ class DaskTransport:
 
     def sync(self, gen: int, manifest: dict) -> None:
         self.gen0, self.base = gen, manifest
-        self.per_location("sync", T.sync_location_task, self.batch, gen, manifest)
+        self.per_location("sync", dasktasks.sync_location_task, self.batch, gen, manifest)
 
     def ask(self, requests: dict[str, dict]) -> dict[str, list[dict]]:
         self.n_ask += 1
         return self.per_location(
-            f"step{self.n_ask}", T.step_location, self.batch, self.gen0, self.base, self.steps, requests=requests
+            f"step{self.n_ask}",
+            dasktasks.step_location,
+            self.batch,
+            self.gen0,
+            self.base,
+            self.steps,
+            requests=requests,
         )
 
     def prepare(self, manifest: dict) -> None:
-        self.per_location("prepare", T.prepare_location, self.batch, self.gen0, manifest)
+        self.per_location("prepare", dasktasks.prepare_location, self.batch, self.gen0, manifest)
 
     def commit(self, label: str, manifest: dict) -> None:
         f = self.client.submit(
-            T.commit_location,
+            dasktasks.commit_location,
             self.places[label],
             self.batch,
             self.gen0,
@@ -319,7 +327,7 @@ class DaskTransport:
         bps = None
         if breakpoints is not None:
             samples: dict[int, list[str]] = {}
-            fs = {("sec", j): self.sub(T.sample_section, j, f"sample-section{j}", js[j]) for j in js}
+            fs = {("sec", j): self.sub(dasktasks.sample_section, j, f"sample-section{j}", js[j]) for j in js}
             self.wait(fs, lambda key, r: samples.__setitem__(key[1], r))
             bps = breakpoints(samples)
         summaries = self.graph(js, bps)
@@ -347,19 +355,21 @@ class DaskTransport:
     def graph(self, js: dict[int, dict], bps: list[str] | None) -> dict:
         """Submit step 0 and stages 1..5 of every section; the summaries to wait for."""
         k = self.rack.k
-        full = {j: self.sub(T.step0_section, j, f"step0-section{j}", js[j], bps) for j in range(k)}
+        full = {j: self.sub(dasktasks.step0_section, j, f"step0-section{j}", js[j], bps) for j in range(k)}
         summaries: dict = {}
         for stage in range(1, 6):
             picks = {
-                (p, t): self.sub(T.pick_out, p, f"ship{stage - 1}-section{p}-to{t}", full[p], t)
+                (p, t): self.sub(dasktasks.pick_out, p, f"ship{stage - 1}-section{p}-to{t}", full[p], t)
                 for p in range(k)
                 for t in range(k)
             }
             for p in range(k):
-                summaries[("sec", p, stage - 1)] = self.sub(T.pick_state, p, f"done{stage - 1}-section{p}", full[p])
+                summaries[("sec", p, stage - 1)] = self.sub(
+                    dasktasks.pick_state, p, f"done{stage - 1}-section{p}", full[p]
+                )
             full = {
                 j: self.sub(
-                    T.stage_section,
+                    dasktasks.stage_section,
                     j,
                     f"stage{stage}-section{j}",
                     js[j],
@@ -370,7 +380,7 @@ class DaskTransport:
                 for j in range(k)
             }
         for j in range(k):
-            summaries[("sec", j, 5)] = self.sub(T.pick_state, j, f"done5-section{j}", full[j])
+            summaries[("sec", j, 5)] = self.sub(dasktasks.pick_state, j, f"done5-section{j}", full[j])
         return summaries
 
     def on_summary(self, key, r: dict, prepared: dict[int, Prepared]) -> None:

@@ -34,7 +34,7 @@ from webdb.db import write_atomic
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
-from webdb.writer import edits as E
+from webdb.writer import edits
 from webdb.writer.engine import run_stages, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
 from webdb.writer.location import Location
@@ -339,7 +339,7 @@ def _forget_output(spec: dict, stage: int) -> None:
     lost result) writes the same table file again: remove the earlier run's.  Table files are
     created exclusively, and only this task writes this name, one task of a section at a time
     (the section's resource); the bytes it writes are the same."""
-    suffix = TABLE_SUFFIX[E.STAGE_TABLE[stage]]
+    suffix = TABLE_SUFFIX[edits.STAGE_TABLE[stage]]
     # The base, and with levels the delta run, its scratch compaction and its merged runs.
     for kind in ("", "d", "c", "r"):
         try:

@@ -39,7 +39,7 @@ from webdb.writer.hosts import Placement, Rack
 from webdb.writer.inputs import DEFAULT_INPUT
 from webdb.writer.location import PROTOCOL
 from webdb.writer.placing import place_inputs, probe_names
-from webdb.writer.results import Failed, UpdateResult, _Host, failure_line, host_results, stopped
+from webdb.writer.results import Failed, HostRun, UpdateResult, failure_line, host_results, stopped
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
@@ -127,7 +127,7 @@ class Transport(Protocol):
     """Carries the driver's requests to the locations of a rack and reports back.  Every
     method raises ``Failed`` on any failure (naming the location where it knows it)."""
 
-    hosts: dict[str, _Host]
+    hosts: dict[str, HostRun]
 
     def open(self, task: dict, probe: dict[str, list[str]]) -> dict[str, dict]:
         """Lock every location; its hello (``Location.hello``) by label."""
@@ -329,8 +329,8 @@ class _Drive:
         if slow:
             self.warn(
                 f"{', '.join(slow)} run{'s' if len(slow) == 1 else ''} the pure-Python block codec (the C "
-                "extension webdb.tables._blockc is not importable there): merges are several times slower; "
-                "fab deploy builds it on each host"
+                "extensions webdb.tables._blockc and webdb.writer._stagesc are not both importable there): "
+                "merges are several times slower; fab deploy builds them on each host"
             )
         gen0 = max(h["committed"] for h in hello.values())
         base = next(h["manifest"] for h in hello.values() if h["committed"] == gen0)

@@ -15,23 +15,29 @@ from __future__ import annotations
 import hashlib
 import struct
 
-from webdb.tables.block import pack_edits
 from webdb.tables.pagecodec import NO_OUTLINKS, NUM_OUTLINKS
+from webdb.writer.kernels import pack_edits
 
 # Stages of the cascade and the table each one rewrites.
-ST_PBU, ST_PBM, ST_LBM, ST_LBU, ST_LBM2 = 1, 2, 3, 4, 5
+STAGE_PAGES_BY_URL, STAGE_PAGES_BY_MD5, STAGE_LINKS_BY_MD5, STAGE_LINKS_BY_URL, STAGE_LINK_FIXUPS = 1, 2, 3, 4, 5
 STAGE_TABLE = {
-    ST_PBU: "pages_by_url",
-    ST_PBM: "pages_by_md5",
-    ST_LBM: "links_by_md5",
-    ST_LBU: "links_by_url",
-    ST_LBM2: "links_by_md5",
+    STAGE_PAGES_BY_URL: "pages_by_url",
+    STAGE_PAGES_BY_MD5: "pages_by_md5",
+    STAGE_LINKS_BY_MD5: "links_by_md5",
+    STAGE_LINKS_BY_URL: "links_by_url",
+    STAGE_LINK_FIXUPS: "links_by_md5",
 }
 # Which split routes a stage's edits: URL breakpoints or md5 ranges.
-STAGE_BY_URL = {ST_PBU: True, ST_PBM: False, ST_LBM: False, ST_LBU: True, ST_LBM2: False}
+STAGE_BY_URL = {
+    STAGE_PAGES_BY_URL: True,
+    STAGE_PAGES_BY_MD5: False,
+    STAGE_LINKS_BY_MD5: False,
+    STAGE_LINKS_BY_URL: True,
+    STAGE_LINK_FIXUPS: False,
+}
 
 # Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last.
-OP_ADD, OP_ADD_SCORE, OP_IFN, OP_DEL, OP_FETCH, OP_LASTMOD = 1, 2, 3, 4, 5, 6
+OP_ADD, OP_ADD_SCORE, OP_IF_NEW, OP_DEL, OP_FETCH, OP_LASTMOD = 1, 2, 3, 4, 5, 6
 # Stage 2 (PagesByMD5) and stage 5 (LinksByMD5 fix-ups), stage 4 link edits.
 OP2_DEL, OP2_ADD = 0, 1
 OP5_DEL, OP5_FLAG = 0, 1
@@ -75,7 +81,7 @@ def pack_at(key: bytes, prefix: bytes, n: int, value: bytes = b"") -> bytes:
 
 def pack_many(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) -> list[bytes]:
     """``[pack_at(k, prefix, n0 + i, v) for i, (k, v) in enumerate(zip(keys, values), 1)]``,
-    in C when the codec is compiled (``_blockc.pack_edits``)."""
+    in C when the writer's kernels are compiled (``_stagesc.pack_edits``)."""
     recs = pack_edits(keys, values, prefix, n0)
     if recs is None:
         recs = [
@@ -88,47 +94,49 @@ def pack_many(keys: list[bytes], values: list[bytes], prefix: bytes, n0: int) ->
 # ---- stage 1 ---------------------------------------------------------------------------------
 
 
-def pbu_edit_key(url_b: bytes, op: int) -> bytes:
+def pages_by_url_edit_key(url_b: bytes, op: int) -> bytes:
     return url_b + b"\x00" + bytes((op,))
 
 
-def pbu_record(url_b: bytes, op: int, prefix: bytes, n: int, value: bytes) -> bytes:
-    """``pack_at(pbu_edit_key(url_b, op), prefix, n, value)`` in one step (a call per fetch
+def pages_by_url_record(url_b: bytes, op: int, prefix: bytes, n: int, value: bytes) -> bytes:
+    """``pack_at(pages_by_url_edit_key(url_b, op), prefix, n, value)`` in one step (a call per fetch
     and per outlink)."""
-    return url_b + _PBU_TAG[op] + prefix + n.to_bytes(5, "big") + value + (len(url_b) + 10).to_bytes(2, "little")
+    return (
+        url_b + _PAGES_BY_URL_TAG[op] + prefix + n.to_bytes(5, "big") + value + (len(url_b) + 10).to_bytes(2, "little")
+    )
 
 
-_PBU_TAG = [b"\x00" + bytes((op,)) for op in range(OP_LASTMOD + 1)]
+_PAGES_BY_URL_TAG = [b"\x00" + bytes((op,)) for op in range(OP_LASTMOD + 1)]
 
 
-def ifn_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:
+def if_new_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:
     v = _U32.pack(len(page_value)) + page_value
     if link_from is not None:
         v += link_from + link_value
     return v
 
 
-# High bit of an IFN value's length: the page value lacks its md5, which is MD5(url) (an
+# High bit of an if-new value's length: the page value lacks its md5, which is MD5(url) (an
 # outlink's new page); stage 1 computes it only when the page is really inserted.
-IFN_NO_MD5 = 0x80000000
+IF_NEW_NO_MD5 = 0x80000000
 
 
-def ifn_value_without_md5(page_tail: bytes) -> bytes:
-    """An outlink's IFN value: the page value less its md5 (``page_without_md5``), flagged."""
-    return (len(page_tail) | IFN_NO_MD5).to_bytes(4, "little") + page_tail
+def if_new_value_without_md5(page_tail: bytes) -> bytes:
+    """An outlink's if-new value: the page value less its md5 (``page_without_md5``), flagged."""
+    return (len(page_tail) | IF_NEW_NO_MD5).to_bytes(4, "little") + page_tail
 
 
 def outlink_seq_prefixes(prefix: bytes) -> tuple[bytes, bytes]:
-    """What follows the url in an outlink's two records up to their counter: the IFN page
-    edit's (``0x00 OP_IFN`` + seq prefix) and the link edit's (``lbm_add_key``'s ``0x00`` +
+    """What follows the url in an outlink's two records up to their counter: the if-new page
+    edit's (``0x00 OP_IF_NEW`` + seq prefix) and the link edit's (``links_by_md5_add_key``'s ``0x00`` +
     seq prefix).  ``webdb.writer.columns.link_records`` splices them per outlink."""
-    return b"\x00" + bytes((OP_IFN,)) + prefix, b"\x00" + prefix
+    return b"\x00" + bytes((OP_IF_NEW,)) + prefix, b"\x00" + prefix
 
 
-def split_ifn_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, bytes]:
+def split_if_new_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, bytes]:
     n = _U32.unpack_from(v)[0]
-    if n & IFN_NO_MD5:
-        n &= ~IFN_NO_MD5
+    if n & IF_NEW_NO_MD5:
+        n &= ~IF_NEW_NO_MD5
         return hashlib.md5(url_b).digest() + v[4 : 4 + n], None, b""
     page = v[4 : 4 + n]
     rest = v[4 + n :]
@@ -140,23 +148,23 @@ def split_ifn_value(v: bytes, url_b: bytes = b"") -> tuple[bytes, bytes | None, 
 # ---- stage 2 ---------------------------------------------------------------------------------
 
 
-def pbm_edit_key(md5: bytes, url_b: bytes, op: int) -> bytes:
+def pages_by_md5_edit_key(md5: bytes, url_b: bytes, op: int) -> bytes:
     return md5 + url_b + b"\x00" + bytes((op,))
 
 
 # ---- stage 3 ---------------------------------------------------------------------------------
 
 
-def lbm_del_all_key(md5: bytes) -> bytes:
+def links_by_md5_del_all_key(md5: bytes) -> bytes:
     return md5 + TAG3_DEL_ALL
 
 
-def lbm_add_key(md5: bytes, url_b: bytes) -> bytes:
+def links_by_md5_add_key(md5: bytes, url_b: bytes) -> bytes:
     return md5 + TAG3_ADD + url_b + b"\x00"
 
 
-def lbm_add_record(md5: bytes, url_b: bytes, prefix: bytes, n: int, value: bytes) -> bytes:
-    """``pack_at(lbm_add_key(md5, url_b), prefix, n, value)`` in one step (a call per outlink)."""
+def links_by_md5_add_record(md5: bytes, url_b: bytes, prefix: bytes, n: int, value: bytes) -> bytes:
+    """``pack_at(links_by_md5_add_key(md5, url_b), prefix, n, value)`` in one step (a call per outlink)."""
     k = md5 + TAG3_ADD + url_b + b"\x00"
     return k + prefix + n.to_bytes(5, "big") + value + (len(k) + 8).to_bytes(2, "little")
 
@@ -164,12 +172,12 @@ def lbm_add_record(md5: bytes, url_b: bytes, prefix: bytes, n: int, value: bytes
 # ---- stage 4 ---------------------------------------------------------------------------------
 
 
-def lbu_notice_key(url_b: bytes) -> bytes:
+def links_by_url_notice_key(url_b: bytes) -> bytes:
     return url_b + b"\x00" + TAG4_NOTICE
 
 
-def lbu_link_tail(from_id: bytes, op: int) -> bytes:
-    """A link edit's key is ``url_b + lbu_link_tail(from_id, op)``: the tail is built once per
+def links_by_url_link_tail(from_id: bytes, op: int) -> bytes:
+    """A link edit's key is ``url_b + links_by_url_link_tail(from_id, op)``: the tail is built once per
     source and appended to each target url."""
     return b"\x00" + TAG4_LINK + from_id + bytes((op,))
 
@@ -177,8 +185,8 @@ def lbu_link_tail(from_id: bytes, op: int) -> bytes:
 # ---- stage 5 ---------------------------------------------------------------------------------
 
 
-def lbm2_tail(url_b: bytes, op: int) -> bytes:
-    """A fix-up's key is ``from_id + lbm2_tail(url_b, op)`` (one tail per target url)."""
+def link_fixup_tail(url_b: bytes, op: int) -> bytes:
+    """A fix-up's key is ``from_id + link_fixup_tail(url_b, op)`` (one tail per target url)."""
     return url_b + b"\x00" + bytes((op,))
 
 

@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
-from webdb import _fault
-from webdb import manifest as M
+from webdb import _fault, manifest
 from webdb.sections import Sections, section_path
 from webdb.settings import SCHEDULE_KEYS
 from webdb.writer.cascade import StageJob, TableFiles, incoming_dir
@@ -173,7 +172,7 @@ def batch_manifest(
     **extra: object,
 ) -> dict:
     """The manifest of a batch (either writer), its cross-table counts checked."""
-    m = M.build(
+    m = manifest.build(
         generation=gen,
         parent=base["generation"],
         batch=batch,
@@ -181,10 +180,10 @@ def batch_manifest(
         tables=tables,
         status=status,
         edits=edits,
-        stages=M.stage_rows(rows),
+        stages=manifest.stage_rows(rows),
         **extra,
     )
-    M.check_counts(m)
+    manifest.check_counts(m)
     return m
 
 

@@ -1,7 +1,7 @@
 """Hosts of a rack and the agents started on them (docs/distributed.md, *Processes*): where each
 section lives (``Rack``, ``Placement``, from hosts.ini ``[sections]``), and one link per
 running agent — a local process, or a command over ssh (fabric) — that carries JSON lines both
-ways and is closed at the end (``_LocalLink``, ``_SSHLink``).  The coordinator is
+ways and is closed at the end (``LocalAgentLink``, ``SSHAgentLink``).  The coordinator is
 webdb.writer.coordinator.
 """
 
@@ -118,7 +118,7 @@ class Rack:
 # ---- agent links: a started agent, local process or ssh channel ----------------------------------
 
 
-class _Link:
+class AgentLink:
     """One running agent: JSON lines in, JSON lines out (queued as (label, obj); None at EOF)."""
 
     def __init__(self, label: str, q: queue.Queue) -> None:
@@ -176,7 +176,7 @@ class _Link:
         return (" | stderr: " + " | ".join(lines)) if lines else ""
 
 
-class _LocalLink(_Link):
+class LocalAgentLink(AgentLink):
     def __init__(self, label: str, q: queue.Queue, spec: dict, env: dict[str, str]) -> None:
         super().__init__(label, q)
         self.p = subprocess.Popen(
@@ -213,7 +213,7 @@ class _LocalLink(_Link):
             self.p.wait()
 
 
-class _SSHLink(_Link):
+class SSHAgentLink(AgentLink):
     def __init__(self, label: str, q: queue.Queue, spec: dict, env: dict[str, str], host: HostConfig) -> None:
         super().__init__(label, q)
         self.conn = fabric_connection(host)

@@ -26,7 +26,7 @@ __all__ = ["PROTOCOL", "Location", "StepContext", "create_local", "sync_location
 
 # 2: the "step" request between sync and run, and the failure's exception class in "failed"
 # events.  3: numbered pings answered by an "hb" (liveness rounds).  4: the hello names the
-# inputs a location sees and whether its block codec is compiled.
+# inputs a location sees and whether its compiled extensions load (block codec and writer kernels).
 PROTOCOL = 4
 
 
@@ -56,7 +56,8 @@ class Location:
     def hello(self, probe: list[str], **extra: Any) -> dict:
         """What the driver checks and chooses the generation from."""
         from webdb import __version__
-        from webdb.tables.block import COMPILED
+        from webdb.tables import block
+        from webdb.writer import kernels
 
         cur = self.db.committed()
         with open(os.path.join(self.path, DB_IDENTITY), "rb") as f:
@@ -72,7 +73,7 @@ class Location:
             "stale_lock": self.lock.stale,
             "python": sys.executable,
             "webdb": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            "compiled": COMPILED,
+            "compiled": block.COMPILED and kernels.COMPILED,
             "inputs": {p: fingerprint(p) for p in probe},
             **extra,
         }

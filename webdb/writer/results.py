@@ -1,6 +1,6 @@
 """What an update or create did: per host (a GroupResult like ndfs'), per step, overall; the
 exception that carries it (``UpdateFailed``); and the per-host state the coordinator keeps
-while it runs (``_Host``: where a host is, for the labels of ``UpdateResult.summary``).
+while it runs (``HostRun``: where a host is, for the labels of ``UpdateResult.summary``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from webdb.errors import DistributedError
 from webdb.ndfs import GroupResult, HostResult
-from webdb.writer.hosts import Placement, _Link
+from webdb.writer.hosts import AgentLink, Placement
 
 __all__ = ["Failed", "UpdateFailed", "UpdateResult", "failure_line", "host_results", "stopped"]
 
@@ -96,9 +96,9 @@ def _mb(n: int) -> str:
 
 
 @dataclass
-class _Host:
+class HostRun:
     place: Placement
-    link: _Link | None = None
+    link: AgentLink | None = None
     t0: float = 0.0
     t1: float | None = None
     state: str = "start"
@@ -123,7 +123,7 @@ class _Host:
         return self.state
 
 
-def failure_line(hosts: dict[str, _Host], e: Failed) -> str:
+def failure_line(hosts: dict[str, HostRun], e: Failed) -> str:
     """A run's error line, in the same words for every transport: ``LABEL (sections S) failed
     at STAGE: WHY``, or ``WHY`` when no one location is to blame.  Marks the host failed."""
     if e.label is None or e.label not in hosts:
@@ -136,7 +136,7 @@ def failure_line(hosts: dict[str, _Host], e: Failed) -> str:
     return f"{e.label}{secs} failed at {h.where()}: {h.error}"
 
 
-def host_results(what: str, hosts: dict[str, _Host], error: str | None, t0: float) -> GroupResult:
+def host_results(what: str, hosts: dict[str, HostRun], error: str | None, t0: float) -> GroupResult:
     """Every location's outcome of a run (any transport): ok, or why it failed or was stopped."""
     out = GroupResult(what)
     for label, h in hosts.items():

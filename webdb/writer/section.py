@@ -104,7 +104,7 @@ def deploy_dir(root: str, config) -> str:
     return posixpath.join(root, DEPLOY_DIR, f"{stem or 'hosts'}-{digest}")
 
 
-def _config(spec: dict):
+def section_config(spec: dict):
     if "config" in spec:  # built as data by the coordinator (a local rack): checked again here
         return NdfsConfig.from_json(spec["config"])
     source = spec.get("ini_source", "<hosts.ini>")
@@ -178,7 +178,7 @@ class SectionWriter:
         self.settings = spec["settings"]
         self.tmp = os.path.join(self.path, TMP_DIR, f"s{self.j:04d}-{os.getpid()}")
         self.outbox = os.path.join(self.tmp, "outbox")
-        self.config = _config(spec)
+        self.config = section_config(spec)
         self.fs = NDFS(self.config, spec["db"], local_host=spec.get("local_host"))
         own = self.fs.section(self.j).transports
         if len(own) != 1:

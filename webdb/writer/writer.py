@@ -21,11 +21,10 @@ from webdb.schedule import FetchResult
 from webdb.sections import Reservoir, Sections
 from webdb.settings import resolve
 from webdb.sortbuf import GroupFeed, SortBuffer
-from webdb.tables import block
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
-    _BAD_URL_CHAR,
+    BAD_URL_CHAR,
     NEVER,
     Link,
     Page,
@@ -36,7 +35,7 @@ from webdb.tables.records import (
     validate_page,
     validate_url,
 )
-from webdb.writer import edits as E
+from webdb.writer import edits, kernels
 from webdb.writer.cascade import StageJob, encode_fetch, encode_lastmod, write_routed
 from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.engine import LocalExchange, base_state, batch_manifest, choose_sections, run_stages, stage_job
@@ -66,9 +65,9 @@ class EditLog:
         bs, codec = 65536, self.settings["codec"]
         # The writer's two edit buffers get 60% of the budget; the rest is the interpreter, the
         # block cache of probes and the write buffers.  Stage workers run after they are freed.
-        self._pbu = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
-        self._lbm = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
-        self._seq = E.Seq(E.RANK_API, producer)
+        self._pages_by_url = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
+        self._links_by_md5 = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
+        self._seq = edits.Seq(edits.RANK_API, producer)
         # The URL sample a first load of a k-section db chooses its breakpoints from.
         self._sample = None if self.secs.ready else Reservoir(int(self.settings["breakpoint_sample"]))
         self._max_url = int(self.settings["max_url_bytes"])
@@ -78,12 +77,12 @@ class EditLog:
 
     @property
     def count(self) -> int:
-        return self._pbu.count + self._lbm.count
+        return self._pages_by_url.count + self._links_by_md5.count
 
     @property
     def edits(self) -> dict[str, int]:
         """Edits recorded so far, page calls and link calls: the manifest's ``edits``."""
-        return {"pages": self._pbu.count, "links": self._lbm.count}
+        return {"pages": self._pages_by_url.count, "links": self._links_by_md5.count}
 
     def sample(self) -> list[bytes]:
         """The URL sample (reservoir) taken while the sections had no breakpoints yet."""
@@ -111,35 +110,35 @@ class EditLog:
         return url_b
 
     def _add1(self, key: bytes, value: bytes) -> None:
-        self._pbu.add(E.pack(key, self._seq.next(), value))
+        self._pages_by_url.add(edits.pack(key, self._seq.next(), value))
 
     def add_page(self, page: Page) -> None:
         """Insert or replace ``page``; an existing page keeps its stored score and next_score."""
-        url_b = self._page_edit(page, E.OP_ADD)
-        self._add1(E.pbu_edit_key(url_b, E.OP_ADD), page.encode_value())
+        url_b = self._page_edit(page, edits.OP_ADD)
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_ADD), page.encode_value())
 
     def add_page_with_score(self, page: Page) -> None:
         """Insert or replace ``page``, scores included."""
-        url_b = self._page_edit(page, E.OP_ADD_SCORE)
-        self._add1(E.pbu_edit_key(url_b, E.OP_ADD_SCORE), page.encode_value())
+        url_b = self._page_edit(page, edits.OP_ADD_SCORE)
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_ADD_SCORE), page.encode_value())
 
     def add_page_if_not_present(self, page: Page, link: Link | None = None) -> None:
         """Insert ``page`` only if its url is absent; then also add ``link`` (which must point to it)."""
-        url_b = self._page_edit(page, E.OP_IFN)
+        url_b = self._page_edit(page, edits.OP_IF_NEW)
         if link is None:
-            v = E.ifn_value(page.encode_value())
+            v = edits.if_new_value(page.encode_value())
         else:
             self._check_link(link)
             if link.url != page.url:
                 raise BadInput(f"link to {link.url!r:.200} given with page {page.url!r:.200}: must be the same url")
-            v = E.ifn_value(page.encode_value(), link.from_id, self._link_value(link))
-        self._add1(E.pbu_edit_key(url_b, E.OP_IFN), v)
+            v = edits.if_new_value(page.encode_value(), link.from_id, self._link_value(link))
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_IF_NEW), v)
 
     def delete_page(self, url: str) -> None:
         """Remove the page (its inlinks then dangle and are removed too)."""
         self._live()
         url_b = self._url(url)
-        self._add1(E.pbu_edit_key(url_b, E.OP_DEL), b"")
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_DEL), b"")
 
     def apply_fetch(self, result: FetchResult) -> None:
         """Apply a fetch outcome to the stored page (docs/semantics.md, *Fetch results*)."""
@@ -154,7 +153,7 @@ class EditLog:
         validate_fetch(result)
         if self._sample is not None:
             self._sample.add(url_b)
-        self._add1(E.pbu_edit_key(url_b, E.OP_FETCH), encode_fetch(result))
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_FETCH), encode_fetch(result))
 
     def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
         """A hint that ``url`` changed at ``lastmod`` (a sitemap's lastmod, seconds since the
@@ -170,7 +169,7 @@ class EditLog:
                 )
         if self._sample is not None:
             self._sample.add(url_b)
-        self._add1(E.pbu_edit_key(url_b, E.OP_LASTMOD), encode_lastmod(lastmod, due))
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_LASTMOD), encode_lastmod(lastmod, due))
 
     def _check_link(self, link: Link) -> bytes:
         self._live()
@@ -187,14 +186,16 @@ class EditLog:
     def add_link(self, link: Link) -> None:
         """Insert or replace the link (from_id, url); the last call for a key wins."""
         url_b = self._check_link(link)
-        self._lbm.add(E.pack(E.lbm_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link)))
+        self._links_by_md5.add(
+            edits.pack(edits.links_by_md5_add_key(link.from_id, url_b), self._seq.next(), self._link_value(link))
+        )
 
     def delete_links(self, md5: bytes) -> None:
         """Remove every link whose from_id is ``md5`` (applied before this batch's adds)."""
         self._live()
         if not isinstance(md5, bytes) or len(md5) != 16:
             raise BadInput(f"delete_links needs a 16-byte md5, got {md5!r:.80}")
-        self._lbm.add(E.pack(E.lbm_del_all_key(md5), self._seq.next()))
+        self._links_by_md5.add(edits.pack(edits.links_by_md5_del_all_key(md5), self._seq.next()))
 
     def add_links(self, from_md5: bytes, links: Iterable[tuple[str, str]], *, domain_id: int = 0) -> None:
         """``add_link(Link(from_md5, url, anchor, domain_id))`` for each (url, anchor), with less work per link."""
@@ -228,13 +229,17 @@ class EditLog:
             raise BadInput(f"links need a 16-byte source md5, got {from_md5!r:.80}")
         check_domain_id(domain_id, f"links from {from_md5.hex()}")
         link_pre = Link(from_md5, "", "", domain_id).encode_value()
-        amax, seq, pbu, lbm = self._anchor_max, self._seq, self._pbu, self._lbm
+        amax, seq, pages_by_url, links_by_md5 = self._anchor_max, self._seq, self._pages_by_url, self._links_by_md5
         sample, url_ok, prefix = self._sample, self._url, seq.prefix
-        ifn = E.ifn_value_without_md5(page_tail) if page_tail is not None else b""
-        pbu_record, lbm_add_record, op_ifn = E.pbu_record, E.lbm_add_record, E.OP_IFN
+        if_new = edits.if_new_value_without_md5(page_tail) if page_tail is not None else b""
+        pages_by_url_record, links_by_md5_add_record, op_if_new = (
+            edits.pages_by_url_record,
+            edits.links_by_md5_add_record,
+            edits.OP_IF_NEW,
+        )
         precs: list[bytes] = []
         lrecs: list[bytes] = []
-        bad, max_url = _BAD_URL_CHAR.search, self._max_url
+        bad, max_url = BAD_URL_CHAR.search, self._max_url
         try:
             for url, anchor in links:
                 # validate_url inlined (the common case); anything odd goes through it for the error
@@ -254,15 +259,15 @@ class EditLog:
                     if sample is not None:
                         sample.add(url_b)
                     seq.n += 1
-                    precs.append(pbu_record(url_b, op_ifn, prefix, seq.n, ifn))
+                    precs.append(pages_by_url_record(url_b, op_if_new, prefix, seq.n, if_new))
                 seq.n += 1
-                lrecs.append(lbm_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
+                lrecs.append(links_by_md5_add_record(from_md5, url_b, prefix, seq.n, link_pre + anchor_b))
         finally:
             # What was recorded before a bad URL stays recorded, as with one call per link.
             if precs:
-                pbu.extend(precs)
+                pages_by_url.extend(precs)
             if lrecs:
-                lbm.extend(lrecs)
+                links_by_md5.extend(lrecs)
 
     def apply_fetch_block(
         self,
@@ -301,72 +306,22 @@ class EditLog:
         # Checks first, records after: a refused block records nothing (the calls then redo it).
         import numpy as np
 
-        from webdb.writer.columns import link_records, link_urls_ok
+        from webdb.writer.columns import link_records
 
         iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
-        amax, prefix, n = self._anchor_max, self._seq.prefix, self._seq.n
-        try:
-            check_domain_id(domain_id, "links")
-            link_pre = Link(b"\x00" * 16, "", "", domain_id).encode_value()
-            tails: dict[int, bytes] = {}
-            frecs, rows, seqs, md5s, tail_of = [], [], [], [], []
-            for url, ok, md5, t, m in zip(b.urls, b.fetched, b.md5s, b.times, b.nlinks):
-                url_b = self._url(url)
-                if ok:
-                    if not isinstance(md5, bytes) or len(md5) != 16:
-                        return False
-                    r = FetchResult(url, Status.FETCHED, t, md5, m)
-                    tail = tails.get(t)
-                    if tail is None:
-                        page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
-                        validate_page(page)
-                        pt = page_without_md5(page.encode_value())
-                        tail = tails[t] = E.ifn_value_without_md5(pt)
-                    if m:
-                        rows.append(len(frecs))
-                        seqs.append(n + 1)
-                        md5s.append(md5)
-                        tail_of.append(tail)
-                else:
-                    if m:
-                        return False
-                    r = FetchResult(url, Status.RETRY, t)
-                validate_fetch(r)
-                n += 1
-                frecs.append(E.pbu_record(url_b, E.OP_FETCH, prefix, n, encode_fetch(r)))
-                n += 2 * m
-        except BadInput:
+        prefix = self._seq.prefix
+        fetches = self._fetch_records(b, domain_id, score, iv)
+        if fetches is None:
             return False
-        if len({len(t) for t in tail_of}) > 1:
+        frecs, rows, seqs, md5s, tail_of, link_pre, n = fetches
+        cols = _link_columns(b, self._anchor_max, self._max_url)
+        if cols is None:
             return False
-        data = b.data
-        us, ue = np.asarray(b.url_start, np.int64), np.asarray(b.url_end, np.int64)
-        as_, ae = np.asarray(b.anchor_start, np.int64), np.asarray(b.anchor_end, np.int64)
-        buf = np.frombuffer(data, np.uint8)
-        nd = len(data)
-        if len(as_) != len(us):
-            return False
-        for s, e in ((us, ue), (as_, ae)):  # slices in bounds (else the calls slice as Python does)
-            if len(s) != len(e) or (len(s) and (s.min() < 0 or e.max() > nd or (e < s).any())):
-                return False
-        if not link_urls_ok(buf, us, ue, self._max_url):
-            return False
+        data, us, ue, as_, ae, counts = cols
         nl = len(us)
-        counts = np.asarray([m for m in b.nlinks if m], np.int64)
-        if int(counts.sum()) != nl:
-            return False
-        long = np.flatnonzero(ae - as_ > amax)
-        if len(long):  # anchors cut to anchor_max characters: those few in Python, appended
-            cut = [
-                data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())
-            ]
-            ends = np.cumsum([len(c) for c in cut]) + len(data)
-            as_, ae = as_.copy(), ae.copy()
-            as_[long], ae[long] = ends - [len(c) for c in cut], ends
-            data += b"".join(cut)
-            buf = np.frombuffer(data, np.uint8)
         precs: list[bytes] = []
         lrecs: list[bytes] = []
+        psize = lsize = None
         if nl:
             precs, lrecs, psize, lsize = link_records(
                 data,
@@ -378,98 +333,190 @@ class EditLog:
                 md5s,
                 tail_of,
                 np.asarray(seqs, np.int64),
-                *E.outlink_seq_prefixes(prefix),
+                *edits.outlink_seq_prefixes(prefix),
                 link_pre,
             )
-        # Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage
-        # 3's buffer its link edits (add_outlinks): groups in call order, 3 positions per row.
-        recs: list[bytes] = []
-        ends: list[int] = []
-        ppos: list[int] = []
-        lpos: list[int] = []
-        lo, rows_it = 0, iter(zip(rows, counts.tolist()))
-        nxt = next(rows_it, None)
-        for i, fr in enumerate(frecs):
-            recs.append(fr)
-            ends.append(len(recs))
-            ppos.append(3 * i)
-            if nxt is not None and nxt[0] == i:
-                hi = lo + nxt[1]
-                recs += precs[lo:hi]
-                ends.append(len(recs))
-                ppos.append(3 * i + 1)
-                lpos.append(3 * i + 2)
-                lo = hi
-                nxt = next(rows_it, None)
-        # The records' lengths in that order, in numpy: a fetch record, then its row's links.
-        sizes = np.fromiter(map(len, frecs), np.int64, len(frecs))
+        recs, ends, ppos, lpos, sizes = _in_call_order(frecs, precs, rows, counts, psize)
+        feeds = [(GroupFeed(self._pages_by_url, recs, ends, sizes), ppos)]
         if nl:
-            per_row = np.zeros(len(frecs), np.int64)
-            per_row[rows] = counts
-            at = np.arange(len(frecs)) + np.cumsum(per_row) - per_row
-            both = np.empty(len(frecs) + nl, np.int64)
-            links = np.ones(len(both), bool)
-            links[at] = False
-            both[at], both[links] = sizes, psize
-            sizes = both
-        feeds = [(GroupFeed(self._pbu, recs, ends, sizes), ppos)]
-        if nl:
-            feeds.append((GroupFeed(self._lbm, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
-        while True:
-            nexts = [(pos[g], f, g) for f, pos in feeds if (g := f.next_spill()) is not None]
-            if not nexts:
-                break
-            _, f, g = min(nexts, key=lambda x: x[0])
-            f.spill_next(g)
-        for f, _ in feeds:
-            f.finish()
+            feeds.append((GroupFeed(self._links_by_md5, lrecs, np.cumsum(counts).tolist(), lsize), lpos))
+        _spill_in_call_order(feeds)
         self._seq.n = n
         return True
+
+    def _fetch_records(self, b: FetchBlock, domain_id: int, score: float, iv: int) -> tuple | None:
+        """A block's fetch records (one per row, ``pages_by_url_record`` of OP_FETCH) and what its
+        outlinks' records need: the rows with outlinks, the seq of each such row's first outlink
+        edit, its md5 and page tail, the link value's fixed part, and the sequence counter after
+        the block.  None for a row the calls would refuse or name (they then run instead)."""
+        prefix, n = self._seq.prefix, self._seq.n
+        try:
+            check_domain_id(domain_id, "links")
+            link_pre = Link(b"\x00" * 16, "", "", domain_id).encode_value()
+            tails: dict[int, bytes] = {}
+            frecs, rows, seqs, md5s, tail_of = [], [], [], [], []
+            for url, ok, md5, t, m in zip(b.urls, b.fetched, b.md5s, b.times, b.nlinks):
+                url_b = self._url(url)
+                if ok:
+                    if not isinstance(md5, bytes) or len(md5) != 16:
+                        return None
+                    r = FetchResult(url, Status.FETCHED, t, md5, m)
+                    tail = tails.get(t)
+                    if tail is None:
+                        page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, t, 0, iv, 0, score, score)
+                        validate_page(page)
+                        pt = page_without_md5(page.encode_value())
+                        tail = tails[t] = edits.if_new_value_without_md5(pt)
+                    if m:
+                        rows.append(len(frecs))
+                        seqs.append(n + 1)
+                        md5s.append(md5)
+                        tail_of.append(tail)
+                else:
+                    if m:
+                        return None
+                    r = FetchResult(url, Status.RETRY, t)
+                validate_fetch(r)
+                n += 1
+                frecs.append(edits.pages_by_url_record(url_b, edits.OP_FETCH, prefix, n, encode_fetch(r)))
+                n += 2 * m
+        except BadInput:
+            return None
+        if len({len(t) for t in tail_of}) > 1:
+            return None
+        return frecs, rows, seqs, md5s, tail_of, link_pre, n
 
     def _route_run(self, job: StageJob, stage: int, recs) -> dict[int, int]:
         self._files += 1
         name = f"api-{self.producer:04d}-{self._files:04d}"
-        return write_routed(job, stage, first_ifn_only(recs) if stage == E.ST_PBU else recs, name)
+        return write_routed(job, stage, first_if_new_only(recs) if stage == edits.STAGE_PAGES_BY_URL else recs, name)
 
     def route_as_you_go(self, job: StageJob) -> None:
         """From now on a spill routes its sorted records straight into edit files (the stage
         workers merge those with their other inputs), instead of a run this process would merge
         back serially at close.  Needs the sections' breakpoints and the batch's job."""
-        self._pbu.spill_to = lambda recs: self._route_run(job, E.ST_PBU, recs)
-        self._lbm.spill_to = lambda recs: self._route_run(job, E.ST_LBM, recs)
+        self._pages_by_url.spill_to = lambda recs: self._route_run(job, edits.STAGE_PAGES_BY_URL, recs)
+        self._links_by_md5.spill_to = lambda recs: self._route_run(job, edits.STAGE_LINKS_BY_MD5, recs)
 
     def route(self, job: StageJob) -> dict[str, dict[int, int]]:
         """Sort the edits and write them as edit files per target section (consumes them)."""
         counts = {
-            "pages": self._route_run(job, E.ST_PBU, self._pbu.sorted_records()),
-            "links": self._route_run(job, E.ST_LBM, self._lbm.sorted_records()),
+            "pages": self._route_run(job, edits.STAGE_PAGES_BY_URL, self._pages_by_url.sorted_records()),
+            "links": self._route_run(job, edits.STAGE_LINKS_BY_MD5, self._links_by_md5.sorted_records()),
         }
         self.discard()
         return counts
 
     def discard(self) -> None:
-        self._pbu.cleanup()
-        self._lbm.cleanup()
+        self._pages_by_url.cleanup()
+        self._links_by_md5.cleanup()
         if os.path.isdir(self.tmp):
             shutil.rmtree(self.tmp)
 
 
-def first_ifn_only(recs: Iterable[bytes]) -> Iterable[bytes]:
+def _link_columns(b: FetchBlock, amax: int, max_url: int) -> tuple | None:
+    """A block's outlink columns checked and as int64 arrays: ``(data, url start, url end, anchor
+    start, anchor end, links per row with links)``, anchors longer than ``amax`` characters cut
+    (the cut ones appended to ``data``).  None when a slice is out of bounds, a url fails
+    ``link_urls_ok`` or the counts do not add up (the calls then run instead)."""
+    import numpy as np
+
+    from webdb.writer.columns import link_urls_ok
+
+    data = b.data
+    us, ue = np.asarray(b.url_start, np.int64), np.asarray(b.url_end, np.int64)
+    as_, ae = np.asarray(b.anchor_start, np.int64), np.asarray(b.anchor_end, np.int64)
+    buf = np.frombuffer(data, np.uint8)
+    nd = len(data)
+    if len(as_) != len(us):
+        return None
+    for s, e in ((us, ue), (as_, ae)):  # slices in bounds (else the calls slice as Python does)
+        if len(s) != len(e) or (len(s) and (s.min() < 0 or e.max() > nd or (e < s).any())):
+            return None
+    if not link_urls_ok(buf, us, ue, max_url):
+        return None
+    counts = np.asarray([m for m in b.nlinks if m], np.int64)
+    if int(counts.sum()) != len(us):
+        return None
+    long = np.flatnonzero(ae - as_ > amax)
+    if len(long):  # anchors cut to anchor_max characters: those few in Python, appended
+        cut = [data[a:e].decode("utf-8")[:amax].encode("utf-8") for a, e in zip(as_[long].tolist(), ae[long].tolist())]
+        ends = np.cumsum([len(c) for c in cut]) + len(data)
+        as_, ae = as_.copy(), ae.copy()
+        as_[long], ae[long] = ends - [len(c) for c in cut], ends
+        data += b"".join(cut)
+    return data, us, ue, as_, ae, counts
+
+
+def _in_call_order(frecs: list[bytes], precs: list[bytes], rows: list[int], counts, psize) -> tuple:
+    """Stage 1's buffer gets per fetch its record, then its outlinks' page edits, then stage 3's
+    buffer its link edits (add_outlinks): groups in call order, 3 positions per row.  Returns
+    stage 1's records, their group ends, the positions of stage 1's and stage 3's groups, and
+    the records' lengths in that order (numpy: a fetch record, then its row's links)."""
+    import numpy as np
+
+    recs: list[bytes] = []
+    ends: list[int] = []
+    ppos: list[int] = []
+    lpos: list[int] = []
+    lo, rows_it = 0, iter(zip(rows, counts.tolist()))
+    nxt = next(rows_it, None)
+    for i, fr in enumerate(frecs):
+        recs.append(fr)
+        ends.append(len(recs))
+        ppos.append(3 * i)
+        if nxt is not None and nxt[0] == i:
+            hi = lo + nxt[1]
+            recs += precs[lo:hi]
+            ends.append(len(recs))
+            ppos.append(3 * i + 1)
+            lpos.append(3 * i + 2)
+            lo = hi
+            nxt = next(rows_it, None)
+    sizes = np.fromiter(map(len, frecs), np.int64, len(frecs))
+    nl = len(precs)
+    if nl:
+        per_row = np.zeros(len(frecs), np.int64)
+        per_row[rows] = counts
+        at = np.arange(len(frecs)) + np.cumsum(per_row) - per_row
+        both = np.empty(len(frecs) + nl, np.int64)
+        links = np.ones(len(both), bool)
+        links[at] = False
+        both[at], both[links] = sizes, psize
+        sizes = both
+    return recs, ends, ppos, lpos, sizes
+
+
+def _spill_in_call_order(feeds: list[tuple[GroupFeed, list[int]]]) -> None:
+    """Hand the feeds' groups to their buffers, the group of the lowest call position first, so
+    the buffers spill exactly where the calls would have made them spill; then finish them."""
+    while True:
+        nexts = [(pos[g], f, g) for f, pos in feeds if (g := f.next_spill()) is not None]
+        if not nexts:
+            break
+        _, f, g = min(nexts, key=lambda x: x[0])
+        f.spill_next(g)
+    for f, _ in feeds:
+        f.finish()
+
+
+def first_if_new_only(recs: Iterable[bytes]) -> Iterable[bytes]:
     """Drop every add_page_if_not_present edit of a url but its first: only the first can win
     (docs/semantics.md), and an update adds one per outlink, so most targets repeat.  A list
-    (a spill) is filtered in one C call (``_blockc.ifn_first``) with the compiled codec."""
-    c = block._blockc
+    (a spill) is filtered in one C call (``_stagesc.first_if_new``) with the writer's kernels compiled."""
+    c = kernels.stagesc
     if c is not None and isinstance(recs, list):
-        return c.ifn_first(recs, E.OP_IFN)
-    return _first_ifn_only(recs)
+        return c.first_if_new(recs, edits.OP_IF_NEW)
+    return first_if_new_only_py(recs)
 
 
-def _first_ifn_only(recs: Iterable[bytes]) -> Iterator[bytes]:
+def first_if_new_only_py(recs: Iterable[bytes]) -> Iterator[bytes]:
+    """``first_if_new_only`` in Python, a record at a time (the reference of ``_stagesc.first_if_new``)."""
     prev = b""
     for rec in recs:
         kl = rec[-2] | (rec[-1] << 8)
         key = rec[: kl - 8]
-        if key[-1] == E.OP_IFN and key == prev:
+        if key[-1] == edits.OP_IF_NEW and key == prev:
             continue
         prev = key
         yield rec

@@ -4,8 +4,8 @@
  *   codec.c   a raw block read in place and built (RawBlock); the read path of a lookup (unpack a
  *             block, merge levels, build links)
  *   bulk.c    the bulk load's blocks, url hashes and TSV checks (webdb/bulkarrow.py)
- *   edits.c   step 0: edit records (webdb/writer/writer.py, webdb/sortbuf.py)
- *   stages.c  the cascade's per-range loops (stages 3 and 4)
+ *   sort.c    a list of byte records sorted in place (webdb/sortbuf.py)
+ *   merge.c   levels merged a range per call (LevelCursor.merge_ranges, Seeker.range)
  *   pieces.c  lz4 pieces (codec 3)
  *   index.c   a table's index searched in place (TableReader._ix)
  *   seek.c    a table's levels read forward, a range or key per call (LevelCursor)
@@ -21,7 +21,8 @@
  * key-end offsets, n record-end offsets (u32 little-endian, from the start of the block) and the
  * count n (u32 LE).  These functions read the offsets in place from the raw bytes: nothing is
  * decoded but what is asked for.  Each one is the exact counterpart of a pure-Python function of
- * webdb/tables/block.py (the fallback, and the reference the tests compare these to), including
+ * webdb/tables/ (block.py, levels.py; docs/design.md §4.5 lists the pairs: the fallback, and the
+ * reference the tests compare these to), including
  * its behaviour on damaged offsets: every slice is clamped to the block as a Python slice is, so a
  * crafted offset can give wrong bytes (as in Python) but never a read outside the block.
  *
@@ -143,7 +144,7 @@ typedef struct {
 /* A function's doc string: PyDoc_STRVAR's, but not static (module.c's method table names it). */
 #define SHARED_PYDOC(name, str) const char name[] = PyDoc_STR(str)
 
-/* Helpers: a raw block's readers (codec.c; stages.c, pieces.c and index.c use them), build's
+/* Helpers: a raw block's readers (codec.c; merge.c, pieces.c and index.c use them), build's
  * overflow error (codec.c; bulk.c), the read path's checks (codec.c; pieces.c), a codec-3
  * block's header and pieces (pieces.c; index.c), a read at an offset (index.c; seek.c). */
 SHARED int block_of(PyObject *raw, Py_ssize_t n, Block *b);
@@ -186,24 +187,14 @@ SHARED PyObject *c_unhex(PyObject *self, PyObject *args);
 SHARED PyObject *c_has_control(PyObject *self, PyObject *args);
 SHARED extern const char gather_blocks_doc[], hash_values_doc[], unhex_doc[], has_control_doc[];
 
-/* edits.c */
+/* sort.c */
 SHARED PyObject *c_sort_records(PyObject *self, PyObject *arg);
-SHARED PyObject *c_ifn_first(PyObject *self, PyObject *args);
-SHARED PyObject *c_join_run(PyObject *self, PyObject *args);
-SHARED PyObject *c_link_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_urls_ok(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED extern const char sort_records_doc[], ifn_first_doc[], join_run_doc[], link_records_doc[], urls_ok_doc[];
+SHARED extern const char sort_records_doc[];
 
-/* stages.c */
+/* merge.c */
 SHARED PyObject *c_diff(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_pack_edits(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbm_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED PyObject *c_lbu_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED extern const char diff_doc[], pack_edits_doc[], span_doc[], lbu_groups_doc[], lbm_groups_doc[], lbm_adds_doc[],
-    lbu_splice_doc[];
+SHARED extern const char diff_doc[], span_doc[];
 
 /* pieces.c */
 SHARED PyObject *c_unpack_pieces(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

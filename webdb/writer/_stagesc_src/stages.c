@@ -1,202 +1,8 @@
-/* ---- The cascade's per-range loops (stages 3 and 4 through levels.LevelCursor, the Emitter) -- */
+/* ---- The cascade's per-range loops of stages 3 and 4 (webdb/writer/cascade.py) ------------- */
 
-#include "blockc.h"
+#include "stagesc.h"
 
-/* 1 if the list holds only bytes, each greater than the one before. */
-static int sorted_bytes(PyObject *l) {
-    Py_ssize_t n = PyList_GET_SIZE(l);
-    for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *k = PyList_GET_ITEM(l, j);
-        if (!PyBytes_Check(k) || (j && bytes_cmp(PyList_GET_ITEM(l, j - 1), k) >= 0)) return 0;
-    }
-    return 1;
-}
-
-/* Append key and op + value (value NULL: the op byte alone) to the out lists. */
-static int put_rec(PyObject *out_k, PyObject *out_v, PyObject *k, char op, PyObject *v) {
-    Py_ssize_t vl = v ? PyBytes_GET_SIZE(v) : 0;
-    PyObject *r = PyBytes_FromStringAndSize(NULL, vl + 1);
-    if (!r) return -1;
-    PyBytes_AS_STRING(r)[0] = op;
-    if (vl) memcpy(PyBytes_AS_STRING(r) + 1, PyBytes_AS_STRING(v), (size_t)vl);
-    int e = PyList_Append(out_k, k) < 0 || PyList_Append(out_v, r) < 0;
-    Py_DECREF(r);
-    return e ? -1 : 0;
-}
-
-static inline int bytes_eq(PyObject *a, PyObject *b) {
-    Py_ssize_t l = PyBytes_GET_SIZE(a);
-    return l == PyBytes_GET_SIZE(b) && (l == 0 || memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)l) == 0);
-}
-
-SHARED_PYDOC(diff_doc,
-             "diff(ok, ov, new, lo, hi, out_k, out_v) -> live: LevelCursor.merge_ranges' step for one "
-             "range in C.  ok, ov: the range's stored records (sorted); new: a Splice (list of (key, "
-             "value or None), sorted, inside [lo, hi)) or a tuple (keys, values) of the range's new "
-             "records.  Appends the changes to out_k, out_v as a delta run holds them (PUT 0x01 + "
-             "value; DEL 0x00 for a removed key; an unchanged record not at all) and returns the change "
-             "in live records.  None, with nothing appended, for anything else (keys out of order or "
-             "range, an item that is not bytes): the caller's Python code names it.");
-
-PyObject *c_diff(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 7 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyBytes_Check(args[3]) ||
-        !PyBytes_Check(args[4]) || !PyList_Check(args[5]) || !PyList_Check(args[6])) {
-        PyErr_SetString(PyExc_TypeError, "diff(ok: list, ov: list, new, lo: bytes, hi: bytes, out_k: list, out_v: list)");
-        return NULL;
-    }
-    PyObject *ok = args[0], *ov = args[1], *nw = args[2], *lo = args[3], *hi = args[4], *out_k = args[5],
-             *out_v = args[6];
-    Py_ssize_t no = PyList_GET_SIZE(ok), i = 0, j = 0, live = 0;
-    if (PyList_GET_SIZE(ov) != no || !sorted_bytes(ok)) Py_RETURN_NONE;
-    for (Py_ssize_t a = 0; a < no; a++)
-        if (!PyBytes_Check(PyList_GET_ITEM(ov, a))) Py_RETURN_NONE;
-    if (PyList_CheckExact(nw)) Py_RETURN_NONE; /* a plain list is not a Splice (a subclass) */
-    if (PyList_Check(nw)) {
-        /* A Splice: point edits.  Checked whole first, so a bad one appends nothing. */
-        Py_ssize_t nn = PyList_GET_SIZE(nw);
-        for (Py_ssize_t b = 0; b < nn; b++) {
-            PyObject *t = PyList_GET_ITEM(nw, b);
-            if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) Py_RETURN_NONE;
-            PyObject *k = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
-            if (!PyBytes_Check(k) || (v != Py_None && !PyBytes_Check(v))) Py_RETURN_NONE;
-            if (bytes_cmp(k, lo) < 0 || bytes_cmp(k, hi) >= 0) Py_RETURN_NONE;
-            if (b && bytes_cmp(PyTuple_GET_ITEM(PyList_GET_ITEM(nw, b - 1), 0), k) >= 0) Py_RETURN_NONE;
-        }
-        /* Nothing below calls Python code: the lists cannot change under the loop. */
-        for (Py_ssize_t b = 0; b < nn; b++) {
-            PyObject *t = PyList_GET_ITEM(nw, b), *k = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
-            int c = 1;
-            while (i < no && (c = bytes_cmp(PyList_GET_ITEM(ok, i), k)) < 0) i++;
-            PyObject *o = (i < no && c == 0) ? PyList_GET_ITEM(ov, i) : NULL;
-            int e = 0;
-            if (v == Py_None) {
-                if (o) {
-                    e = put_rec(out_k, out_v, k, 0, NULL);
-                    live--;
-                }
-            } else if (!o) {
-                e = put_rec(out_k, out_v, k, 1, v);
-                live++;
-            } else if (!bytes_eq(o, v)) {
-                e = put_rec(out_k, out_v, k, 1, v);
-            }
-            if (e) return NULL;
-        }
-        return PyLong_FromSsize_t(live);
-    }
-    if (!PyTuple_Check(nw) || PyTuple_GET_SIZE(nw) != 2) Py_RETURN_NONE;
-    PyObject *rk = PyTuple_GET_ITEM(nw, 0), *rv = PyTuple_GET_ITEM(nw, 1);
-    if (!PyList_Check(rk) || !PyList_Check(rv) || PyList_GET_SIZE(rk) != PyList_GET_SIZE(rv) || !sorted_bytes(rk))
-        Py_RETURN_NONE;
-    Py_ssize_t nn = PyList_GET_SIZE(rk);
-    for (Py_ssize_t b = 0; b < nn; b++)
-        if (!PyBytes_Check(PyList_GET_ITEM(rv, b))) Py_RETURN_NONE;
-    if (nn && (bytes_cmp(PyList_GET_ITEM(rk, 0), lo) < 0 || bytes_cmp(PyList_GET_ITEM(rk, nn - 1), hi) >= 0))
-        Py_RETURN_NONE;
-    /* The range's new records: both sides sorted, walked together, only differences out. */
-    while (i < no || j < nn) {
-        int c = i == no ? 1 : (j == nn ? -1 : bytes_cmp(PyList_GET_ITEM(ok, i), PyList_GET_ITEM(rk, j)));
-        int e;
-        if (c < 0) {
-            e = put_rec(out_k, out_v, PyList_GET_ITEM(ok, i++), 0, NULL);
-            live--;
-        } else if (c > 0) {
-            e = put_rec(out_k, out_v, PyList_GET_ITEM(rk, j), 1, PyList_GET_ITEM(rv, j));
-            j++;
-            live++;
-        } else {
-            e = bytes_eq(PyList_GET_ITEM(ov, i), PyList_GET_ITEM(rv, j))
-                    ? 0
-                    : put_rec(out_k, out_v, PyList_GET_ITEM(rk, j), 1, PyList_GET_ITEM(rv, j));
-            i++;
-            j++;
-        }
-        if (e) return NULL;
-    }
-    return PyLong_FromSsize_t(live);
-}
-
-SHARED_PYDOC(pack_edits_doc,
-             "pack_edits(keys, values, prefix, n0) -> [key + prefix + (n0 + i).to_bytes(5, 'big') + value "
-             "+ (len(key) + 8).to_bytes(2, 'little') for i, (key, value) in enumerate(zip(keys, values), "
-             "1)]: edit records (webdb.writer.edits.pack, prefix = rank + producer), Emitter.add_many "
-             "in C.  None for anything that does not fit (a counter past 5 bytes, a key past 65527 "
-             "bytes, lists of different lengths, an item that is not bytes): the Python code raises.");
-
-PyObject *c_pack_edits(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_Check(args[0]) || !PyList_Check(args[1]) || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "pack_edits(keys: list, values: list, prefix: bytes, n0: int)");
-        return NULL;
-    }
-    PyObject *keys = args[0], *vals = args[1];
-    long long n0 = PyLong_AsLongLong(args[3]);
-    if (n0 == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(keys), pl = PyBytes_GET_SIZE(args[2]);
-    const char *pre = PyBytes_AS_STRING(args[2]);
-    if (PyList_GET_SIZE(vals) != n || n0 < 0 || (unsigned long long)n0 + (unsigned long long)n >= (1ULL << 40))
-        Py_RETURN_NONE;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *k = PyList_GET_ITEM(keys, j), *v = PyList_GET_ITEM(vals, j);
-        if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(k) + 8 > 65535) Py_RETURN_NONE;
-    }
-    PyObject *res = PyList_New(n);
-    if (!res) return NULL;
-    for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *k = PyList_GET_ITEM(keys, j), *v = PyList_GET_ITEM(vals, j);
-        Py_ssize_t kl = PyBytes_GET_SIZE(k), vl = PyBytes_GET_SIZE(v);
-        PyObject *r = PyBytes_FromStringAndSize(NULL, kl + pl + 5 + vl + 2);
-        if (!r) {
-            Py_DECREF(res);
-            return NULL;
-        }
-        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(r);
-        uint64_t s = (uint64_t)n0 + (uint64_t)j + 1;
-        memcpy(p, PyBytes_AS_STRING(k), (size_t)kl);
-        p += kl;
-        memcpy(p, pre, (size_t)pl);
-        p += pl;
-        for (int b = 4; b >= 0; b--) *p++ = (unsigned char)(s >> (8 * b));
-        memcpy(p, PyBytes_AS_STRING(v), (size_t)vl);
-        p += vl;
-        p[0] = (unsigned char)((kl + 8) & 0xff);
-        p[1] = (unsigned char)((kl + 8) >> 8);
-        PyList_SET_ITEM(res, j, r);
-    }
-    return res;
-}
-
-SHARED_PYDOC(span_doc,
-             "span(raw, n, lo, hi) -> (keys, values, next): the records with lo <= key < hi (hi None: to "
-             "the end of the block) and the key of the first record past them, None if none is (Seeker."
-             "range on one block, without splitting out the block's keys).");
-
-PyObject *c_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    Block b;
-    PyObject *keys = NULL, *vals = NULL, *nxt;
-    if (nargs != 4 || !PyBytes_Check(args[2]) || (args[3] != Py_None && !PyBytes_Check(args[3]))) {
-        PyErr_SetString(PyExc_TypeError, "span(raw: bytes, n: int, lo: bytes, hi: bytes | None)");
-        return NULL;
-    }
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
-    if (n == -1 && PyErr_Occurred()) return NULL;
-    if (block_of(args[0], n, &b) < 0) return NULL;
-    Py_ssize_t j1 = lower_bound(&b, 0, PyBytes_AS_STRING(args[2]), PyBytes_GET_SIZE(args[2]));
-    Py_ssize_t j2 = args[3] == Py_None ? n : lower_bound(&b, j1, PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]));
-    if (split_into(&b, j1, j2, &keys, &vals) < 0) goto fail;
-    if (j2 < n) {
-        if (!(nxt = slice(&b, rec_start(&b, j2), key_end(&b, j2)))) goto fail;
-    } else {
-        nxt = Py_None;
-        Py_INCREF(nxt);
-    }
-    return Py_BuildValue("(NNN)", keys, vals, nxt);
-fail:
-    Py_XDECREF(keys);
-    Py_XDECREF(vals);
-    return NULL;
-}
-
-/* The arguments of lbu_groups and lbm_groups, (recs: list, final: bool): the list's length in
+/* The arguments of links_by_url_groups and links_by_md5_groups, (recs: list, final: bool): the list's length in
  * *n and final's truth in *final; -1 with a TypeError naming `name` if they are not that. */
 static int groups_args(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *n, int *final) {
     if (nargs != 2 || !PyList_Check(args[0])) {
@@ -209,7 +15,7 @@ static int groups_args(const char *name, PyObject *const *args, Py_ssize_t nargs
     return 0;
 }
 
-/* Record j of recs as an edit record (E.pack: ..., key length u16 LE at the end): its bytes in
+/* Record j of recs as an edit record (edits.pack: ..., key length u16 LE at the end): its bytes in
  * *p, its length in *L and its key length in *kl; 0 if it is not bytes of at least min bytes. */
 static int edit_rec(PyObject *recs, Py_ssize_t j, Py_ssize_t min, const unsigned char **p, Py_ssize_t *L,
                     Py_ssize_t *kl) {
@@ -221,17 +27,17 @@ static int edit_rec(PyObject *recs, Py_ssize_t j, Py_ssize_t min, const unsigned
     return 1;
 }
 
-SHARED_PYDOC(lbu_groups_doc,
-             "lbu_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
-             "key = url 0x00 tag [fromID(16) op], E.pack layout) cut into one group per url: (url + "
+SHARED_PYDOC(links_by_url_groups_doc,
+             "links_by_url_groups(recs, final) -> (groups, used): stage 4's edit records (webdb.writer.cascade, "
+             "key = url 0x00 tag [fromID(16) op], edits.pack layout) cut into one group per url: (url + "
              "0x00, url + 0x01, (url, notice or None, [(fromID, op, value)])), the last notice of a url "
              "winning.  Unless final, the last url's group is left (it may go on in the next records): "
              "used is the index of its first record.  None for a record the Python code would fail on.");
 
-PyObject *c_lbu_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_url_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t n;
     int final;
-    if (groups_args("lbu_groups", args, nargs, &n, &final) < 0) return NULL;
+    if (groups_args("links_by_url_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
     for (Py_ssize_t j = 0; j < n; j++) {
         const unsigned char *p;
@@ -315,17 +121,17 @@ fail:
     return NULL;
 }
 
-SHARED_PYDOC(lbm_groups_doc,
-             "lbm_groups(recs, final) -> (groups, used): stage 3's edit records (webdb.writer.cascade, "
-             "key = md5(16) tag [url 0x00], E.pack layout) cut into one group per md5: (md5, the end of "
+SHARED_PYDOC(links_by_md5_groups_doc,
+             "links_by_md5_groups(recs, final) -> (groups, used): stage 3's edit records (webdb.writer.cascade, "
+             "key = md5(16) tag [url 0x00], edits.pack layout) cut into one group per md5: (md5, the end of "
              "the md5's key range, (delete_all, [(url, value)])), of several adds of a url the last.  "
              "Unless final, the last md5's group is left (it may go on in the next records): used is "
              "the index of its first record.  None for a record the Python code would fail on.");
 
-PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_md5_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t n;
     int final;
-    if (groups_args("lbm_groups", args, nargs, &n, &final) < 0) return NULL;
+    if (groups_args("links_by_md5_groups", args, nargs, &n, &final) < 0) return NULL;
     PyObject *recs = args[0];
     for (Py_ssize_t j = 0; j < n; j++) {
         const unsigned char *p;
@@ -348,7 +154,7 @@ PyObject *c_lbm_groups(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         }
         int same = md5 && j < n && memcmp(PyBytes_AS_STRING(md5), p, 16) == 0;
         if (md5 && !same && (j < n || final)) {
-            /* The group of md5 ends here; its range ends at the next prefix (_prefix_end). */
+            /* The group of md5 ends here; its range ends at the next prefix (prefix_end). */
             unsigned char e[17];
             Py_ssize_t el = 16;
             memcpy(e, PyBytes_AS_STRING(md5), 16);
@@ -409,18 +215,18 @@ static int same_but_flag(PyObject *a, PyObject *b) {
     return ha == hb && ta == tb && memcmp(pa, pb, (size_t)ha) == 0 && (ta == 0 || memcmp(pa + 9, pb + 9, (size_t)ta) == 0);
 }
 
-SHARED_PYDOC(lbm_adds_doc,
-             "lbm_adds(md5, ok, ov, adds, tail) -> (emit_keys, emit_values, splice): stage 3's link adds of "
-             "one md5 (cascade._lbm_adds in C).  ok, ov: the md5's stored links (keys md5 + url, "
+SHARED_PYDOC(links_by_md5_adds_doc,
+             "links_by_md5_adds(md5, ok, ov, adds, tail) -> (emit_keys, emit_values, splice): stage 3's link adds of "
+             "one md5 (cascade.links_by_md5_adds_py in C).  ok, ov: the md5's stored links (keys md5 + url, "
              "sorted); adds: (url, value) in increasing url order.  An add whose url is not stored, or "
              "whose value differs from the stored one but in the flag byte, is emitted (url + tail, "
              "value) and spliced (md5 + url, value).  None for input it declines (not sorted, a key "
              "without the md5, an item that is not bytes): the Python code runs.");
 
-PyObject *c_lbm_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_md5_adds(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2]) ||
         !PyList_Check(args[3]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "lbm_adds(md5: bytes, ok: list, ov: list, adds: list, tail: bytes)");
+        PyErr_SetString(PyExc_TypeError, "links_by_md5_adds(md5: bytes, ok: list, ov: list, adds: list, tail: bytes)");
         return NULL;
     }
     PyObject *md5 = args[0], *ok = args[1], *ov = args[2], *adds = args[3], *tail = args[4];
@@ -483,9 +289,9 @@ fail:
     return NULL;
 }
 
-SHARED_PYDOC(lbu_splice_doc,
-             "lbu_splice(start, url, ledits, state_of, tail) -> (state, splice, fix): stage 4's link edits "
-             "of a url without a target notice (cascade._lbu_splice in C).  ledits: (fromID, op, value) "
+SHARED_PYDOC(links_by_url_splice_doc,
+             "links_by_url_splice(start, url, ledits, state_of, tail) -> (state, splice, fix): stage 4's link edits "
+             "of a url without a target notice (cascade.links_by_url_splice_py in C).  ledits: (fromID, op, value) "
              "in fromID order; the last edit of a fromID wins (op 1 adds, 0 deletes).  If any link is "
              "added, state = state_of(url) (the target's state, called once), else -1.  State 0 (absent): "
              "(0, None, []).  Else the splice [(start + fromID, value or None)], each added link's flag "
@@ -493,9 +299,9 @@ SHARED_PYDOC(lbu_splice_doc,
              "tail of each link whose flag was set.  None for input it declines (fromIDs out of order, "
              "an added value without a flag byte, an item of the wrong type).");
 
-PyObject *c_lbu_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyBytes_Check(args[0]) || !PyList_Check(args[2]) || !PyBytes_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "lbu_splice(start: bytes, url: bytes, ledits: list, state_of, tail: bytes)");
+        PyErr_SetString(PyExc_TypeError, "links_by_url_splice(start: bytes, url: bytes, ledits: list, state_of, tail: bytes)");
         return NULL;
     }
     PyObject *start = args[0], *tail = args[4], *res = NULL, *sp = NULL, *fix = NULL;
