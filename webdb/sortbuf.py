@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import accumulate
+from itertools import accumulate, islice
 
 from webdb.tables import block
 from webdb.tables.format import KIND_RUN
@@ -20,6 +20,10 @@ from webdb.tables.table import TableReader, TableWriter
 # Bytes a record costs in memory beyond its length: bytes header (33), allocator rounding and
 # the list slot with over-allocation (measured: ~56 for records of 60-200 bytes).
 RECORD_OVERHEAD = 56
+# Runs merged at once.  A merge holds one decoded block and one open file per run, so more runs
+# than this (a sort of far more data than its budget) are first merged in groups into longer
+# runs: the merge's memory and open files stay bounded whatever the number of records.
+MAX_MERGE_RUNS = 256
 
 
 def sort_records(recs: list[bytes]) -> None:
@@ -52,6 +56,7 @@ class SortBuffer:
         self.bytes = 0
         self.count = 0
         self.runs: list[str] = []
+        self.spilled = 0  # runs written so far (names them)
         # When set, a spill hands its sorted records to this callable (e.g. to route them into
         # edit files right away) instead of writing a run to merge later.
         self.spill_to: Callable[[list[bytes]], object] | None = None
@@ -78,13 +83,31 @@ class SortBuffer:
             self.spill_to(self.recs)
             self.recs, self.bytes = [], 0
             return
-        os.makedirs(self.tmpdir, exist_ok=True)
-        path = os.path.join(self.tmpdir, f"{self.name}.run{len(self.runs)}")
-        w = TableWriter(path, KIND_RUN, self.block_size, self.codec, sync=False)
-        w.add_many(self.recs, [b""] * len(self.recs))
-        w.close()
-        self.runs.append(path)
+        self.runs.append(self._write_run([self.recs]))
         self.recs, self.bytes = [], 0
+
+    def _write_run(self, chunks: Iterable[list[bytes]]) -> str:
+        """A new run file of sorted records, given as lists in order."""
+        os.makedirs(self.tmpdir, exist_ok=True)
+        path = os.path.join(self.tmpdir, f"{self.name}.run{self.spilled}")
+        self.spilled += 1
+        w = TableWriter(path, KIND_RUN, self.block_size, self.codec, sync=False)
+        for recs in chunks:
+            w.add_many(recs, [b""] * len(recs))
+        w.close()
+        return path
+
+    def _fold_runs(self, limit: int) -> None:
+        """Merge the oldest runs, ``limit`` (at least 2) at a time, into one run each until at
+        most ``limit`` runs are left.  Cost: every record of a folded run is written and read once more."""
+        size = max(2, limit)  # each fold leaves size - 1 runs fewer
+        while len(self.runs) > limit:
+            group, rest = self.runs[:size], self.runs[size:]
+            merged = merge_chunks([read_chunks(p) for p in group])
+            path = self._write_run(_lists(merged, 4096))
+            for p in group:
+                os.unlink(p)
+            self.runs = [*rest, path]
 
     def sorted(self) -> Iterator[bytes]:
         """All records in order (consumes the buffer)."""
@@ -97,6 +120,7 @@ class SortBuffer:
         if not self.runs:
             recs, self.recs = self.recs, []
             return recs
+        self._fold_runs(MAX_MERGE_RUNS - 1)  # and the records in memory: at most MAX_MERGE_RUNS
         its: list[Iterable[list[bytes]]] = [read_chunks(p) for p in self.runs]
         if self.recs:
             recs, self.recs = self.recs, []
@@ -154,6 +178,12 @@ class GroupFeed:
         """Add the groups left (no spill: ``next_spill`` is None)."""
         self._add(len(self.recs))
         self.g = len(self.ends)
+
+
+def _lists(recs: Iterator[bytes], n: int) -> Iterator[list[bytes]]:
+    """``recs`` as lists of ``n`` records (the last one shorter)."""
+    while chunk := list(islice(recs, n)):
+        yield chunk
 
 
 def read_chunks(path: str, kind: int | None = None) -> Iterator[list[bytes]]:
