@@ -267,9 +267,9 @@ def test_worker_that_does_not_come_back_fails_naming_the_section(procs, tmp_path
         update_dask(rack, addr, split(calls, [tmp_path] * k, "a"), input_fn=REPLAY, worker_timeout=2)
     msg = str(e.value)
     assert "section 1: no worker declares resource section-1" in msg, msg
-    # The stage named is the one after the last the worker reported: the report of stage 2 may
-    # have died with the worker, which stopped in stage 3.
-    assert re.search(r"lost at or after stage [23],", msg), msg
+    # The stage named is the one after the last the worker reported: the reports of the stages
+    # before 3 may have died with the worker (on a loaded machine, all of them: then step 0).
+    assert re.search(r"lost at or after (stage [123]|step 0),", msg), msg
     assert [committed(r) for r in roots] == [0, 0]
     # The lead (section 0's worker) dropped its lease and removed the batch's files.
     wait_until(lambda: not list((roots[0] / "crawl").glob("section-0000/edits/*")), 60, "section 0 cleaned up")
