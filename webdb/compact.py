@@ -17,7 +17,6 @@ import time
 from webdb import _fault
 from webdb.errors import BadInput
 from webdb.manifest import build, check_counts
-from webdb.sections import Sections
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import compact as compact_levels
 from webdb.tables.levels import open_levels, written
@@ -39,9 +38,9 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
     try:
         db.recover()
         m = db.manifest()
-        k = m["sections"]["k"]
+        k = m.sections.k
         for j in range(k):
-            if m["tables"][j] and not os.path.isdir(db.section_dir(j)):
+            if m.tables[j] and not os.path.isdir(db.section_dir(j)):
                 raise BadInput(
                     f"{db.path}: section {j} is not here (one location of a rack?); a rack's tables are "
                     f"compacted inside `webdb update` (settings level_ratio, level_runs)"
@@ -49,14 +48,14 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
         db.quick_check()
         todo = []
         for j in range(k):
-            for t, e in m["tables"][j].items():
+            for t, e in m.tables[j].items():
                 if e.get("runs"):
                     rb = sum(r["bytes"] for r in e["runs"])
                     todo.append((rb / max(e["bytes"], 1), j, t, e["bytes"] + rb))
         todo.sort(key=lambda x: (-x[0], x[1], x[2]))
-        gen = m["generation"] + 1
+        gen = m.generation + 1
         s = db.settings
-        tables = [dict(x) for x in m["tables"]]
+        tables = [dict(x) for x in m.tables]
         done: list[dict] = []
         created: list[str] = []
         nbytes, spent = 0, 0.0
@@ -91,11 +90,11 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
                 return {"generation": None, "compacted": [], "left": len(todo), "seconds": clock() - t0}
             manifest = build(
                 generation=gen,
-                parent=m["generation"],
+                parent=m.generation,
                 batch=f"{gen:08d}-compact",
-                sections=Sections.from_json(m["sections"]),
+                sections=m.sections,
                 tables=tables,
-                status=m["status"],
+                status=m.status,
                 edits={},
                 stages=[],
                 compact={"tables": len(done), "bytes": nbytes},

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from webdb.manifest import build, check_counts
+from webdb.manifest import Manifest, build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.pagecodec import page_status
@@ -36,7 +36,7 @@ def _breakpoints(reader, k: int) -> list[bytes]:
     return out
 
 
-def rebalance(db, sections: int, progress: bool = False) -> dict:
+def rebalance(db, sections: int, progress: bool = False) -> Manifest:
     """Commit a new generation of ``db`` with ``sections`` sections; returns its manifest."""
     from webdb.errors import BadInput
 
@@ -118,19 +118,19 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
             base = r.manifest
         manifest = build(
             generation=gen,
-            parent=base["generation"],
+            parent=base.generation,
             batch=f"{gen:08d}-rebalance",
             sections=secs,
             tables=tables,
             status=status,
             edits={},
             stages=[],
-            rebalance={"from": base["sections"]["k"], "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
+            rebalance={"from": base.sections.k, "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
         )
         check_counts(manifest)
         db.commit(manifest)
         db.recover()
     finally:
         lock.release()
-    manifest["seconds"] = time.monotonic() - t0
+    manifest.seconds = time.monotonic() - t0
     return manifest
