@@ -118,3 +118,18 @@ def test_built_manifests_write_only_the_keys_they_set():
         "distributed",
     ]
     assert Manifest.from_json(b.to_json()) == replace(b, seconds=None)
+
+
+def test_sections_no_split_takes_is_a_corruption_error_naming_the_file(crawled, tmp_path):
+    """A manifest (unsealed, as an old writer's) whose breakpoint is no UTF-8 text, or whose k
+    is beyond what a db may have: CorruptionError naming the file, not a traceback."""
+    copy = tmp_path / "db"
+    shutil.copytree(crawled.path, copy)
+    db = webdb.open(str(copy))
+    for n, sections in ((5, {"k": 2, "breakpoints": ["\ud800"]}), (6, {"k": 20000, "breakpoints": []})):
+        d = {"generation": n, "parent": None, "sections": sections, "tables": [{}] * sections["k"]}
+        d["status"] = [{}] * sections["k"]
+        with open(db.manifest_path(n), "w") as f:
+            json.dump(d, f)
+        with pytest.raises(webdb.CorruptionError, match=rf"{n:08d}\.json: manifest field 'sections'"):
+            db.manifest(n)

@@ -179,7 +179,10 @@ class WebDB:
         validate_manifest(m, gen, p)
         if isinstance(m.get("checksum"), str) and own is None:
             raise CorruptionError(f"{p}: checksum field is not where a webdb writer puts it (damaged)")
-        return Manifest.from_json(m), actual
+        try:
+            return Manifest.from_json(m), actual
+        except (BadInput, ValueError) as e:  # breakpoints no Sections takes (k too large, not UTF-8)
+            raise CorruptionError(f"{p}: manifest field 'sections' is not a split webdb reads ({e})") from None
 
     def quick_check(self, sections: list[int] | None = None) -> Manifest:
         """Verify the committed generation before a writer builds on it; return its manifest.
