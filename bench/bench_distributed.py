@@ -86,8 +86,8 @@ def parts(work: Path, data: Path, k: int) -> list[Path]:
 
 def counts(db: webdb.WebDB) -> dict:
     m = db.manifest()
-    tot = {t: sum(s.get(t, {}).get("records", 0) for s in m["tables"]) for t in ("pages_by_url", "links_by_md5")}
-    fetched = sum(v for s in m["status"] for st, v in s.items() if st != "0")
+    tot = {t: sum(s.get(t, {}).get("records", 0) for s in m.tables) for t in ("pages_by_url", "links_by_md5")}
+    fetched = sum(v for s in m.status for st, v in s.items() if st != "0")
     return {"pages": tot["pages_by_url"], "fetched": fetched, "links": tot["links_by_md5"]}
 
 
@@ -113,7 +113,7 @@ def run_single(work: Path, data: Path, k: int, sync: bool) -> dict:
 
 def shipped(res) -> dict:
     m = res.manifest
-    steps = m["distributed"]["shipped"]
+    steps = m.distributed["shipped"]
     ship_s = sum(s["seconds"] for s in steps)
 
     def slowest(rows: list[dict], key: str) -> float:
@@ -125,12 +125,12 @@ def shipped(res) -> dict:
         "ship_share": ship_s / res.seconds,
         "bytes_per_step": [s["bytes"] for s in steps],
         "remote_bytes_per_step": [s["remote_bytes"] for s in steps],
-        "stage_seconds": [slowest(st["sections"], "seconds") for st in m["stages"]],
+        "stage_seconds": [slowest(st["sections"], "seconds") for st in m.stages],
         # CPU on the critical path: the slowest section's step 0 (input, routing) plus, per
         # stage, the slowest section: the update's time when every section has its own core.
-        "critical_cpu": slowest(m["distributed"]["step0"], "cpu_seconds")
-        + sum(slowest(st["sections"], "cpu_seconds") for st in m["stages"]),
-        "cpu_seconds": sum(m["distributed"]["section_cpu_seconds"]),
+        "critical_cpu": slowest(m.distributed["step0"], "cpu_seconds")
+        + sum(slowest(st["sections"], "cpu_seconds") for st in m.stages),
+        "cpu_seconds": sum(m.distributed["section_cpu_seconds"]),
     }
 
 

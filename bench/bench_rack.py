@@ -65,7 +65,7 @@ def table_digests(manifest: dict, section_dir) -> str:
     """sha256 over every table file (and its runs) of the committed generation, per section,
     in section and table order; ``section_dir(j)`` is where section j's files are."""
     h = hashlib.sha256()
-    for j, tabs in enumerate(manifest["tables"]):
+    for j, tabs in enumerate(manifest.tables):
         d = Path(section_dir(j))
         for t in sorted(tabs):
             for f in [tabs[t]["file"], *(r["file"] for r in tabs[t].get("runs", []))]:
@@ -77,14 +77,14 @@ def table_digests(manifest: dict, section_dir) -> str:
 def breakdown(res) -> dict:
     """Where the update's wall time went (see the module doc), per step and per section."""
     m = res.manifest
-    dist = m["distributed"]
+    dist = m.distributed
     k = len(dist["section_seconds"])
     per = [[0.0] * len(STEPS) for _ in range(k)]  # per[j][step]
     cpu = [[0.0] * len(STEPS) for _ in range(k)]
     for j, s0 in enumerate(dist["step0"]):
         per[j][0] = s0["input_seconds"] + s0["route_seconds"]
         cpu[j][0] = s0["cpu_seconds"]
-    for st in m["stages"]:
+    for st in m.stages:
         for row in st["sections"]:
             per[row["section"]][st["stage"]] = row["seconds"]
             cpu[row["section"]][st["stage"]] = row["cpu_seconds"]

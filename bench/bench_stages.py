@@ -64,10 +64,11 @@ if os.environ.get("BENCH_STAGES_SAVE"):
     _apply = section.apply_input
 
     def apply_input(spec, job0, secs, tmp, breakpoints):
-        d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st0-s%d" % spec["section"])
+        saved = spec.to_json() if hasattr(spec, "to_json") else spec  # a tree before SectionSpec: a dict
+        d = os.path.join(os.environ["BENCH_STAGES_SAVE"], "st0-s%d" % saved["section"])
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, "job.json"), "w") as f:
-            json.dump({"spec": spec, "job0": job0.to_json(), "sections": secs.to_json()}, f)
+            json.dump({"spec": saved, "job0": job0.to_json(), "sections": secs.to_json()}, f)
         return _apply(spec, job0, secs, tmp, breakpoints)
 
     section.apply_input = apply_input
@@ -156,6 +157,16 @@ def _typed_job(cascade, job: dict):
     return cascade.StageJob.from_json(job) if hasattr(cascade, "StageJob") else job
 
 
+def _typed_spec(spec: dict):
+    """A saved section spec as the replayed tree's ``apply_input`` takes it (trees before
+    ``webdb.writer.spec`` took the JSON dict itself)."""
+    try:
+        from webdb.writer.spec import SectionSpec
+    except ImportError:
+        return spec
+    return SectionSpec.from_json(spec)
+
+
 def replay_step0(args: argparse.Namespace, tmp: str) -> None:
     """Step 0 of a section: its share of round.tsv through ``apply_input`` (parse, EditLog,
     sort, route into the outbox); the digest covers every edit file routed (name and bytes)."""
@@ -173,7 +184,7 @@ def replay_step0(args: argparse.Namespace, tmp: str) -> None:
         job0["settings"] = dict(job0["settings"], sync=False)
         c0, w0 = time.process_time(), time.perf_counter()
         _, api, info, _ = apply_input(
-            saved["spec"], _typed_job(cascade, job0), Sections.from_json(saved["sections"]), tmp, None
+            _typed_spec(saved["spec"]), _typed_job(cascade, job0), Sections.from_json(saved["sections"]), tmp, None
         )
         cpu, wall = time.process_time() - c0, time.perf_counter() - w0
         h = hashlib.sha1()

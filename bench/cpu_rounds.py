@@ -59,7 +59,7 @@ def main() -> None:
         shares = {j: {"paths": [tsv], "options": {"share": [j, a.sections]}} for j in range(a.sections)}
         update(Rack.local(a.work), shares, input_fn=INPUT)
         m = db.manifest()
-        runs = sum(len(e.get("runs", [])) for t in m["tables"] for e in t.values())
+        runs = sum(len(e.get("runs", [])) for t in m.tables for e in t.values())
         row = {"label": a.label, "round": r, "wall_s": round(time.monotonic() - w0, 1), "cpu_s": round(_cpu() - c0, 1)}
         # Each stage's CPU over all sections and its longest section's wall, from the manifest.
         stages = {
@@ -67,9 +67,9 @@ def main() -> None:
                 round(sum(s["cpu_seconds"] for s in x["sections"]), 1),
                 round(max(s["seconds"] for s in x["sections"]), 1),
             ]
-            for x in m.get("stages", [])
+            for x in m.stages or []
         }
-        step0 = round(sum(x["cpu_seconds"] for x in m.get("distributed", {}).get("step0", [])), 1)
+        step0 = round(sum(x["cpu_seconds"] for x in (m.distributed or {}).get("step0", [])), 1)
         extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages}
         print(json.dumps({**row, "runs": runs, **extra, "load": round(os.getloadavg()[0], 2)}), flush=True)
     shutil.rmtree(a.work, ignore_errors=True)

@@ -154,13 +154,13 @@ def update_db(db, segment_dirs: list[str], writer_settings: dict | None = None, 
             before = r.num_pages
         counts = apply_segments(w, segment_dirs, **options)
         counts["feed_seconds"] = counts.pop("seconds")
-    m = w.result or {}
-    tabs = m.get("tables", [])
+    m = w.result
+    tabs = m.tables if m is not None else []
     counts["pages"] = sum(t.get("pages_by_url", {}).get("records", 0) for t in tabs)
     counts["links"] = sum(t.get("links_by_md5", {}).get("records", 0) for t in tabs)
     counts["new_urls"] = counts["pages"] - before
     counts["seconds"] = round(time.monotonic() - t0, 3)
-    counts["commit_seconds"] = round(m.get("seconds", 0.0), 3)
+    counts["commit_seconds"] = round((m.seconds if m is not None else None) or 0.0, 3)
     return counts
 
 

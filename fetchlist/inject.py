@@ -204,7 +204,7 @@ def inject(db, paths: Iterable[str | os.PathLike], **options: Any) -> dict:
     except BaseException:
         w.abort()
         raise
-    counts["pages"] = sum(t.get("pages_by_url", {}).get("records", 0) for t in m["tables"])
+    counts["pages"] = sum(t.get("pages_by_url", {}).get("records", 0) for t in m.tables)
     counts["new"] = counts["pages"] - before
     counts["seconds"] = round(time.monotonic() - t0, 3)
     return counts

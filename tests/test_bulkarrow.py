@@ -75,7 +75,7 @@ def both(base, k: int, pages, links, **s) -> tuple[webdb.WebDB, webdb.WebDB]:
     webdb.bulk_load(a, iter(pages), iter(links))
     b = webdb.create(str(base / "col"), sections=k, **s)
     m = bulk_load_arrow(b, page_table(pages), link_tables(links))
-    assert m["bulk"]["columnar"]
+    assert m.bulk["columnar"]
     return a, b
 
 
@@ -85,7 +85,7 @@ def assert_same(a, b) -> None:
     assert fa.keys() == fb.keys() and fa == fb  # every table file byte for byte
     ma, mb = a.manifest(), b.manifest()
     for key in ("sections", "tables", "status", "edits"):
-        assert ma[key] == mb[key], key
+        assert getattr(ma, key) == getattr(mb, key), key
     with b.reader() as r:
         r.check()
 
@@ -99,9 +99,9 @@ def test_three_loaders_draw_the_same_breakpoints(tmp_path):
     s = {"block_size": 256, "breakpoint_sample": 8}
     w = by_writer(tmp_path / "w", 4, pages, links, **s)
     a, b = both(tmp_path, 4, pages, links, **s)
-    sections = w.manifest()["sections"]
-    assert len(sections["breakpoints"]) == 3
-    assert a.manifest()["sections"] == sections == b.manifest()["sections"]
+    sections = w.manifest().sections
+    assert len(sections.breakpoints) == 3
+    assert a.manifest().sections == sections == b.manifest().sections
     assert raw(w) == raw(a) == raw(b)
 
 
@@ -189,7 +189,7 @@ def test_refuses_what_it_cannot_vouch_for(tmp_path, page, what):
     db = webdb.create(str(tmp_path / "db"), sections=2)
     with pytest.raises(NotColumnar, match=what):
         bulk_load_arrow(db, page_table([Page("http://ok.test/"), page]), [])
-    assert db.manifest()["generation"] == 0 and files(db) == {}
+    assert db.manifest().generation == 0 and files(db) == {}
     tmp = os.path.join(db.path, "tmp")
     assert not os.path.isdir(tmp) or not os.listdir(tmp)
     # The record path names the bad page.
@@ -202,11 +202,11 @@ def test_refuses_a_bad_link_and_a_db_with_pages(tmp_path):
     p = Page("http://a.test/")
     with pytest.raises(NotColumnar, match="links 1..1"):
         bulk_load_arrow(db, page_table([p]), link_tables([Link(p.md5, "http://a.test/\x7f")]))
-    assert db.manifest()["generation"] == 0 and files(db) == {}
+    assert db.manifest().generation == 0 and files(db) == {}
     bulk_load_arrow(db, page_table([p]), [])
     with pytest.raises(webdb.BadInput, match="empty db"):
         bulk_load_arrow(db, page_table([Page("http://b.test/")]), [])
-    assert db.manifest()["generation"] == 1
+    assert db.manifest().generation == 1
 
 
 CHILD = """
@@ -260,7 +260,7 @@ def test_cli_import_columnar(tmp_path, capsys, monkeypatch, plain):
     rc, out, err = _cli(capsys, "import", b.path, "--pages", tmp_path / "pages.tsv", "--links", tmp_path / "links.tsv")
     assert rc == 0, err
     assert raw(b) == raw(a)
-    assert b.manifest()["bulk"].get("columnar", False) == plain
+    assert b.manifest().bulk.get("columnar", False) == plain
     assert "webdb import: read_links" in err if plain else "record by record" in err
     assert "Traceback" not in err
 
@@ -389,11 +389,11 @@ def test_a_bad_link_while_the_page_tables_are_written(tmp_path, monkeypatch):
     db = webdb.create(str(tmp_path / "db"), block_size=64)
     with pytest.raises(NotColumnar, match="links"):
         bulk_load_arrow(db, page_table(pages), link_tables([*links, bad], n=50))
-    assert db.manifest()["generation"] == 0 and files(db) == {}
+    assert db.manifest().generation == 0 and files(db) == {}
     tmp = os.path.join(db.path, "tmp")
     assert not os.path.isdir(tmp) or not os.listdir(tmp)
     m = bulk_load_arrow(db, page_table(pages), link_tables(links))  # and the db loads afterwards
-    assert m["generation"] == 1
+    assert m.generation == 1
 
 
 @given(st.binary(max_size=40) | st.text("0123456789abcdefABCDEF g", max_size=40).map(str.encode))

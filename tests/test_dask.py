@@ -65,7 +65,7 @@ def test_dask_agents_and_writer_write_identical_tables(cluster, k: int, tmp_path
         d, a = gather(roots_d), gather(roots_a)
         assert digests(local) == digests(d) == digests(a)
         assert same_parts(local.manifest()) == same_parts(d.manifest()) == same_parts(a.manifest())
-        sent = [[(s["files"], s["bytes"]) for s in m.manifest()["distributed"]["shipped"]] for m in (d, a)]
+        sent = [[(s["files"], s["bytes"]) for s in m.manifest().distributed["shipped"]] for m in (d, a)]
         assert sent[0] == sent[1]  # the same edit files moved, as task results or ndfs puts
         with d.reader() as r:
             r.check()
@@ -103,7 +103,7 @@ def test_worker_without_the_sections_data_refuses(cluster, tmp_path: Path) -> No
     assert "section 1" in msg and "worker section-1" in msg and str(roots[1] / "crawl" / "section-0001") in msg, msg
     assert e.value.kind == "BadInput"
     assert [committed(r) for r in roots] == [1, 1]
-    assert json.loads((roots[0] / "crawl" / "gen" / "00000001.json").read_text())["tables"] == before["tables"]
+    assert json.loads((roots[0] / "crawl" / "gen" / "00000001.json").read_text())["tables"] == before.tables
 
 
 @pytest.mark.timeout(600)

@@ -204,7 +204,7 @@ def test_manifest_pointing_at_previous_table_refused(db_path):
 
 
 def test_deleted_or_replaced_table_refused_by_writers(db_path):
-    name = webdb.open(str(db_path)).manifest()["tables"][0]["pages_by_url"]["file"]
+    name = webdb.open(str(db_path)).manifest().tables[0]["pages_by_url"]["file"]
     t = db_path / "section-0000" / name
     good = t.read_bytes()
     t.unlink()

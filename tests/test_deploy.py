@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from dbutil import batch_a, snapshot
@@ -201,8 +202,9 @@ def test_deployed_configs_sharing_a_root_get_their_own_folders(tmp_path: Path) -
     root = tmp_path / "root"
     folder = Path(deploy_dir(str(root), parse_config(a.replace("/r", str(root)), source="hosts.ini")))
     folder.mkdir(parents=True)
-    spec = {"root": str(root), "base_dir": "/coordinator", "ini": a.replace("/r", str(root)), "ini_source": "hosts.ini",
-            "local_host": "x"}  # fmt: skip
+    # The fields of a SectionSpec that section_config reads.
+    spec = SimpleNamespace(root=str(root), base_dir="/coordinator", ini=a.replace("/r", str(root)),
+                           ini_source="hosts.ini", local_host="x", config=None)  # fmt: skip
     assert section_config(spec).hosts["x"].known_hosts == folder / "keys" / "known"
 
 

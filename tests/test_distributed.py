@@ -80,7 +80,7 @@ def test_local_update_equals_single_writer(k: int, tmp_path: Path, reference) ->
     merged = {e["step"] for e in events if e.get("state") == "merged"}
     assert merged == {1, 2, 3, 4, 5}
     assert [s["step"] for s in r.shipped] == [0, 1, 2, 3, 4] and r.shipped[0]["bytes"] > 0
-    assert r.manifest["distributed"]["hosts"] == {str(tmp_path): list(range(k))}
+    assert r.manifest.distributed["hosts"] == {str(tmp_path): list(range(k))}
     no_leftovers([tmp_path])
 
 

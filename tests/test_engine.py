@@ -13,6 +13,7 @@ from dbutil import batch_a, batch_b
 from rackutil import split
 
 import webdb
+from webdb.manifest import Manifest
 from webdb.writer.inputs import CallRecorder, apply_call
 from webdb.writer.rack import Rack, update
 
@@ -29,24 +30,24 @@ def recorded(batch) -> list[str]:
 def digests(db: webdb.WebDB) -> list[dict[str, str]]:
     """sha256 of every table file of the committed generation, per section."""
     out = []
-    for j, tabs in enumerate(db.manifest()["tables"]):
+    for j, tabs in enumerate(db.manifest().tables):
         d = Path(db.section_dir(j))
         out.append({t: hashlib.sha256((d / e["file"]).read_bytes()).hexdigest() for t, e in tabs.items()})
     return out
 
 
-def same_parts(m: dict) -> dict:
+def same_parts(m: Manifest) -> dict:
     """What a batch's manifest says independent of timing and transport."""
     keep = ("section", "records", "bytes", "emitted", "decoded_blocks", "raw_blocks", "patched_blocks")
     return {
-        "generation": m["generation"],
-        "parent": m["parent"],
-        "sections": m["sections"],
-        "tables": m["tables"],
-        "status": m["status"],
-        "edits": m["edits"],
+        "generation": m.generation,
+        "parent": m.parent,
+        "sections": m.sections,
+        "tables": m.tables,
+        "status": m.status,
+        "edits": m.edits,
         "stages": [
-            {"stage": s["stage"], "sections": [{k: r[k] for k in keep} for r in s["sections"]]} for s in m["stages"]
+            {"stage": s["stage"], "sections": [{k: r[k] for k in keep} for r in s["sections"]]} for s in m.stages
         ],
     }
 
@@ -66,6 +67,6 @@ def test_writer_and_update_write_identical_tables(k: int, workers: int, tmp_path
         assert res.committed
         assert digests(local) == digests(rack_db)
         assert same_parts(local.manifest()) == same_parts(rack_db.manifest())
-        assert "distributed" in rack_db.manifest() and "distributed" not in local.manifest()
+        assert rack_db.manifest().distributed is not None and local.manifest().distributed is None
     assert len(local.sections().breakpoints) == k - 1
     assert [len(d) for d in digests(local)] == [4] * k  # every section has all four tables

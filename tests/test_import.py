@@ -101,7 +101,7 @@ def test_import_equals_the_writer(tmp_path, k, seed):
     with a.reader() as r:
         assert info["status"] == r.check()["status"]
     # Same pages, same reservoir: the same breakpoints as the writer chose.
-    assert a.manifest()["sections"] == b.manifest()["sections"]
+    assert a.manifest().sections == b.manifest().sections
 
 
 _url = st.builds(lambda h, p: f"http://{h}.test/{p}", st.sampled_from("abc"), st.text("xy/é", max_size=4))
@@ -136,7 +136,7 @@ def test_refuses_a_db_with_pages(tmp_path):
     before = raw(db)
     with pytest.raises(webdb.BadInput, match="empty db"):
         webdb.bulk_load(db, [Page("http://b.test/")], [])
-    assert raw(db) == before and db.manifest()["generation"] == 1
+    assert raw(db) == before and db.manifest().generation == 1
 
 
 def test_bad_input_commits_nothing(tmp_path):
@@ -153,7 +153,7 @@ def test_bad_input_commits_nothing(tmp_path):
     ]:
         with pytest.raises(webdb.BadInput, match=what):
             webdb.bulk_load(db, [Page("http://a.test/")], [bad])
-    assert db.manifest()["generation"] == 0
+    assert db.manifest().generation == 0
     leftovers = [f for _, _, fs in os.walk(db.path) for f in fs if f.endswith((".pbu", ".lbu", ".pbm", ".lbm"))]
     assert leftovers == []
     webdb.bulk_load(db, [Page("http://a.test/")], [])
@@ -190,7 +190,7 @@ def killed_load(tmp_path, point: str, child: str):
     p = subprocess.run([sys.executable, "-c", code, db.path], env=env, capture_output=True, text=True)
     assert p.returncode == -9, p.stderr
     db = webdb.open(db.path)
-    assert db.manifest()["generation"] == 0
+    assert db.manifest().generation == 0
     assert all(not v for v in raw(db).values())
     return db
 
@@ -277,7 +277,7 @@ def test_cli_bad_input_names_file_and_line(tmp_path, capsys, text, where, what):
     rc, out, err = _cli(capsys, "import", db.path, "--pages", f)
     assert rc == 2
     assert f"{f}{where}" in err and what in err and "Traceback" not in err
-    assert db.manifest()["generation"] == 0
+    assert db.manifest().generation == 0
     rc, _, err = _cli(capsys, "import", db.path, "--pages", tmp_path / "missing.tsv")
     assert rc == 2 and "missing.tsv" in err
     (tmp_path / "bin.jsonl").write_bytes(b'{"url": "\xff"}\n')

@@ -50,7 +50,7 @@ def calls_file(path: Path, calls: list[str]) -> Path:
 
 def applied(res) -> int:
     """How many calls the batch's sections applied together."""
-    return sum(x["calls"] for x in res.manifest["distributed"]["input"].values())
+    return sum(x["calls"] for x in res.manifest.distributed["input"].values())
 
 
 def test_failed_fetch_on_a_local_path_rack_counts_one_retry(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_one_file_seen_by_every_root_is_split_between_the_sections(k: int, tmp_p
     f = calls_file(tmp_path / "in" / "a.jsonl", calls)
     res = update(Rack.from_file(ini), names=[str(f)], shares=True, input_fn=REPLAY)
     assert res.committed and applied(res) == len(calls)
-    assert all(x["calls"] > 0 for x in res.manifest["distributed"]["input"].values())  # split, not one reader
+    assert all(x["calls"] > 0 for x in res.manifest.distributed["input"].values())  # split, not one reader
     assert digests(gather(roots)) == digests(local_twin(tmp_path, k, calls))
 
 

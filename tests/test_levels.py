@@ -46,7 +46,7 @@ def rounds(w, i: int) -> None:
 
 def runs_of(db) -> dict[tuple[int, str], int]:
     m = db.manifest()
-    return {(j, t): len(e.get("runs", [])) for j, tabs in enumerate(m["tables"]) for t, e in tabs.items()}
+    return {(j, t): len(e.get("runs", [])) for j, tabs in enumerate(m.tables) for t, e in tabs.items()}
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +86,11 @@ def test_runs_merged_into_one_by_count_keep_the_base(tmp_path, expected):
         with db.writer() as w:
             rounds(w, i)
         assert snapshot(db) == expected[i]
-        e = db.manifest()["tables"][0]["links_by_url"]
+        e = db.manifest().tables[0]["links_by_url"]
         bases.add(e["file"])
         assert 1 <= len(e["runs"]) <= 2
     assert len(bases) == 1  # never rewritten: only the runs were merged (tiered)
-    assert any(r["file"].endswith("r.lbu") for r in db.manifest()["tables"][0]["links_by_url"]["runs"])
+    assert any(r["file"].endswith("r.lbu") for r in db.manifest().tables[0]["links_by_url"]["runs"])
     with db.reader() as r:
         r.check()
 
@@ -142,7 +142,7 @@ def test_compact_merges_every_run_as_one_generation(tmp_path, expected):
     for i in range(3):
         with db.writer() as w:
             rounds(w, i)
-    before = db.manifest()["generation"]
+    before = db.manifest().generation
     r = db.compact()
     assert r["generation"] == before + 1 and r["left"] == 0
     assert {c["table"] for c in r["compacted"]} == {"links_by_md5", "links_by_url"}
@@ -184,7 +184,7 @@ def test_compact_killed_keeps_old_or_new_state(tmp_path, expected, point):
     for i in range(2):
         with db.writer() as w:
             rounds(w, i)
-    gen = db.manifest()["generation"]
+    gen = db.manifest().generation
     code = "import sys, webdb; webdb.open(sys.argv[1]).compact()"
     p = subprocess.run(
         [sys.executable, "-c", code, db.path], env=dict(os.environ, WEBDB_FAULTS=point), capture_output=True
@@ -192,7 +192,7 @@ def test_compact_killed_keeps_old_or_new_state(tmp_path, expected, point):
     assert p.returncode == -signal.SIGKILL, p.stderr
     db = webdb.open(db.path)
     want = gen + 1 if point == "compact.after_commit" else gen
-    assert db.manifest()["generation"] == want
+    assert db.manifest().generation == want
     assert snapshot(db) == expected[1]
     with db.reader() as r:
         r.check()
@@ -260,7 +260,7 @@ def test_check_names_a_damaged_delta_run(tmp_path):
     db = make_db(tmp_path / "db", sections=1, **KEEP)
     with db.writer() as w:
         batch_b(w)
-    e = db.manifest()["tables"][0]["links_by_url"]
+    e = db.manifest().tables[0]["links_by_url"]
     run = os.path.join(db.path, "section-0000", e["runs"][0]["file"])
     data = bytearray(open(run, "rb").read())
     data[20] ^= 0xFF
@@ -275,7 +275,7 @@ def test_manifest_runs_validated(tmp_path):
     db = make_db(tmp_path / "db", sections=1, **KEEP)
     with db.writer() as w:
         batch_b(w)
-    gen = db.manifest()["generation"]
+    gen = db.manifest().generation
     path = db.manifest_path(gen)
     m = json.load(open(path))
     m["tables"][0]["links_by_url"]["runs"][0]["file"] = "../../etc/passwd"
@@ -420,7 +420,7 @@ def test_damage_in_a_level_no_round_rewrites_is_found_by_the_next_writer(tmp_pat
     same round commits and only `check` finds the damage."""
     for setting, found in ((1, True), (0, False)):
         db = make_db(tmp_path / f"db{setting}", sections=1, **KEEP, scrub_rounds=setting)
-        base = os.path.join(db.path, "section-0000", db.manifest()["tables"][0][table]["file"])
+        base = os.path.join(db.path, "section-0000", db.manifest().tables[0][table]["file"])
         _damage_block(base, 0)
         gen = db.committed()
         if found:
@@ -431,7 +431,7 @@ def test_damage_in_a_level_no_round_rewrites_is_found_by_the_next_writer(tmp_pat
             continue
         with db.writer() as w:
             _far_round(w)
-        assert db.committed() == gen + 1 and db.manifest()["tables"][0][table]["file"] == os.path.basename(base)
+        assert db.committed() == gen + 1 and db.manifest().tables[0][table]["file"] == os.path.basename(base)
         with db.reader() as r, pytest.raises(CorruptionError, match="block 0 at offset 0: checksum mismatch"):
             r.check()
 
@@ -440,7 +440,7 @@ def test_scrub_rounds_verifies_a_slice_a_round(tmp_path):
     """With ``scrub_rounds = 3`` a round reads a third of the carried levels' blocks (the slice
     of its generation): the damaged first block is found by the round whose slice holds it."""
     db = make_db(tmp_path / "db", sections=1, **KEEP, scrub_rounds=3)
-    base = os.path.join(db.path, "section-0000", db.manifest()["tables"][0]["links_by_md5"]["file"])
+    base = os.path.join(db.path, "section-0000", db.manifest().tables[0]["links_by_md5"]["file"])
     _damage_block(base, 0)
     found_at = None
     for _ in range(3):

@@ -384,7 +384,7 @@ def test_inlinks_over_levels_equal_a_full_scan(tmp_path, seed):
     for i in range(5):
         with db.writer() as w:
             _levels_round(w, rng, urls, i)
-        assert any(e.get("runs") for tabs in db.manifest()["tables"] for e in [tabs["links_by_url"]])
+        assert any(e.get("runs") for tabs in db.manifest().tables for e in [tabs["links_by_url"]])
         with db.reader() as r:
             inl: dict[str, list[Link]] = {}
             for lk in r.links():

@@ -20,11 +20,11 @@ def test_rebalance_keeps_all_and_evens_sections(tmp_path, k_from, k_to):
     db = make_db(tmp_path / "db", sections=k_from)
     before = snapshot(db)
     m = db.rebalance(k_to)
-    assert m["sections"]["k"] == k_to
+    assert m.sections.k == k_to
     assert snapshot(db) == before
     with db.reader() as r:
         r.check()
-        pages = [t.get("pages_by_url", {}).get("records", 0) for t in r.manifest["tables"]]
+        pages = [t.get("pages_by_url", {}).get("records", 0) for t in r.manifest.tables]
     assert max(pages) - min(pages) <= 1  # exact quantiles: equal page counts
     # A batch after the rebalance works on the new split.
     with db.writer() as w:

@@ -4,6 +4,7 @@ remove older manifests, bounded, and read gracefully from a db whose manifests p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import webdb
@@ -24,7 +25,7 @@ def test_every_commit_adds_its_row_and_keeps_the_history(tmp_path):
     _batch(db, [f"http://b{i}.example/" for i in range(3)], status=int(webdb.Status.FETCHED))
     _batch(db, ["http://a0.example/"])  # nothing new
     m = db.manifest()
-    rows = m["rounds"]
+    rows = m.rounds
     assert [r["generation"] for r in rows] == [0, 1, 2, 3]  # gen/ keeps 2 manifests; rounds keep all
     assert [r["pages"] for r in rows] == [0, 5, 8, 8]
     assert [r["new_pages"] for r in rows] == [None, 5, 3, 0]
@@ -40,19 +41,19 @@ def test_every_commit_adds_its_row_and_keeps_the_history(tmp_path):
 def test_a_parent_without_rounds_starts_the_history_and_the_view_copes(tmp_path):
     db = webdb.create(str(tmp_path / "db"), sync=False)
     _batch(db, ["http://a.example/"])
-    parent = {k: v for k, v in db.manifest().items() if k != "rounds"}  # as a writer without rounds wrote it
-    child = {**parent, "generation": parent["generation"] + 1, "parent": parent["generation"]}
+    parent = replace(db.manifest(), rounds=None)  # as a writer without rounds wrote it
+    child = replace(parent, generation=parent.generation + 1, parent=parent.generation)
     rows = manifest.rounds(child, parent)
     assert [r["generation"] for r in rows] == [1, 2] and rows[0]["new_pages"] is None and rows[1]["new_pages"] == 0
     # The view of a committed manifest with no rows at all: one row, its own.
-    old = SimpleNamespace(manifest=parent, generation=parent["generation"])
+    old = SimpleNamespace(manifest=parent, generation=parent.generation)
     assert [x["generation"] for x in views.rounds(old)["rounds"]] == [1]
 
 
 def test_the_history_is_bounded():
     secs = Sections(1, [])
     parent = manifest.empty(secs, generation=manifest.ROUNDS_KEPT + 5)
-    parent["rounds"] = [manifest.round_row({**parent, "generation": g}) for g in range(manifest.ROUNDS_KEPT + 6)]
-    child = {**parent, "generation": parent["generation"] + 1, "parent": parent["generation"]}
+    parent.rounds = [manifest.round_row(replace(parent, generation=g)) for g in range(manifest.ROUNDS_KEPT + 6)]
+    child = replace(parent, generation=parent.generation + 1, parent=parent.generation)
     rows = manifest.rounds(child, parent)
-    assert len(rows) == manifest.ROUNDS_KEPT and rows[-1]["generation"] == child["generation"]
+    assert len(rows) == manifest.ROUNDS_KEPT and rows[-1]["generation"] == child.generation

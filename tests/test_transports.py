@@ -63,9 +63,7 @@ def test_every_transport_writes_the_same_tables_and_manifests(
         for name, db in dbs.items():
             assert digests(db) == digests(local), name
             assert same_parts(db.manifest()) == same_parts(local.manifest()), name
-        shipped = {
-            n: [(s["files"], s["bytes"]) for s in db.manifest()["distributed"]["shipped"]] for n, db in dbs.items()
-        }
+        shipped = {n: [(s["files"], s["bytes"]) for s in db.manifest().distributed["shipped"]] for n, db in dbs.items()}
         assert shipped["agents"] == shipped["ssh"] == shipped["dask"]
     for _, roots, _ in racks.values():
         no_leftovers(roots)

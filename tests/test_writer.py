@@ -162,7 +162,7 @@ def test_flipped_byte_in_table_file_caught_by_check_cli(tmp_path, table):
     path = tmp_path / "db"
     db = make_db(path)
     m = db.manifest()
-    name = next(t["file"] for t in m["tables"][0].values() if t["file"].endswith(table))
+    name = next(t["file"] for t in m.tables[0].values() if t["file"].endswith(table))
     f = path / "section-0000" / name
     with open(f, "r+b") as fh:
         fh.seek(40)
@@ -183,7 +183,7 @@ def test_flipped_byte_in_table_file_caught_by_check_cli(tmp_path, table):
 def test_truncated_table_file_gives_clear_error_on_open(tmp_path):
     path = tmp_path / "db"
     db = make_db(path)
-    name = db.manifest()["tables"][1]["links_by_url"]["file"]
+    name = db.manifest().tables[1]["links_by_url"]["file"]
     f = path / "section-0001" / name
     os.truncate(f, os.path.getsize(f) // 2)
     with pytest.raises(CorruptionError, match=name):

@@ -37,6 +37,7 @@ from webdb.errors import (
     WebDBError,
 )
 from webdb.lockwait import wait_for_lock
+from webdb.manifest import Manifest
 from webdb.progress import progress_bar
 from webdb.reader import Reader
 from webdb.schedule import FetchResult, Schedule
@@ -73,6 +74,7 @@ __all__ = [
     "FetchResult",
     "Link",
     "LockedError",
+    "Manifest",
     "MAX_URL_BYTES",
     "NEVER",
     "NotADatabase",

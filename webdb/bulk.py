@@ -24,7 +24,7 @@ from typing import Any
 
 from webdb import _fault
 from webdb.errors import BadInput
-from webdb.manifest import build, check_counts
+from webdb.manifest import Manifest, build, check_counts
 from webdb.sections import Reservoir, Sections, section_path
 from webdb.settings import resolve
 from webdb.sortbuf import SortBuffer
@@ -116,8 +116,8 @@ def section_writer(root: str, gen: int, table: str, s: dict, j: int) -> TableWri
     return TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
 
 
-def _empty(base: dict) -> bool:
-    return not any(t.get("records") for sec in base["tables"] for t in sec.values())
+def _empty(base: Manifest) -> bool:
+    return not any(t.get("records") for sec in base.tables for t in sec.values())
 
 
 def bulk_load(
@@ -127,7 +127,7 @@ def bulk_load(
     *,
     progress: Callable[[str], None] | None = None,
     **overrides: Any,
-) -> dict:
+) -> Manifest:
     """Load ``pages`` and ``links`` into an empty db (no page, no link) and commit one new
     generation; returns its manifest.  Equal to one writer batch of ``add_page_with_score``
     for each page in order, then ``add_link`` for each link in order (module doc).  Settings
@@ -141,7 +141,7 @@ def bulk_load(
     return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links, say))
 
 
-def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, dict, dict, str], dict]) -> dict:
+def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest, dict, str], Manifest]) -> Manifest:
     """Run ``load(db, base manifest, settings, tmp dir)`` under the db's lock on an empty db
     and commit the manifest it returns (shared by bulk_load and bulkarrow.bulk_load_arrow).
     Anything raised leaves the db as it was: the new generation's files are removed."""
@@ -156,9 +156,7 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, dict, dic
         db.recover()
         base = db.manifest()
         if not _empty(base):
-            raise BadInput(
-                f"{db.path}: import needs an empty db; this one holds pages (generation {base['generation']})"
-            )
+            raise BadInput(f"{db.path}: import needs an empty db; this one holds pages (generation {base.generation})")
         manifest = load(db, base, s, tmp)
         _fault.point("bulk.before_commit")
         db.commit(manifest)
@@ -171,15 +169,15 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, dict, dic
             lock.release()
         raise
     lock.release()
-    manifest["seconds"] = time.monotonic() - t0
+    manifest.seconds = time.monotonic() - t0
     return manifest
 
 
 def _load(
-    db, base: dict, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link], say: Callable[[str], None]
-) -> dict:
-    gen = base["generation"] + 1
-    secs = Sections.from_json(base["sections"])
+    db, base: Manifest, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link], say: Callable[[str], None]
+) -> Manifest:
+    gen = base.generation + 1
+    secs = base.sections
     mem = int(s["memory_mb"]) << 20
     codec = s["codec"]
     max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
@@ -394,13 +392,13 @@ def _load(
 
 
 def load_manifest(
-    gen: int, base: dict, secs: dict, tables: list[dict], status: list, n_pages: int, n_links: int, bulk: dict
-) -> dict:
+    gen: int, base: Manifest, secs: Sections, tables: list[dict], status: list, n_pages: int, n_links: int, bulk: dict
+) -> Manifest:
     """The manifest of a bulk load's generation (no stages; ``bulk`` says how it was built),
     its counts checked against the tables written."""
     m = build(
         generation=gen,
-        parent=base["generation"],
+        parent=base.generation,
         batch=f"{gen:08d}-import",
         sections=secs,
         tables=tables,

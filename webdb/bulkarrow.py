@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from webdb import _fault
 from webdb.bulk import SectionFiles, load_manifest, locked_load
+from webdb.manifest import Manifest
 from webdb.sections import Reservoir, Sections, section_path
 from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
@@ -112,7 +113,7 @@ def bulk_load_arrow(
     *,
     progress: Callable[[str], None] | None = None,
     **overrides: Any,
-) -> dict:
+) -> Manifest:
     """Load an empty db from Arrow columns and commit one generation; returns its manifest.
 
     ``pages`` has PAGE_COLUMNS (url: string, md5: fixed_size_binary(16), integers, scores:
@@ -127,7 +128,7 @@ def bulk_load_arrow(
     say = progress or (lambda _msg: None)
     given = [pages] if isinstance(pages, pa.Table) else pages
 
-    def load(db, base: dict, s: dict, tmp: str) -> dict:
+    def load(db, base: Manifest, s: dict, tmp: str) -> Manifest:
         nonlocal given
         tables, given = list(given), None
         held = [pa.concat_tables(tables) if len(tables) != 1 else tables[0]]
@@ -528,10 +529,10 @@ def _write_sorted(
 # ---- the load -------------------------------------------------------------------------------
 
 
-def _load(db, base: dict, s: dict, tmp: str, held: list, links: Iterable, say: Callable[[str], None]) -> dict:
+def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, say: Callable[[str], None]) -> Manifest:
     """``held`` holds the pages table: emptied once the page columns are encoded."""
-    gen = base["generation"] + 1
-    secs = Sections.from_json(base["sections"])
+    gen = base.generation + 1
+    secs = base.sections
     k = secs.k
     max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
     phases: dict[str, float] = {}

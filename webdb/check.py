@@ -53,7 +53,7 @@ def _scan(reader, table: str, progress) -> Iterator[tuple[int, bytes, bytes]]:
     secs = reader.sections
     prev: bytes | None = None
     for j, t in enumerate(reader.tables[table]):
-        entry = reader.manifest["tables"][j].get(table)
+        entry = reader.manifest.tables[j].get(table)
         if t is None:
             continue
         if isinstance(t, Levels):
@@ -167,9 +167,9 @@ def _check(reader, bar, tmp: str) -> dict:
     n_pages = _sorted_equal(
         pbm_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)), "PagesByMD5 vs PagesByURL"
     )
-    want_status = {int(k): v for sc in reader.manifest["status"] for k, v in sc.items()}
+    want_status = {int(k): v for sc in reader.manifest.status for k, v in sc.items()}
     merged: dict[int, int] = {}
-    for sc in reader.manifest["status"]:
+    for sc in reader.manifest.status:
         for k, v in sc.items():
             merged[int(k)] = merged.get(int(k), 0) + v
     if {k: v for k, v in merged.items() if v} != status:

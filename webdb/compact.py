@@ -16,8 +16,7 @@ import time
 
 from webdb import _fault
 from webdb.errors import BadInput
-from webdb.manifest import build, check_counts
-from webdb.sections import Sections
+from webdb.manifest import Manifest, build, check_counts
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import compact as compact_levels
 from webdb.tables.levels import open_levels, written
@@ -26,21 +25,21 @@ from webdb.tables.table import TableWriter
 __all__ = ["compact"]
 
 
-def _check_sections_here(db, m: dict) -> None:
-    for j in range(m["sections"]["k"]):
-        if m["tables"][j] and not os.path.isdir(db.section_dir(j)):
+def _check_sections_here(db, m: Manifest) -> None:
+    for j in range(m.sections.k):
+        if m.tables[j] and not os.path.isdir(db.section_dir(j)):
             raise BadInput(
                 f"{db.path}: section {j} is not here (one location of a rack?); a rack's tables are "
                 f"compacted inside `webdb update` (settings level_ratio, level_runs)"
             )
 
 
-def _tables_with_runs(m: dict) -> list[tuple[float, int, str, int]]:
+def _tables_with_runs(m: Manifest) -> list[tuple[float, int, str, int]]:
     """(runs' bytes / base's bytes, section, table, total bytes) of every table with runs, the
     most run-heavy first."""
     todo = []
-    for j in range(m["sections"]["k"]):
-        for t, e in m["tables"][j].items():
+    for j in range(m.sections.k):
+        for t, e in m.tables[j].items():
             if e.get("runs"):
                 rb = sum(r["bytes"] for r in e["runs"])
                 todo.append((rb / max(e["bytes"], 1), j, t, e["bytes"] + rb))
@@ -99,8 +98,8 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
         _check_sections_here(db, m)
         db.quick_check()
         todo = _tables_with_runs(m)
-        gen = m["generation"] + 1
-        tables = [dict(x) for x in m["tables"]]
+        gen = m.generation + 1
+        tables = [dict(x) for x in m.tables]
         done: list[dict] = []
         created: list[str] = []
         nbytes = 0
@@ -117,11 +116,11 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
                 return {"generation": None, "compacted": [], "left": len(todo), "seconds": clock() - t0}
             manifest = build(
                 generation=gen,
-                parent=m["generation"],
+                parent=m.generation,
                 batch=f"{gen:08d}-compact",
-                sections=Sections.from_json(m["sections"]),
+                sections=m.sections,
                 tables=tables,
-                status=m["status"],
+                status=m.status,
                 edits={},
                 stages=[],
                 compact={"tables": len(done), "bytes": nbytes},

@@ -29,6 +29,7 @@ import socket
 import stat
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from webdb import _fault
@@ -55,8 +56,8 @@ from webdb.errors import (
     WebDBError,
     is_disk_full,
 )
+from webdb.manifest import Manifest, rounds, table_files
 from webdb.manifest import empty as empty_manifest
-from webdb.manifest import rounds, table_files
 from webdb.sections import Sections, section_path
 from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
@@ -150,13 +151,13 @@ class WebDB:
     def manifest_path(self, gen: int) -> str:
         return os.path.join(self.path, GEN_DIR, f"{gen:08d}.json")
 
-    def manifest(self, gen: int | None = None, checksum: str | None = None) -> dict:
+    def manifest(self, gen: int | None = None, checksum: str | None = None) -> Manifest:
         """The manifest of ``gen`` (default: the committed one), verified: its own checksum,
         ``checksum`` when the caller knows it (CURRENT, a child's ``parent_checksum``), the
         shape of every field.  Any failure is a CorruptionError naming the file and field."""
         return self._load_manifest(gen, checksum)[0]
 
-    def _load_manifest(self, gen: int | None, checksum: str | None = None) -> tuple[dict, str]:
+    def _load_manifest(self, gen: int | None, checksum: str | None = None) -> tuple[Manifest, str]:
         if gen is None:
             gen, checksum = self.current()
         p = self.manifest_path(gen)
@@ -178,10 +179,12 @@ class WebDB:
         validate_manifest(m, gen, p)
         if isinstance(m.get("checksum"), str) and own is None:
             raise CorruptionError(f"{p}: checksum field is not where a webdb writer puts it (damaged)")
-        m.pop("checksum", None)
-        return m, actual
+        try:
+            return Manifest.from_json(m), actual
+        except (BadInput, ValueError) as e:  # breakpoints no Sections takes (k too large, not UTF-8)
+            raise CorruptionError(f"{p}: manifest field 'sections' is not a split webdb reads ({e})") from None
 
-    def quick_check(self, sections: list[int] | None = None) -> dict:
+    def quick_check(self, sections: list[int] | None = None) -> Manifest:
         """Verify the committed generation before a writer builds on it; return its manifest.
 
         CURRENT's and the manifests' checksums (the committed one and, when present, its
@@ -189,16 +192,15 @@ class WebDB:
         of the size the manifest records.  Cost: a few small reads and one stat per table."""
         m = self.manifest()
         self._section_names()  # a stray section-foo is an error, not something to skip
-        parent = m.get("parent")
-        if parent is not None and os.path.lexists(self.manifest_path(parent)):
-            self.manifest(parent, m.get("parent_checksum"))
-        for j in range(m["sections"]["k"]) if sections is None else sections:
-            for t, _, f, size in _files_of(m["tables"][j]):
+        if m.parent is not None and os.path.lexists(self.manifest_path(m.parent)):
+            self.manifest(m.parent, m.parent_checksum)
+        for j in range(m.sections.k) if sections is None else sections:
+            for t, _, f, size in _files_of(m.tables[j]):
                 p = os.path.join(self.section_dir(j), f)
                 try:
                     st = os.stat(p)
                 except FileNotFoundError:
-                    raise CorruptionError(f"{p}: {t} table of generation {m['generation']} is missing") from None
+                    raise CorruptionError(f"{p}: {t} table of generation {m.generation} is missing") from None
                 except OSError as err:
                     raise CorruptionError(f"{p}: cannot stat {t} table ({err.strerror})") from None
                 if not stat.S_ISREG(st.st_mode):
@@ -206,7 +208,7 @@ class WebDB:
                 if st.st_size != size:
                     raise CorruptionError(
                         f"{p}: {t} table is {st.st_size} bytes, the manifest of generation "
-                        f"{m['generation']} records {size}"
+                        f"{m.generation} records {size}"
                     )
         return m
 
@@ -214,30 +216,29 @@ class WebDB:
         """Directory of section j: given explicitly, else ``<path>/section-JJJJ``."""
         return self.section_dirs.get(j) or section_path(self.path, j)
 
-    def sections(self, manifest: dict | None = None) -> Sections:
-        return Sections.from_json((manifest or self.manifest())["sections"])
+    def sections(self, manifest: Manifest | None = None) -> Sections:
+        return (manifest or self.manifest()).sections
 
-    def write_manifest(self, manifest: dict) -> str:
+    def write_manifest(self, manifest: Manifest) -> str:
         """Write ``manifest`` (with its checksum and its parent's) under gen/; return its
         checksum.  The one place a manifest file is written."""
-        body = {k: v for k, v in manifest.items() if k not in ("checksum", "parent_checksum", "seconds")}
-        parent = body.get("parent")
-        parent_m = None
-        if parent is not None:
+        parent_m, parent_checksum = None, None
+        if manifest.parent is not None:
             try:
-                parent_m, body["parent_checksum"] = self._load_manifest(parent)
+                parent_m, parent_checksum = self._load_manifest(manifest.parent)
             except CorruptionError:
                 pass  # no parent here (a fresh location of a rack): nothing to chain to
-        have = body.get("rounds")
-        if not (isinstance(have, list) and have and have[-1].get("generation") == body["generation"]):
-            body["rounds"] = rounds(body, parent_m)  # the per-generation figures of `webdb serve`
-        data = seal(body)
-        write_atomic(self.manifest_path(manifest["generation"]), data, self.settings["sync"])
+        body = replace(manifest, parent_checksum=parent_checksum)
+        have = body.rounds
+        if not (isinstance(have, list) and have and have[-1].get("generation") == body.generation):
+            body.rounds = rounds(body, parent_m)  # the per-generation figures of `webdb serve`
+        data = seal(body.to_json())
+        write_atomic(self.manifest_path(manifest.generation), data, self.settings["sync"])
         return seal_checksum(data)[0]
 
-    def commit(self, manifest: dict) -> None:
+    def commit(self, manifest: Manifest) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
-        gen = manifest["generation"]
+        gen = manifest.generation
         sync = self.settings["sync"]
         c = self.write_manifest(manifest)
         _fault.point("commit.before_current")
@@ -266,7 +267,7 @@ class WebDB:
 
         return Reader(self, cache_mb)
 
-    def rebalance(self, sections: int) -> dict:
+    def rebalance(self, sections: int) -> Manifest:
         """Re-split into ``sections`` sections as one atomic generation; see webdb.rebalance."""
         from webdb.rebalance import rebalance
 
@@ -293,12 +294,10 @@ class WebDB:
             sections = []
             for name in self._section_names():
                 sections.append(int(name[len("section-") :]))
-        m = self.quick_check([j for j in sections if j < self.manifest()["sections"]["k"]])
-        cur = m["generation"]
-        keep: dict[int, dict] = {cur: m}
-        parent = m.get("parent")
-        if parent is not None and os.path.exists(self.manifest_path(parent)):
-            keep[parent] = self.manifest(parent)
+        m = self.quick_check([j for j in sections if j < self.manifest().sections.k])
+        keep = {m.generation: m}
+        if m.parent is not None and os.path.exists(self.manifest_path(m.parent)):
+            keep[m.parent] = self.manifest(m.parent)
         return self._remove_unreferenced(keep)
 
     def _section_names(self) -> list[str]:
@@ -313,10 +312,10 @@ class WebDB:
             out.append(name)
         return out
 
-    def _remove_unreferenced(self, keep: dict[int, dict]) -> list[str]:
+    def _remove_unreferenced(self, keep: dict[int, Manifest]) -> list[str]:
         referenced: set[tuple[int, str]] = set()
         for m in keep.values():
-            for j, tabs in enumerate(m["tables"]):
+            for j, tabs in enumerate(m.tables):
                 for _, _, f, _ in _files_of(tabs):
                     referenced.add((j, f))
         removed: list[str] = []
@@ -365,10 +364,10 @@ class WebDB:
             out.append(row)
         return out
 
-    def _check_generation(self, gen: int) -> dict:
+    def _check_generation(self, gen: int) -> Manifest:
         m = self.manifest(gen)
-        for j in range(m["sections"]["k"]):
-            for t, _, f, size in _files_of(m["tables"][j]):
+        for j in range(m.sections.k):
+            for t, _, f, size in _files_of(m.tables[j]):
                 p = os.path.join(self.section_dir(j), f)
                 try:
                     st = os.stat(p)
@@ -404,10 +403,9 @@ class WebDB:
         self._point_current(gen, self._load_manifest(gen)[1], sync)
         _fault.point("recover.after_current")
         keep = {gen: m}
-        parent = m.get("parent")
-        if parent is not None and os.path.exists(self.manifest_path(parent)):
+        if m.parent is not None and os.path.exists(self.manifest_path(m.parent)):
             try:
-                keep[parent] = self.manifest(parent, m.get("parent_checksum"))
+                keep[m.parent] = self.manifest(m.parent, m.parent_checksum)
             except CorruptionError:
                 pass  # a damaged parent is dropped: no one builds on it
         return self._remove_unreferenced(keep)

@@ -1,7 +1,10 @@
-"""The one manifest builder: what a generation's ``gen/NNNNNNNN.json`` holds (docs/format.md).
+"""The manifest: what a generation's ``gen/NNNNNNNN.json`` holds (docs/format.md), as the typed
+value ``Manifest`` the code passes around, and ``build``, its one builder.
 
 Every generation — the empty one of ``create``, a batch of the local or distributed writer, a
-rebalance — is described by ``build``; writing it to disk is ``WebDB.commit`` (webdb.db).
+rebalance — is described by ``build``; writing it to disk is ``WebDB.commit`` (webdb.db).  A
+manifest becomes JSON only where it leaves the process: its file (``to_json``, sealed by
+``webdb.dbfiles.seal``) and the agents' protocol (``from_json`` on the other side).
 This module imports nothing of the writer, so ``db``, ``rebalance`` and ``check`` may use it.
 """
 
@@ -9,16 +12,90 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from webdb.errors import WebDBError
 from webdb.sections import Sections
 
-__all__ = ["ROUNDS_KEPT", "build", "check_counts", "empty", "round_row", "rounds", "stage_rows", "table_files"]
+__all__ = [
+    "ROUNDS_KEPT",
+    "Manifest",
+    "build",
+    "check_counts",
+    "empty",
+    "round_row",
+    "rounds",
+    "stage_rows",
+    "table_files",
+]
 
 STAGES = range(1, 6)
 # The rows of ``rounds`` a manifest carries: the last this many generations (~200 bytes each).
 ROUNDS_KEPT = 1000
+# Keys a manifest always has, null or not; every other named key is written only when set.
+_ALWAYS = ("generation", "parent", "batch", "committed", "sections", "tables", "status")
+
+
+@dataclass
+class Manifest:
+    """One generation (docs/format.md §5): per-section ``tables`` (table name to its file,
+    records, bytes and delta ``runs``) and ``status`` counts (status code as a string to pages);
+    for a batch its ``edits`` and per-stage ``stages`` rows; what made it (``distributed``,
+    ``rebalance``, ``bulk``, ``compact``); the chain to its parent (``parent_checksum``, set
+    when written) and the figures of the last generations (``rounds``).
+
+    ``seconds`` (how long the generation took) is the caller's and never written.  ``extra``
+    keeps what a file holds beyond these fields, as read, so a manifest read and written back
+    is the same bytes; ``absent`` names the keys of ``_ALWAYS`` such a file lacked."""
+
+    generation: int
+    parent: int | None
+    batch: str | None
+    committed: float | None
+    sections: Sections
+    tables: list[dict[str, dict]]
+    status: list[dict[str, int]]
+    edits: dict | None = None
+    stages: list[dict] | None = None
+    distributed: dict | None = None
+    rebalance: dict | None = None
+    bulk: dict | None = None
+    compact: dict | None = None
+    parent_checksum: str | None = None
+    rounds: list[dict] | None = None
+    seconds: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    absent: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest as its file holds it (without ``checksum``, which the seal adds; keys
+        are sorted when written, so their order here does not matter)."""
+        d: dict[str, Any] = {}
+        for f in _NAMED:
+            v = getattr(self, f)
+            if f == "sections":
+                v = v.to_json()
+            if (f in _ALWAYS and f not in self.absent) or v is not None:
+                d[f] = v
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Manifest:
+        """A manifest from its JSON object (validated first: ``webdb.dbfiles.validate_manifest``).
+        A key this type does not name, or a named optional key read as null, goes to ``extra``."""
+        known = {f: d[f] for f in _NAMED if d.get(f) is not None or (f in _ALWAYS and f in d)}
+        known["sections"] = Sections.from_json(d["sections"])
+        # ``checksum`` is the seal's, ``seconds`` no writer keeps.
+        extra = {x: v for x, v in d.items() if x not in known and x not in ("checksum", "seconds")}
+        absent = tuple(f for f in _ALWAYS if f not in d)
+        return cls(**{**dict.fromkeys(_ALWAYS), **known}, extra=extra, absent=absent)
+
+
+# The fields written to the file, in the order of the dataclass (``seconds``, ``extra`` and
+# ``absent`` are not keys of the file).
+_NAMED = tuple(f.name for f in fields(Manifest) if f.name not in ("seconds", "extra", "absent"))
 
 
 def build(
@@ -31,29 +108,32 @@ def build(
     status: list[dict],
     edits: dict | None = None,
     stages: list[dict] | None = None,
-    **extra: Any,
-) -> dict:
-    """A generation's manifest: per-section ``tables`` (file, records, bytes) and ``status``
-    counts; ``edits`` and ``stages`` for a batch; ``extra`` keys as given (``distributed``,
-    ``rebalance``)."""
-    m: dict[str, Any] = {
-        "generation": generation,
-        "parent": parent,
-        "batch": batch,
-        "committed": time.time(),
-        "sections": sections.to_json(),
-        "tables": tables,
-        "status": status,
-    }
-    if edits is not None:
-        m["edits"] = edits
-    if stages is not None:
-        m["stages"] = stages
-    m.update(extra)
-    return m
+    distributed: dict | None = None,
+    rebalance: dict | None = None,
+    bulk: dict | None = None,
+    compact: dict | None = None,
+) -> Manifest:
+    """A generation's manifest, committed now: per-section ``tables`` (file, records, bytes)
+    and ``status`` counts; ``edits`` and ``stages`` for a batch; what made it (``distributed``,
+    ``rebalance``, ``bulk``, ``compact``)."""
+    return Manifest(
+        generation=generation,
+        parent=parent,
+        batch=batch,
+        committed=time.time(),
+        sections=sections,
+        tables=tables,
+        status=status,
+        edits=edits,
+        stages=stages,
+        distributed=distributed,
+        rebalance=rebalance,
+        bulk=bulk,
+        compact=compact,
+    )
 
 
-def empty(secs: Sections, generation: int = 0) -> dict:
+def empty(secs: Sections, generation: int = 0) -> Manifest:
     """The manifest of a new db's generation 0: no tables in any section."""
     return build(
         generation=generation,
@@ -80,11 +160,11 @@ def stage_rows(rows: Iterable[dict]) -> list[dict]:
     return [{"stage": s, "sections": sorted(by_stage[s], key=lambda r: r["section"])} for s in STAGES]
 
 
-def check_counts(m: dict) -> None:
+def check_counts(m: Manifest) -> None:
     """Cross-table counts must agree before a generation is committed."""
 
     def total(t: str) -> int:
-        return sum(s.get(t, {}).get("records", 0) for s in m["tables"])
+        return sum(s.get(t, {}).get("records", 0) for s in m.tables)
 
     if total("pages_by_url") != total("pages_by_md5") or total("links_by_md5") != total("links_by_url"):
         raise WebDBError(
@@ -94,7 +174,7 @@ def check_counts(m: dict) -> None:
         )
 
 
-def round_row(m: dict, parent_pages: int | None = None) -> dict:
+def round_row(m: Manifest, parent_pages: int | None = None) -> dict:
     """The figures of one generation for ``rounds``: its commit time, batch, pages, links,
     bytes, pages by status, pages added since ``parent_pages`` (None: unknown) and the seconds
     of its cascade (the slowest section of each stage, summed; None without stages).  From the
@@ -102,33 +182,33 @@ def round_row(m: dict, parent_pages: int | None = None) -> dict:
     from webdb.tables.records import Status
 
     status: dict[str, int] = {}
-    for per in m["status"]:
+    for per in m.status:
         for code, n in per.items():
             name = Status(int(code)).name.lower()
             status[name] = status.get(name, 0) + n
-    pages = sum(t.get("pages_by_url", {}).get("records", 0) for t in m["tables"])
-    stages = m.get("stages") or []
+    pages = sum(t.get("pages_by_url", {}).get("records", 0) for t in m.tables)
+    stages = m.stages or []
     seconds = [max((r.get("seconds", 0.0) for r in s["sections"]), default=0.0) for s in stages]
     return {
-        "generation": m["generation"],
-        "committed": m.get("committed"),
-        "batch": m.get("batch"),
+        "generation": m.generation,
+        "committed": m.committed,
+        "batch": m.batch,
         "pages": pages,
-        "links": sum(t.get("links_by_md5", {}).get("records", 0) for t in m["tables"]),
-        "bytes": sum(size for t in m["tables"] for e in t.values() for _, size in table_files(e)),
+        "links": sum(t.get("links_by_md5", {}).get("records", 0) for t in m.tables),
+        "bytes": sum(size for t in m.tables for e in t.values() for _, size in table_files(e)),
         "status": dict(sorted(status.items())),
         "new_pages": None if parent_pages is None else pages - parent_pages,
         "seconds": round(sum(seconds), 3) if seconds else None,
     }
 
 
-def rounds(m: dict, parent: dict | None) -> list[dict]:
+def rounds(m: Manifest, parent: Manifest | None) -> list[dict]:
     """``m``'s ``rounds``: its parent's rows (or, for a parent written without them, the row
     of the parent itself), then ``m``'s own, the last ``ROUNDS_KEPT``.  Written at commit, so
     the history of a crawl outlives the manifests a commit removes."""
     if parent is None:
         return [round_row(m)]
-    before = parent.get("rounds")
+    before = parent.rounds
     if not (isinstance(before, list) and before and all(isinstance(r, dict) for r in before)) or not isinstance(
         before[-1].get("pages"), int
     ):

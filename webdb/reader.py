@@ -15,7 +15,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from webdb.errors import ClosedError, CorruptionError, WebDBError
-from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.tables.block import make_links
 from webdb.tables.format import TABLE_KINDS
@@ -97,12 +96,12 @@ class Reader:
                 if attempt == 4:
                     raise CorruptionError(
                         f"{e.filename}: missing table file of generation "
-                        f"{m['generation']} (wrong section directory or mount?)"
+                        f"{m.generation} (wrong section directory or mount?)"
                     ) from None
         self.closed = False
         self.manifest = m
-        self.generation = m["generation"]
-        self.sections = Sections.from_json(m["sections"])
+        self.generation = m.generation
+        self.sections = m.sections
         self._url_bounds = self.sections.breakpoints
 
     @classmethod
@@ -117,15 +116,15 @@ class Reader:
         self._open(manifest, BlockCache(cache_mb << 20), set(sections), set(tables))
         self.closed = False
         self.manifest = manifest
-        self.generation = manifest["generation"]
-        self.sections = Sections.from_json(manifest["sections"])
+        self.generation = manifest.generation
+        self.sections = manifest.sections
         self._url_bounds = self.sections.breakpoints
         return self
 
     def _open(self, m: dict, cache: BlockCache, sections: set[int] | None = None, only: set[str] | None = None) -> None:
         tabs: dict[str, list[TableReader | None]] = {t: [] for t in TABLE_KINDS}
         try:
-            for j, entry in enumerate(m["tables"]):
+            for j, entry in enumerate(m.tables):
                 for t in TABLE_KINDS:
                     e = entry.get(t) if (sections is None or j in sections) and (only is None or t in only) else None
                     if not e:
@@ -166,7 +165,7 @@ class Reader:
     # ---- counts ----------------------------------------------------------------------------
 
     def _total(self, table: str) -> int:
-        return sum(e.get(table, {}).get("records", 0) for e in self.manifest["tables"])
+        return sum(e.get(table, {}).get("records", 0) for e in self.manifest.tables)
 
     @property
     def num_pages(self) -> int:
@@ -178,7 +177,7 @@ class Reader:
 
     def status_counts(self) -> dict[int, int]:
         out: dict[int, int] = {}
-        for sc in self.manifest["status"]:
+        for sc in self.manifest.status:
             for k, v in sc.items():
                 out[int(k)] = out.get(int(k), 0) + v
         return out

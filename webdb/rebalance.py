@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from webdb.manifest import build, check_counts
+from webdb.manifest import Manifest, build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.block import check_block_crc
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
@@ -111,7 +111,7 @@ def _copy_table(r, table: str, secs: Sections, writer: _TableWriters, status: li
     return raw, decoded
 
 
-def rebalance(db, sections: int, progress: bool = False) -> dict:
+def rebalance(db, sections: int, progress: bool = False) -> Manifest:
     """Commit a new generation of ``db`` with ``sections`` sections; returns its manifest."""
     from webdb.errors import BadInput
 
@@ -143,19 +143,19 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
             base = r.manifest
         manifest = build(
             generation=gen,
-            parent=base["generation"],
+            parent=base.generation,
             batch=f"{gen:08d}-rebalance",
             sections=secs,
             tables=tables,
             status=status,
             edits={},
             stages=[],
-            rebalance={"from": base["sections"]["k"], "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
+            rebalance={"from": base.sections.k, "to": sections, "raw_blocks": raw, "decoded_blocks": decoded},
         )
         check_counts(manifest)
         db.commit(manifest)
         db.recover()
     finally:
         lock.release()
-    manifest["seconds"] = time.monotonic() - t0
+    manifest.seconds = time.monotonic() - t0
     return manifest

@@ -115,6 +115,12 @@ class Sections:
             return []
         return [s[min(len(s) - 1, (i * len(s)) // k)] for i in range(1, k)]
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sections) and (self.k, self.breakpoints) == (other.k, other.breakpoints)
+
+    def __repr__(self) -> str:
+        return f"Sections({self.k}, {self.breakpoints!r})"
+
     def to_json(self) -> dict:
         return {"k": self.k, "breakpoints": [b.decode("utf-8") for b in self.breakpoints]}
 

@@ -51,7 +51,7 @@ def stats(
     by_name = {Status(k).name.lower(): v for k, v in sorted(st.items())}
     sections = []
     total_bytes = 0
-    for j, tabs in enumerate(m["tables"]):
+    for j, tabs in enumerate(m.tables):
         b = sum(size for t in tabs.values() for _, size in table_files(t))
         total_bytes += b
         sections.append(
@@ -63,7 +63,7 @@ def stats(
                 # Levels: the delta runs over each table's base (docs/operations.md).
                 "runs": {t: len(e["runs"]) for t, e in tabs.items() if e.get("runs")},
                 "status": {
-                    Status(int(k)).name.lower(): v for k, v in sorted(m["status"][j].items(), key=lambda kv: int(kv[0]))
+                    Status(int(k)).name.lower(): v for k, v in sorted(m.status[j].items(), key=lambda kv: int(kv[0]))
                 },
             }
         )

@@ -25,7 +25,6 @@ from webdb.analysis.prefixes import PrefixStat, prefix_stats
 from webdb.analysis.rank import new_scores, reader_contributions, shares
 from webdb.errors import BadInput
 from webdb.reader import Reader
-from webdb.sections import Sections
 from webdb.sortbuf import merge_files
 from webdb.tables.records import Page, Status
 from webdb.writer.inputs import CallRecorder
@@ -95,7 +94,7 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
             path = os.path.join(ctx.scratch, f"rank-{j:04d}.jsonl")
             with open(path, "w", encoding="utf-8") as f:
                 rec.write(f)
-            links = ctx.manifest["tables"][j].get("links_by_url", {}).get("records", 0)
+            links = ctx.manifest.tables[j].get("links_by_url", {}).get("records", 0)
             yield {"section": j, "calls": path, "pages": pages, "delta": delta, "links": links}
         elif op == "export":
             yield _export_section(ctx, j, req)
@@ -262,7 +261,7 @@ def rank_iteration_rack(
         for parts in session.ask(lambda p: {"op": "rank-shares"} if p.sections else None).values():
             for part in parts:
                 per.setdefault(part["section"], []).extend(part["shares"])
-        secs = Sections.from_json(session.manifest["sections"])
+        secs = session.manifest.sections
         sums: dict[str, list] = {}
         merged = heapq.merge(*(per[j] for j in sorted(per)), key=lambda row: row[0].encode("utf-8"))
         for url, grp in itertools.groupby(merged, key=lambda row: row[0]):

@@ -265,20 +265,20 @@ def run(args) -> int:
         return webdb.bulk_load(db, pages, links, progress=say, **over)
 
     m = wait_for_lock(load, args.lock_wait, "import")
-    pages = sum(t.get("pages_by_url", {}).get("records", 0) for t in m["tables"])
-    links = sum(t.get("links_by_md5", {}).get("records", 0) for t in m["tables"])
+    pages = sum(t.get("pages_by_url", {}).get("records", 0) for t in m.tables)
+    links = sum(t.get("links_by_md5", {}).get("records", 0) for t in m.tables)
     summary = {
-        "generation": m["generation"],
+        "generation": m.generation,
         "pages": pages,
         "links": links,
-        "page_lines": m["edits"]["pages"],
-        "link_lines": m["edits"]["links"],
-        "seconds": round(m["seconds"], 3),
+        "page_lines": m.edits["pages"],
+        "link_lines": m.edits["links"],
+        "seconds": round(m.seconds, 3),
     }
     emit(
         args,
         summary,
         f"imported {args.db}: {pages} pages, {links} links (from {summary['page_lines']} page and "
-        f"{summary['link_lines']} link lines) in {summary['seconds']} s (generation {m['generation']})",
+        f"{summary['link_lines']} link lines) in {summary['seconds']} s (generation {m.generation})",
     )
     return 0

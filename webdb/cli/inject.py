@@ -152,7 +152,8 @@ def run_rack(args) -> int:
         finally:
             for name in shipped:
                 t.delete(name)
-    counts = dict(((res.manifest or {}).get("distributed", {}).get("input") or {}).get(str(place.sections[0])) or {})
+    distributed = (res.manifest.distributed if res.manifest else None) or {}
+    counts = dict((distributed.get("input") or {}).get(str(place.sections[0])) or {})
     data = {"db": rack.db, "generation": res.generation, "host": place.label, **counts}
     emit(args, data, f"injected {counts.get('urls', '?')} seed URLs through {place.label}; {res.summary()}")
     return 0

@@ -21,21 +21,21 @@ def run(args) -> int:
 
     db = webdb.open(args.db)
     m = wait_for_lock(lambda: rebalance(db, args.sections), args.lock_wait, "rebalance")
-    rb = m["rebalance"]
+    rb = m.rebalance
     summary = {
-        "generation": m["generation"],
+        "generation": m.generation,
         "from": rb["from"],
         "to": rb["to"],
         "raw_blocks": rb["raw_blocks"],
         "decoded_blocks": rb["decoded_blocks"],
-        "seconds": round(m["seconds"], 3),
-        "pages": [t.get("pages_by_url", {}).get("records", 0) for t in m["tables"]],
+        "seconds": round(m.seconds, 3),
+        "pages": [t.get("pages_by_url", {}).get("records", 0) for t in m.tables],
     }
     emit(
         args,
         summary,
         f"rebalanced {args.db}: {rb['from']} -> {rb['to']} sections in {summary['seconds']} s "
-        f"(generation {m['generation']}; pages per section {summary['pages']}; "
+        f"(generation {m.generation}; pages per section {summary['pages']}; "
         f"{rb['raw_blocks']} blocks carried raw, {rb['decoded_blocks']} re-cut)",
     )
     return 0

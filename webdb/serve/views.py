@@ -160,9 +160,9 @@ def rounds(r: Reader) -> dict:
     from webdb.manifest import round_row
 
     m = r.manifest
-    rows = m.get("rounds")
+    rows = m.rounds
     if not (isinstance(rows, list) and rows and all(isinstance(x, dict) for x in rows)) or (
-        rows[-1].get("generation") != m["generation"]
+        rows[-1].get("generation") != m.generation
     ):
         rows = [round_row(m)]
     out = []

@@ -14,12 +14,14 @@ from typing import Any
 
 from webdb.db import identity
 from webdb.errors import WebDBError
+from webdb.manifest import Manifest
 from webdb.ndfs import GroupResult
 from webdb.settings import resolve
 from webdb.writer.distributed import HEARTBEAT
-from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared, SectionSpec
+from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared
 from webdb.writer.hosts import LocalAgentLink, Placement, Rack, SSHAgentLink
 from webdb.writer.results import Failed, HostRun, UpdateFailed, UpdateResult, failure_line, host_results
+from webdb.writer.spec import SectionSpec
 
 __all__ = ["AgentTransport", "create_rack"]
 
@@ -181,8 +183,8 @@ class AgentTransport:
         )
         return hello
 
-    def sync(self, gen: int, manifest: dict) -> None:
-        self.send_all({"cmd": "sync", "gen": gen, "manifest": manifest}, "sync")
+    def sync(self, gen: int, manifest: Manifest) -> None:
+        self.send_all({"cmd": "sync", "gen": gen, "manifest": manifest.to_json()}, "sync")
         self.wait_all("synced")
 
     def ask(self, requests: dict[str, dict]) -> dict[str, list[dict]]:
@@ -225,11 +227,11 @@ class AgentTransport:
         self.pump(lambda: len(prepared) == self.rack.k, on)
         return prepared
 
-    def prepare(self, manifest: dict) -> None:
-        self.send_all({"cmd": "prepare", "manifest": manifest}, "prepare")
+    def prepare(self, manifest: Manifest) -> None:
+        self.send_all({"cmd": "prepare", "manifest": manifest.to_json()}, "prepare")
         self.wait_all("ready")
 
-    def commit(self, label: str, manifest: dict) -> None:
+    def commit(self, label: str, manifest: Manifest) -> None:
         h = self.hosts[label]
         if h.link.done:
             raise Failed(h.error or "its agent stopped before the commit", label=label)

@@ -24,12 +24,15 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import replace
 
 from webdb.errors import BadInput, WebDBError
+from webdb.manifest import Manifest
 from webdb.writer import dasktasks
-from webdb.writer.driver import Options, Prepared, SectionSpec, update
+from webdb.writer.driver import Options, Prepared, update
 from webdb.writer.hosts import Rack
 from webdb.writer.results import Failed, HostRun, UpdateResult
+from webdb.writer.spec import SectionSpec
 
 __all__ = ["CONNECT_TIMEOUT", "WORKER_TIMEOUT", "DaskTransport", "DaskUnavailable", "connect", "update_dask"]
 
@@ -97,7 +100,7 @@ class DaskTransport:
         self.last_renew = 0.0
         self.last_progress = time.monotonic()
         self.steps: str | None = None
-        self.gen0, self.base, self.n_ask = 0, {}, 0
+        self.gen0, self.base, self.n_ask = 0, None, 0
         self.levels: dict[str, int] = {}
         self.client = connect(scheduler, connect_timeout)
         # After the import of distributed, which sets its loggers' levels from its config.
@@ -287,9 +290,9 @@ class DaskTransport:
             self.hosts[label].t0 = time.monotonic()
         return hello
 
-    def sync(self, gen: int, manifest: dict) -> None:
-        self.gen0, self.base = gen, manifest
-        self.per_location("sync", dasktasks.sync_location_task, self.batch, gen, manifest)
+    def sync(self, gen: int, manifest: Manifest) -> None:
+        self.gen0, self.base = gen, manifest.to_json()
+        self.per_location("sync", dasktasks.sync_location_task, self.batch, gen, self.base)
 
     def ask(self, requests: dict[str, dict]) -> dict[str, list[dict]]:
         self.n_ask += 1
@@ -303,16 +306,16 @@ class DaskTransport:
             requests=requests,
         )
 
-    def prepare(self, manifest: dict) -> None:
-        self.per_location("prepare", dasktasks.prepare_location, self.batch, self.gen0, manifest)
+    def prepare(self, manifest: Manifest) -> None:
+        self.per_location("prepare", dasktasks.prepare_location, self.batch, self.gen0, manifest.to_json())
 
-    def commit(self, label: str, manifest: dict) -> None:
+    def commit(self, label: str, manifest: Manifest) -> None:
         f = self.client.submit(
             dasktasks.commit_location,
             self.places[label],
             self.batch,
             self.gen0,
-            manifest,
+            manifest.to_json(),
             key=f"webdb-commit-{label.strip('/').replace('/', '_')}-{self.nonce}",
             resources=_resource(self.leads[label]),
             retries=0,
@@ -338,14 +341,15 @@ class DaskTransport:
         return prepared
 
     def task_specs(self, specs: dict[str, list[SectionSpec]]) -> dict[int, dict]:
+        """Every section's spec as its tasks' argument, with what Dask adds: where each section
+        is, the batch's lease and, for a location's lead section, the location."""
         js: dict[int, dict] = {}
         for label, lst in specs.items():
             for spec in lst:
-                d = spec.to_json()
-                d["section_at"], d["lease"] = self.rack.section_at, self.batch
-                if spec.section == self.leads[label]:
-                    d["lead"] = self.places[label]
-                js[spec.section] = d
+                lead = self.places[label] if spec.section == self.leads[label] else None
+                js[spec.section] = replace(
+                    spec, section_at=list(self.rack.section_at), lease=self.batch, lead=lead
+                ).to_json()
         return js
 
     def sub(self, fn, j: int, name: str, *args):

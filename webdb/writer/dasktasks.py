@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from webdb import _fault
 from webdb.db import write_atomic
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
+from webdb.manifest import Manifest
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
 from webdb.writer import edits
@@ -39,6 +40,7 @@ from webdb.writer.engine import run_stages, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
 from webdb.writer.location import Location
 from webdb.writer.section import apply_input, outbox_names
+from webdb.writer.spec import SectionSpec
 
 __all__ = [
     "SectionRefused",
@@ -156,27 +158,27 @@ def open_location(place: dict, batch: str) -> dict:
 
 def sync_location_task(place: dict, batch: str, gen: int, manifest: dict) -> int:
     """Bring the location to the rack's generation ``gen`` and recover it (once per batch)."""
-    return _lease(place, batch).loc.sync(gen, manifest)
+    return _lease(place, batch).loc.sync(gen, Manifest.from_json(manifest))
 
 
 def step_location(place: dict, batch: str, gen0: int, manifest: dict, steps: str, request: dict) -> list[dict]:
     """A task's request between sync and batch (docs/distributed.md, *Tasks*); its reply
     parts.  ``ctx.state`` lives with the lease, from one request to the next."""
     loc = _lease(place, batch, gen0).loc
-    loc.base = loc.base or manifest
+    loc.base = loc.base or Manifest.from_json(manifest)
     return list(loc.step(steps, request))
 
 
 def prepare_location(place: dict, batch: str, gen0: int, manifest: dict) -> None:
     """Phase 1: the new manifest on disk at this location."""
-    _lease(place, batch, gen0).loc.prepare(manifest)
+    _lease(place, batch, gen0).loc.prepare(Manifest.from_json(manifest))
 
 
 def commit_location(place: dict, batch: str, gen0: int, manifest: dict) -> int:
     """Phase 2: flip CURRENT, remove the batch's leftovers, release the lock."""
     lease = _lease(place, batch, gen0)
     lease.loc.state = "ready"  # a lease taken again after a restart: the manifest is written
-    removed = lease.loc.commit(manifest)
+    removed = lease.loc.commit(Manifest.from_json(manifest))
     with _GUARD:
         lease.loc.release()
         _LEASES.pop(place["path"], None)
@@ -206,26 +208,27 @@ def _with_lease(path: str, batch: str, fn) -> bool:
 # ---- section tasks -------------------------------------------------------------------------------
 
 
-def _scratch(spec: dict, what: str) -> str:
+def _scratch(spec: SectionSpec, what: str) -> str:
     """A fresh scratch directory of one task run (a rerun starts from nothing)."""
-    d = os.path.join(spec["path"], TMP_DIR, f"s{spec['section']:04d}-{what}-{os.getpid()}")
+    d = os.path.join(spec.path, TMP_DIR, f"s{spec.section:04d}-{what}-{os.getpid()}")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
     return d
 
 
-def _enter(spec: dict) -> None:
-    _check_section(spec["path"], spec["section"])
-    if spec.get("lead"):
-        _lease(spec["lead"], spec["lease"], spec["gen"] - 1)
+def _enter(spec: SectionSpec) -> None:
+    _check_section(spec.path, spec.section)
+    if spec.lead:
+        _lease(spec.lead, spec.lease, spec.gen - 1)
 
 
-def sample_section(spec: dict) -> list[str]:
+def sample_section(spec_json: dict) -> list[str]:
     """First batch of a k-section db: section j's URL sample (its input applied, not routed)."""
+    spec = SectionSpec.from_json(spec_json)
     _enter(spec)
     tmp = _scratch(spec, "sample")
-    secs = Sections.from_json(spec["sections"])
-    job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
+    secs = spec.sections
+    job0 = stage_job(spec.path, spec.batch, spec.gen, secs, spec.settings, tmp, 1)
     got: list[str] = []
 
     def keep(log) -> Sections:
@@ -239,24 +242,24 @@ def sample_section(spec: dict) -> list[str]:
     return got
 
 
-def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
+def step0_section(spec_json: dict, breakpoints: list[str] | None) -> dict:
     """Step 0 of section j: its input applied and routed; the edits for every target."""
+    spec = SectionSpec.from_json(spec_json)
     t0, c0 = time.monotonic(), time.process_time()
     _enter(spec)
-    j, k = spec["section"], spec["k"]
-    secs = Sections.from_json(spec["sections"])
+    j, k = spec.section, spec.k
+    secs = spec.sections
     if breakpoints is not None:
         secs = Sections(k, [b.encode("utf-8") for b in breakpoints])
     tmp = _scratch(spec, "step0")
-    job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
+    job0 = stage_job(spec.path, spec.batch, spec.gen, secs, spec.settings, tmp, 1)
     job0.outbox = os.path.join(tmp, "outbox")
     try:
         secs, api, info, step0 = apply_input(spec, job0, secs, tmp, lambda log: secs)
-        base = spec["base"]
         state = {
             "sections": secs.to_json(),
-            "tables": dict(base["tables"][j]) if j < len(base["tables"]) else {},
-            "status": dict(base["status"][j]) if j < len(base["status"]) else {},
+            "tables": dict(spec.tables[j]) if j < len(spec.tables) else {},
+            "status": dict(spec.status[j]) if j < len(spec.status) else {},
             "api": api,
             "input": info,
             "step0": step0,
@@ -273,19 +276,20 @@ def step0_section(spec: dict, breakpoints: list[str] | None) -> dict:
     return {"state": state, "out": out, "summary": {"section": j, "step": 0, "shipped": state["shipped"][-1]}}
 
 
-def stage_section(spec: dict, stage: int, prev: dict, incoming: list[list[dict]]) -> dict:
+def stage_section(spec_json: dict, stage: int, prev: dict, incoming: list[list[dict]]) -> dict:
     """Stage ``stage`` of section j: write the edits every producer sent at step stage-1 into
     j's share group (SHA-256 checked), merge the stage's inputs into j's table through the
     engine's stage loop (``run_stages``, this one stage), and return what the stage emitted
     for every target."""
+    spec = SectionSpec.from_json(spec_json)
     t0, c0 = time.monotonic(), time.process_time()
     _enter(spec)
-    j, k = spec["section"], spec["k"]
+    j, k = spec.section, spec.k
     state = copy.deepcopy(prev["state"])
     _receive(spec, state, stage, incoming)
     tmp = _scratch(spec, f"st{stage}")
     secs = Sections.from_json(state["sections"])
-    job0 = stage_job(spec["path"], spec["batch"], spec["gen"], secs, spec["settings"], tmp, 1)
+    job0 = stage_job(spec.path, spec.batch, spec.gen, secs, spec.settings, tmp, 1)
     ex = _TaskExchange(spec, state, os.path.join(tmp, "outbox"))
     job0.outbox = ex.outbox
     tables: list[dict] = [{} for _ in range(k)]
@@ -311,7 +315,7 @@ class _TaskExchange:
     task wrote from its producers' results; publishing a step is collecting its outbox into
     the task's result."""
 
-    def __init__(self, spec: dict, state: dict, outbox: str) -> None:
+    def __init__(self, spec: SectionSpec, state: dict, outbox: str) -> None:
         self.spec, self.state, self.outbox = spec, state, outbox
         self.out: dict[int, list[dict]] = {}
         self.summary: dict | None = None
@@ -326,7 +330,7 @@ class _TaskExchange:
         self.summary = stage_summary(r)
 
     def published(self, stage: int) -> None:
-        j = self.spec["section"]
+        j = self.spec.section
         if stage < 5:
             _fault.point(f"dist.s{j}.step{stage}.before_ship")
             self.out = _collect(self.spec, self.state, stage, self.outbox)
@@ -334,7 +338,7 @@ class _TaskExchange:
             _fault.point(f"dist.s{j}.stage5.done")
 
 
-def _forget_output(spec: dict, stage: int) -> None:
+def _forget_output(spec: SectionSpec, stage: int) -> None:
     """A rerun of this stage (its worker died after it wrote its table; or Dask recomputes a
     lost result) writes the same table file again: remove the earlier run's.  Table files are
     created exclusively, and only this task writes this name, one task of a section at a time
@@ -343,9 +347,7 @@ def _forget_output(spec: dict, stage: int) -> None:
     # The base, and with levels the delta run, its scratch compaction and its merged runs.
     for kind in ("", "d", "c", "r"):
         try:
-            os.unlink(
-                os.path.join(section_path(spec["path"], spec["section"]), f"{spec['gen']:08d}-s{stage}{kind}.{suffix}")
-            )
+            os.unlink(os.path.join(section_path(spec.path, spec.section), f"{spec.gen:08d}-s{stage}{kind}.{suffix}"))
         except FileNotFoundError:
             pass
 
@@ -366,24 +368,24 @@ def _account(state: dict, t0: float, c0: float) -> None:
     state["cpu_seconds"] += time.process_time() - c0
 
 
-def _collect(spec: dict, state: dict, step: int, outbox: str) -> dict[int, list[dict]]:
+def _collect(spec: SectionSpec, state: dict, step: int, outbox: str) -> dict[int, list[dict]]:
     """The files a step left in the outbox, per target, with their size and SHA-256 (the
     step's "shipping": reading them into the task's result)."""
     t0 = time.monotonic()
     out: dict[int, list[dict]] = {}
     files = nbytes = remote = 0
-    for t in range(spec["k"]):
+    for t in range(spec.k):
         lst = []
         for name in outbox_names(outbox, t):
             with open(os.path.join(outbox, f"section-{t:04d}", name), "rb") as f:
                 data = f.read()
             item = {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "data": data}
-            if t != spec["section"] and _fault.armed(f"dist.s{spec['section']}.step{step}.corrupt"):
+            if t != spec.section and _fault.armed(f"dist.s{spec.section}.step{step}.corrupt"):
                 item["data"] = bytes([data[0] ^ 0x40]) + data[1:]  # as if it flipped in transit
             lst.append(item)
             files += 1
             nbytes += len(data)
-            if spec["section_at"][t] != spec["host"]:
+            if spec.section_at[t] != spec.host:
                 remote += len(data)
         out[t] = lst
     state["shipped"].append(
@@ -392,17 +394,17 @@ def _collect(spec: dict, state: dict, step: int, outbox: str) -> dict[int, list[
     return out
 
 
-def _receive(spec: dict, state: dict, stage: int, incoming: list[list[dict]]) -> None:
+def _receive(spec: SectionSpec, state: dict, stage: int, incoming: list[list[dict]]) -> None:
     """Write step stage-1's edit files from every producer into this section's share group,
     each checked against the size and SHA-256 its producer computed."""
-    home = section_path(spec["path"], spec["section"])
-    sync = bool(spec["settings"].get("sync", True))
+    home = section_path(spec.path, spec.section)
+    sync = bool(spec.settings.get("sync", True))
     for p, files in enumerate(incoming):
         for f in files:
             data = f["data"]
             if len(data) != f["size"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
                 raise CorruptionError(
-                    f"{spec['host']}: section {spec['section']}: edit file {f['name']} from section {p} differs from "
+                    f"{spec.host}: section {spec.section}: edit file {f['name']} from section {p} differs from "
                     f"what its producer sent (size {len(data)}, producer size {f['size']} sha256 {f['sha256'][:16]})"
                 )
             dest = os.path.join(home, f["name"])
@@ -411,11 +413,11 @@ def _receive(spec: dict, state: dict, stage: int, incoming: list[list[dict]]) ->
             state["listed"].append({k: f[k] for k in ("name", "size", "sha256")})
 
 
-def _inputs(spec: dict, state: dict, stage: int) -> list[str]:
+def _inputs(spec: SectionSpec, state: dict, stage: int) -> list[str]:
     """Local paths of the edit files for ``stage``: every file listed so far for it, each
     still the size its producer sent."""
-    home = section_path(spec["path"], spec["section"])
-    prefix = f"edits/{spec['batch']}/st{stage}/"
+    home = section_path(spec.path, spec.section)
+    prefix = f"edits/{spec.batch}/st{stage}/"
     out = []
     for f in state["listed"]:
         if not f["name"].startswith(prefix):
@@ -424,8 +426,8 @@ def _inputs(spec: dict, state: dict, stage: int) -> list[str]:
         try:
             size = os.path.getsize(path)
         except OSError as e:
-            raise CorruptionError(f"{spec['host']}: {path}: incoming edit file is gone ({e.strerror})") from None
+            raise CorruptionError(f"{spec.host}: {path}: incoming edit file is gone ({e.strerror})") from None
         if size != f["size"]:
-            raise CorruptionError(f"{spec['host']}: {path}: {size} bytes, its producer sent {f['size']}")
+            raise CorruptionError(f"{spec.host}: {path}: {size} bytes, its producer sent {f['size']}")
         out.append(path)
     return sorted(out)

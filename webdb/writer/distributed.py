@@ -28,8 +28,10 @@ from multiprocessing import get_context
 from typing import Any
 
 from webdb.errors import BadInput, DistributedError, WebDBError
+from webdb.manifest import Manifest
 from webdb.writer.location import Location, create_local
 from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main
+from webdb.writer.spec import SectionSpec
 
 __all__ = ["DEPLOY_DIR", "HEARTBEAT", "Agent", "deploy_dir", "main"]
 
@@ -204,7 +206,7 @@ class Agent:
         self.loc = loc = Location(self.path, self.label, self.spec["sections"])
         self.send(ev="hello", **loc.hello(self.spec.get("probe") or []))
         msg = self.next_command("sync")
-        self.send(ev="synced", removed=loc.sync(msg["gen"], msg["manifest"]))
+        self.send(ev="synced", removed=loc.sync(msg["gen"], Manifest.from_json(msg["manifest"])))
         while True:
             msg = self.next_command("run", "step")
             if msg["cmd"] == "run":
@@ -220,12 +222,12 @@ class Agent:
         for p in self.children.values():
             p.join(timeout=10)
         loc.state = "sections done"
-        manifest = self.next_command("prepare")["manifest"]
+        manifest = Manifest.from_json(self.next_command("prepare")["manifest"])
         loc.prepare(manifest)
         self.send(ev="ready")
         self.next_command("commit")
         removed = loc.commit(manifest)
-        self.send(ev="committed", generation=manifest["generation"], removed=removed)
+        self.send(ev="committed", generation=manifest.generation, removed=removed)
         return 0
 
     def step(self, msg: dict) -> None:
@@ -241,8 +243,8 @@ class Agent:
         # fork: the agent is small and forking costs ~10 ms, spawning ~1 s on a busy 2-core host
         # (a section re-imports everything).  The agent's threads only read pipes.
         ctx = get_context("fork")
-        for spec in specs:
-            j = spec["section"]
+        for spec in map(SectionSpec.from_json, specs):
+            j = spec.section
             parent, child = ctx.Pipe()
             p = ctx.Process(target=section_main, args=(spec, child), name=f"webdb-section-{j}", daemon=False)
             p.start()

@@ -26,11 +26,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from webdb import _fault
 from webdb.errors import BadInput
+from webdb.manifest import Manifest
 from webdb.ndfs import GroupResult
 from webdb.sections import Sections
 from webdb.settings import resolve
@@ -40,6 +41,7 @@ from webdb.writer.inputs import DEFAULT_INPUT
 from webdb.writer.location import PROTOCOL
 from webdb.writer.placing import place_inputs, probe_names
 from webdb.writer.results import Failed, HostRun, UpdateResult, failure_line, host_results, stopped
+from webdb.writer.spec import SectionInput, SectionSpec
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
@@ -48,7 +50,6 @@ __all__ = [
     "Failed",
     "Options",
     "Prepared",
-    "SectionSpec",
     "Session",
     "Transport",
     "batch_record",
@@ -59,35 +60,6 @@ __all__ = [
 # Defaults of the liveness bounds (seconds); both are options of update().
 HEARTBEAT_TIMEOUT = 30.0
 STAGE_TIMEOUT = 3600.0
-
-
-@dataclass
-class SectionSpec:
-    """What section ``section``'s writer does in one batch, where (JSON only on the way to it)."""
-
-    section: int
-    k: int
-    host: str
-    db: str
-    path: str
-    root: str
-    local_host: str | None
-    ini: str | None
-    config: dict | None
-    ini_source: str
-    base_dir: str
-    batch: str
-    gen: int
-    sections: dict
-    settings: dict
-    base: dict
-    input: dict
-    stage_timeout: float
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d.pop("config" if self.ini is not None else "ini")
-        return d
 
 
 @dataclass
@@ -133,7 +105,7 @@ class Transport(Protocol):
         """Lock every location; its hello (``Location.hello``) by label."""
         ...
 
-    def sync(self, gen: int, manifest: dict) -> None:
+    def sync(self, gen: int, manifest: Manifest) -> None:
         """Roll every location forward to ``gen`` and recover it."""
         ...
 
@@ -148,11 +120,11 @@ class Transport(Protocol):
         batch): called once with every section's URL sample, returns the breakpoints."""
         ...
 
-    def prepare(self, manifest: dict) -> None:
+    def prepare(self, manifest: Manifest) -> None:
         """Write the batch's manifest at every location."""
         ...
 
-    def commit(self, label: str, manifest: dict) -> None:
+    def commit(self, label: str, manifest: Manifest) -> None:
         """Flip ``label``'s CURRENT to the manifest (written there by ``prepare``)."""
         ...
 
@@ -177,7 +149,9 @@ class Session:
     other files) and a ``state`` dict kept from one request to the next.
     """
 
-    def __init__(self, rack: Rack, transport: Transport, generation: int, manifest: dict, steps: str | None) -> None:
+    def __init__(
+        self, rack: Rack, transport: Transport, generation: int, manifest: Manifest, steps: str | None
+    ) -> None:
         self.rack, self._transport, self._steps = rack, transport, steps
         self.generation, self.manifest = generation, manifest
 
@@ -306,7 +280,7 @@ class _Drive:
         if self.opts.progress is not None:
             self.opts.progress({"host": label, **ev})
 
-    def open(self, steps: str | None, names: list[str] | None) -> tuple[int, dict, dict, dict]:
+    def open(self, steps: str | None, names: list[str] | None) -> tuple[int, Manifest, dict, dict]:
         """Lock every location, check they hold one db, sync them to the rack's committed
         generation.  Returns (generation, its manifest, the identity, inputs seen)."""
         rack = self.rack
@@ -333,9 +307,9 @@ class _Drive:
                 "merges are several times slower; fab deploy builds them on each host"
             )
         gen0 = max(h["committed"] for h in hello.values())
-        base = next(h["manifest"] for h in hello.values() if h["committed"] == gen0)
-        if Sections.from_json(base["sections"]).k != rack.k:
-            why = f"the db has {base['sections']['k']} sections, {rack.config.source} says {rack.k}"
+        base = Manifest.from_json(next(h["manifest"] for h in hello.values() if h["committed"] == gen0))
+        if base.sections.k != rack.k:
+            why = f"the db has {base.sections.k} sections, {rack.config.source} says {rack.k}"
             raise Failed(why, label=next(iter(hello)), kind="BadInput")
         self.t.sync(gen0, base)
         for label, h in self.t.hosts.items():
@@ -343,7 +317,7 @@ class _Drive:
             self.event(label, ev="synced")
         return gen0, base, first, {label: h.get("inputs") or {} for label, h in hello.items()}
 
-    def batch(self, gen0: int, base: dict, settings: dict, inputs: dict, input_fn: str, options: dict) -> None:
+    def batch(self, gen0: int, base: Manifest, settings: dict, inputs: dict, input_fn: str, options: dict) -> None:
         rack, res = self.rack, self.res
         gen = gen0 + 1
         res.generation, res.batch = gen, f"{gen:08d}-{os.urandom(4).hex()}"
@@ -355,10 +329,10 @@ class _Drive:
         }
         for h in self.t.hosts.values():
             h.state = "running"
-        ready = Sections.from_json(base["sections"]).ready
+        ready = base.sections.ready
         prepared = self.t.run(specs, None if ready else self.breakpoints)
         manifest = batch_record(rack, base, gen, res.batch, prepared)
-        res.manifest, res.shipped = manifest, manifest["distributed"]["shipped"]
+        res.manifest, res.shipped = manifest, manifest.distributed["shipped"]
         for h in self.t.hosts.values():
             h.state = "prepare"
         self.t.prepare(manifest)
@@ -371,7 +345,7 @@ class _Drive:
         k = self.rack.k
         return choose_sections(([u.encode("utf-8") for u in samples[j]] for j in range(k)), k).to_json()["breakpoints"]
 
-    def commit(self, manifest: dict) -> None:
+    def commit(self, manifest: Manifest) -> None:
         """Phase 2: the masters flip CURRENT first; the first master's flip is the commit
         point.  After it, a location that fails to flip is a warning, not a failure: the next
         update's sync brings it forward; until then its readers see the previous generation."""
@@ -392,18 +366,18 @@ class _Drive:
                     "the next update brings it forward"
                 )
 
-    def commit_one(self, label: str, manifest: dict) -> None:
+    def commit_one(self, label: str, manifest: Manifest) -> None:
         h = self.t.hosts[label]
         h.state = "commit"
         self.t.commit(label, manifest)
         h.state, h.t1 = "committed", time.monotonic()
-        self.event(label, ev="committed", generation=manifest["generation"])
+        self.event(label, ev="committed", generation=manifest.generation)
 
 
 def section_specs(
     rack: Rack,
     label: str,
-    base: dict,
+    base: Manifest,
     batch: str,
     gen: int,
     settings: dict,
@@ -433,21 +407,22 @@ def section_specs(
             base_dir=rack.base_dir,
             batch=batch,
             gen=gen,
-            sections=base["sections"],
+            sections=base.sections,
+            tables=base.tables,
+            status=base.status,
             settings=local,
-            base={"tables": base["tables"], "status": base["status"]},
-            input={
-                "fn": input_fn,
-                "paths": list((inputs.get(j) or {}).get("paths") or []),
-                "options": {**options, **((inputs.get(j) or {}).get("options") or {})},
-            },
+            input=SectionInput(
+                fn=input_fn,
+                paths=list((inputs.get(j) or {}).get("paths") or []),
+                options={**options, **((inputs.get(j) or {}).get("options") or {})},
+            ),
             stage_timeout=stage_timeout,
         )
         for j in p.sections
     ]
 
 
-def batch_record(rack: Rack, base: dict, gen: int, batch: str, prepared: dict[int, Prepared]) -> dict:
+def batch_record(rack: Rack, base: Manifest, gen: int, batch: str, prepared: dict[int, Prepared]) -> Manifest:
     """The batch's manifest from every section's prepared record (the local writer builds
     the same one, without ``distributed``)."""
     parts = [prepared[j] for j in range(rack.k)]

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from webdb import _fault, manifest
+from webdb.manifest import Manifest
 from webdb.sections import Sections, section_path
 from webdb.settings import SCHEDULE_KEYS
 from webdb.writer.cascade import StageJob, TableFiles, incoming_dir
@@ -153,15 +154,15 @@ def stage_summary(r: dict) -> dict:
     return {k: r[k] for k in keys}
 
 
-def base_state(base: dict, k: int) -> tuple[list[dict], list[dict]]:
+def base_state(base: Manifest, k: int) -> tuple[list[dict], list[dict]]:
     """Copies of the committed generation's per-section tables and status, k long."""
-    tables = [dict(t) for t in base["tables"]] + [{} for _ in range(k - len(base["tables"]))]
-    status = [dict(x) for x in base["status"]] + [{} for _ in range(k - len(base["status"]))]
+    tables = [dict(t) for t in base.tables] + [{} for _ in range(k - len(base.tables))]
+    status = [dict(x) for x in base.status] + [{} for _ in range(k - len(base.status))]
     return tables, status
 
 
 def batch_manifest(
-    base: dict,
+    base: Manifest,
     gen: int,
     batch: str,
     secs: Sections,
@@ -169,19 +170,19 @@ def batch_manifest(
     status: list[dict],
     edits: dict,
     rows: Iterable[dict],
-    **extra: object,
-) -> dict:
+    distributed: dict | None = None,
+) -> Manifest:
     """The manifest of a batch (either writer), its cross-table counts checked."""
     m = manifest.build(
         generation=gen,
-        parent=base["generation"],
+        parent=base.generation,
         batch=batch,
         sections=secs,
         tables=tables,
         status=status,
         edits=edits,
         stages=manifest.stage_rows(rows),
-        **extra,
+        distributed=distributed,
     )
     manifest.check_counts(m)
     return m

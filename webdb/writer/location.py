@@ -16,7 +16,7 @@ from typing import Any
 from webdb import _fault
 from webdb.db import WebDB, init_location
 from webdb.errors import BadInput, WebDBError
-from webdb.manifest import table_files
+from webdb.manifest import Manifest, table_files
 from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TMP_DIR
 from webdb.writer.inputs import resolve
@@ -35,7 +35,7 @@ class StepContext:
     sections, the rack's committed manifest, a scratch directory under ``tmp/`` (removed by
     the commit's or the abort's recover) and ``state`` kept across requests."""
 
-    def __init__(self, db: WebDB, path: str, sections: list[int], manifest: dict, scratch: str) -> None:
+    def __init__(self, db: WebDB, path: str, sections: list[int], manifest: Manifest, scratch: str) -> None:
         self.db, self.path, self.sections, self.manifest, self.scratch = db, path, sections, manifest, scratch
         self.state: dict[str, Any] = {}
 
@@ -50,7 +50,7 @@ class Location:
         self.db = WebDB(path)
         self.lock = self.db.lock().acquire()
         self.state = "open"
-        self.base: dict | None = None
+        self.base: Manifest | None = None
         self.ctx: StepContext | None = None
 
     def hello(self, probe: list[str], **extra: Any) -> dict:
@@ -68,7 +68,7 @@ class Location:
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "committed": cur,
-            "manifest": self.db.manifest(cur),
+            "manifest": self.db.manifest(cur).to_json(),
             "identity": identity,
             "stale_lock": self.lock.stale,
             "python": sys.executable,
@@ -78,7 +78,7 @@ class Location:
             **extra,
         }
 
-    def sync(self, gen: int, manifest: dict) -> int:
+    def sync(self, gen: int, manifest: Manifest) -> int:
         """Roll forward to the rack's generation and recover (once per batch)."""
         if self.state != "open":
             return 0  # synced already for this batch: a second recover would remove its files
@@ -92,18 +92,20 @@ class Location:
         if not steps:
             raise BadInput("a step request, but this update names no steps function")
         if self.ctx is None:
+            if self.base is None:
+                raise BadInput("a step request before the sync: the location has no manifest yet")
             scratch = os.path.join(self.path, TMP_DIR, "task")
             os.makedirs(scratch, exist_ok=True)
-            self.ctx = StepContext(self.db, self.path, self.sections, self.base or {}, scratch)
+            self.ctx = StepContext(self.db, self.path, self.sections, self.base, scratch)
         yield from resolve(steps)(self.ctx, request)
 
-    def prepare(self, manifest: dict) -> None:
+    def prepare(self, manifest: Manifest) -> None:
         """Phase 1: the new manifest on disk here before any CURRENT moves."""
         _fault.point(f"dist.{self.label}.before_ready")
         self.db.write_manifest(manifest)
         self.state = "ready"
 
-    def commit(self, manifest: dict) -> int:
+    def commit(self, manifest: Manifest) -> int:
         """Phase 2: flip CURRENT, then remove the batch's leftovers."""
         _fault.point(f"dist.{self.label}.before_commit")
         self.state = "committing"
@@ -126,7 +128,7 @@ class Location:
         self.lock.release()
 
 
-def sync_location(db: WebDB, path: str, sections: list[int], gen: int, manifest: dict) -> list[str]:
+def sync_location(db: WebDB, path: str, sections: list[int], gen: int, manifest: Manifest) -> list[str]:
     """Bring a location's copy to the rack's committed generation ``gen`` (roll forward if a
     commit never reached it), then recover: remove whatever an interrupted batch left.  Checks
     that the tables of ``sections`` (those living here) named by ``manifest`` are present."""
@@ -139,7 +141,7 @@ def sync_location(db: WebDB, path: str, sections: list[int], gen: int, manifest:
     for j in sections:
         d = section_path(path, j)
         os.makedirs(d, exist_ok=True)
-        for t, e in manifest["tables"][j].items():
+        for t, e in manifest.tables[j].items():
             for f, _ in table_files(e):
                 if not os.path.exists(os.path.join(d, f)):
                     raise WebDBError(f"{d}: {t} file {f} of generation {gen} is missing (section {j} must live here)")
@@ -155,7 +157,7 @@ def create_local(spec: dict) -> dict:
     if os.path.exists(os.path.join(path, DB_IDENTITY)):
         try:
             db = WebDB(path)
-            empty = db.committed() == 0 and db.manifest()["sections"]["k"] == spec["k"]
+            empty = db.committed() == 0 and db.manifest().sections.k == spec["k"]
             same = db.identity.get("name") == spec["identity"]["name"]
         except WebDBError as e:
             raise BadInput(f"{path}: a database already exists there and cannot be read ({e})") from None

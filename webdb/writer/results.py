@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from webdb.errors import DistributedError
+from webdb.manifest import Manifest
 from webdb.ndfs import GroupResult, HostResult
 from webdb.writer.hosts import AgentLink, Placement
 
@@ -51,7 +52,7 @@ class UpdateResult:
     committed: bool = False
     seconds: float = 0.0
     shipped: list[dict] = field(default_factory=list)
-    manifest: dict | None = None
+    manifest: Manifest | None = None
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     kind: str | None = None  # exception class of the first failure (see UpdateFailed.kind)

@@ -41,6 +41,7 @@ from webdb.writer.cascade import StageJob
 from webdb.writer.engine import run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
 from webdb.writer.inputs import resolve
+from webdb.writer.spec import SectionSpec
 from webdb.writer.writer import EditLog
 
 __all__ = [
@@ -104,16 +105,15 @@ def deploy_dir(root: str, config) -> str:
     return posixpath.join(root, DEPLOY_DIR, f"{stem or 'hosts'}-{digest}")
 
 
-def section_config(spec: dict):
-    if "config" in spec:  # built as data by the coordinator (a local rack): checked again here
-        return NdfsConfig.from_json(spec["config"])
-    source = spec.get("ini_source", "<hosts.ini>")
-    base = spec["base_dir"]
-    if spec.get("local_host"):
-        deployed = deploy_dir(spec["root"], parse_config(spec["ini"], source=source, base_dir=base))
+def section_config(spec: SectionSpec):
+    if spec.ini is None:  # built as data by the coordinator (a local rack): checked again here
+        return NdfsConfig.from_json(spec.config)
+    source, base = spec.ini_source, spec.base_dir
+    if spec.local_host:
+        deployed = deploy_dir(spec.root, parse_config(spec.ini, source=source, base_dir=base))
         if os.path.isdir(deployed):
             base = deployed  # relative key_file/known_hosts paths were pushed here by `fab deploy`
-    return parse_config(spec["ini"], source=source, base_dir=base)
+    return parse_config(spec.ini, source=source, base_dir=base)
 
 
 def outbox_names(outbox: str, target: int) -> list[str]:
@@ -123,24 +123,24 @@ def outbox_names(outbox: str, target: int) -> list[str]:
 
 
 def apply_input(
-    spec: dict, job0: StageJob, secs: Sections, tmp: str, breakpoints: Callable[[EditLog], Sections]
+    spec: SectionSpec, job0: StageJob, secs: Sections, tmp: str, breakpoints: Callable[[EditLog], Sections]
 ) -> tuple[Sections, dict, Any, dict]:
-    """Step 0 of section ``spec["section"]``: apply its input to an ``EditLog`` and route the
+    """Step 0 of section ``spec.section``: apply its input to an ``EditLog`` and route the
     calls into ``job0.outbox``, one edit file (or sorted run) per target section.  A db
     without breakpoints yet asks ``breakpoints(log)`` for them (the URL sample goes up); if
     the answer is still not ready, nothing is routed.  Returns (sections, the API edit
     counts, the input function's info, step 0 timings)."""
-    j = spec["section"]
+    j = spec.section
     t0, c0 = time.monotonic(), time.process_time()
-    log = EditLog(spec["settings"], secs, os.path.join(tmp, "api"), producer=j)
+    log = EditLog(spec.settings, secs, os.path.join(tmp, "api"), producer=j)
     if secs.ready:
         log.route_as_you_go(job0)  # a spilled run goes straight into the outbox as edit files
     try:
-        inp = spec["input"]
-        for p in inp.get("paths") or []:
+        inp = spec.input
+        for p in inp.paths:
             if not os.path.exists(p):  # bad input (exit code 2), not a failed run
-                raise BadInput(f"{spec['host']}: input {p}: no such file or directory")
-        info = resolve(inp["fn"])(log, list(inp.get("paths") or []), **(inp.get("options") or {}))
+                raise BadInput(f"{spec.host}: input {p}: no such file or directory")
+        info = resolve(inp.fn)(log, list(inp.paths), **inp.options)
         api = log.edits
         t_input = time.monotonic() - t0
         if not secs.ready:
@@ -169,28 +169,28 @@ class SectionWriter:
     or None.  ``run()`` returns the prepared record: this section's new tables and status.
     """
 
-    def __init__(self, spec: dict, send, recv):
+    def __init__(self, spec: SectionSpec, send, recv):
         self.spec = spec
         self.send, self.recv = send, recv
-        self.j, self.k = spec["section"], spec["k"]
-        self.batch, self.gen = spec["batch"], spec["gen"]
-        self.path = spec["path"]
-        self.settings = spec["settings"]
+        self.j, self.k = spec.section, spec.k
+        self.batch, self.gen = spec.batch, spec.gen
+        self.path = spec.path
+        self.settings = spec.settings
         self.tmp = os.path.join(self.path, TMP_DIR, f"s{self.j:04d}-{os.getpid()}")
         self.outbox = os.path.join(self.tmp, "outbox")
         self.config = section_config(spec)
-        self.fs = NDFS(self.config, spec["db"], local_host=spec.get("local_host"))
+        self.fs = NDFS(self.config, spec.db, local_host=spec.local_host)
         own = self.fs.section(self.j).transports
         if len(own) != 1:
             raise BadInput(f"section {self.j} has {len(own)} locations; the distributed writer needs exactly one")
         self.own: Transport = next(iter(own.values()))
-        self.host = spec["host"]
-        self.own_prefix = f"{spec['db']}/{section_dirname(self.j)}/"
-        self.tables = [dict(t) for t in spec["base"]["tables"]]
-        self.status = [dict(s) for s in spec["base"]["status"]]
+        self.host = spec.host
+        self.own_prefix = f"{spec.db}/{section_dirname(self.j)}/"
+        self.tables = [dict(t) for t in spec.tables]
+        self.status = [dict(s) for s in spec.status]
         self.listed: list[dict] = []  # files named by the done markers read so far
         self.step = 0
-        self.timeout = float(spec.get("stage_timeout") or 0)
+        self.timeout = float(spec.stage_timeout or 0)
         self.shipped: list[dict] = []
 
     def host_of(self, section: int) -> str:
@@ -202,7 +202,7 @@ class SectionWriter:
     def run(self) -> dict:
         t0, c0 = time.monotonic(), time.process_time()
         os.makedirs(self.tmp, exist_ok=True)
-        secs = Sections.from_json(self.spec["sections"])
+        secs = self.spec.sections
         # workers=1: the coordinator already gave this section its share of memory_mb.
         job0 = stage_job(self.path, self.batch, self.gen, secs, self.settings, self.tmp, 1)
         job0.outbox = self.outbox
@@ -355,7 +355,7 @@ class SectionWriter:
         return sorted(out)
 
 
-def section_main(spec: dict, conn) -> None:
+def section_main(spec: SectionSpec, conn) -> None:
     """Entry point of a section writer process (spawned by its agent)."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent decides; ^C reaches the coordinator
@@ -373,8 +373,8 @@ def section_main(spec: dict, conn) -> None:
     try:
         w = SectionWriter(spec, conn.send, recv)
         res = w.run()
-        _fault.point(f"dist.s{spec['section']}.prepared")
-        conn.send({"ev": "prepared", "section": spec["section"], "result": res})
+        _fault.point(f"dist.s{spec.section}.prepared")
+        conn.send({"ev": "prepared", "section": spec.section, "result": res})
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the process ends
         step = w.step if w is not None else 0
         detail = "" if isinstance(e, WebDBError | OSError) else "\n" + traceback.format_exc(limit=8)
@@ -382,7 +382,7 @@ def section_main(spec: dict, conn) -> None:
             conn.send(
                 {
                     "ev": "failed",
-                    "section": spec["section"],
+                    "section": spec.section,
                     "step": step,
                     "error": f"{type(e).__name__}: {e}{detail}",
                     "kind": error_kind(e),

@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from webdb import _fault
 from webdb.errors import BadInput, ClosedError
+from webdb.manifest import Manifest
 from webdb.schedule import FetchResult
 from webdb.sections import Reservoir, Sections
 from webdb.settings import resolve
@@ -539,16 +540,14 @@ class Writer(EditLog):
         except BaseException:
             self.lock.release()
             raise
-        super().__init__(
-            settings, Sections.from_json(self.base["sections"]), os.path.join(db.path, TMP_DIR, f"w{os.getpid()}")
-        )
+        super().__init__(settings, self.base.sections, os.path.join(db.path, TMP_DIR, f"w{os.getpid()}"))
         # The lock is held from here to the commit, so this batch's generation is known now.
-        self.gen = self.base["generation"] + 1
+        self.gen = self.base.generation + 1
         self.batch = f"{self.gen:08d}-{os.urandom(4).hex()}"
         if self.secs.ready:
             self.route_as_you_go(stage_job(db.path, self.batch, self.gen, self.secs, settings, self.tmp, 1))
         self.closed = False
-        self.result: dict | None = None
+        self.result: Manifest | None = None
 
     def __enter__(self) -> Writer:
         return self
@@ -570,11 +569,11 @@ class Writer(EditLog):
         finally:
             self.lock.release()
 
-    def close(self) -> dict:
-        """Apply the batch and commit it; returns per-stage results.  Readers see the old
-        database until this returns."""
+    def close(self) -> Manifest | None:
+        """Apply the batch and commit it; returns the new generation's manifest (None when
+        the writer was aborted).  Readers see the old database until this returns."""
         if self.closed:
-            return self.result or {}
+            return self.result
         try:
             self.result = self._apply()
         except BaseException:
@@ -587,7 +586,7 @@ class Writer(EditLog):
             self.lock.release()
         return self.result
 
-    def _apply(self) -> dict:
+    def _apply(self) -> Manifest:
         t0 = time.monotonic()
         db, s, base = self.db, self.settings, self.base
         gen, batch = self.gen, self.batch
@@ -619,5 +618,5 @@ class Writer(EditLog):
         bar.close()
         manifest = batch_manifest(base, gen, batch, secs, tables, status, n_api, rows)
         db.commit(manifest)
-        manifest["seconds"] = time.monotonic() - t0
+        manifest.seconds = time.monotonic() - t0
         return manifest
