@@ -5,7 +5,8 @@ checksum and decoding, index vs data, strict key order within and across section
 in the section the split assigns it, counts vs the manifest.
 Across tables: PagesByMD5 holds exactly (md5, url) → page of every page; LinksByURL holds
 exactly the links of LinksByMD5; every link's source content is carried by a page and its
-target is a page; every target_has_outlink flag is right; status counts match the manifest.
+target is a page; every target_has_outlink flag is right; status counts match the manifest;
+each section's due index holds exactly the records of its pages (webdb.due.check_index).
 Cost: one read of every table plus an external sort of the pages and the links.
 """
 
@@ -15,6 +16,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 
+from webdb.due import check_index
 from webdb.errors import CorruptionError
 from webdb.sortbuf import SortBuffer
 from webdb.tables.levels import DEL, PUT, Levels
@@ -206,4 +208,5 @@ def _check(reader, bar, tmp: str) -> dict:
             )
     for buf in (pbm_exp, lbu_exp, page_spill):
         buf.cleanup()
-    return {"pages": n_pages, "links": n_links, "status": status, "generation": reader.generation}
+    n_due = check_index(reader, tmp)
+    return {"pages": n_pages, "links": n_links, "due": n_due, "status": status, "generation": reader.generation}

@@ -67,8 +67,11 @@ def empty(secs: Sections, generation: int = 0) -> dict:
 
 def table_files(entry: dict) -> list[tuple[str, int]]:
     """(file name, bytes) of every file of one table of one section: the base, then its delta
-    runs newest first (docs/format.md §5, levels)."""
-    return [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
+    runs newest first (docs/format.md §5, levels), then PagesByURL's due index (§3.1)."""
+    files = [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
+    if "due" in entry:
+        files.append((entry["due"]["file"], entry["due"]["bytes"]))
+    return files
 
 
 def stage_rows(rows: Iterable[dict]) -> list[dict]:

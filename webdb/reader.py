@@ -302,6 +302,17 @@ class Reader:
         for k, v in self.items("links_by_md5"):
             yield Link.decode(k[:16], k[16:].decode("utf-8"), v)
 
+    def due(self, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
+        """The due index records (key, value) of this reader's pages with a due bucket at most
+        ``horizon``'s, in generate's order (``pagecodec.due_order`` decodes a key, the value
+        holds next_fetch and the generate mark); None when a section with pages has no due
+        index (a db written before it).  Lazy: reads about as many records as are taken, plus
+        a block per section and due bucket (``webdb.due.front``)."""
+        from webdb.due import front
+
+        self._live()
+        return front(self, horizon)
+
     def check(self, progress: bool = False) -> dict:
         """Verify every invariant; raises CorruptionError naming the first violation."""
         from webdb.check import check

@@ -132,6 +132,8 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
     e = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
     if r.get("runs"):
         e["runs"] = r["runs"]
+    if r.get("due"):
+        e["due"] = r["due"]  # stage 1's due index (webdb.due)
     tables[j][r["table"]] = e
     for st, n in r["status"].items():
         status[j][st] = status[j].get(st, 0) + n
