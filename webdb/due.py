@@ -21,13 +21,14 @@ import os
 from collections.abc import Iterator
 
 from webdb.errors import CorruptionError
+from webdb.sections import section_path
 from webdb.sortbuf import SortBuffer
 from webdb.tables.format import DUE_SUFFIX, KIND_DUE, KIND_PAGES_BY_URL
 from webdb.tables.merge import MergeCursor
 from webdb.tables.pagecodec import due_bucket, due_prefix, due_record, due_tie
 from webdb.tables.table import TableReader, TableWriter
 
-__all__ = ["IndexEdits", "build_index", "check_index", "front", "index_entry", "index_name"]
+__all__ = ["IndexEdits", "build_index", "check_index", "front", "index_entry", "index_name", "index_sections"]
 
 _PUT, _DEL = b"\x01", b"\x00"
 _SORT_BYTES = 64 << 20
@@ -198,6 +199,27 @@ def _merged(paths: list[str], last: int) -> Iterator[tuple[bytes, bytes]]:
 
 def _order(rec: tuple[bytes, bytes]) -> bytes:
     return rec[0][4:]
+
+
+def index_sections(root: str, gen: int, tables: list[dict], settings: dict, tmp: str) -> None:
+    """Build the due index of every section's finished PagesByURL of generation ``gen`` and
+    name it in its entry of ``tables`` (the manifest's per-section tables): what a bulk load
+    and ``rebalance`` call once their PagesByURL files are closed, before the commit.  The
+    files are of the new generation, so a crash before the commit leaves them to ``recover``."""
+    for j, tabs in enumerate(tables):
+        e = tabs.get("pages_by_url")
+        if e is None:
+            continue
+        d = section_path(root, j)
+        due = build_index(
+            os.path.join(d, e["file"]),
+            os.path.join(d, index_name(gen, "s0")),
+            tmp,
+            settings["block_size"],
+            settings["codec"],
+            settings["sync"],
+        )
+        tabs["pages_by_url"] = with_index(e, due)
 
 
 def check_index(reader, tmp: str) -> int:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import time
 
+from webdb.due import index_sections
 from webdb.manifest import build, check_counts
 from webdb.sections import Sections, section_path
-from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import page_status
 from webdb.tables.table import TableWriter, check_block_crc
 
@@ -116,6 +117,7 @@ def rebalance(db, sections: int, progress: bool = False) -> dict:
                         w.abort()
                     raise
             base = r.manifest
+        index_sections(db.path, gen, tables, s, os.path.join(db.path, TMP_DIR))
         manifest = build(
             generation=gen,
             parent=base["generation"],
