@@ -9,18 +9,20 @@ open file handles stay valid after a later commit removes the files.
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from webdb.errors import ClosedError, CorruptionError, WebDBError
+from webdb.manifest import index_entry
 from webdb.sections import Sections
 from webdb.settings import resolve
 from webdb.tables.block import make_links
-from webdb.tables.format import TABLE_KINDS
+from webdb.tables.format import KIND_DUE, TABLE_KINDS
 from webdb.tables.levels import open_levels
-from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
+from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT, due_bucket, due_prefix
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
 
@@ -307,14 +309,73 @@ class Reader:
         ``horizon``'s, in generate's order (``pagecodec.due_order`` decodes a key, the value
         holds next_fetch and the generate mark); None when a section with pages has no due
         index (a db written before it).  Lazy: reads about as many records as are taken, plus
-        a block per section and due bucket (``webdb.due.front``)."""
-        from webdb.due import front
-
+        a block per section and due bucket (``_due_front``)."""
         self._live()
-        return front(self, horizon)
+        return _due_front(self, horizon)
 
     def check(self, progress: bool = False) -> dict:
         """Verify every invariant; raises CorruptionError naming the first violation."""
         from webdb.check import check
 
         return check(self, progress=progress)
+
+
+# ---- the due index (docs/design.md §4.5) -------------------------------------------------------
+
+
+def _buckets(t: TableReader, last: int) -> Iterator[int]:
+    """The buckets <= ``last`` that hold records of the index ``t``, ascending: one index
+    search per bucket (and one block read when a bucket starts inside a block)."""
+    b = 0
+    while b <= last:
+        k = next(t.items(due_prefix(b)), None)
+        if k is None:
+            return
+        b = int.from_bytes(k[0][:4], "big")
+        if b > last:
+            return
+        yield b
+        b += 1
+
+
+def _bucket(t: TableReader, b: int) -> Iterator[tuple[bytes, bytes]]:
+    for keys, vals in t.ranges(due_prefix(b), due_prefix(b + 1)):
+        yield from zip(keys, vals)
+
+
+def _due_front(reader, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
+    """The due index records (key, value) of every page of ``reader``'s sections whose due
+    bucket is at most ``horizon``'s, in generate's order (score descending, tie, url) — the
+    pages of ``horizon``'s own bucket that are due later are among them (the value says when).
+    None when a section with pages has no index (generate then scans).
+
+    Lazy: a k-way merge (heapq.merge) of one stream per section and due bucket, each read a
+    block at a time (``ranges``: no cache filled), so a caller that stops after n records
+    reads about n records plus one block per stream.  Sections of a rack's partial reader
+    that are not here are skipped."""
+    pages = reader.tables["pages_by_url"]
+    paths = []
+    for j, t in enumerate(pages):
+        if t is None:
+            continue
+        e = index_entry(reader.manifest["tables"][j].get("pages_by_url"))
+        if e is None:
+            return None
+        paths.append(os.path.join(reader.db.section_dir(j), e["file"]))
+    return _merged(paths, due_bucket(horizon))
+
+
+def _merged(paths: list[str], last: int) -> Iterator[tuple[bytes, bytes]]:
+    tables = []
+    try:
+        for p in paths:
+            tables.append(TableReader(p, KIND_DUE, lazy=True))
+        streams = [_bucket(t, b) for t in tables for b in _buckets(t, last)]
+        yield from heapq.merge(*streams, key=_order)
+    finally:
+        for t in tables:
+            t.close()
+
+
+def _order(rec: tuple[bytes, bytes]) -> bytes:
+    return rec[0][4:]

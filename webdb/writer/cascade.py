@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import chain, islice, repeat
 
 from webdb import _fault
-from webdb.due import IndexEdits, index_entry, index_name
+from webdb.due import IndexEdits, index_name
+from webdb.manifest import index_entry
 from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
