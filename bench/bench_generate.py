@@ -22,6 +22,7 @@ import filecmp
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,17 +42,22 @@ def emit(d: dict) -> None:
 
 
 def run_generate(db_path: str, out: str, args, now: int, full_scan: bool) -> dict:
-    """``webdb generate`` in a process of its own; its JSON result plus the wall time."""
+    """``webdb generate`` in a process of its own; its JSON result plus the wall time and the
+    CPU time (user + system) of the process, which a shared machine changes less than the wall
+    time."""
     cmd = [sys.executable, "-m", "webdb.cli.main", "generate", db_path, out, "--segment", "gen", "--json"]
     cmd += ["--top-n", str(args.top_n), "--max-per-host", str(args.max_per_host), "--fetchers", str(args.fetchers)]
     cmd += ["--now", str(now)] + (["--full-scan"] if full_scan else [])
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     t = time.monotonic()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.monotonic() - t
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if p.returncode:
         raise SystemExit(f"webdb generate failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
-    return {**json.loads(p.stdout), "wall_seconds": round(wall, 2)}
+    return {**json.loads(p.stdout), "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2)}
 
 
 def same_fetchlists(a: str, b: str) -> bool:
@@ -133,6 +139,8 @@ def main() -> int:
         for s in segs.values():
             shutil.rmtree(os.path.dirname(s), ignore_errors=True)
     med = {via: statistics.median(r["wall_seconds"] for r in rows[via]) for via in rows}
+    cpu = {via: statistics.median(r["cpu_seconds"] for r in rows[via]) for via in rows}
+    select = {via: statistics.median(r["seconds"]["scan"] for r in rows[via]) for via in rows}
     emit(
         {
             **base,
@@ -140,6 +148,11 @@ def main() -> int:
             "pages": pages,
             "index_seconds": med["index"],
             "scan_seconds": med["scan"],
+            "index_cpu_seconds": cpu["index"],
+            "scan_cpu_seconds": cpu["scan"],
+            "index_select_seconds": select["index"],
+            "scan_select_seconds": select["scan"],
+            "load_average_after": os.getloadavg()[0],
             "index_read": rows["index"][0]["scanned"],
             "selected": rows["index"][0]["selected"],
             "identical": identical,
