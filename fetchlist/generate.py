@@ -8,14 +8,17 @@ Data flow (docs/crawl.md, *Generate*):
    another generate, an update — holds it).  Holding it from the scan to the commit of the
    marks is what makes concurrent generates disjoint, and keeps an update from changing a page
    between the scan and the mark (the mark rewrites the page as it was read).
-2. Scan PagesByURL once.  A page is *eligible* when ``next_fetch <= now + add_days``, its score
-   is at least ``min_score``, it carries no live generate mark (``meta["gen"]``, see below)
-   and it passes the URL filter (if one is given).
-3. Select the best by ``(score desc, order_key)``: per host (``max_per_host``) and per
-   registered domain (``max_per_domain``) at most that many, at most ``top_n`` in all —
-   exactly what taking eligible pages in that order while the caps have room gives (Nutch 2's
-   generate.max.count).  Memory O(top_n) with at most one cap (streaming heaps), else the
-   per-host top ``max_per_host`` of every host.
+2. A page is *eligible* when ``next_fetch <= now + add_days``, its score is at least
+   ``min_score``, it carries no live generate mark (``meta["gen"]``, see below) and it passes
+   the URL filter (if one is given).
+3. Select the best by ``order_key`` (score desc, then a hash of the URL): per host
+   (``max_per_host``) and per registered domain (``max_per_domain``) at most that many, at
+   most ``top_n`` in all — exactly what taking eligible pages in that order while the caps
+   have room gives (Nutch 2's generate.max.count).  ``choose`` reads the sections' due indexes
+   (``Reader.due``: the pages of the due buckets in that order, docs/design.md §4.5) and takes
+   greedily until ``top_n`` are taken; a db without them is scanned (``_eligible``, then
+   ``select``: O(top_n) memory with at most one cap, else the per-host top ``max_per_host``
+   of every host).  Both give the same selection.
 4. Partition by a hash (mmh3) of the host, or of the registered domain (``partition``), into
    ``fetchers`` lists: all of one host in one list.  Within a list hosts are interleaved (each
    host's best, then each host's second, ...), so a fetcher's queues all start at once.
@@ -31,11 +34,13 @@ The mark: a page marked at time T is skipped by later generates until ``T + mark
 (``fetchlist.update`` sets ``meta["gen"] = ""``).  So a round whose segment is lost or never
 updated gives its pages back after the expiry.
 
-Cost: one sequential read of PagesByURL (every block decoded once, not cached); per eligible
-page a struct unpack and a heap operation, O(log top_n); per selected page one inlink lookup
-and one add_page edit (a PagesByURL and PagesByMD5 merge at commit).
+Cost: through the due index, the records read (the selected pages and those skipped on the
+way) plus a block per section and due bucket, then a point read per selected page; by a scan,
+one sequential read of PagesByURL (every block decoded once, not cached), per eligible page a
+struct unpack and a heap operation, O(log top_n).  Either way, per selected page one inlink
+lookup and one add_page edit (a PagesByURL, PagesByMD5 and due index merge at commit).
 
-Given a rack (``generate(rack, ...)``), it gives the same result with each host scanning only
+Given a rack (``generate(rack, ...)``), it gives the same result with each host reading only
 its own sections: every host runs steps 2-3 on its sections, the coordinator runs ``select`` again
 over their selections (exact: each host's selection contains its share of the global one),
 the hosts read the anchors of their chosen pages, the coordinator writes the segment, and the
@@ -64,6 +69,7 @@ from webdb.errors import BadInput, CorruptionError
 from webdb.rack import Rack
 
 __all__ = [
+    "Choice",
     "GenerateResult",
     "GenerateOptions",
     "generate",
@@ -73,6 +79,7 @@ __all__ = [
     "mark_time",
     "MARK",
     "select",
+    "choose",
 ]
 
 MARK = pagecodec.GENERATE_MARK  # page.meta key of the generate mark ("gen"; the due index carries it)
@@ -404,8 +411,8 @@ def _page_values(reader, chosen: list[tuple[tuple, bytes, Any]]) -> list[tuple[t
 
 
 @dataclass
-class _Choice:
-    """A selection over one reader's sections, and what it read (``_choose``)."""
+class Choice:
+    """A selection over one reader's sections, and what it read (``choose``)."""
 
     chosen: list[tuple[tuple, bytes, bytes]]
     scanned: int
@@ -414,7 +421,7 @@ class _Choice:
     via: str
 
 
-def _choose(
+def choose(
     reader,
     *,
     now: int,
@@ -426,7 +433,7 @@ def _choose(
     max_per_host: int | None,
     max_per_domain: int | None,
     due_index: bool = True,
-) -> _Choice:
+) -> Choice:
     """Select from ``reader``'s sections: through the due index (the due front in key order,
     taken greedily until ``top_n``) when ``due_index`` and every section has one, else by a
     scan of PagesByURL (``_eligible`` then ``select``).  Both give the same selection; the
@@ -460,7 +467,7 @@ def _choose(
             g.close()
     else:
         chosen = select(counted(cands), **caps)
-    return _Choice(chosen, counter[0], n_elig[0], skipped, via)
+    return Choice(chosen, counter[0], n_elig[0], skipped, via)
 
 
 class _Inlinks:
@@ -660,7 +667,7 @@ def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> Gene
         now = int(time.time()) if o.now is None else int(o.now)
         with db.reader() as r:
             secs["lock"] = time.monotonic() - t0
-            choice = _choose(r, **_selection_options(o, now), due_index=o.due_index)
+            choice = choose(r, **_selection_options(o, now), due_index=o.due_index)
             if choice.via == "scan":
                 say(f"scanned {r.num_pages:,} pages" + ("" if not o.due_index else f" ({NO_INDEX})"))
             secs["scan"] = time.monotonic() - t0 - secs["lock"]
@@ -703,7 +710,7 @@ NO_INDEX = "no due index (a db written before it): every page scanned; `webdb re
 
 
 def _selection_options(o: GenerateOptions, now: int) -> dict:
-    """``_choose``'s keywords from a generate's options (but ``due_index``)."""
+    """``choose``'s keywords from a generate's options (but ``due_index``)."""
     return {
         "now": now,
         "horizon": now + int(o.add_days * DAY),
@@ -741,7 +748,7 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
         view = Reader.of_sections(ctx.db, ctx.manifest, ctx.sections, ("pages_by_url", "links_by_url"))
         ctx.state["view"] = view
         url_filter = UrlFilter.from_texts(req["filters"]) if req.get("filters") else None
-        choice = _choose(
+        choice = choose(
             view,
             now=req["now"],
             horizon=req["horizon"],

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webdb
-from fetchlist.generate import _choose, generate
+from fetchlist.generate import choose, generate
 from fetchlist.segment import Segment
 from webdb import DAY, NEVER, FetchResult, Link, Page, Status
 from webdb.analysis.rank import rank
@@ -104,7 +104,7 @@ def _apply(db, kind: str, arg, n: int, segs) -> None:
 
 def _selections(db, opts: dict, due_index: bool):
     with db.reader() as r:
-        c = _choose(
+        c = choose(
             r,
             now=NOW,
             horizon=NOW + int(opts.get("add_days", 0) * DAY),
