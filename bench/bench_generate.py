@@ -8,8 +8,10 @@ Loads the workload's pages.tsv and links.tsv into a fresh db (bench/peer_webdb.p
 applies round.tsv as an update first), then runs ``webdb generate`` as a command (process
 start included, as an operator runs it) with the same top-N, per-host cap, fetchers and clock,
 once through the due index and once with ``--full-scan``, alternating which goes first, ``--runs``
-times.  After each generate the db is put back to the generation before it (``recover_to``:
-the marks are undone), so every generate sees the same state.  The two fetchlists of a run
+times.  Before them, the selection alone (``fetchlist.generate.choose``, in this process, no
+segment, no marks) is timed both ways in CPU seconds: the part of a generate the index
+changes (``--runs 0``: only that).  After each generate the db is put back to the generation
+before it (``recover_to``: the marks are undone), so every generate sees the same state.  The two fetchlists of a run
 (same segment name, so the same marks) must be byte for byte the same.  One JSON line per
 generate, then a summary line ``{"step": "summary", ...}`` with the medians and whether every
 pair of fetchlists was identical; exit status 1 if one was not.
@@ -35,6 +37,12 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
 import webdb  # noqa: E402
+from fetchlist.generate import choose  # noqa: E402
+
+
+def cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def emit(d: dict) -> None:
@@ -117,6 +125,35 @@ def main() -> int:
     with db.reader() as r:
         pages = r.num_pages
     now = meta["t_round"]
+    selection = {}
+    for via in ("index", "scan"):
+        with db.reader() as r:
+            c0 = cpu_self()
+            c = choose(
+                r,
+                now=now,
+                horizon=now,
+                min_score=None,
+                mark_expiry=7 * 86400,
+                url_filter=None,
+                top_n=args.top_n,
+                max_per_host=args.max_per_host,
+                max_per_domain=None,
+                due_index=via == "index",
+            )
+            selection[via] = round(cpu_self() - c0, 2)
+        emit(
+            {
+                **base,
+                "step": "selection",
+                "via": c.via,
+                "pages": pages,
+                "cpu_seconds": selection[via],
+                "read": c.scanned,
+            }
+        )
+    if args.runs == 0:
+        return 0
     rows: dict[str, list[dict]] = {"index": [], "scan": []}
     identical = True
     for run in range(1, args.runs + 1):
@@ -150,6 +187,8 @@ def main() -> int:
             "scan_seconds": med["scan"],
             "index_cpu_seconds": cpu["index"],
             "scan_cpu_seconds": cpu["scan"],
+            "index_selection_cpu": selection["index"],
+            "scan_selection_cpu": selection["scan"],
             "index_select_seconds": select["index"],
             "scan_select_seconds": select["scan"],
             "load_average_after": os.getloadavg()[0],
