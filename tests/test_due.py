@@ -46,6 +46,7 @@ OPTIONS = [
     {"min_score": 0.75, "top_n": 6},
     {"add_days": 1, "top_n": 8, "max_per_host": 3},
     {"add_days": 3},
+    {"add_days": 1e14, "top_n": 40},  # past NEVER: the last bucket too
 ]
 
 

@@ -22,7 +22,7 @@ from webdb.settings import resolve
 from webdb.tables.block import make_links
 from webdb.tables.format import KIND_DUE, TABLE_KINDS
 from webdb.tables.levels import open_levels
-from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT, due_bucket, due_prefix
+from webdb.tables.pagecodec import DUE_LAST_BUCKET, LINK, LINK_FIXED, LINK_OUT, due_bucket, due_prefix
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
 
@@ -338,8 +338,14 @@ def _buckets(t: TableReader, last: int) -> Iterator[int]:
         b += 1
 
 
+# Above every key of the last bucket: its 4 bytes, 16 of score and tie, then a URL's first byte,
+# which is never 0xff (UTF-8).
+_PAST_LAST_BUCKET = b"\xff" * 21
+
+
 def _bucket(t: TableReader, b: int) -> Iterator[tuple[bytes, bytes]]:
-    for keys, vals in t.ranges(due_prefix(b), due_prefix(b + 1)):
+    stop = due_prefix(b + 1) if b < DUE_LAST_BUCKET else _PAST_LAST_BUCKET
+    for keys, vals in t.ranges(due_prefix(b), stop):
         yield from zip(keys, vals)
 
 

@@ -54,6 +54,7 @@ __all__ = [
     "link_anchor",
     "link_same_but_flag",
     "GENERATE_MARK",
+    "DUE_LAST_BUCKET",
     "due_bucket",
     "due_prefix",
     "due_tie",
@@ -149,13 +150,13 @@ _U64 = struct.Struct(">Q")
 _BE_F64 = struct.Struct(">d")
 _ALL = (1 << 64) - 1
 _SIGN = 1 << 63
-_MAX_BUCKET = (1 << 32) - 1
+DUE_LAST_BUCKET = (1 << 32) - 1
 
 
 def due_bucket(next_fetch: int) -> int:
     """The due bucket of a time: ``next_fetch >> DUE_BUCKET_SHIFT``, clamped to u32 (negative
     times to 0; ``NEVER`` and anything past year 8 million to the last bucket)."""
-    return min(max(next_fetch, 0) >> DUE_BUCKET_SHIFT, _MAX_BUCKET)
+    return min(max(next_fetch, 0) >> DUE_BUCKET_SHIFT, DUE_LAST_BUCKET)
 
 
 def due_prefix(bucket: int) -> bytes:
