@@ -21,7 +21,8 @@ named in the results (``pip install -e '.[bench]'`` installs them all).
 
 Suites: ``SUITES`` maps a name to a function that runs one benchmark and returns its section
 of the results file (markdown lines); ``--suites`` picks them (default: all).  ``peers`` is the
-update benchmark above.  A new benchmark joins the one command as one more entry.
+update benchmark above; ``generate`` times ``webdb generate`` through the due index against
+the full scan (bench/bench_generate.py).  A new benchmark joins the one command as one more entry.
 
 Exit status 0 when every verified peer ends with the same checksum and the counts the generator
 expects, 1 when one does not (the results file says which), 2 on bad arguments.
@@ -155,7 +156,48 @@ def peers_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
     return lines, ok
 
 
-SUITES: dict[str, Callable[[argparse.Namespace], tuple[list[str], bool]]] = {"peers": peers_suite}
+def generate_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
+    """Generate through the due index against the full scan (bench/bench_generate.py): the same
+    top-N (100k) and per-host cap (100) at each scale of ``--pages``, ``webdb generate`` as a
+    command, both ways on the same db state, their fetchlists compared byte for byte.  The db
+    of each scale is deleted afterwards (it takes disk)."""
+    lines = ["## Generate: the due index against the full scan (top-N 100,000, 100 per host, 2 fetchlists)", ""]
+    head = "| N | selection CPU: index / scan | generate: index wall (CPU) | generate: scan wall (CPU) |"
+    lines += [head + " index CPU vs smallest N | records read | selected | same fetchlists |"]
+    lines += ["|---|---|---|---|---|---|---|---|"]
+    ok = True
+    first = None
+    for n in a.pages:
+        data = workload(a, n)
+        work = os.path.join(a.data, f"generate-n{n}")
+        shutil.rmtree(work, ignore_errors=True)
+        cmd = [sys.executable, os.path.join(HERE, "bench_generate.py"), "--data", data, "--work", work]
+        cmd += ["--runs", str(max(2, a.runs))]
+        print(f"{time.strftime('%H:%M:%S')} generate N={n}", file=sys.stderr, flush=True)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+        shutil.rmtree(work, ignore_errors=True)
+        rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+        s = next((r for r in rows if r.get("step") == "summary"), None)
+        if s is None:
+            lines.append(f"| {n:,} | failed (exit {p.returncode}) | | | | | | |")
+            ok = False
+            continue
+        first = first or s["index_cpu_seconds"]
+        ok = ok and s["identical"]
+        lines.append(
+            f"| {n:,} | {s['index_selection_cpu']:.2f} s / {s['scan_selection_cpu']:.2f} s | "
+            f"{s['index_seconds']:.2f} s ({s['index_cpu_seconds']:.2f}) | "
+            f"{s['scan_seconds']:.2f} s ({s['scan_cpu_seconds']:.2f}) | "
+            f"{s['index_cpu_seconds'] / max(first, 1e-9):.2f}x | "
+            f"{s['index_read']:,} | {s['selected']:,} | {'yes' if s['identical'] else '**no**'} |"
+        )
+    return lines, ok
+
+
+SUITES: dict[str, Callable[[argparse.Namespace], tuple[list[str], bool]]] = {
+    "peers": peers_suite,
+    "generate": generate_suite,
+}
 
 
 def commit() -> str:

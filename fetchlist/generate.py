@@ -8,14 +8,17 @@ Data flow (docs/crawl.md, *Generate*):
    another generate, an update — holds it).  Holding it from the scan to the commit of the
    marks is what makes concurrent generates disjoint, and keeps an update from changing a page
    between the scan and the mark (the mark rewrites the page as it was read).
-2. Scan PagesByURL once.  A page is *eligible* when ``next_fetch <= now + add_days``, its score
-   is at least ``min_score``, it carries no live generate mark (``meta["gen"]``, see below)
-   and it passes the URL filter (if one is given).
-3. Select the best by ``(score desc, order_key)``: per host (``max_per_host``) and per
-   registered domain (``max_per_domain``) at most that many, at most ``top_n`` in all —
-   exactly what taking eligible pages in that order while the caps have room gives (Nutch 2's
-   generate.max.count).  Memory O(top_n) with at most one cap (streaming heaps), else the
-   per-host top ``max_per_host`` of every host.
+2. A page is *eligible* when ``next_fetch <= now + add_days``, its score is at least
+   ``min_score``, it carries no live generate mark (``meta["gen"]``, see below) and it passes
+   the URL filter (if one is given).
+3. Select the best by ``order_key`` (score desc, then a hash of the URL): per host
+   (``max_per_host``) and per registered domain (``max_per_domain``) at most that many, at
+   most ``top_n`` in all — exactly what taking eligible pages in that order while the caps
+   have room gives (Nutch 2's generate.max.count).  ``choose`` reads the sections' due indexes
+   (``Reader.due``: the pages of the due buckets in that order, docs/design.md §4.6) and takes
+   greedily until ``top_n`` are taken; a db without them is scanned (``_eligible``, then
+   ``select``: O(top_n) memory with at most one cap, else the per-host top ``max_per_host``
+   of every host).  Both give the same selection.
 4. Partition by a hash (mmh3) of the host, or of the registered domain (``partition``), into
    ``fetchers`` lists: all of one host in one list.  Within a list hosts are interleaved (each
    host's best, then each host's second, ...), so a fetcher's queues all start at once.
@@ -31,11 +34,13 @@ The mark: a page marked at time T is skipped by later generates until ``T + mark
 (``fetchlist.update`` sets ``meta["gen"] = ""``).  So a round whose segment is lost or never
 updated gives its pages back after the expiry.
 
-Cost: one sequential read of PagesByURL (every block decoded once, not cached); per eligible
-page a struct unpack and a heap operation, O(log top_n); per selected page one inlink lookup
-and one add_page edit (a PagesByURL and PagesByMD5 merge at commit).
+Cost: through the due index, the records read (the selected pages and those skipped on the
+way) plus a block per section and due bucket, then a point read per selected page; by a scan,
+one sequential read of PagesByURL (every block decoded once, not cached), per eligible page a
+struct unpack and a heap operation, O(log top_n).  Either way, per selected page one inlink
+lookup and one add_page edit (a PagesByURL, PagesByMD5 and due index merge at commit).
 
-Given a rack (``generate(rack, ...)``), it gives the same result with each host scanning only
+Given a rack (``generate(rack, ...)``), it gives the same result with each host reading only
 its own sections: every host runs steps 2-3 on its sections, the coordinator runs ``select`` again
 over their selections (exact: each host's selection contains its share of the global one),
 the hosts read the anchors of their chosen pages, the coordinator writes the segment, and the
@@ -60,10 +65,11 @@ from fetchlist.filters import UrlFilter
 from fetchlist.normalize import registered_domain
 from fetchlist.segment import FetchEntry, Segment
 from webdb import DAY, CallRecorder, Page, Reader, pagecodec, wait_for_lock
-from webdb.errors import BadInput
+from webdb.errors import BadInput, CorruptionError
 from webdb.rack import Rack
 
 __all__ = [
+    "Choice",
     "GenerateResult",
     "GenerateOptions",
     "generate",
@@ -73,9 +79,10 @@ __all__ = [
     "mark_time",
     "MARK",
     "select",
+    "choose",
 ]
 
-MARK = "gen"  # page.meta key of the generate mark
+MARK = pagecodec.GENERATE_MARK  # page.meta key of the generate mark ("gen"; the due index carries it)
 DEFAULT_MARK_EXPIRY = 7 * DAY
 DEFAULT_MAX_ANCHORS = 10
 DEFAULT_MAX_INLINKS_SCANNED = 1000
@@ -96,6 +103,7 @@ class GenerateResult:
     seconds: dict[str, float] = field(default_factory=dict)
     rack: Any = None  # a rack's generate: the update's per-host result (webdb.rack.UpdateResult)
     candidates: int = 0  # a rack's generate: keys the locations sent the coordinator
+    via: str = "scan"  # "index": read the due front of the due index; "scan": every page
 
     def summary(self) -> str:
         sk = ", ".join(f"{k} {v:,}" for k, v in self.skipped.items() if v)
@@ -105,9 +113,8 @@ class GenerateResult:
             if self.segment
             else "nothing to generate"
         )
-        return f"{head}; scanned {self.scanned:,} pages, {self.eligible:,} eligible" + (
-            f"; skipped: {sk}" if sk else ""
-        )
+        read = f"read {self.scanned:,} due index records" if self.via == "index" else f"scanned {self.scanned:,} pages"
+        return f"{head}; {read}, {self.eligible:,} eligible" + (f"; skipped: {sk}" if sk else "")
 
 
 # ---- keys -----------------------------------------------------------------------------------------
@@ -146,7 +153,12 @@ def partition_of(url: str, fetchers: int, mode: str = "host") -> int:
 def mark_time(meta: dict) -> int | None:
     """Generate time of a page's mark (None: not marked)."""
     m = meta.get(MARK) or ""
-    at = m.rpartition("@")[2] if isinstance(m, str) else ""
+    return _mark_at(m) if isinstance(m, str) else None
+
+
+def _mark_at(mark: str) -> int | None:
+    """Generate time of a mark ``<segment>@<time>`` (None: not a mark)."""
+    at = mark.rpartition("@")[2]
     # ASCII digits only: str.isdigit accepts "²", which int() then refuses
     return int(at) if at.isascii() and at.isdigit() and len(at) <= 18 else None
 
@@ -308,6 +320,156 @@ def _eligible(
     skipped.update(not_due=not_due, low_score=low, marked=marked, filtered=filtered)
 
 
+def _due_front(
+    front: Iterator[tuple[bytes, bytes]],
+    *,
+    horizon: int,
+    now: int,
+    min_score: float | None,
+    mark_expiry: int,
+    url_filter: UrlFilter | None,
+    skipped: dict[str, int],
+    counter: list[int],
+) -> Iterator[tuple[tuple, bytes, None]]:
+    """(order key, url bytes, None) of the eligible pages of the due index's ``front`` (best
+    first, see ``Reader.due``): what ``_eligible`` yields, in key order and without the page
+    values, for as long as the caller takes them.  Stops at the first score below
+    ``min_score`` (all after it are lower)."""
+    due_order, due_next_fetch, due_mark = pagecodec.due_order, pagecodec.due_next_fetch, pagecodec.due_mark
+    lo_score = float("-inf") if min_score is None else min_score
+    not_due = low = marked = filtered = 0
+    try:
+        for k, v in front:
+            counter[0] += 1
+            if due_next_fetch(v) > horizon:  # in the horizon's bucket, due later
+                not_due += 1
+                continue
+            score, tie, url_b = due_order(k)
+            if score < lo_score:
+                low = 1  # the first one read; all after it are lower and not read
+                break
+            if len(v) > 8:
+                at = _mark_at(due_mark(v))
+                if at is not None and at + mark_expiry > now:
+                    marked += 1
+                    continue
+            if url_filter is not None and not url_filter.accept(url_b.decode("utf-8")):
+                filtered += 1
+                continue
+            yield (score, tie), url_b, None
+    finally:
+        skipped.update(not_due=not_due, low_score=low, marked=marked, filtered=filtered)
+
+
+def _take(
+    candidates: Iterable[tuple[tuple, bytes, Any]],
+    *,
+    top_n: int | None,
+    max_per_host: int | None,
+    max_per_domain: int | None,
+) -> list[tuple[tuple, bytes, Any]]:
+    """``select`` over candidates that come in key order (best first): the greedy pass itself,
+    which stops taking (and reading) once ``top_n`` are taken.  Memory: the taken and a count
+    per host and domain seen."""
+    taken: list = []
+    if top_n is not None and top_n <= 0:
+        return taken
+    hosts: dict[str, int] = defaultdict(int)
+    doms: dict[str, int] = defaultdict(int)
+    capped = max_per_host is not None or max_per_domain is not None
+    for c in candidates:
+        if capped:
+            h = host_key(c[1])
+            if max_per_host is not None and hosts[h] >= max_per_host:
+                continue
+            if max_per_domain is not None:
+                d = registered_domain(h) if h else h
+                if doms[d] >= max_per_domain:
+                    continue
+                doms[d] += 1
+            hosts[h] += 1
+        taken.append(c)
+        if len(taken) == top_n:
+            break
+    return taken
+
+
+def _page_values(reader, chosen: list[tuple[tuple, bytes, Any]]) -> list[tuple[tuple, bytes, bytes]]:
+    """``chosen`` with each page's value, read from PagesByURL in URL order (a point read per
+    page, each block decoded at most once while it stays cached)."""
+    tables, secs = reader.tables["pages_by_url"], reader.sections
+    values = {}
+    for url_b in sorted(u for _, u, _ in chosen):
+        v = tables[secs.of_url(url_b)].get(url_b)
+        if v is None:
+            raise CorruptionError(
+                f"{reader.db.path}: the due index names {url_b!r:.100}, which PagesByURL does not hold "
+                f"(`webdb check` names the file)"
+            )
+        values[url_b] = v
+    return [(key, u, values[u]) for key, u, _ in chosen]
+
+
+@dataclass
+class Choice:
+    """A selection over one reader's sections, and what it read (``choose``)."""
+
+    chosen: list[tuple[tuple, bytes, bytes]]
+    scanned: int
+    eligible: int
+    skipped: dict[str, int]
+    via: str
+
+
+def choose(
+    reader,
+    *,
+    now: int,
+    horizon: int,
+    min_score: float | None,
+    mark_expiry: int,
+    url_filter: UrlFilter | None,
+    top_n: int | None,
+    max_per_host: int | None,
+    max_per_domain: int | None,
+    due_index: bool = True,
+) -> Choice:
+    """Select from ``reader``'s sections: through the due index (the due front in key order,
+    taken greedily until ``top_n``) when ``due_index`` and every section has one, else by a
+    scan of PagesByURL (``_eligible`` then ``select``).  Both give the same selection; the
+    counts say what each read."""
+    skipped: dict[str, int] = {}
+    counter = [0]
+    n_elig = [0]
+    front = reader.due(horizon) if due_index else None
+    via = "index" if front is not None else "scan"
+    filters = {
+        "horizon": horizon,
+        "now": now,
+        "min_score": min_score,
+        "mark_expiry": mark_expiry,
+        "url_filter": url_filter,
+        "skipped": skipped,
+        "counter": counter,
+    }
+    cands = _due_front(front, **filters) if front is not None else _eligible(reader, **filters)
+
+    def counted(it):
+        for x in it:
+            n_elig[0] += 1
+            yield x
+
+    caps = {"top_n": top_n, "max_per_host": max_per_host, "max_per_domain": max_per_domain}
+    if front is not None:
+        stream = counted(cands)
+        chosen = _page_values(reader, _take(stream, **caps))
+        for g in (stream, cands, front):  # end the merge: its tables close, the counts are final
+            g.close()
+    else:
+        chosen = select(counted(cands), **caps)
+    return Choice(chosen, counter[0], n_elig[0], skipped, via)
+
+
 class _Inlinks:
     """Inlink values (``domain_id, flags, anchor``) of URLs asked for in increasing order: a
     forward walk of LinksByURL that decodes each block at most once (no cache, no generator
@@ -459,6 +621,7 @@ class GenerateOptions:
     max_anchors: int = DEFAULT_MAX_ANCHORS  # inlink anchors stored per fetch entry
     max_inlinks_scanned: int = DEFAULT_MAX_INLINKS_SCANNED  # inlinks read per page for them
     url_filter: UrlFilter | None = None  # URLs it refuses are skipped
+    due_index: bool = True  # read the due index's front (False: scan every page; same selection)
     lock_wait: float = 60.0  # seconds to wait for the writer lock (then LockedError/UpdateFailed)
     writer_settings: dict | None = None  # settings of the batch that marks the pages
     info: dict | None = None  # stored in the segment's SEGMENT file
@@ -502,37 +665,18 @@ def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> Gene
     w = _open_writer(db, o.lock_wait, o.writer_settings or {})
     try:
         now = int(time.time()) if o.now is None else int(o.now)
-        horizon = now + int(o.add_days * DAY)
-        skipped: dict[str, int] = {}
-        counter = [0]
         with db.reader() as r:
             secs["lock"] = time.monotonic() - t0
-            say(f"scanning {r.num_pages:,} pages")
-            cands = _eligible(
-                r,
-                horizon=horizon,
-                now=now,
-                min_score=o.min_score,
-                mark_expiry=o.mark_expiry,
-                url_filter=o.url_filter,
-                skipped=skipped,
-                counter=counter,
-            )
-            n_elig = [0]
-
-            def counted(it):
-                for x in it:
-                    n_elig[0] += 1
-                    yield x
-
-            chosen = select(counted(cands), top_n=o.top_n, max_per_host=o.max_per_host, max_per_domain=o.max_per_domain)
+            choice = choose(r, **_selection_options(o, now), due_index=o.due_index)
+            if choice.via == "scan":
+                say(f"scanned {r.num_pages:,} pages" + ("" if not o.due_index else f" ({NO_INDEX})"))
             secs["scan"] = time.monotonic() - t0 - secs["lock"]
-            eligible = n_elig[0]
+            chosen, eligible, skipped = choice.chosen, choice.eligible, choice.skipped
             skipped["capped"] = eligible - len(chosen)
             if not chosen:
                 w.abort()
                 secs["total"] = time.monotonic() - t0
-                return GenerateResult(None, 0, [], counter[0], eligible, skipped, 0, secs)
+                return GenerateResult(None, 0, [], choice.scanned, eligible, skipped, 0, secs, via=choice.via)
             t1 = time.monotonic()
             say(f"selected {len(chosen):,}; reading inlink anchors")
             anchors: dict[bytes, list[str]] = {}
@@ -556,7 +700,27 @@ def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> Gene
         w.abort()
         raise
     secs["total"] = time.monotonic() - t0
-    return GenerateResult(segment_dir, len(chosen), sizes, counter[0], eligible, skipped, hosts, secs)
+    return GenerateResult(
+        segment_dir, len(chosen), sizes, choice.scanned, eligible, skipped, hosts, secs, via=choice.via
+    )
+
+
+# What a generate of a db without a due index says (once): it scanned every page instead.
+NO_INDEX = "no due index (a db written before it): every page scanned; `webdb rebalance` builds it"
+
+
+def _selection_options(o: GenerateOptions, now: int) -> dict:
+    """``choose``'s keywords from a generate's options (but ``due_index``)."""
+    return {
+        "now": now,
+        "horizon": now + int(o.add_days * DAY),
+        "min_score": o.min_score,
+        "mark_expiry": o.mark_expiry,
+        "url_filter": o.url_filter,
+        "top_n": o.top_n,
+        "max_per_host": o.max_per_host,
+        "max_per_domain": o.max_per_domain,
+    }
 
 
 # ---- in a rack ------------------------------------------------------------------------------------
@@ -583,36 +747,31 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
         # Only this location's sections (a rack location cannot open a whole-db Reader).
         view = Reader.of_sections(ctx.db, ctx.manifest, ctx.sections, ("pages_by_url", "links_by_url"))
         ctx.state["view"] = view
-        skipped: dict[str, int] = {}
-        counter = [0]
-        n_elig = [0]
         url_filter = UrlFilter.from_texts(req["filters"]) if req.get("filters") else None
-        cands = _eligible(
+        choice = choose(
             view,
-            horizon=req["horizon"],
             now=req["now"],
+            horizon=req["horizon"],
             min_score=req.get("min_score"),
             mark_expiry=req["mark_expiry"],
             url_filter=url_filter,
-            skipped=skipped,
-            counter=counter,
-        )
-
-        def counted(it):
-            for x in it:
-                n_elig[0] += 1
-                yield x
-
-        chosen = select(
-            counted(cands),
             top_n=req.get("top_n"),
             max_per_host=req.get("max_per_host"),
             max_per_domain=req.get("max_per_domain"),
+            due_index=req.get("due_index", True),
         )
+        chosen = choice.chosen
         ctx.state["values"] = {url: value for _, url, value in chosen}
         for i in range(0, len(chosen), _CHUNK):
             yield {"cands": [[k[0], k[1], u.decode("utf-8")] for k, u, _ in chosen[i : i + _CHUNK]]}
-        yield {"stats": {"scanned": counter[0], "eligible": n_elig[0], "skipped": skipped}}
+        yield {
+            "stats": {
+                "scanned": choice.scanned,
+                "eligible": choice.eligible,
+                "skipped": choice.skipped,
+                "via": choice.via,
+            }
+        }
     elif op == "entries":
         import base64
 
@@ -646,12 +805,13 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
 
 def _generate_rack(rack, segment_dir: str | os.PathLike, o: GenerateOptions) -> GenerateResult:
     """``generate`` over a rack: the same selection, segment and marks as on the whole db,
-    with each location scanning only its own sections.  The segment is written here (on the
-    coordinator).  docs/crawl.md, *Generate in a rack*.
+    with each location selecting only from its own sections.  The segment is written here (on
+    the coordinator).  docs/crawl.md, *Generate in a rack*.
 
     1. One distributed update opens: every location takes its writer lock and syncs.
-    2. Each location selects from its sections with the same options and replies the keys
-       and URLs of its selection (a superset of its share of the global selection).
+    2. Each location selects from its sections with the same options (through their due
+       indexes, or a scan) and replies the keys and URLs of its selection (a superset of its
+       share of the global selection).
     3. ``select`` over the union is the global selection; each location replies the page
        values and anchors of its chosen URLs and writes its sections' marks as writer calls.
     4. The segment is written, then the batch of marks runs and commits on every section at
@@ -663,41 +823,114 @@ def _generate_rack(rack, segment_dir: str | os.PathLike, o: GenerateOptions) -> 
     address (default: hosts.ini's ``dask_scheduler``): the same requests and batch run as tasks
     on its workers.
     """
-    import base64
-    import shutil
+    from webdb.rack import UpdateFailed
 
-    from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
+    run = _RackGenerate(
+        rack, _check_args(segment_dir, o.top_n, o.max_per_host, o.max_per_domain, o.fetchers, o.partition), o
+    )
+    res = wait_for_lock(
+        run.attempt,
+        o.lock_wait,
+        "generate",
+        locked=lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError" and not run.got.get("written"),
+        give_up=lambda e: UpdateFailed(f"generate waited {o.lock_wait:g}s for the writer lock: {e}", e.result),
+    )
+    return run.result(res)
 
-    segment_dir = _check_args(segment_dir, o.top_n, o.max_per_host, o.max_per_domain, o.fetchers, o.partition)
-    existed = os.path.isdir(segment_dir)
-    say = o.progress or (lambda _msg: None)
-    now = int(time.time()) if o.now is None else int(o.now)
-    t0 = time.monotonic()
-    secs: dict[str, float] = {}
-    got: dict = {}
-    mark = mark_of(segment_dir, now)
-    select_req = {
-        "op": "select",
-        "now": now,
-        "horizon": now + int(o.add_days * DAY),
-        "min_score": o.min_score,
-        "mark_expiry": o.mark_expiry,
-        "filters": o.url_filter.texts() if o.url_filter is not None else None,
-        "top_n": o.top_n,
-        "max_per_host": o.max_per_host,
-        "max_per_domain": o.max_per_domain,
-    }
 
-    def before_batch(session):
-        got.clear()
+class _RackGenerate:
+    """One generate over a rack: the update's ``before_batch`` (``select``, then ``entries``,
+    then the segment) and the result.  ``got`` holds what the steps learnt, ``secs`` their
+    times."""
+
+    def __init__(self, rack, segment_dir: str, o: GenerateOptions) -> None:
+        self.rack, self.segment_dir, self.o = rack, segment_dir, o
+        self.existed = os.path.isdir(segment_dir)
+        self.say = o.progress or (lambda _msg: None)
+        self.now = int(time.time()) if o.now is None else int(o.now)
+        self.mark = mark_of(segment_dir, self.now)
+        self.t0 = time.monotonic()
+        self.secs: dict[str, float] = {}
+        self.got: dict = {}
+
+    def attempt(self):
+        """One try of the distributed update that generates; a failure after the segment was
+        written but before the marks committed removes the segment."""
+        from webdb.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, UpdateFailed, update
+
+        o = self.o
+        try:
+            return update(
+                self.rack,
+                dask=o.dask,
+                env=o.env,
+                steps=RACK_STEPS,
+                before_batch=self.before_batch,
+                settings=o.writer_settings,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT if o.heartbeat_timeout is None else o.heartbeat_timeout,
+                stage_timeout=STAGE_TIMEOUT if o.stage_timeout is None else o.stage_timeout,
+                progress=o.events,
+            )
+        except UpdateFailed as e:
+            if self.got.get("written") and not e.result.committed:
+                import shutil
+
+                shutil.rmtree(self.segment_dir, ignore_errors=True)  # its marks never committed: no segment
+                if self.existed:
+                    os.makedirs(self.segment_dir, exist_ok=True)
+            raise
+
+    def before_batch(self, session):
+        """Select, read the entries, write the segment; returns the marks' input (None:
+        nothing to generate)."""
+        self.got.clear()
         t1 = time.monotonic()
-        secs["lock"] = t1 - t0
-        say(f"selecting on {sum(1 for p in session.rack.places.values() if p.sections)} location(s)")
-        replies = session.ask(lambda p: select_req if p.sections else None)
+        self.secs["lock"] = t1 - self.t0
+        chosen, origin = self._select(session)
+        self.secs["scan"] = time.monotonic() - t1
+        if not chosen:
+            return None
+        t1 = time.monotonic()
+        self.say(f"selected {len(chosen):,} of {self.got['candidates']:,} candidates; reading inlink anchors")
+        chosen, anchors, inputs = self._entries(session, chosen, origin)
+        self.secs["anchors"] = time.monotonic() - t1
+        t1 = time.monotonic()
+        # The segment before the marks: a failure in between leaves a segment nobody marked for.
+        self.got["written"] = True
+        where = f"{session.rack.db} ({session.rack.config.source})"
+        o = self.o
+        self.got["sizes"], self.got["hosts"] = _write_segment(
+            self.segment_dir, chosen, anchors, self.mark, self.now, where, o.fetchers, o.partition, o.info
+        )
+        self.got["selected"] = len(chosen)
+        self.secs["write"] = time.monotonic() - t1
+        self.got["t_mark"] = time.monotonic()
+        self.say(f"marking {len(chosen):,} pages")
+        return inputs, _MARKS_INPUT
+
+    def _select(self, session) -> tuple[list, dict[bytes, str]]:
+        """Every location's selection, then ``select`` over their union: the global one, and
+        the location each chosen URL came from."""
+        o = self.o
+        req = {
+            "op": "select",
+            "now": self.now,
+            "horizon": self.now + int(o.add_days * DAY),
+            "min_score": o.min_score,
+            "mark_expiry": o.mark_expiry,
+            "filters": o.url_filter.texts() if o.url_filter is not None else None,
+            "top_n": o.top_n,
+            "max_per_host": o.max_per_host,
+            "max_per_domain": o.max_per_domain,
+            "due_index": o.due_index,
+        }
+        self.say(f"selecting on {sum(1 for p in session.rack.places.values() if p.sections)} location(s)")
+        replies = session.ask(lambda p: req if p.sections else None)
         origin: dict[bytes, str] = {}
         cands = []
         scanned = eligible = 0
         skipped: dict[str, int] = defaultdict(int)
+        via = "index"
         for label, parts in replies.items():
             for part in parts:
                 for score, tie, url in part.get("cands", ()):
@@ -709,14 +942,21 @@ def _generate_rack(rack, segment_dir: str | os.PathLike, o: GenerateOptions) -> 
                     eligible += part["stats"]["eligible"]
                     for k, v in part["stats"]["skipped"].items():
                         skipped[k] += v
+                    if part["stats"].get("via", "scan") == "scan":
+                        via = "scan"
         chosen = select(cands, top_n=o.top_n, max_per_host=o.max_per_host, max_per_domain=o.max_per_domain)
         skipped["capped"] = eligible - len(chosen)
-        got.update(scanned=scanned, eligible=eligible, skipped=dict(skipped), candidates=len(cands))
-        secs["scan"] = time.monotonic() - t1
-        if not chosen:
-            return None
-        t1 = time.monotonic()
-        say(f"selected {len(chosen):,} of {len(cands):,} candidates; reading inlink anchors")
+        self.got.update(scanned=scanned, eligible=eligible, skipped=dict(skipped), candidates=len(cands), via=via)
+        if via == "scan" and o.due_index:
+            self.say(NO_INDEX)
+        return chosen, origin
+
+    def _entries(self, session, chosen: list, origin: dict[bytes, str]) -> tuple[list, dict, dict]:
+        """The chosen pages' values and anchors from their locations, which write the marks
+        as writer calls: (chosen with values, anchors by URL, the marks' inputs by section)."""
+        import base64
+
+        o = self.o
         mine: dict[str, list[str]] = defaultdict(list)
         for _, url_b, _ in chosen:
             mine[origin[url_b]].append(url_b.decode("utf-8"))
@@ -725,7 +965,7 @@ def _generate_rack(rack, segment_dir: str | os.PathLike, o: GenerateOptions) -> 
                 {
                     "op": "entries",
                     "urls": mine.get(p.label, []),
-                    "mark": mark,
+                    "mark": self.mark,
                     "max_anchors": o.max_anchors,
                     "max_inlinks_scanned": o.max_inlinks_scanned,
                 }
@@ -743,62 +983,30 @@ def _generate_rack(rack, segment_dir: str | os.PathLike, o: GenerateOptions) -> 
                 for url, value, anch in part.get("entries", ()):
                     url_b = url.encode("utf-8")
                     values[url_b], anchors[url_b] = base64.b64decode(value), anch
-        chosen = [(key, url_b, values[url_b]) for key, url_b, _ in chosen]
-        secs["anchors"] = time.monotonic() - t1
-        t1 = time.monotonic()
-        # The segment before the marks: a failure in between leaves a segment nobody marked for.
-        got["written"] = True
-        where = f"{session.rack.db} ({session.rack.config.source})"
-        got["sizes"], got["hosts"] = _write_segment(
-            segment_dir, chosen, anchors, mark, now, where, o.fetchers, o.partition, o.info
-        )
-        got["selected"] = len(chosen)
-        secs["write"] = time.monotonic() - t1
-        got["t_mark"] = time.monotonic()
-        say(f"marking {len(chosen):,} pages")
-        return inputs, _MARKS_INPUT
+        return [(key, url_b, values[url_b]) for key, url_b, _ in chosen], anchors, inputs
 
-    def attempt():
-        try:
-            common = {
-                "steps": RACK_STEPS,
-                "before_batch": before_batch,
-                "settings": o.writer_settings,
-                "heartbeat_timeout": HEARTBEAT_TIMEOUT if o.heartbeat_timeout is None else o.heartbeat_timeout,
-                "stage_timeout": STAGE_TIMEOUT if o.stage_timeout is None else o.stage_timeout,
-                "progress": o.events,
-            }
-            return update(rack, dask=o.dask, env=o.env, **common)
-        except UpdateFailed as e:
-            if got.get("written") and not e.result.committed:
-                shutil.rmtree(segment_dir, ignore_errors=True)  # its marks never committed: no segment
-                if existed:
-                    os.makedirs(segment_dir, exist_ok=True)
-            raise
-
-    res = wait_for_lock(
-        attempt,
-        o.lock_wait,
-        "generate",
-        locked=lambda e: isinstance(e, UpdateFailed) and e.kind == "LockedError" and not got.get("written"),
-        give_up=lambda e: UpdateFailed(f"generate waited {o.lock_wait:g}s for the writer lock: {e}", e.result),
-    )
-    if "t_mark" in got:
-        secs["mark"] = time.monotonic() - got["t_mark"]
-    secs["total"] = time.monotonic() - t0
-    if not res.committed:  # nothing to generate: the agents unlocked without a batch
-        r = GenerateResult(None, 0, [], got.get("scanned", 0), got.get("eligible", 0), got.get("skipped", {}), 0, secs)
-    else:
-        r = GenerateResult(
-            segment_dir,
-            got["selected"],
-            got["sizes"],
-            got["scanned"],
-            got["eligible"],
-            got["skipped"],
-            got["hosts"],
-            secs,
-        )
-    r.rack = res
-    r.candidates = got.get("candidates", 0)
-    return r
+    def result(self, res) -> GenerateResult:
+        got, secs = self.got, self.secs
+        if "t_mark" in got:
+            secs["mark"] = time.monotonic() - got["t_mark"]
+        secs["total"] = time.monotonic() - self.t0
+        via = got.get("via", "scan")
+        if not res.committed:  # nothing to generate: the agents unlocked without a batch
+            r = GenerateResult(
+                None, 0, [], got.get("scanned", 0), got.get("eligible", 0), got.get("skipped", {}), 0, secs, via=via
+            )
+        else:
+            r = GenerateResult(
+                self.segment_dir,
+                got["selected"],
+                got["sizes"],
+                got["scanned"],
+                got["eligible"],
+                got["skipped"],
+                got["hosts"],
+                secs,
+                via=via,
+            )
+        r.rack = res
+        r.candidates = got.get("candidates", 0)
+        return r

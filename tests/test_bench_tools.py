@@ -93,6 +93,16 @@ def test_run_from_the_repo_digests_agree(tmp_path, rounds, checksum):
     assert ("Rounds in a row" in results) == (rounds > 1)
 
 
+@pytest.mark.timeout(900)
+def test_generate_suite_compares_the_due_index_with_the_scan(tmp_path):
+    p = _bench(tmp_path, "--pages", "2000", "--suites", "generate")
+    assert p.returncode == 0, p.stderr
+    results = (tmp_path / "results.md").read_text()
+    row = next(line for line in results.splitlines() if line.startswith("| 2,000 |"))
+    assert "## Generate: the due index against the full scan" in results and row.endswith("| yes |"), results
+    assert not (tmp_path / "data" / "generate-n2000").exists()  # the suite's db is deleted
+
+
 def test_generator_is_seeded(tmp_path):
     def gen(out, seed):
         cmd = [sys.executable, GEN, "--pages", "500", "--round", "50", "--seed", str(seed), "--out", str(out)]

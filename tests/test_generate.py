@@ -96,15 +96,19 @@ def db(tmp_path_factory, pages):
         {"add_days": 5, "top_n": 2000},
     ],
 )
-def test_selection_is_the_greedy_by_score_under_the_caps(tmp_path, db, pages, opts):
+@pytest.mark.parametrize("due_index", [True, False], ids=["index", "scan"])
+def test_selection_is_the_greedy_by_score_under_the_caps(tmp_path, db, pages, opts, due_index):
     # mark_expiry=0: the marks of one generate do not hide pages from the next
-    res = generate(db, tmp_path / "seg", now=NOW, mark_expiry=0, **opts)
+    res = generate(db, tmp_path / "seg", now=NOW, mark_expiry=0, due_index=due_index, **opts)
     want = _greedy(pages, **opts)
     got = _urls(tmp_path / "seg")
     assert sorted(got) == sorted(want) and res.selected == len(want)
-    assert res.scanned == len(pages) and res.eligible == len(
-        _greedy(pages, **{k: v for k, v in opts.items() if k in ("min_score", "add_days")})
-    )
+    assert res.via == ("index" if due_index else "scan")
+    eligible = len(_greedy(pages, **{k: v for k, v in opts.items() if k in ("min_score", "add_days")}))
+    if due_index:  # the index is read in selection order: as far as the selection needs
+        assert res.selected <= res.eligible <= eligible and res.scanned < len(pages)
+    else:  # the scan reads every page
+        assert res.scanned == len(pages) and res.eligible == eligible
     assert res.skipped["capped"] == res.eligible - res.selected
     with db.reader() as r:
         assert all(r.get_page(u).meta[MARK] == f"seg@{NOW}" for u in got)
@@ -185,7 +189,7 @@ def test_marks_hide_pages_until_updated_or_expired(tmp_path, pages):
     a = generate(db, tmp_path / "a", now=NOW, top_n=50)
     b = generate(db, tmp_path / "b", now=NOW + 60, top_n=1000)
     ua, ub = set(_urls(tmp_path / "a")), set(_urls(tmp_path / "b"))
-    assert len(ua) == 50 and not ua & ub and b.eligible == a.eligible - 50
+    assert a.selected == 50 and len(ua) == 50 and not ua & ub and b.eligible == len(_greedy(pages[:600])) - 50
     assert b.skipped["marked"] == 50
     # nothing left until the marks expire; then all of them come back
     assert generate(db, tmp_path / "c", now=NOW + 120).segment is None and not os.path.exists(tmp_path / "c")

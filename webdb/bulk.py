@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from webdb import _fault
+from webdb.due import index_sections
 from webdb.errors import BadInput
 from webdb.manifest import Manifest, build, check_counts
 from webdb.sections import Reservoir, Sections, section_path
@@ -387,6 +388,8 @@ def _load(
         for b in buffers:
             b.cleanup()
         raise
+    index_sections(db.path, gen, tables, s, tmp)
+    _fault.point("bulk.after_due_index")
     shutil.rmtree(tmp, ignore_errors=True)
     return load_manifest(gen, base, secs, tables, status, n_pages, n_links, {"seconds": phases})
 

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 
 from webdb import _fault
 from webdb.bulk import SectionFiles, load_manifest, locked_load
+from webdb.due import index_sections
 from webdb.manifest import Manifest
 from webdb.sections import Reservoir, Sections, section_path
 from webdb.tables import block as block_codec
@@ -854,6 +855,8 @@ def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, sa
         for out in outs.values():
             out.abort()
         raise
+    index_sections(db.path, gen, tables, s, tmp)
+    _fault.point("bulk.after_due_index")
     m = load_manifest(gen, base, secs, tables, status, n_pages, n_links, {"seconds": phases, "columnar": True})
     shutil.rmtree(tmp, ignore_errors=True)
     return m

@@ -5,7 +5,8 @@ checksum and decoding, index vs data, strict key order within and across section
 in the section the split assigns it, counts vs the manifest.
 Across tables: PagesByMD5 holds exactly (md5, url) → page of every page; LinksByURL holds
 exactly the links of LinksByMD5; every link's source content is carried by a page and its
-target is a page; every target_has_outlink flag is right; status counts match the manifest.
+target is a page; every target_has_outlink flag is right; status counts match the manifest;
+each section's due index holds exactly the records of its pages (check_index).
 Cost: one read of every table plus an external sort of the pages and the links.
 """
 
@@ -16,9 +17,12 @@ import tempfile
 from collections.abc import Iterator
 
 from webdb.errors import CorruptionError
+from webdb.manifest import index_entry
 from webdb.sortbuf import SortBuffer
+from webdb.tables.format import KIND_DUE
 from webdb.tables.levels import DEL, PUT, Levels
-from webdb.tables.pagecodec import LINK_FIXED, MD5, PAGE_FIXED, STATUS, link_flag, page_has_outlinks
+from webdb.tables.pagecodec import LINK_FIXED, MD5, PAGE_FIXED, STATUS, due_record, link_flag, page_has_outlinks
+from webdb.tables.table import TableReader
 
 
 def _file_blocks(t, delta: bool) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
@@ -206,4 +210,65 @@ def _check(reader, bar, tmp: str) -> dict:
             )
     for buf in (pbm_exp, lbu_exp, page_spill):
         buf.cleanup()
-    return {"pages": n_pages, "links": n_links, "status": status, "generation": reader.generation}
+    n_due = check_index(reader, tmp)
+    return {"pages": n_pages, "links": n_links, "due": n_due, "status": status, "generation": reader.generation}
+
+
+# ---- the due index (docs/design.md §4.6) -------------------------------------------------------
+
+
+def check_index(reader, tmp: str) -> int:
+    """Verify every section's due index against its PagesByURL: the same records, byte for
+    byte, as ``build_index`` would write (so every page is indexed once, under its current
+    bucket, score and mark, and nothing else is); returns the records checked.  Raises
+    CorruptionError naming the index file.  Cost: a read of PagesByURL and of the index, an
+    external sort of one record per page."""
+    n = 0
+    for j, t in enumerate(reader.tables["pages_by_url"]):
+        entry = reader.manifest.tables[j].get("pages_by_url")
+        e = index_entry(entry)
+        if t is None or e is None:
+            continue
+        path = os.path.join(reader.db.section_dir(j), e["file"])
+        want = SortBuffer(tmp, f"due-check-{j}", 64 << 20)
+        for b in range(t.nblocks):
+            keys, vals = t.block(b, fill_cache=False)
+            for k, v in zip(keys, vals):
+                dk, dv = due_record(k, v)
+                want.add(dk + b"\x00" + dv)
+        idx = TableReader(path, KIND_DUE)
+        try:
+            if idx.count != e["records"]:
+                raise CorruptionError(f"{path}: holds {idx.count} records, the manifest says {e['records']}")
+            got = (k + b"\x00" + v for k, v in _checked_items(idx))
+            for x in want.sorted():
+                y = next(got, None)
+                if y != x:
+                    raise CorruptionError(f"{path}: due index differs from PagesByURL at {_url_of(x)!r:.100}")
+                n += 1
+            extra = next(got, None)
+            if extra is not None:
+                raise CorruptionError(f"{path}: due index holds {_url_of(extra)!r:.100}, which is no page")
+        finally:
+            idx.close()
+            want.cleanup()
+    return n
+
+
+def _checked_items(t: TableReader) -> Iterator[tuple[bytes, bytes]]:
+    """Every record of ``t``, each block's keys checked against the index and in order."""
+    prev = None
+    for b in range(t.nblocks):
+        keys, vals = t.block(b, fill_cache=False)
+        if keys and (keys[0] != t.first_keys[b] or keys[-1] != t.last_keys[b]):
+            raise CorruptionError(f"{t.where(b)}: first/last key differ from the index")
+        for k in keys:
+            if prev is not None and k <= prev:
+                raise CorruptionError(f"{t.where(b)}: key {k!r:.80} out of order")
+            prev = k
+        yield from zip(keys, vals)
+
+
+def _url_of(rec: bytes) -> bytes:
+    """The url of a due record joined as ``key 0x00 value``."""
+    return rec[20 : rec.index(b"\x00", 20)]

@@ -24,10 +24,12 @@ __all__ = [
     "build",
     "check_counts",
     "empty",
+    "index_entry",
     "round_row",
     "rounds",
     "stage_rows",
     "table_files",
+    "with_index",
 ]
 
 STAGES = range(1, 6)
@@ -147,8 +149,26 @@ def empty(secs: Sections, generation: int = 0) -> Manifest:
 
 def table_files(entry: dict) -> list[tuple[str, int]]:
     """(file name, bytes) of every file of one table of one section: the base, then its delta
-    runs newest first (docs/format.md §5, levels)."""
-    return [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
+    runs newest first (docs/format.md §5, levels), then PagesByURL's due index (§3.1)."""
+    files = [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
+    due = index_entry(entry)
+    if due is not None:
+        files.append((due["file"], due["bytes"]))
+    return files
+
+
+def index_entry(pages_entry: dict | None) -> dict | None:
+    """The due index of one section's PagesByURL manifest entry (None: not indexed).  The one place
+    that knows where the manifest keeps it (docs/format.md §3.1)."""
+    return None if pages_entry is None else pages_entry.get("due")
+
+
+def with_index(pages_entry: dict, due: dict | None) -> dict:
+    """``pages_entry`` naming ``due`` as its index (``{"file", "records", "bytes"}``)."""
+    e = {k: v for k, v in pages_entry.items() if k != "due"}
+    if due is not None:
+        e["due"] = due
+    return e
 
 
 def stage_rows(rows: Iterable[dict]) -> list[dict]:

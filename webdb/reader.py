@@ -9,17 +9,19 @@ open file handles stay valid after a later commit removes the files.
 from __future__ import annotations
 
 import functools
+import heapq
 import os
 import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from webdb.errors import ClosedError, CorruptionError, WebDBError
+from webdb.manifest import index_entry
 from webdb.settings import resolve
 from webdb.tables.block import make_links
-from webdb.tables.format import TABLE_KINDS
+from webdb.tables.format import KIND_DUE, TABLE_KINDS
 from webdb.tables.levels import open_levels
-from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
+from webdb.tables.pagecodec import DUE_LAST_BUCKET, LINK, LINK_FIXED, LINK_OUT, due_bucket, due_prefix
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader
 
@@ -301,8 +303,84 @@ class Reader:
         for k, v in self.items("links_by_md5"):
             yield Link.decode(k[:16], k[16:].decode("utf-8"), v)
 
+    def due(self, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
+        """The due index records (key, value) of this reader's pages with a due bucket at most
+        ``horizon``'s, in generate's order (``pagecodec.due_order`` decodes a key, the value
+        holds next_fetch and the generate mark); None when a section with pages has no due
+        index (a db written before it).  Lazy: reads about as many records as are taken, plus
+        a block per section and due bucket (``_due_front``)."""
+        self._live()
+        return _due_front(self, horizon)
+
     def check(self, progress: bool = False) -> dict:
         """Verify every invariant; raises CorruptionError naming the first violation."""
         from webdb.check import check
 
         return check(self, progress=progress)
+
+
+# ---- the due index (docs/design.md §4.6) -------------------------------------------------------
+
+
+def _buckets(t: TableReader, last: int) -> Iterator[int]:
+    """The buckets <= ``last`` that hold records of the index ``t``, ascending: one index
+    search per bucket (and one block read when a bucket starts inside a block)."""
+    b = 0
+    while b <= last:
+        k = next(t.items(due_prefix(b)), None)
+        if k is None:
+            return
+        b = int.from_bytes(k[0][:4], "big")
+        if b > last:
+            return
+        yield b
+        b += 1
+
+
+# Above every key of the last bucket: its 4 bytes, 16 of score and tie, then a URL's first byte,
+# which is never 0xff (UTF-8).
+_PAST_LAST_BUCKET = b"\xff" * 21
+
+
+def _bucket(t: TableReader, b: int) -> Iterator[tuple[bytes, bytes]]:
+    stop = due_prefix(b + 1) if b < DUE_LAST_BUCKET else _PAST_LAST_BUCKET
+    for keys, vals in t.ranges(due_prefix(b), stop):
+        yield from zip(keys, vals)
+
+
+def _due_front(reader, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
+    """The due index records (key, value) of every page of ``reader``'s sections whose due
+    bucket is at most ``horizon``'s, in generate's order (score descending, tie, url) — the
+    pages of ``horizon``'s own bucket that are due later are among them (the value says when).
+    None when a section with pages has no index (generate then scans).
+
+    Lazy: a k-way merge (heapq.merge) of one stream per section and due bucket, each read a
+    block at a time (``ranges``: no cache filled), so a caller that stops after n records
+    reads about n records plus one block per stream.  Sections of a rack's partial reader
+    that are not here are skipped."""
+    pages = reader.tables["pages_by_url"]
+    paths = []
+    for j, t in enumerate(pages):
+        if t is None:
+            continue
+        e = index_entry(reader.manifest.tables[j].get("pages_by_url"))
+        if e is None:
+            return None
+        paths.append(os.path.join(reader.db.section_dir(j), e["file"]))
+    return _merged(paths, due_bucket(horizon))
+
+
+def _merged(paths: list[str], last: int) -> Iterator[tuple[bytes, bytes]]:
+    tables = []
+    try:
+        for p in paths:
+            tables.append(TableReader(p, KIND_DUE, lazy=True))
+        streams = [_bucket(t, b) for t in tables for b in _buckets(t, last)]
+        yield from heapq.merge(*streams, key=_order)
+    finally:
+        for t in tables:
+            t.close()
+
+
+def _order(rec: tuple[bytes, bytes]) -> bytes:
+    return rec[0][4:]

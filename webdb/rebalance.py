@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 import time
 
+from webdb.due import index_sections
 from webdb.manifest import Manifest, build, check_counts
 from webdb.sections import Sections, section_path
 from webdb.tables.block import check_block_crc
-from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
+from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import page_status
 from webdb.tables.table import TableWriter
 
@@ -141,6 +142,7 @@ def rebalance(db, sections: int, progress: bool = False) -> Manifest:
                 raw += table_raw
                 decoded += table_decoded
             base = r.manifest
+        index_sections(db.path, gen, tables, s, os.path.join(db.path, TMP_DIR))
         manifest = build(
             generation=gen,
             parent=base.generation,

@@ -4,7 +4,9 @@ Selects pages due (next fetch <= now + --add-days), not already generated (a mar
 after --mark-expiry days if the round never comes back), by score, at most --top-n, at most
 --max-per-host / --max-per-domain each; splits them into --fetchers fetchlists by a hash of
 the host (or --partition domain).  The segment is created inside SEGMENTS_DIR, named by UTC
-time (or --segment NAME); its path is printed on the last line.  Exit code 1: nothing to
+time (or --segment NAME); its path is printed on the last line.  It reads each section's due
+index as far as the selection needs (a db without one is scanned; --full-scan scans anyway:
+the same selection, docs/crawl.md, *Generate*).  Exit code 1: nothing to
 generate (no segment written), or a rack generate that failed (nothing marked).
 
 With --hosts (DB is then the db name), every location scans only its own sections and the
@@ -38,6 +40,12 @@ def add_parser(sub) -> None:
     p.add_argument("segments", metavar="SEGMENTS_DIR", help="directory that holds the segments (created if absent)")
     p.add_argument("--segment", metavar="NAME", help="name of the new segment (default: UTC time YYYYMMDDHHMMSS)")
     add_generate_args(p)
+    p.add_argument(
+        "--now", type=int, metavar="SECONDS", help="the round's clock, seconds since the epoch (default: now)"
+    )
+    p.add_argument(
+        "--full-scan", action="store_true", help="scan every page instead of reading the due index (same selection)"
+    )
     p.add_argument("--hosts", metavar="HOSTS_INI", help="generate over the rack of this hosts.ini (DB: the db name)")
     p.add_argument(
         "--heartbeat-timeout",
@@ -72,7 +80,7 @@ def run(args) -> int:
     target = (
         (Rack.from_file(args.hosts, args.db) if args.hosts else Rack.local(args.db)) if rack else webdb.open(args.db)
     )
-    kw = generate_kwargs(args)
+    kw = generate_kwargs(args) | {"now": args.now, "due_index": not args.full_scan}
     if os.path.exists(args.segments) and not os.path.isdir(args.segments):
         raise BadInput(f"{args.segments}: not a directory")
     os.makedirs(args.segments, exist_ok=True)
@@ -93,6 +101,7 @@ def run(args) -> int:
         "selected": res.selected,
         "parts": res.parts,
         "hosts": res.hosts,
+        "via": res.via,
         "scanned": res.scanned,
         "eligible": res.eligible,
         "skipped": res.skipped,

@@ -25,6 +25,7 @@ KIND_LINKS_BY_MD5 = 3
 KIND_LINKS_BY_URL = 4
 KIND_EDITS = 5
 KIND_RUN = 6  # a spilled sort run (scratch, never part of a generation)
+KIND_DUE = 7  # a section's due index (format.md §3.1), named inside its PagesByURL entry
 
 TABLE_KINDS = {
     "pages_by_url": KIND_PAGES_BY_URL,
@@ -40,6 +41,9 @@ DELTA_KINDS = {
     "links_by_url": 14,
 }
 TABLE_SUFFIX = {"pages_by_url": "pbu", "pages_by_md5": "pbm", "links_by_md5": "lbm", "links_by_url": "lbu"}
+DUE_SUFFIX = "due"
+# Due index keys start with next_fetch >> DUE_BUCKET_SHIFT (about 18 hours a bucket), u32.
+DUE_BUCKET_SHIFT = 16
 
 # Database directory.
 DB_FORMAT_VERSION = 2  # 2: checksums in webdb.json, CURRENT and manifests (1 still read)

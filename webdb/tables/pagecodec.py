@@ -8,6 +8,10 @@ Layouts (docs/format.md §3, little-endian)::
            39                43          51               59
     Link:  domain_id(i64) flags(u8: bit 0 target_has_outlink) | anchor (UTF-8)
            0              8          9
+    Due index (docs/format.md §3.1), one record per page, big-endian keys:
+      key:   bucket(u32 BE) score(u64 BE, descending) tie(u64 BE) | url
+             0              4                          12            20
+      value: next_fetch(i64 LE) | generate mark (UTF-8, may be empty)
 
 ``Page.encode_value``/``decode`` (records.py) pack and unpack the whole value; the hot paths
 (the cascade, check, rank, generate) read single fields without decoding, through the slice
@@ -17,7 +21,12 @@ functions below.  A change of layout is a change of this module and docs/format.
 
 from __future__ import annotations
 
+import json
 import struct
+
+import mmh3
+
+from webdb.tables.format import DUE_BUCKET_SHIFT
 
 __all__ = [
     "PAGE",
@@ -44,6 +53,15 @@ __all__ = [
     "link_with_flags",
     "link_anchor",
     "link_same_but_flag",
+    "GENERATE_MARK",
+    "DUE_LAST_BUCKET",
+    "due_bucket",
+    "due_prefix",
+    "due_tie",
+    "due_record",
+    "due_order",
+    "due_next_fetch",
+    "due_mark",
 ]
 
 # ---- Page -------------------------------------------------------------------------------------
@@ -118,3 +136,74 @@ def link_anchor(value: bytes) -> str:
 def link_same_but_flag(a: bytes, b: bytes) -> bool:
     """Two link values equal in everything but target_has_outlink (the db maintains that)."""
     return a[:LINK_FLAGS] == b[:LINK_FLAGS] and a[LINK_FIXED:] == b[LINK_FIXED:]
+
+
+# ---- Due index ----------------------------------------------------------------------------------
+
+# The page meta key of the crawl's generate mark (fetchlist.generate.MARK): the due index
+# carries its value so that generate skips marked pages without reading them.
+GENERATE_MARK = "gen"
+_MARK_BYTES = b'"' + GENERATE_MARK.encode() + b'"'
+_NEXT_FETCH = 25  # offset of next_fetch (i64)
+_DUE_HEAD = struct.Struct(">IQQ")  # bucket, score descending, tie
+_U64 = struct.Struct(">Q")
+_BE_F64 = struct.Struct(">d")
+_ALL = (1 << 64) - 1
+_SIGN = 1 << 63
+DUE_LAST_BUCKET = (1 << 32) - 1
+
+
+def due_bucket(next_fetch: int) -> int:
+    """The due bucket of a time: ``next_fetch >> DUE_BUCKET_SHIFT``, clamped to u32 (negative
+    times to 0; ``NEVER`` and anything past year 8 million to the last bucket)."""
+    return min(max(next_fetch, 0) >> DUE_BUCKET_SHIFT, DUE_LAST_BUCKET)
+
+
+def due_prefix(bucket: int) -> bytes:
+    """The first 4 bytes of every due key of ``bucket``."""
+    return bucket.to_bytes(4, "big")
+
+
+def due_tie(url_b: bytes) -> bytes:
+    """The tie of the generate order as 8 key bytes: mmh3.hash64 (signed) of the URL, offset
+    by 2**63, big-endian, so equal scores sort by the hash ascending (``order_key``'s
+    ``-hash`` descending)."""
+    return _U64.pack(mmh3.hash64(url_b, signed=True)[0] + _SIGN)
+
+
+def _score_desc(score: float) -> int:
+    u = _U64.unpack(_BE_F64.pack(score + 0.0))[0]  # + 0.0: -0.0 sorts as 0.0, as it compares
+    return (u | _SIGN if not u & _SIGN else u ^ _ALL) ^ _ALL
+
+
+def due_record(url_b: bytes, value: bytes, tie: bytes | None = None) -> tuple[bytes, bytes]:
+    """The due index record (key, value) of the page ``url_b`` whose PagesByURL value is
+    ``value``; ``tie`` is ``due_tie(url_b)`` if the caller has it.  Key order = bucket, then
+    the generate order (score descending, tie), then url.  O(len(value)) for the mark search;
+    a JSON decode only for a page whose meta holds a mark."""
+    nf = _I64.unpack_from(value, _NEXT_FETCH)[0]
+    score = _F64.unpack_from(value, SCORE)[0]
+    key = due_prefix(due_bucket(nf)) + _U64.pack(_score_desc(score)) + (due_tie(url_b) if tie is None else tie) + url_b
+    mark = b""
+    if len(value) > PAGE_FIXED and _MARK_BYTES in value:
+        m = json.loads(value[PAGE_FIXED:]).get(GENERATE_MARK)
+        if isinstance(m, str):
+            mark = m.encode("utf-8", "surrogatepass")
+    return key, _I64.pack(nf) + mark
+
+
+def due_order(key: bytes) -> tuple[float, int, bytes]:
+    """(score, tie, url) of a due key: ``(score, tie)`` is generate's ``order_key``."""
+    _, sd, t = _DUE_HEAD.unpack_from(key)
+    u = sd ^ _ALL
+    u = u ^ _SIGN if u & _SIGN else u ^ _ALL
+    return _BE_F64.unpack(_U64.pack(u))[0], _SIGN - t, key[20:]
+
+
+def due_next_fetch(value: bytes) -> int:
+    return _I64.unpack_from(value)[0]
+
+
+def due_mark(value: bytes) -> str:
+    """The page's generate mark (``meta["gen"]``; "" when it has none)."""
+    return value[8:].decode("utf-8", "surrogatepass")

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import chain, islice, repeat
 
 from webdb import _fault
+from webdb.due import IndexEdits, index_name
+from webdb.manifest import index_entry
 from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.sections import Sections, section_dirname, section_path
 from webdb.sortbuf import SortBuffer, merge_files
@@ -390,6 +392,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     sched = Schedule(**job.schedule)
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
+    index = _due_edits(job)
 
     def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
         op, val = group[0]
@@ -439,6 +442,8 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             status[old[STATUS]] = status.get(old[STATUS], 0) - 1
         if new is not None:
             status[new[STATUS]] = status.get(new[STATUS], 0) + 1
+        if index is not None and old != new:
+            index.change(url_b, old, new)
         return new
 
     def groups():
@@ -458,6 +463,31 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     _fault.point("stage1.before_emit")
     res["emitted"] = {2: em2.finish(), 3: em3.finish(), 4: em4.finish()}
     res["status"] = {str(k): v for k, v in status.items() if v}
+    if index is not None:
+        res["due"] = _write_due(job, index)
+
+
+def _due_edits(job: StageJob) -> IndexEdits | None:
+    """The due index changes stage 1 collects (webdb.due), or None when the section's
+    PagesByURL has no index (a db written before it: generate scans it)."""
+    entry = job.tables.get("pages_by_url")
+    if entry is not None and index_entry(entry.entry) is None:
+        return None
+    s = job.settings
+    return IndexEdits(job.tmp, f"st1-{job.section}-due", s["block_size"], s["codec"], job.emit_mb << 20)
+
+
+def _write_due(job: StageJob, index: IndexEdits) -> dict:
+    """Merge stage 1's due index changes with the section's old index into this generation's."""
+    entry = job.tables.get("pages_by_url")
+    old = None
+    if entry is not None:
+        old = os.path.join(os.path.dirname(entry.base), index_entry(entry.entry)["file"])
+    s = job.settings
+    path = os.path.join(section_path(job.db, job.section), index_name(job.gen, "s1"))
+    due = index.write(old, path, s["block_size"], s["codec"], s["sync"])
+    _fault.point("stage1.due_written")
+    return due
 
 
 # ---- stage 2: PagesByMD5 ---------------------------------------------------------------------

@@ -132,7 +132,7 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
     e = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
     if r.get("runs"):
         e["runs"] = r["runs"]
-    tables[j][r["table"]] = e
+    tables[j][r["table"]] = manifest.with_index(e, r.get("due"))  # stage 1 writes a due index (webdb.due)
     for st, n in r["status"].items():
         status[j][st] = status[j].get(st, 0) + n
         if not status[j][st]:
