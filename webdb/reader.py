@@ -22,9 +22,12 @@ from webdb.tables.format import TABLE_KINDS
 from webdb.tables.levels import open_levels
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT
 from webdb.tables.records import Link, Page, validate_url
-from webdb.tables.table import BlockCache, TableReader
+from webdb.tables.table import BlockCache, TableReader, lookups
 
 __all__ = ["Reader"]
+
+# A section whose compiled page lookup is not made yet (``Reader._page_lookup``).
+_UNBUILT = object()
 
 # What decoding a crafted record can raise (short value, bad UTF-8, bad meta JSON, no separator).
 _UNDECODABLE = (struct.error, UnicodeDecodeError, ValueError, IndexError, TypeError)
@@ -147,11 +150,15 @@ class Reader:
                         r.close()
             raise
         self.tables = tabs
+        self._cache = cache
         self._pages_by_url = tabs["pages_by_url"]
         self._links_by_url = tabs["links_by_url"]
+        # Each section's compiled PagesByURL lookup, made on its first get_page (None: none).
+        self._page_lookups: list = [_UNBUILT] * len(tabs["pages_by_url"])
 
     def close(self) -> None:
         self.closed = True
+        self._page_lookups = [None] * len(self._page_lookups)  # they hold the fds closed below
         for lst in self.tables.values():
             for r in lst:
                 if r is not None:
@@ -190,9 +197,12 @@ class Reader:
     # ---- lookups ---------------------------------------------------------------------------
 
     def get_page(self, url: str) -> Page | None:
-        """The page of ``url`` or None.  Cost: two binary searches in memory (section, block
-        index), one in the block (cached; a miss reads, checks and decompresses it), one record
-        decoded.  Kept flat: per-call Python overhead, not the search, is most of a cached lookup.
+        """The page of ``url`` or None.  Cost: a binary search for the section, then in each
+        level file (delta runs newest first, then the base) until one holds the key: a binary
+        search of its index, one in the block (cached; a miss reads, checks and decompresses
+        it), and one record decoded.  Per-call Python overhead, not the search, is most of a
+        cached lookup: compiled, everything after the section is one C call (``Lookup.page``);
+        the Python path below is its reference and names what the C call finds not sound.
 
         A URL is validated only when it is not found: a stored key passed ``validate_url`` when
         it was written, so a hit is a valid URL and a bad one still raises BadInput naming it.
@@ -206,7 +216,17 @@ class Reader:
                 url_b = validate_url(url, 1 << 30)
         else:
             url_b = validate_url(url, 1 << 30)
-        t = self._pages_by_url[bisect_right(self._url_bounds, url_b)]
+        s = bisect_right(self._url_bounds, url_b)
+        lk = self._page_lookups[s]
+        if lk is _UNBUILT:
+            lk = self._page_lookup(s)
+        if lk is not None:
+            p = lk.page(url, url_b)
+            if p is not False:
+                if p is None:
+                    validate_url(url, 1 << 30)
+                return p
+        t = self._pages_by_url[s]
         v = t.get(url_b) if t is not None else None
         if v is None:
             validate_url(url, 1 << 30)
@@ -215,6 +235,20 @@ class Reader:
             return Page.decode(url, v)
         except _UNDECODABLE as e:
             raise CorruptionError(f"{t.path}: page {url!r:.200}: undecodable value ({e})") from None
+
+    def _page_lookup(self, s: int):
+        """Section ``s``'s compiled PagesByURL lookup (``tables.table.lookups``), made once: its
+        files newest first through this reader's cache; None if the section has no such table
+        here or the lookup cannot be compiled."""
+        t = self._pages_by_url[s]
+        lk = None
+        if t is not None:
+            files = [(t, False)] if isinstance(t, TableReader) else [(r, True) for r in t.runs]
+            if not isinstance(t, TableReader) and t.base is not None:
+                files.append((t.base, False))
+            lk = lookups(files, self._cache, Page)
+        self._page_lookups[s] = lk
+        return lk
 
     @_decodes("pages_by_md5")
     def get_pages(self, md5: bytes) -> Iterator[Page]:
