@@ -774,3 +774,31 @@ def test_compiled_lookup_over_levels_equals_levels_get_and_the_model(tmp_path, s
     finally:
         fast.close()
         slow.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_links_equal_the_python_path(tmp_path, seed):
+    """``Reader.inlinks`` through ``Lookup.links`` (the levels' short path, the merge and the
+    Links in one C call) gives what the Python path (``short_range`` or ``ranges``, then
+    ``_links``) gives over levels in lz4 pieces: links in a run, in the base, hidden by
+    tombstones, spanning blocks, streamed, and none."""
+    rng = random.Random(seed)
+    urls = _urls(rng, 120)
+    links = [(rng.choice(urls), rng.choice(urls)) for _ in range(600)] + [(u, urls[0]) for u in urls]
+    db = webdb.create(str(tmp_path / "db"), sections=rng.choice([1, 2]), sync=False, block_size=1024)
+    db.settings.update(level_ratio=1000.0, level_runs=4)
+    with db.writer() as w:
+        for u in urls:
+            w.add_page(Page(u))
+        for src, dst in links:
+            w.add_link(Link(url_md5(src), dst, f"{src} to {dst}"))
+    for i in range(3):
+        with db.writer() as w:
+            _levels_round(w, rng, urls, i)
+    with db.reader() as r:
+        probes = urls + [f"http://new0.example/{i}" for i in range(3)] + ["http://0/", "http://zz/"]
+        for u in probes:
+            t = r._links_by_url[r.sections.of_url(u.encode())]
+            assert list(r.inlinks(u)) == list(r._inlinks(u, u.encode(), t)), u
+        assert COMPILED is all(lk is not None for lk in r._link_lookups)

@@ -349,6 +349,8 @@ typedef struct {
     PyObject *crc32, *decompress, *page, *loads;
     Py_ssize_t off[PAGE_FIELDS]; /* Page's slots, if it can be filled in place (fill) */
     int fill;
+    PyObject *short_files; /* short_levels' files: (raw, n, fd, pieces, run) of each */
+    PyObject *link;        /* (records.Link, LINK_FIXED, LINK_OUT, SHORT_BLOCKS) */
 } Lookup;
 
 static PyObject *s_move_to_end, *s_raw, *s_n;
@@ -363,6 +365,8 @@ static void lk_dealloc(Lookup *s) {
     Py_XDECREF(s->decompress);
     Py_XDECREF(s->page);
     Py_XDECREF(s->loads);
+    Py_XDECREF(s->short_files);
+    Py_XDECREF(s->link);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -537,9 +541,57 @@ static PyObject *lk_page(Lookup *s, PyObject *const *args, Py_ssize_t nargs) {
     return p;
 }
 
+PyDoc_STRVAR(lk_links_doc,
+             "links(url, key) -> list[Link] | None | False: Reader.inlinks of a section's LinksByURL: "
+             "the records in [key + NUL, key + 1) over the levels (short_levels, at most SHORT_BLOCKS "
+             "blocks of each file), made Links as links() makes them; None if they reach more blocks "
+             "(the caller streams them); False if a block, a record or a value is not sound.");
+
+static PyObject *lk_links(Lookup *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "links(url, key: bytes)");
+        return NULL;
+    }
+    if (!s->short_files) {
+        PyErr_SetString(PyExc_TypeError, "links: a Lookup made without link decoding");
+        return NULL;
+    }
+    Py_ssize_t kl = PyBytes_GET_SIZE(args[1]);
+    PyObject *lo = PyBytes_FromStringAndSize(NULL, kl + 1), *hi = lo ? PyBytes_FromStringAndSize(NULL, kl + 1) : NULL;
+    PyObject *kv = NULL, *res = NULL;
+    if (!hi) goto done;
+    memcpy(PyBytes_AS_STRING(lo), PyBytes_AS_STRING(args[1]), (size_t)kl);
+    memcpy(PyBytes_AS_STRING(hi), PyBytes_AS_STRING(args[1]), (size_t)kl);
+    PyBytes_AS_STRING(lo)[kl] = 0;
+    PyBytes_AS_STRING(hi)[kl] = 1;
+    PyObject *a[6] = {s->short_files, lo, hi, PyTuple_GET_ITEM(s->link, 3), s->crc32, s->decompress};
+    kv = c_short_levels(NULL, a, 6);
+    if (!kv || kv == Py_None || kv == Py_False) {
+        res = kv;
+        kv = NULL;
+        goto done;
+    }
+    PyObject *plen = PyLong_FromSsize_t(kl + 1);
+    if (!plen) goto done;
+    PyObject *b[7] = {PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1), plen, args[0], PyTuple_GET_ITEM(s->link, 0),
+                      PyTuple_GET_ITEM(s->link, 1), PyTuple_GET_ITEM(s->link, 2)};
+    res = c_links(NULL, b, 7);
+    Py_DECREF(plen);
+    if (res == Py_None) { /* a value too short: the Python path names it */
+        Py_DECREF(res);
+        res = Py_NewRef(Py_False);
+    }
+done:
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    Py_XDECREF(kv);
+    return res;
+}
+
 static PyMethodDef lk_methods[] = {
     {"get", (PyCFunction)lk_get, METH_O, lk_get_doc},
     {"page", (PyCFunction)(void (*)(void))lk_page, METH_FASTCALL, lk_page_doc},
+    {"links", (PyCFunction)(void (*)(void))lk_links, METH_FASTCALL, lk_links_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -578,17 +630,21 @@ static int page_slots(PyObject *cls, Py_ssize_t off[PAGE_FIELDS]) {
 }
 
 SHARED_PYDOC(lookup_doc,
-             "lookup(files, cache, put, rawblock, crc32, decompress, page, loads) -> Lookup: point "
-             "lookups of a table's levels in one call each: files are (raw, n, fd, run, cid) of its "
-             "files, newest first (the runs, then the base): the index block kept in place, its "
-             "entries, the fd, whether it is a delta run, the file's key base in the cache; cache and "
-             "put the reader's BlockCache dict and put (None: no cache), rawblock the class a cached "
-             "block is (rawblock(raw, n)), page and loads records.Page and json.loads.  The fds stay "
-             "the caller's (open while the Lookup is used).");
+             "lookup(files, cache, put, rawblock, crc32, decompress, page, loads, link) -> Lookup: "
+             "point lookups of a table's levels in one call each: files are (raw, n, fd, pieces, run, "
+             "cid) of its files, newest first (the runs, then the base): the index block kept in "
+             "place, its entries, the fd, whether its blocks are in lz4 pieces, whether it is a delta "
+             "run, the file's key base in the cache; cache and put the reader's BlockCache dict and "
+             "put (None: no cache), rawblock the class a cached block is (rawblock(raw, n)), page and "
+             "loads records.Page and json.loads, link (records.Link, LINK_FIXED, LINK_OUT, "
+             "SHORT_BLOCKS) or None (no links()).  The fds stay the caller's (open while the Lookup "
+             "is used).");
 
 PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8 || !PyTuple_Check(args[0]) || (args[1] != Py_None && !PyDict_Check(args[1]))) {
-        PyErr_SetString(PyExc_TypeError, "lookup(files: tuple, cache: dict | None, put, rawblock, crc32, decompress, page, loads)");
+    if (nargs != 9 || !PyTuple_Check(args[0]) || (args[1] != Py_None && !PyDict_Check(args[1])) ||
+        (args[8] != Py_None && (!PyTuple_Check(args[8]) || PyTuple_GET_SIZE(args[8]) != 4))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "lookup(files: tuple, cache: dict | None, put, rawblock, crc32, decompress, page, loads, link)");
         return NULL;
     }
     if (PyType_Ready(&LookupType) < 0) return NULL;
@@ -607,14 +663,17 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     s->page = Py_NewRef(args[6]);
     s->loads = Py_NewRef(args[7]);
     s->fill = page_slots(args[6], s->off);
+    s->link = args[8] == Py_None ? NULL : Py_NewRef(args[8]);
+    s->short_files = NULL;
     if (!(s->f = PyMem_Calloc(m ? (size_t)m : 1, sizeof(LookFile)))) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
+    if (s->link && !(s->short_files = PyTuple_New(m))) goto fail;
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *t = PyTuple_GET_ITEM(args[0], i);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 5 || !PyBytes_Check(PyTuple_GET_ITEM(t, 0))) {
-            PyErr_SetString(PyExc_TypeError, "lookup: a file is (raw: bytes, n, fd, run, cid)");
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(t, 0))) {
+            PyErr_SetString(PyExc_TypeError, "lookup: a file is (raw: bytes, n, fd, pieces, run, cid)");
             goto fail;
         }
         LookFile *f = &s->f[i];
@@ -622,9 +681,14 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         f->ix_raw = Py_NewRef(PyTuple_GET_ITEM(t, 0));
         Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
         long fd = PyLong_AsLong(PyTuple_GET_ITEM(t, 2));
-        f->run = PyObject_IsTrue(PyTuple_GET_ITEM(t, 3));
-        f->cid = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 4));
+        f->run = PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
+        f->cid = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 5));
         if (PyErr_Occurred() || f->run < 0) goto fail;
+        if (s->short_files) {
+            PyObject *sf = PyTuple_GetSlice(t, 0, 5);
+            if (!sf) goto fail;
+            PyTuple_SET_ITEM(s->short_files, i, sf);
+        }
         if (fd < 0 || fd > INT32_MAX) {
             PyErr_SetString(PyExc_ValueError, "lookup: bad file descriptor");
             goto fail;
