@@ -117,6 +117,43 @@ def digest(peer):
     return res, counts
 
 
+def read_test(peer, data: str, rec: dict) -> None:
+    """The read test: ``get_page`` of every URL of lookups.txt, then ``inlinks`` of every URL of
+    inlinks.txt, one call each in this process; rates per wall second and per CPU second of the
+    process (steadier on a shared machine), and found/inlinks counts every peer must agree on."""
+    urls = open(os.path.join(data, "lookups.txt")).read().split("\n")[:-1]
+    t, c = time.perf_counter(), time.process_time()
+    found = sum(peer.get_page(u) is not None for u in urls)
+    rec["lookup_s"], cpu = time.perf_counter() - t, time.process_time() - c
+    rec["lookups_per_s"] = len(urls) / rec["lookup_s"]
+    rec["lookups_per_cpu_s"] = len(urls) / cpu
+    urls = open(os.path.join(data, "inlinks.txt")).read().split("\n")[:-1]
+    t, c = time.perf_counter(), time.process_time()
+    nin = sum(len(peer.inlinks(u)) for u in urls)
+    rec["inlinks_s"], cpu = time.perf_counter() - t, time.process_time() - c
+    rec["inlinks_per_s"] = len(urls) / rec["inlinks_s"]
+    rec["inlinks_per_cpu_s"] = len(urls) / cpu
+    rec["read_check"] = f"{found}/{nin}"
+
+
+def reads_only(peer_cls, a, meta: dict) -> dict:
+    """``--reads-only``: the read test on the database a ``--keep`` run left in ``--work`` (the
+    peer's ``reopen`` if it has one, else its constructor, opens it), in a fresh process."""
+    rec = dict(peer=a.peer, N=meta["pages"], F=meta["round"], run=a.run, reads_only=True)
+    try:
+        peer = (getattr(peer_cls, "reopen", None) or peer_cls)(a.work, meta, a.opt)
+        rec["peer"] = peer.name
+        read_test(peer, a.data, rec)
+        rec["load_avg"] = os.getloadavg()[0]
+        peer.close()
+    except Exception as e:
+        import traceback
+
+        traceback.print_exc()
+        rec["error"] = f"{type(e).__name__}: {e}"[:300]
+    return rec
+
+
 def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--peer", help="module name of the peer (peer_<name>.py)")
@@ -131,6 +168,11 @@ def parse_args():
         type=int,
         default=1,
         help="apply round.tsv, round-2.tsv .. round-R.tsv (webgraph.py --rounds R) one after the other",
+    )
+    ap.add_argument(
+        "--reads-only",
+        action="store_true",
+        help="only the read test, on the database a --keep run left in --work (nothing is wiped)",
     )
     return ap.parse_args()
 
@@ -158,21 +200,6 @@ def time_rounds(peer, a, meta, rec):
         rec["rounds_records"] = sum(r["records"] for r in rounds)
         rec["rounds_mean_s"] = sum(rec["rounds_s"]) / len(rec["rounds_s"])
         meta["expected"] = rounds[-1]["expected"]
-
-
-def time_reads(peer, data, rec):
-    """getPage for every URL of lookups.txt, inlinks() for every URL of inlinks.txt."""
-    urls = open(os.path.join(data, "lookups.txt")).read().split("\n")[:-1]
-    t = time.perf_counter()
-    found = sum(peer.get_page(u) is not None for u in urls)
-    rec["lookup_s"] = time.perf_counter() - t
-    rec["lookups_per_s"] = len(urls) / rec["lookup_s"]
-    urls = open(os.path.join(data, "inlinks.txt")).read().split("\n")[:-1]
-    t = time.perf_counter()
-    nin = sum(len(peer.inlinks(u)) for u in urls)
-    rec["inlinks_s"] = time.perf_counter() - t
-    rec["inlinks_per_s"] = len(urls) / rec["inlinks_s"]
-    rec["read_check"] = f"{found}/{nin}"
 
 
 def record_memory(mon, rec):
@@ -203,6 +230,9 @@ def main(peer_cls=None):
         mod = importlib.import_module("peer_" + a.peer.split(":")[0])
         peer_cls = mod.Peer
     meta = json.load(open(os.path.join(a.data, "meta.json")))
+    if a.reads_only:
+        print(json.dumps(reads_only(peer_cls, a, meta)), flush=True)
+        return
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
     mon = MemMonitor()
@@ -215,7 +245,7 @@ def main(peer_cls=None):
         rec["peer"] = peer.name
         time_rounds(peer, a, meta, rec)
         rec["disk_mib"] = du_bytes(a.work) / 2**20
-        time_reads(peer, a.data, rec)
+        read_test(peer, a.data, rec)
         record_memory(mon, rec)
         if not a.no_verify:
             verify(peer, meta["expected"], rec)

@@ -31,7 +31,7 @@ def tsv(path):
 class Peer(driver.SqlPeer):
     name = "sqlite"
 
-    def __init__(self, work, meta, opt):
+    def __init__(self, work, meta, opt, schema=True):
         self.meta = meta
         os.environ["SQLITE_TMPDIR"] = work  # staging tables and sorter spill here
         self.db = sqlite3.connect(os.path.join(work, "webdb.sqlite"), isolation_level=None)
@@ -43,7 +43,13 @@ class Peer(driver.SqlPeer):
             "mmap_size=0",
         ):
             self.db.execute("PRAGMA " + p)
-        self.db.executescript(SCHEMA)
+        if schema:
+            self.db.executescript(SCHEMA)
+
+    @classmethod
+    def reopen(cls, work, meta, opt):
+        """The database a driver.py --keep run left in ``work`` (driver.py --reads-only)."""
+        return cls(work, meta, opt, schema=False)
 
     def load(self, pages, links):
         db = self.db

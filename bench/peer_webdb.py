@@ -188,6 +188,16 @@ class Peer:
         self.meta = meta
         self.r = None
 
+    @classmethod
+    def reopen(cls, work: str, meta: dict, opt: str) -> Peer:
+        """The db a driver.py --keep run left in ``work`` (driver.py --reads-only), opened with
+        its own settings (the block cache at the db's ``cache_mb``)."""
+        self = cls.__new__(cls)
+        k = _opts(opt).get("sections", 2)
+        self.name, self.path, self.k, self.meta, self.r = f"webdb-k{k}", os.path.join(work, "db"), k, meta, None
+        self.db = webdb.open(self.path)
+        return self
+
     def load(self, pages_tsv: str, links_tsv: str) -> None:
         (bulk_load_tsv if self.load_by == "bulk" else load_tsv)(self.db, pages_tsv, links_tsv)
 

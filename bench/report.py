@@ -118,6 +118,45 @@ def peer_table(rows: list[dict]) -> list[str]:
     return out
 
 
+def reads_table(rows: list[dict]) -> list[str]:
+    """The read table of run.py's ``reads`` suite: per scale and peer, the median getPage and
+    inlinks rates per wall second and per CPU second over the passes, and each as a ratio to
+    webdb's (webdb / peer: above 1, webdb reads faster), with the read check and the load."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    errors = []
+    for r in rows:
+        if "error" in r:
+            errors.append(f"{r['peer']} N={r['N']:,} pass {r['run']}: {r['error']}")
+        else:
+            groups[(r["N"], r["peer"])].append(r)
+    fields = ("lookups_per_s", "lookups_per_cpu_s", "inlinks_per_s", "inlinks_per_cpu_s")
+    out = [
+        "Medians over the passes (each a fresh process reading the same keys: 100k getPage, then "
+        "10k inlinks); per CPU s = per second of the process's CPU time; webdb / peer = webdb's "
+        "median over the peer's (above 1: webdb reads faster).",
+        "",
+        "| peer | N | passes | getPage/s | per CPU s | webdb / peer | inlinks/s | per CPU s | webdb / peer | "
+        "found/inlinks | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, peer in sorted(groups, key=lambda k: (k[0], ORDER.get(k[1].split("-")[0], -1), k[1])):
+        good = groups[(n, peer)]
+        med = {f: _median(good, f) for f in fields}
+        web = [g for (m, p), g in groups.items() if m == n and p.startswith("webdb")]
+        ratio = {f: _median(web[0], f) / med[f] for f in fields} if web else {}
+        r = {f: f"{ratio[f]:.2f} / {ratio[f.replace('_s', '_cpu_s')]:.2f}" for f in fields[::2]} if web else {}
+        out.append(
+            f"| {peer} | {n:,} | {len(good)} | {med['lookups_per_s']:,.0f} | {med['lookups_per_cpu_s']:,.0f} | "
+            f"{r.get('lookups_per_s', '-')} | {med['inlinks_per_s']:,.0f} | {med['inlinks_per_cpu_s']:,.0f} | "
+            f"{r.get('inlinks_per_s', '-')} | {good[0]['read_check']} | "
+            f"{min(g['load_avg'] for g in good):.1f}–{max(g['load_avg'] for g in good):.1f} |"
+        )
+    out += ["", "webdb / peer cells: per wall second / per CPU second."]
+    if errors:
+        out += ["", "Failures:", ""] + [f"- {e}" for e in errors]
+    return out
+
+
 def json_rows(path: str, ok, need: str) -> list[dict]:
     """The JSON lines of ``path`` (blank lines skipped); a line that is not JSON, or whose
     object ``ok`` refuses, ends the run naming ``path:line`` and what it ``need``s."""

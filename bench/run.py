@@ -83,8 +83,9 @@ def workload(a: argparse.Namespace, n: int) -> str:
     return out
 
 
-def run_peer(spec: str, data: str, work: str, run: int, rounds: int, log: str) -> dict:
-    """One ``driver.py`` run of a peer: its result line (with ``error`` if the run failed)."""
+def run_peer(spec: str, data: str, work: str, run: int, rounds: int, log: str, more: list[str] = ()) -> dict:
+    """One ``driver.py`` run of a peer (``more``: further driver options): its result line (with
+    ``error`` if the run failed)."""
     name, _, opt = spec.partition(":")
     env = dict(os.environ)
     # The update's section processes import bench/roundtsv.py and the checkout's webdb.
@@ -93,6 +94,7 @@ def run_peer(spec: str, data: str, work: str, run: int, rounds: int, log: str) -
     cmd += ["--work", work, "--run", str(run), "--rounds", str(rounds)]
     if run > 1:
         cmd.append("--no-verify")
+    cmd += more
     with open(log, "a", encoding="utf-8") as err:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     lines = p.stdout.strip().splitlines()
@@ -194,9 +196,50 @@ def generate_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
     return lines, ok
 
 
+def reads_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
+    """The read test alone, every peer on its own database of each scale, passes interleaved:
+    each peer's database is built once (load and one round, ``driver.py --keep`` into
+    ``DATA/reads/PEER-nN``; kept and reused by later runs), then ``--runs`` passes of
+    ``driver.py --reads-only`` take the peers in turn, each pass a fresh process reading the same
+    keys.  On a shared machine the passes of all peers see about the same load, so the ratios
+    to webdb mean more than the rates."""
+    needs = {s: NEEDS.get(s.partition(":")[0]) for s in a.peers}
+    peers = [s for s in a.peers if needs[s] is None or importlib.util.find_spec(needs[s]) is not None]
+    rows: list[dict] = []
+    ok = True
+    for n in a.pages:
+        data = workload(a, n)
+        for spec in peers:
+            work = os.path.join(a.data, "reads", f"{spec.replace(':', '-')}-n{n}")
+            if not os.path.exists(os.path.join(work, ".built")):
+                print(f"{time.strftime('%H:%M:%S')} {spec} N={n}: build", file=sys.stderr, flush=True)
+                rec = run_peer(spec, data, work, 1, 1, os.path.join(a.data, "errors.log"), ["--keep", "--no-verify"])
+                if "error" in rec:
+                    rows.append(rec)
+                    ok = False
+                    continue
+                open(os.path.join(work, ".built"), "w").close()
+        for run in range(1, a.runs + 1):
+            for spec in peers:
+                work = os.path.join(a.data, "reads", f"{spec.replace(':', '-')}-n{n}")
+                if not os.path.exists(os.path.join(work, ".built")):
+                    continue
+                print(f"{time.strftime('%H:%M:%S')} {spec} N={n} reads, pass {run}", file=sys.stderr, flush=True)
+                rows.append(run_peer(spec, data, work, run, 1, os.path.join(a.data, "errors.log"), ["--reads-only"]))
+    with open(os.path.join(a.data, "reads.jsonl"), "w", encoding="utf-8") as out:
+        out.writelines(json.dumps(r) + "\n" for r in rows)
+    ok = ok and not any("error" in r for r in rows)
+    for n in a.pages:
+        if len({r["read_check"] for r in rows if r["N"] == n and "read_check" in r}) > 1:
+            ok = False
+    head = [f"## Reads: getPage and inlinks, every peer on its own database (seed {a.seed})", ""]
+    return head + report.reads_table(rows), ok
+
+
 SUITES: dict[str, Callable[[argparse.Namespace], tuple[list[str], bool]]] = {
     "peers": peers_suite,
     "generate": generate_suite,
+    "reads": reads_suite,
 }
 
 

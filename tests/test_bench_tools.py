@@ -103,6 +103,26 @@ def test_generate_suite_compares_the_due_index_with_the_scan(tmp_path):
     assert not (tmp_path / "data" / "generate-n2000").exists()  # the suite's db is deleted
 
 
+def test_reads_suite_builds_once_and_reads_every_peers_database(tmp_path):
+    """``--suites reads``: each peer's database built once (kept, marked built), then passes of
+    the read test alone, interleaved, every peer reading the same keys with the same counts; a
+    second invocation reuses the databases (no build) and adds its passes."""
+    args = ["--pages", "2000", "--suites", "reads", "--peers", "webdb,sortmerge,sqlite", "--runs", "2"]
+    p = _bench(tmp_path, *args)
+    assert p.returncode == 0, p.stderr + (tmp_path / "data" / "errors.log").read_text()
+    assert p.stderr.count(": build") == 3
+    rows = [json.loads(line) for line in (tmp_path / "data" / "reads.jsonl").read_text().splitlines()]
+    assert [r["peer"].split("-")[0] for r in rows] == ["webdb", "sortmerge", "sqlite"] * 2
+    assert all(r["reads_only"] and "error" not in r for r in rows), rows
+    assert len({r["read_check"] for r in rows}) == 1
+    results = (tmp_path / "results.md").read_text()
+    assert "| sortmerge | 2,000 | 2 |" in results and "webdb / peer" in results
+    for peer in ("webdb", "sortmerge", "sqlite"):
+        assert (tmp_path / "data" / "reads" / f"{peer}-n2000" / ".built").exists()
+    p = _bench(tmp_path, *args[:-1], "1")
+    assert p.returncode == 0 and ": build" not in p.stderr, p.stderr
+
+
 def test_generator_is_seeded(tmp_path):
     def gen(out, seed):
         cmd = [sys.executable, GEN, "--pages", "500", "--round", "50", "--seed", str(seed), "--out", str(out)]
@@ -122,7 +142,7 @@ def test_generator_is_seeded(tmp_path):
     [
         (["--peers", "webdb,oracle"], "--peers: unknown peer oracle"),
         (["--pages", "0"], "0: expected a positive number"),
-        (["--suites", "nope"], "--suites: expected some of peers"),
+        (["--suites", "nope"], "--suites: expected some of peers, reads"),
     ],
 )
 def test_run_bad_arguments(tmp_path, args, why):

@@ -641,3 +641,164 @@ def _in_block(db, url: str, b: int) -> bool:
         t = getattr(t, "base", t)
         p = url.encode() + b"\x00"
         return t.blocks_of_range(p, p[:-1] + b"\x01") == (b, b + 1)
+
+
+# ---- the compiled point lookup (Lookup) against the Python path ------------------------------
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_page_lookup_equals_the_python_path_and_uses_the_cache_alike(tmp_path, seed):
+    """``Reader.get_page`` through the compiled ``Lookup`` (one C call) gives what the Python
+    path (``TableReader.get`` and ``Page.decode``) gives, for pages added, updated, deleted,
+    with meta or without, and URLs in no file; and it leaves the block cache as the Python
+    path does: the same blocks, in the same LRU order, of the same bytes."""
+    rng = random.Random(seed)
+    urls = _urls(rng, 150)
+    k = rng.choice([1, 2])
+    db = _db(tmp_path / "db", k, urls[::2], [], cache_mb=rng.choice([0, 1]))
+    for i in range(4):
+        with db.writer() as w:
+            for u in rng.sample(urls, 30):
+                w.add_page_with_score(Page(u, fetch_time=i, score=rng.random(), meta={"r": str(i)} if i % 2 else {}))
+            for u in rng.sample(urls, 5):
+                w.delete_page(u)
+    probes = urls + [u + "/" for u in urls[:30]] + ["http://0/", "http://zz/"]
+    rng.shuffle(probes)
+    with db.reader() as fast, db.reader() as slow:
+        slow._page_lookups = [None] * k  # the Python path only
+        by_url = {p.url: p for p in slow.pages()}
+        for u in probes + probes[:50]:
+            got = fast.get_page(u)
+            assert got == slow.get_page(u) == by_url.get(u), u
+            assert got is None or type(got) is Page
+        assert COMPILED is all(lk is not None for lk in fast._page_lookups)
+        assert list(fast._cache._d) == list(slow._cache._d)  # the same blocks, in the same LRU order
+        for key, (rb, size) in fast._cache._d.items():
+            other, other_size = slow._cache._d[key]
+            assert (rb.raw, rb.n, size) == (other.raw, other.n, other_size)
+    fast.close()
+    with pytest.raises(ClosedError):
+        fast.get_page(urls[0])
+
+
+def test_compiled_lookup_declines_what_is_not_sound_and_the_python_path_names_it(tmp_path):
+    """A delta record whose op byte is neither PUT nor DEL, and a page value too short to decode:
+    the ``Lookup`` answers False (no exception of its own), and ``get_page`` then names the
+    fault through the Python path; sound keys around them read as ``Levels.get`` says.  (Not
+    compiled: no Lookup, and the Python path alone names them.)"""
+    from webdb.reader import Reader
+    from webdb.tables.format import DELTA_KINDS
+    from webdb.tables.levels import DEL, PUT, open_levels
+    from webdb.tables.table import lookups
+
+    base, run = str(tmp_path / "base"), str(tmp_path / "run")
+    page = Page("http://h/00").encode_value()
+    w = TableWriter(base, KIND_PAGES_BY_URL, 128, "lz4", sync=False)
+    for i in range(40):
+        w.add(b"http://h/%02d" % i, page if i != 9 else page[:20])
+    w.close()
+    w = TableWriter(run, DELTA_KINDS["pages_by_url"], 128, "lz4", sync=False)
+    w.add(b"http://h/05", PUT + page)
+    w.add(b"http://h/06", DEL)
+    w.add(b"http://h/07", b"\x07" + page)
+    w.add(b"http://h/50", PUT + page)
+    w.close()
+    cache = BlockCache(1 << 20)
+    v = open_levels(base, [run], "pages_by_url", 40, cache)
+    try:
+        lk = lookups([(v.runs[0], True), (v.base, False)], cache, Page)
+        assert (lk is not None) is COMPILED
+        for i in (0, 5, 6, 8, 39, 50, 60):
+            key = b"http://h/%02d" % i
+            want = None if v.get(key) is None else Page.decode(key.decode(), v.get(key))
+            assert lk is None or (lk.get(key) == v.get(key) and lk.page(key.decode(), key) == want), key
+        assert lk is None or (lk.get(b"http://h/07") is False and lk.page("http://h/09", b"http://h/09") is False)
+        with pytest.raises(CorruptionError, match="op byte 7"):
+            v.get(b"http://h/07")
+        # The reader's path: get_page over these levels names the run and the value.
+        r = Reader.__new__(Reader)
+        r.db, r.closed, r._url_bounds, r._cache = None, False, [], cache
+        r._pages_by_url, r._page_lookups = [v], [lk]
+        with pytest.raises(CorruptionError, match=f"{run}: delta record .*op byte 7"):
+            r.get_page("http://h/07")
+        with pytest.raises(CorruptionError, match="undecodable value"):
+            r.get_page("http://h/09")
+        assert r.get_page("http://h/05") == Page.decode("http://h/05", page)
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_lookup_over_levels_equals_levels_get_and_the_model(tmp_path, seed):
+    """``Lookup.get`` over a base and delta runs (newest first) gives what ``Levels.get`` and a
+    dict of the records give — a run's PUT over the base, a DEL hiding a base key, keys only in
+    a run, keys in no file, keys between blocks — and fills the cache as ``Levels.get`` does."""
+    from webdb.tables.format import DELTA_KINDS
+    from webdb.tables.levels import DEL, PUT, open_levels
+    from webdb.tables.table import lookups
+
+    rng = random.Random(seed)
+    keys = sorted({b"http://h/%03d" % rng.randrange(400) for _ in range(300)})
+    model = {k: b"base" + k for k in rng.sample(keys, len(keys) // 2)}
+    paths = [str(tmp_path / "base")]
+    w = TableWriter(paths[0], KIND_PAGES_BY_URL, rng.choice([64, 256]), "lz4", sync=False)
+    for k in sorted(model):
+        w.add(k, model[k])
+    w.close()
+    for r in range(rng.randint(1, 3)):  # oldest first
+        ops = {k: PUT + b"r%d" % r + k if rng.random() < 0.6 else DEL for k in rng.sample(keys, 60)}
+        paths.append(str(tmp_path / f"run{r}"))
+        w = TableWriter(paths[-1], DELTA_KINDS["pages_by_url"], 128, "lz4", sync=False)
+        for k in sorted(ops):
+            w.add(k, ops[k])
+        w.close()
+        for k, v in ops.items():
+            if v == DEL:
+                model.pop(k, None)
+            else:
+                model[k] = v[1:]
+    fast_cache, slow_cache = BlockCache(rng.choice([300, 1 << 20])), BlockCache(0)
+    fast = open_levels(paths[0], paths[:0:-1], "pages_by_url", len(model), fast_cache)
+    slow = open_levels(paths[0], paths[:0:-1], "pages_by_url", len(model), slow_cache)
+    slow_cache.max_bytes = fast_cache.max_bytes
+    try:
+        lk = lookups([(t, True) for t in fast.runs] + [(fast.base, False)], fast_cache, Page)
+        assert (lk is not None) is COMPILED
+        get = lk.get if lk is not None else fast.get  # not compiled: the Python path against the model
+        probes = keys + [k + b"\x00" for k in keys[::7]] + [b"", b"http://a", b"http://z"]
+        rng.shuffle(probes)
+        for k in probes:
+            assert get(k) == slow.get(k) == model.get(k), k
+        assert list(fast_cache._d) == list(slow_cache._d)
+    finally:
+        fast.close()
+        slow.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", range(3))
+def test_compiled_links_equal_the_python_path(tmp_path, seed):
+    """``Reader.inlinks`` through ``Lookup.links`` (the levels' short path, the merge and the
+    Links in one C call) gives what the Python path (``short_range`` or ``ranges``, then
+    ``_links``) gives over levels in lz4 pieces: links in a run, in the base, hidden by
+    tombstones, spanning blocks, streamed, and none."""
+    rng = random.Random(seed)
+    urls = _urls(rng, 120)
+    links = [(rng.choice(urls), rng.choice(urls)) for _ in range(600)] + [(u, urls[0]) for u in urls]
+    db = webdb.create(str(tmp_path / "db"), sections=rng.choice([1, 2]), sync=False, block_size=1024)
+    db.settings.update(level_ratio=1000.0, level_runs=4)
+    with db.writer() as w:
+        for u in urls:
+            w.add_page(Page(u))
+        for src, dst in links:
+            w.add_link(Link(url_md5(src), dst, f"{src} to {dst}"))
+    for i in range(3):
+        with db.writer() as w:
+            _levels_round(w, rng, urls, i)
+    with db.reader() as r:
+        probes = urls + [f"http://new0.example/{i}" for i in range(3)] + ["http://0/", "http://zz/"]
+        for u in probes:
+            t = r._links_by_url[r.sections.of_url(u.encode())]
+            assert list(r.inlinks(u)) == list(r._inlinks(u, u.encode(), t)), u
+        assert COMPILED is all(lk is not None for lk in r._link_lookups)

@@ -23,9 +23,15 @@ from webdb.tables.format import KIND_DUE, TABLE_KINDS
 from webdb.tables.levels import open_levels
 from webdb.tables.pagecodec import DUE_LAST_BUCKET, LINK, LINK_FIXED, LINK_OUT, due_bucket, due_prefix
 from webdb.tables.records import Link, Page, validate_url
-from webdb.tables.table import BlockCache, TableReader
+from webdb.tables.table import BlockCache, TableReader, lookups
 
 __all__ = ["Reader"]
+
+# A section whose compiled page lookup is not made yet (``Reader._page_lookup``).
+_UNBUILT = object()
+
+# Links a streamed inlinks makes at a time.
+_STREAM_LINKS = 128
 
 # What decoding a crafted record can raise (short value, bad UTF-8, bad meta JSON, no separator).
 _UNDECODABLE = (struct.error, UnicodeDecodeError, ValueError, IndexError, TypeError)
@@ -63,17 +69,6 @@ def _links(keys: list[bytes], vals: list[bytes], n: int, url: str) -> list[Link]
         for k, v in zip(keys, vals)
         for d, f in (unpack(v),)
     ]
-
-
-def _url_key(url: object) -> bytes:
-    """The key bytes of ``url``.  Only what is not a str that encodes as UTF-8 is validated
-    here (raising BadInput); the caller validates a URL it does not find."""
-    if type(url) is str:
-        try:
-            return url.encode()
-        except UnicodeEncodeError:
-            pass
-    return validate_url(url, 1 << 30)
 
 
 class Reader:
@@ -148,11 +143,19 @@ class Reader:
                         r.close()
             raise
         self.tables = tabs
+        self._cache = cache
         self._pages_by_url = tabs["pages_by_url"]
         self._links_by_url = tabs["links_by_url"]
+        # Each section's compiled PagesByURL and LinksByURL lookups, made on their first
+        # get_page / inlinks (None: none).
+        self._page_lookups: list = [_UNBUILT] * len(tabs["pages_by_url"])
+        self._link_lookups: list = [_UNBUILT] * len(tabs["links_by_url"])
 
     def close(self) -> None:
         self.closed = True
+        # The lookups hold the fds closed below.
+        self._page_lookups = [None] * len(self._page_lookups)
+        self._link_lookups = [None] * len(self._link_lookups)
         for lst in self.tables.values():
             for r in lst:
                 if r is not None:
@@ -191,9 +194,12 @@ class Reader:
     # ---- lookups ---------------------------------------------------------------------------
 
     def get_page(self, url: str) -> Page | None:
-        """The page of ``url`` or None.  Cost: two binary searches in memory (section, block
-        index), one in the block (cached; a miss reads, checks and decompresses it), one record
-        decoded.  Kept flat: per-call Python overhead, not the search, is most of a cached lookup.
+        """The page of ``url`` or None.  Cost: a binary search for the section, then in each
+        level file (delta runs newest first, then the base) until one holds the key: a binary
+        search of its index, one in the block (cached; a miss reads, checks and decompresses
+        it), and one record decoded.  Per-call Python overhead, not the search, is most of a
+        cached lookup: compiled, everything after the section is one C call (``Lookup.page``);
+        the Python path below is its reference and names what the C call finds not sound.
 
         A URL is validated only when it is not found: a stored key passed ``validate_url`` when
         it was written, so a hit is a valid URL and a bad one still raises BadInput naming it.
@@ -207,7 +213,17 @@ class Reader:
                 url_b = validate_url(url, 1 << 30)
         else:
             url_b = validate_url(url, 1 << 30)
-        t = self._pages_by_url[bisect_right(self._url_bounds, url_b)]
+        s = bisect_right(self._url_bounds, url_b)
+        lk = self._page_lookups[s]
+        if lk is _UNBUILT:
+            lk = self._page_lookup(s)
+        if lk is not None:
+            p = lk.page(url, url_b)
+            if p is not False:
+                if p is None:
+                    validate_url(url, 1 << 30)
+                return p
+        t = self._pages_by_url[s]
         v = t.get(url_b) if t is not None else None
         if v is None:
             validate_url(url, 1 << 30)
@@ -216,6 +232,27 @@ class Reader:
             return Page.decode(url, v)
         except _UNDECODABLE as e:
             raise CorruptionError(f"{t.path}: page {url!r:.200}: undecodable value ({e})") from None
+
+    def _lookup(self, t, link: type | None):
+        """The compiled lookup (``tables.table.lookups``) of ``t`` — one table of one section, a
+        file or levels — its files newest first through this reader's cache; None if there is
+        no table here or the lookup cannot be compiled."""
+        if t is None:
+            return None
+        files = [(t, False)] if isinstance(t, TableReader) else [(r, True) for r in t.runs]
+        if not isinstance(t, TableReader) and t.base is not None:
+            files.append((t.base, False))
+        return lookups(files, self._cache, Page, link)
+
+    def _page_lookup(self, s: int):
+        """Section ``s``'s compiled PagesByURL lookup, made once."""
+        lk = self._page_lookups[s] = self._lookup(self._pages_by_url[s], None)
+        return lk
+
+    def _link_lookup(self, s: int):
+        """Section ``s``'s compiled LinksByURL lookup (with ``links``), made once."""
+        lk = self._link_lookups[s] = self._lookup(self._links_by_url[s], Link)
+        return lk
 
     @_decodes("pages_by_md5")
     def get_pages(self, md5: bytes) -> Iterator[Page]:
@@ -231,18 +268,42 @@ class Reader:
         """Links to ``url``, by from_id, streamed a block at a time (a URL with a million inlinks
         is fine).  Cost: the block index search, one block read (cached) per block the links
         span, and only the records in range split out and decoded.  A URL is validated only
-        when it has no inlinks (as in ``get_page``).
+        when it has no inlinks (as in ``get_page``).  A closed reader or a bad URL raises here,
+        not on the first ``next``.
 
         Links that lie in a few blocks of each file of the table (all but the most linked URLs)
-        take ``short_range``, a shorter path than ``ranges`` with the same effect: each file
-        whose index does not rule the URL out costs one C call per block, the levels are merged
-        in one C call, and the links are built in another.  The blocks are read through the
-        cache but do not fill it.  Filling it costs more than it saves: at 1M pages LinksByURL
-        is ~40k blocks, and keeping each block read means fresh memory (page faults) for every
-        read."""
-        self._live()
-        url_b = _url_key(url)
-        t = self._links_by_url[bisect_right(self._url_bounds, url_b)]
+        take a shorter path than ``ranges`` with the same effect: each file whose index does not
+        rule the URL out costs one block read (of a block in lz4 pieces: its header, then the
+        pieces the links lie in), the levels are merged and the links built, all in one C call
+        (``Lookup.links``; not compiled, ``short_range`` then ``_links``), and the list is
+        returned.  The blocks are read through the cache but do not fill it.  Filling it costs
+        more than it saves: at 1M pages LinksByURL is ~40k blocks, and keeping each block read
+        means fresh memory (page faults) for every read."""
+        if self.closed:
+            self._live()
+        if type(url) is str:
+            try:
+                url_b = url.encode()
+            except UnicodeEncodeError:
+                url_b = validate_url(url, 1 << 30)
+        else:
+            url_b = validate_url(url, 1 << 30)
+        s = bisect_right(self._url_bounds, url_b)
+        lk = self._link_lookups[s]
+        if lk is _UNBUILT:
+            lk = self._link_lookup(s)
+        if lk is not None:
+            links = lk.links(url, url_b)
+            if links:
+                return iter(links)
+            if links is not None and links is not False:
+                validate_url(url, 1 << 30)
+                return iter(links)
+        return self._inlinks(url, url_b, self._links_by_url[s])
+
+    def _inlinks(self, url: str, url_b: bytes, t) -> Iterator[Link]:
+        """``inlinks`` through the Python calls: the links of ``url`` in ``t`` (a section's
+        LinksByURL), short or streamed; what names a fault the compiled path declines."""
         found = False
         if t is not None:
             p, stop = url_b + b"\x00", url_b + b"\x01"
@@ -254,7 +315,10 @@ class Reader:
                 else:
                     for keys, vals in t.ranges(p, stop):
                         found = True
-                        yield from _links(keys, vals, len(p), url)
+                        # Links made a slice of a block at a time: a block of a popular URL is
+                        # ~1k links, and the first costs a slice of them, not the block's.
+                        for i in range(0, len(keys), _STREAM_LINKS):
+                            yield from _links(keys[i : i + _STREAM_LINKS], vals[i : i + _STREAM_LINKS], len(p), url)
             except _UNDECODABLE as e:
                 raise CorruptionError(
                     f"{self.db.path}: links_by_url: undecodable record ({type(e).__name__}: {e})"

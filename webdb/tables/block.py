@@ -12,6 +12,7 @@ code below is the reference and the fallback, chosen when the extension is missi
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import sys
@@ -533,6 +534,22 @@ def short_levels(files: tuple, start: bytes, stop: bytes, most: int):
     file's range reaches more than ``most`` blocks; False if a block or a record is not sound
     (each file's ``short_range`` then names the fault)."""
     return blockc.short_levels(files, start, stop, most, crc32, lz4_decompress)
+
+
+def point_lookup(files: tuple, cache: dict | None, put: Callable | None, page: type, link: tuple | None):
+    """A ``Lookup`` (``_blockc.lookup``): point lookups of a table's levels, one C call each —
+    ``get(key)`` as ``Levels.get`` (``TableReader.get`` for one file), ``page(url, key)`` as
+    ``Reader.get_page``'s ``Page.decode`` of that value, ``links(url, key)`` as
+    ``Reader.inlinks``' short path (``short_levels`` then ``make_links``; None: the links reach
+    more blocks, stream them).  ``files`` are (raw index, entries, fd, pieces, run, cache key
+    base) of each file, newest first; blocks come from ``cache`` (a BlockCache's dict; a hit is
+    moved to its LRU end) or are read, checked and ``put`` there as ``TableReader._read`` does.
+    ``link`` is (Link class, LINK_FIXED, LINK_OUT, most blocks per file) for ``links``.  A
+    result False: a block, a record or a value is not sound (the caller's Python path names the
+    fault).  None when not compiled."""
+    if _blockc is None:
+        return None
+    return _blockc.lookup(files, cache, put, _CRawBlock, _crc32, _lz4_decompress, page, json.loads, link)
 
 
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:

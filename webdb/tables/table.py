@@ -33,6 +33,7 @@ from webdb.tables.block import (
     index_entries,
     index_in_place,
     pieces_split,
+    point_lookup,
     short_file,
     unpack_block,
     unpack_range,
@@ -49,6 +50,7 @@ from webdb.tables.format import (
     TABLE_MAGIC,
     TABLE_VERSION,
 )
+from webdb.tables.pagecodec import LINK_FIXED, LINK_OUT
 
 __all__ = ["TableWriter", "TableReader", "BlockCache", "Probe", "CODECS"]
 
@@ -756,6 +758,12 @@ class TableReader:
             return None
         return ix[0], ix[1], self._fd, self.kind in PIECES_KINDS
 
+    def lookup_args(self, run: bool) -> tuple[bytes, int, int, bool, bool, int] | None:
+        """What a compiled ``Lookup`` reads this file with (``lookups``): ``short_args``, whether
+        it is a delta ``run``, its key base in the cache; None as ``short_args``."""
+        a = self.short_args()
+        return None if a is None else (*a, run, self._cid)
+
     def short_range(self, start: bytes, stop: bytes) -> tuple[list[bytes], list[bytes]] | None:
         """The records with start <= key < stop as (keys, values) if they lie in at most
         ``SHORT_BLOCKS`` blocks, else None (read them with ``ranges``, a block at a time): what a
@@ -780,6 +788,23 @@ class TableReader:
     def keys_blocks(self) -> Iterator[list[bytes]]:
         for b in range(self.nblocks):
             yield self.block(b)[0]
+
+
+def lookups(files: list[tuple[TableReader, bool]], cache: BlockCache | None, page: type, link: type | None = None):
+    """A compiled ``Lookup`` (``block.point_lookup``) of one table's files — (file, whether a
+    delta run), newest first, all of one reader's ``cache`` — or None when not compiled or a
+    file's index is not kept in place (the Python path, ``TableReader.get``, reads it).  With
+    ``link`` (records.Link) it also answers ``links`` (LinksByURL, ``SHORT_BLOCKS`` blocks of
+    each file at most).  It holds the files' fds: used only while they are open."""
+    args = []
+    for t, run in files:
+        a = t.lookup_args(run)
+        if a is None:
+            return None
+        args.append(a)
+    d, put = (cache._d, cache.put) if cache is not None else (None, None)
+    decode = None if link is None else (link, LINK_FIXED, LINK_OUT, SHORT_BLOCKS)
+    return point_lookup(tuple(args), d, put, page, decode)
 
 
 def prefix_end(p: bytes) -> bytes | None:

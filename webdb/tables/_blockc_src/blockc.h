@@ -8,7 +8,8 @@
  *   merge.c   levels merged a range per call (LevelCursor.merge_ranges, Seeker.range)
  *   pieces.c  lz4 pieces (codec 3)
  *   index.c   a table's index searched in place (TableReader._ix)
- *   seek.c    a table's levels read forward, a range or key per call (LevelCursor)
+ *   seek.c    a table's levels read forward, a range or key per call (LevelCursor); point
+ *             lookups through the block cache (Lookup: Reader.get_page)
  *   module.c  the method table and the module
  *
  * This header holds what more than one of them uses: the block layout and its inline readers,
@@ -210,6 +211,7 @@ SHARED extern const char index_check_doc[], short_file_doc[], short_levels_doc[]
 
 /* seek.c */
 SHARED PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-SHARED extern const char levelseek_doc[];
+SHARED PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED extern const char levelseek_doc[], lookup_doc[];
 
 #endif

@@ -572,8 +572,16 @@ PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyObject *k = PyList_GET_ITEM(keys, j), *v = PyList_GET_ITEM(vals, j);
         if (!PyBytes_Check(k) || !PyBytes_Check(v) || PyBytes_GET_SIZE(v) < fixed) Py_RETURN_NONE;
     }
-    Py_ssize_t off[5];
-    int fill = link_slots(args[4], off);
+    /* The last class's answer kept: link_slots' attribute lookups cost as much as a few links. */
+    static PyObject *slots_cls;
+    static Py_ssize_t slots_off[5];
+    static int slots_fill;
+    if (cls != slots_cls) {
+        slots_fill = link_slots(cls, slots_off);
+        Py_XSETREF(slots_cls, Py_NewRef(cls));
+    }
+    Py_ssize_t *off = slots_off;
+    int fill = slots_fill;
     /* Calling cls runs Python code, which could change the lists: hold them as tuples. */
     PyObject *kt = PyList_AsTuple(keys), *vt = kt ? PyList_AsTuple(vals) : NULL, *res = NULL;
     if (!vt || !(res = PyList_New(n))) goto done;

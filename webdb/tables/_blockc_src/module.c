@@ -29,6 +29,7 @@ static PyMethodDef methods[] = {
     {"short_file", (PyCFunction)(void (*)(void))c_short_file, METH_FASTCALL, short_file_doc},
     {"short_levels", (PyCFunction)(void (*)(void))c_short_levels, METH_FASTCALL, short_levels_doc},
     {"levelseek", (PyCFunction)(void (*)(void))c_levelseek, METH_FASTCALL, levelseek_doc},
+    {"lookup", (PyCFunction)(void (*)(void))c_lookup, METH_FASTCALL, lookup_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,6 +11,7 @@
  * fault). */
 
 #include "blockc.h"
+#include <structmember.h> /* T_OBJECT_EX, READONLY (Lookup: Page filled in place) */
 
 /* One file of the view. */
 typedef struct {
@@ -47,20 +48,20 @@ static Py_ssize_t last_ge(const Block *ix, Py_ssize_t lo, const char *key, Py_ss
     return search(ix, lo, ix->n, key, klen, cmp_last, 0);
 }
 
-/* Seeker._block: block b of f decompressed and verified as TableReader._read does (1), or 0 if
- * it is not sound (short, bad checksum, undecodable, a count the index does not give), -1 on
- * error. */
-static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
-    if (b == f->bi && f->blk) return 1;
-    const unsigned char *v = f->ix.raw + key_end(&f->ix, b);
+/* Block b of a file (index ix, fd) decompressed and verified as TableReader._read does: 1 and
+ * *raw (a new reference) and *n set, 0 if it is not sound (short, bad checksum, undecodable, a
+ * count the index does not give), -1 on error. */
+static int read_block(const Block *ix, int fd, Py_ssize_t b, PyObject *crc32, PyObject *decompress, PyObject **raw,
+                      Py_ssize_t *n) {
+    const unsigned char *v = ix->raw + key_end(ix, b);
     Py_ssize_t len = (Py_ssize_t)rd32(v + 8);
-    PyObject *data = read_at(f->fd, rd64(v), len), *r;
+    PyObject *data = read_at(fd, rd64(v), len), *r;
     if (!data) return -1;
     if (data == Py_None) {
         Py_DECREF(data);
         return 0;
     }
-    PyObject *a[3] = {data, s->crc32, s->decompress};
+    PyObject *a[3] = {data, crc32, decompress};
     r = c_unpack(NULL, a, 3);
     if (r == Py_None && len >= 5 && PyBytes_AS_STRING(data)[len - 5] == 3) {
         Py_DECREF(r);
@@ -68,14 +69,25 @@ static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
     }
     Py_DECREF(data);
     if (!r) return -1;
-    Py_ssize_t n = r == Py_None ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
-    if (n != (Py_ssize_t)rd32(v + 12)) {
+    *n = r == Py_None ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
+    if (*n != (Py_ssize_t)rd32(v + 12)) {
         Py_DECREF(r);
         return PyErr_Occurred() ? -1 : 0;
     }
-    Py_XSETREF(f->blk, PyTuple_GET_ITEM(r, 0));
-    Py_INCREF(f->blk);
+    *raw = Py_NewRef(PyTuple_GET_ITEM(r, 0));
     Py_DECREF(r);
+    return 1;
+}
+
+/* Seeker._block: block b of f decompressed and verified (read_block): 1, 0 if it is not sound,
+ * -1 on error. */
+static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
+    if (b == f->bi && f->blk) return 1;
+    PyObject *raw;
+    Py_ssize_t n;
+    int r = read_block(&f->ix, f->fd, b, s->crc32, s->decompress, &raw, &n);
+    if (r <= 0) return r;
+    Py_XSETREF(f->blk, raw);
     if (block_of(f->blk, n, &f->b) < 0) return -1;
     f->bi = b;
     s->decoded++;
@@ -302,6 +314,387 @@ PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (block_of(f->ix_raw, n, &f->ix) < 0) goto fail;
         f->nxt = PyBytes_FromStringAndSize(NULL, 0); /* Seeker.nxt starts at b"" */
         if (!f->nxt) goto fail;
+    }
+    return (PyObject *)s;
+fail:
+    Py_DECREF(s);
+    return NULL;
+}
+
+/* ---- point lookups of a table's levels through the block cache (Lookup) --------------------
+ *
+ * Reader.get_page at its Python path is a call per level file (TableReader.get: a bisect of the
+ * index lists, the cache's dict, the block's search) plus Levels.get and Page.decode: about ten
+ * Python frames, most of a cached lookup's cost.  A Lookup holds what those read — each file's
+ * index block kept in place (TableReader._ix), its fd and its key base in the reader's
+ * BlockCache — and answers a key, or a URL's Page, in one call: the same searches, the same
+ * cache (a hit moves the block to the LRU end, a miss reads, checks and caches the block as
+ * TableReader._read does) and the same result.  Anything not sound gives False, and the
+ * Python path names the fault. */
+
+typedef struct {
+    PyObject *ix_raw; /* the file's index block, decompressed (TableReader._ix) */
+    Block ix;
+    int fd, run;
+    long long cid; /* the file's key base in the cache (TableReader._cid) */
+} LookFile;
+
+#define PAGE_FIELDS 11
+#define PAGE_FIXED 59 /* pagecodec.PAGE_FIXED: md5(16) status(u8) 2 x i64, u16, 2 x u32, 2 x f64 */
+
+typedef struct {
+    PyObject_HEAD Py_ssize_t m;
+    LookFile *f;
+    PyObject *cache, *put, *rawblock; /* the BlockCache's OrderedDict and put, RawBlock's class */
+    PyObject *crc32, *decompress, *page, *loads;
+    Py_ssize_t off[PAGE_FIELDS]; /* Page's slots, if it can be filled in place (fill) */
+    int fill;
+    PyObject *short_files; /* short_levels' files: (raw, n, fd, pieces, run) of each */
+    PyObject *link;        /* (records.Link, LINK_FIXED, LINK_OUT, SHORT_BLOCKS) */
+} Lookup;
+
+static PyObject *s_move_to_end, *s_raw, *s_n;
+
+static void lk_dealloc(Lookup *s) {
+    for (Py_ssize_t i = 0; i < s->m; i++) Py_XDECREF(s->f[i].ix_raw);
+    PyMem_Free(s->f);
+    Py_XDECREF(s->cache);
+    Py_XDECREF(s->put);
+    Py_XDECREF(s->rawblock);
+    Py_XDECREF(s->crc32);
+    Py_XDECREF(s->decompress);
+    Py_XDECREF(s->page);
+    Py_XDECREF(s->loads);
+    Py_XDECREF(s->short_files);
+    Py_XDECREF(s->link);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* Block b of f through the cache: 1 and *raw (a new reference), *n set; 0 if not sound; -1 on
+ * error.  A hit is moved to the LRU end; a miss is read (read_block) and put in the cache as
+ * the class RawBlock(raw, n) with TableReader._read's size. */
+static int cached_block(Lookup *s, LookFile *f, Py_ssize_t b, PyObject **raw, Py_ssize_t *n) {
+    PyObject *key = PyLong_FromLongLong(f->cid + (long long)b), *hit = NULL;
+    if (!key) return -1;
+    if (s->cache != Py_None && !(hit = PyDict_GetItemWithError(s->cache, key)) && PyErr_Occurred()) goto fail;
+    if (hit) {
+        if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) goto unsound;
+        PyObject *rb = PyTuple_GET_ITEM(hit, 0), *nn;
+        Py_INCREF(rb); /* the dict may drop it while we call out */
+        PyObject *r = PyObject_CallMethodOneArg(s->cache, s_move_to_end, key);
+        Py_XDECREF(r);
+        *raw = r ? PyObject_GetAttr(rb, s_raw) : NULL;
+        nn = *raw ? PyObject_GetAttr(rb, s_n) : NULL;
+        Py_DECREF(rb);
+        if (!nn) {
+            Py_XDECREF(*raw);
+            goto fail;
+        }
+        *n = PyLong_AsSsize_t(nn);
+        Py_DECREF(nn);
+        if (*n == -1 && PyErr_Occurred()) {
+            Py_DECREF(*raw);
+            goto fail;
+        }
+        Py_DECREF(key);
+        return 1;
+    }
+    int r = read_block(&f->ix, f->fd, b, s->crc32, s->decompress, raw, n);
+    if (r <= 0) {
+        Py_DECREF(key);
+        return r;
+    }
+    if (s->cache != Py_None) {
+        PyObject *rb = PyObject_CallFunction(s->rawblock, "On", *raw, *n), *res = NULL;
+        if (rb) res = PyObject_CallFunction(s->put, "OOn", key, rb, PyBytes_GET_SIZE(*raw) + 100);
+        Py_XDECREF(rb);
+        if (!res) {
+            Py_DECREF(*raw);
+            goto fail;
+        }
+        Py_DECREF(res);
+    }
+    Py_DECREF(key);
+    return 1;
+unsound:
+    Py_DECREF(key);
+    return 0;
+fail:
+    Py_DECREF(key);
+    return -1;
+}
+
+/* Levels.get (TableReader.get of one file): the value of key (a new reference), Py_None if it
+ * has none, Py_False if a block or a delta record is not sound, NULL on error. */
+static PyObject *lookup_value(Lookup *s, const char *k, Py_ssize_t kl) {
+    for (Py_ssize_t i = 0; i < s->m; i++) {
+        LookFile *f = &s->f[i];
+        Py_ssize_t b = search(&f->ix, 0, f->ix.n, k, kl, cmp_key, 1) - 1; /* bisect_right(first_keys) - 1 */
+        if (b < 0 || cmp_last(&f->ix, b, k, kl) < 0) continue;
+        PyObject *raw;
+        Py_ssize_t n;
+        int r = cached_block(s, f, b, &raw, &n);
+        if (r <= 0) return r == 0 ? Py_NewRef(Py_False) : NULL;
+        Block blk;
+        if (block_of(raw, n, &blk) < 0) {
+            Py_DECREF(raw);
+            return NULL;
+        }
+        Py_ssize_t j = lower_bound(&blk, 0, k, kl);
+        if (j == n || cmp_key(&blk, j, k, kl) != 0) {
+            Py_DECREF(raw);
+            continue;
+        }
+        Py_ssize_t vs = key_end(&blk, j), ve = rec_end(&blk, j);
+        clamp(&blk, &vs, &ve);
+        PyObject *v;
+        if (!f->run)
+            v = slice(&blk, vs, ve);
+        else if (ve > vs && blk.raw[vs] == 1) /* PUT + value */
+            v = slice(&blk, vs + 1, ve);
+        else if (ve > vs && blk.raw[vs] == 0) /* DEL */
+            v = Py_NewRef(Py_None);
+        else /* neither: Levels.get names the run */
+            v = Py_NewRef(Py_False);
+        Py_DECREF(raw);
+        return v;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(lk_get_doc,
+             "get(key) -> value | None | False: Levels.get (TableReader.get for one file) through the "
+             "cache; False if a block or a delta record is not sound (the Python path names the fault).");
+
+static PyObject *lk_get(Lookup *s, PyObject *key) {
+    if (!PyBytes_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "get(key: bytes)");
+        return NULL;
+    }
+    return lookup_value(s, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+}
+
+static inline int64_t rd64s(const unsigned char *p) { return (int64_t)rd64(p); }
+
+/* Page.decode(url, v): the Page of value v (pagecodec.PAGE, then the meta JSON), a new
+ * reference; Py_False if v does not decode; NULL on error. */
+static PyObject *make_page(Lookup *s, PyObject *url, PyObject *v) {
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(v);
+    Py_ssize_t len = PyBytes_GET_SIZE(v);
+    if (len < PAGE_FIXED) Py_RETURN_FALSE;
+    PyObject *a[PAGE_FIELDS] = {NULL};
+    a[0] = Py_NewRef(url);
+    a[1] = PyBytes_FromStringAndSize((const char *)p, 16);
+    a[2] = PyLong_FromLong(p[16]);
+    a[3] = PyLong_FromLongLong(rd64s(p + 17));
+    a[4] = PyLong_FromLongLong(rd64s(p + 25));
+    a[5] = PyLong_FromLong((long)(p[33] | (p[34] << 8)));
+    a[6] = PyLong_FromUnsignedLong(rd32(p + 35));
+    a[7] = PyLong_FromUnsignedLong(rd32(p + 39));
+    double sc = PyFloat_Unpack8((const char *)p + 43, 1), ns = PyFloat_Unpack8((const char *)p + 51, 1);
+    PyObject *res = NULL;
+    if (PyErr_Occurred()) goto done;
+    a[8] = PyFloat_FromDouble(sc);
+    a[9] = PyFloat_FromDouble(ns);
+    if (len > PAGE_FIXED) {
+        PyObject *m = PyBytes_FromStringAndSize((const char *)p + PAGE_FIXED, len - PAGE_FIXED);
+        a[10] = m ? PyObject_CallOneArg(s->loads, m) : NULL;
+        Py_XDECREF(m);
+        if (!a[10] && PyErr_ExceptionMatches(PyExc_ValueError)) { /* not JSON: Page.decode names it */
+            PyErr_Clear();
+            res = Py_NewRef(Py_False);
+            goto done;
+        }
+    } else {
+        a[10] = PyDict_New();
+    }
+    for (int i = 0; i < PAGE_FIELDS; i++)
+        if (!a[i]) goto done;
+    if (s->fill) { /* what the dataclass's __init__ does: each field set once */
+        if ((res = ((PyTypeObject *)s->page)->tp_alloc((PyTypeObject *)s->page, 0)))
+            for (int i = 0; i < PAGE_FIELDS; i++) {
+                *(PyObject **)((char *)res + s->off[i]) = a[i];
+                a[i] = NULL;
+            }
+    } else {
+        res = PyObject_Vectorcall(s->page, a, PAGE_FIELDS, NULL);
+    }
+done:
+    for (int i = 0; i < PAGE_FIELDS; i++) Py_XDECREF(a[i]);
+    return res;
+}
+
+PyDoc_STRVAR(lk_page_doc,
+             "page(url, key) -> Page | None | False: Reader.get_page of a section's PagesByURL: the "
+             "value of key (url's UTF-8 bytes) as get gives it, decoded as Page.decode(url, value); "
+             "False if a block, a delta record or the value is not sound.");
+
+static PyObject *lk_page(Lookup *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "page(url, key: bytes)");
+        return NULL;
+    }
+    PyObject *v = lookup_value(s, PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]));
+    if (!v || v == Py_None || v == Py_False) return v;
+    PyObject *p = make_page(s, args[0], v);
+    Py_DECREF(v);
+    return p;
+}
+
+PyDoc_STRVAR(lk_links_doc,
+             "links(url, key) -> list[Link] | None | False: Reader.inlinks of a section's LinksByURL: "
+             "the records in [key + NUL, key + 1) over the levels (short_levels, at most SHORT_BLOCKS "
+             "blocks of each file), made Links as links() makes them; None if they reach more blocks "
+             "(the caller streams them); False if a block, a record or a value is not sound.");
+
+static PyObject *lk_links(Lookup *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "links(url, key: bytes)");
+        return NULL;
+    }
+    if (!s->short_files) {
+        PyErr_SetString(PyExc_TypeError, "links: a Lookup made without link decoding");
+        return NULL;
+    }
+    Py_ssize_t kl = PyBytes_GET_SIZE(args[1]);
+    PyObject *lo = PyBytes_FromStringAndSize(NULL, kl + 1), *hi = lo ? PyBytes_FromStringAndSize(NULL, kl + 1) : NULL;
+    PyObject *kv = NULL, *res = NULL;
+    if (!hi) goto done;
+    memcpy(PyBytes_AS_STRING(lo), PyBytes_AS_STRING(args[1]), (size_t)kl);
+    memcpy(PyBytes_AS_STRING(hi), PyBytes_AS_STRING(args[1]), (size_t)kl);
+    PyBytes_AS_STRING(lo)[kl] = 0;
+    PyBytes_AS_STRING(hi)[kl] = 1;
+    PyObject *a[6] = {s->short_files, lo, hi, PyTuple_GET_ITEM(s->link, 3), s->crc32, s->decompress};
+    kv = c_short_levels(NULL, a, 6);
+    if (!kv || kv == Py_None || kv == Py_False) {
+        res = kv;
+        kv = NULL;
+        goto done;
+    }
+    PyObject *plen = PyLong_FromSsize_t(kl + 1);
+    if (!plen) goto done;
+    PyObject *b[7] = {PyTuple_GET_ITEM(kv, 0), PyTuple_GET_ITEM(kv, 1), plen, args[0], PyTuple_GET_ITEM(s->link, 0),
+                      PyTuple_GET_ITEM(s->link, 1), PyTuple_GET_ITEM(s->link, 2)};
+    res = c_links(NULL, b, 7);
+    Py_DECREF(plen);
+    if (res == Py_None) { /* a value too short: the Python path names it */
+        Py_DECREF(res);
+        res = Py_NewRef(Py_False);
+    }
+done:
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    Py_XDECREF(kv);
+    return res;
+}
+
+static PyMethodDef lk_methods[] = {
+    {"get", (PyCFunction)lk_get, METH_O, lk_get_doc},
+    {"page", (PyCFunction)(void (*)(void))lk_page, METH_FASTCALL, lk_page_doc},
+    {"links", (PyCFunction)(void (*)(void))lk_links, METH_FASTCALL, lk_links_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject LookupType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "webdb.tables._blockc.Lookup",
+    .tp_basicsize = sizeof(Lookup),
+    .tp_dealloc = (destructor)lk_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Point lookups of a table's levels through the block cache (lookup).",
+    .tp_methods = lk_methods,
+};
+
+/* The offsets of Page's fields when an instance can be made by filling them (as link_slots in
+ * codec.c): a slots dataclass of plain object slots, made by object.__new__.  Its __post_init__
+ * only fills an empty md5, and a decoded page's md5 is 16 bytes: filling in place is what
+ * __init__ would do.  0 if cls is not such a class (it is then called). */
+static int page_slots(PyObject *cls, Py_ssize_t off[PAGE_FIELDS]) {
+    static const char *names[PAGE_FIELDS] = {"url",          "md5",           "status", "fetch_time",
+                                             "next_fetch",   "retries",       "fetch_interval",
+                                             "num_outlinks", "score",         "next_score", "meta"};
+    if (!PyType_Check(cls)) return 0;
+    PyTypeObject *t = (PyTypeObject *)cls;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || !t->tp_members || t->tp_base != &PyBaseObject_Type ||
+        t->tp_new != PyBaseObject_Type.tp_new || t->tp_alloc != PyType_GenericAlloc)
+        return 0;
+    for (int i = 0; i < PAGE_FIELDS; i++) off[i] = -1;
+    for (PyMemberDef *m = t->tp_members; m->name; m++)
+        for (int i = 0; i < PAGE_FIELDS; i++)
+            if (!strcmp(m->name, names[i])) {
+                if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return 0;
+                off[i] = m->offset;
+            }
+    for (int i = 0; i < PAGE_FIELDS; i++)
+        if (off[i] < (Py_ssize_t)sizeof(PyObject)) return 0;
+    return PyObject_HasAttrString(cls, "__dataclass_fields__");
+}
+
+SHARED_PYDOC(lookup_doc,
+             "lookup(files, cache, put, rawblock, crc32, decompress, page, loads, link) -> Lookup: "
+             "point lookups of a table's levels in one call each: files are (raw, n, fd, pieces, run, "
+             "cid) of its files, newest first (the runs, then the base): the index block kept in "
+             "place, its entries, the fd, whether its blocks are in lz4 pieces, whether it is a delta "
+             "run, the file's key base in the cache; cache and put the reader's BlockCache dict and "
+             "put (None: no cache), rawblock the class a cached block is (rawblock(raw, n)), page and "
+             "loads records.Page and json.loads, link (records.Link, LINK_FIXED, LINK_OUT, "
+             "SHORT_BLOCKS) or None (no links()).  The fds stay the caller's (open while the Lookup "
+             "is used).");
+
+PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9 || !PyTuple_Check(args[0]) || (args[1] != Py_None && !PyDict_Check(args[1])) ||
+        (args[8] != Py_None && (!PyTuple_Check(args[8]) || PyTuple_GET_SIZE(args[8]) != 4))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "lookup(files: tuple, cache: dict | None, put, rawblock, crc32, decompress, page, loads, link)");
+        return NULL;
+    }
+    if (PyType_Ready(&LookupType) < 0) return NULL;
+    if (!s_move_to_end && (!(s_move_to_end = PyUnicode_InternFromString("move_to_end")) ||
+                           !(s_raw = PyUnicode_InternFromString("raw")) || !(s_n = PyUnicode_InternFromString("n"))))
+        return NULL;
+    Py_ssize_t m = PyTuple_GET_SIZE(args[0]);
+    Lookup *s = PyObject_New(Lookup, &LookupType);
+    if (!s) return NULL;
+    s->m = 0;
+    s->cache = Py_NewRef(args[1]);
+    s->put = Py_NewRef(args[2]);
+    s->rawblock = Py_NewRef(args[3]);
+    s->crc32 = Py_NewRef(args[4]);
+    s->decompress = Py_NewRef(args[5]);
+    s->page = Py_NewRef(args[6]);
+    s->loads = Py_NewRef(args[7]);
+    s->fill = page_slots(args[6], s->off);
+    s->link = args[8] == Py_None ? NULL : Py_NewRef(args[8]);
+    s->short_files = NULL;
+    if (!(s->f = PyMem_Calloc(m ? (size_t)m : 1, sizeof(LookFile)))) {
+        Py_DECREF(s);
+        return PyErr_NoMemory();
+    }
+    if (s->link && !(s->short_files = PyTuple_New(m))) goto fail;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *t = PyTuple_GET_ITEM(args[0], i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(t, 0))) {
+            PyErr_SetString(PyExc_TypeError, "lookup: a file is (raw: bytes, n, fd, pieces, run, cid)");
+            goto fail;
+        }
+        LookFile *f = &s->f[i];
+        s->m = i + 1;
+        f->ix_raw = Py_NewRef(PyTuple_GET_ITEM(t, 0));
+        Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        long fd = PyLong_AsLong(PyTuple_GET_ITEM(t, 2));
+        f->run = PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
+        f->cid = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 5));
+        if (PyErr_Occurred() || f->run < 0) goto fail;
+        if (s->short_files) {
+            PyObject *sf = PyTuple_GetSlice(t, 0, 5);
+            if (!sf) goto fail;
+            PyTuple_SET_ITEM(s->short_files, i, sf);
+        }
+        if (fd < 0 || fd > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "lookup: bad file descriptor");
+            goto fail;
+        }
+        f->fd = (int)fd;
+        if (block_of(f->ix_raw, n, &f->ix) < 0) goto fail;
     }
     return (PyObject *)s;
 fail:
