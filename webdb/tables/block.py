@@ -537,7 +537,7 @@ def short_levels(files: tuple, start: bytes, stop: bytes, most: int):
 
 
 def point_lookup(files: tuple, cache: dict | None, put: Callable | None, page: type, link: tuple | None):
-    """A ``Lookup`` (``_blockc.lookup``): point lookups of a table's levels, one C call each —
+    """A ``Lookup`` (``blockc.lookup``): point lookups of a table's levels, one C call each —
     ``get(key)`` as ``Levels.get`` (``TableReader.get`` for one file), ``page(url, key)`` as
     ``Reader.get_page``'s ``Page.decode`` of that value, ``links(url, key)`` as
     ``Reader.inlinks``' short path (``short_levels`` then ``make_links``; None: the links reach
@@ -547,9 +547,9 @@ def point_lookup(files: tuple, cache: dict | None, put: Callable | None, page: t
     ``link`` is (Link class, LINK_FIXED, LINK_OUT, most blocks per file) for ``links``.  A
     result False: a block, a record or a value is not sound (the caller's Python path names the
     fault).  None when not compiled."""
-    if _blockc is None:
+    if blockc is None:
         return None
-    return _blockc.lookup(files, cache, put, _CRawBlock, _crc32, _lz4_decompress, page, json.loads, link)
+    return blockc.lookup(files, cache, put, _CRawBlock, crc32, lz4_decompress, page, json.loads, link)
 
 
 def index_entries(rb: RawBlock, size: int) -> tuple[list[bytes], list[bytes], bytes] | None:
