@@ -11,16 +11,16 @@ codec), creates the data roots and share-group directories, and pushes the confi
 verifies every host (ssh and host key, version, codec and extras, disk, clock, section roots,
 locks, config, host-to-host ssh).  Both are idempotent, print one line per host and a WARNING
 naming the hosts that run the pure-Python codec, and exit 1 if any host failed.  The logic is
-in webdb/deploy.py.
+in webdb/tools/deploy.py.
 """
 
 from fabric import task
 from invoke.exceptions import Exit
 
-from webdb.deploy import check as check_hosts
-from webdb.deploy import deploy as deploy_hosts
-from webdb.deploy import parse_extras, report
 from webdb.errors import WebDBError
+from webdb.tools.deploy import check as check_hosts
+from webdb.tools.deploy import deploy as deploy_hosts
+from webdb.tools.deploy import parse_extras, report
 
 
 def _hosts(spec: str) -> list[str] | None:

@@ -82,7 +82,7 @@ setup(
         "dask": ["distributed>=2024.1"],
         # `webdb export --format parquet`.
         "export": ["pyarrow>=14"],
-        # The columnar bulk load (webdb.bulkarrow; `webdb import` without it loads record by record).
+        # The columnar bulk load (webdb.tools.bulkarrow; `webdb import` without it loads record by record).
         "bulk": ["pyarrow>=14", "numpy>=1.24"],
         # bench/run.py: the peers (RocksDB, DuckDB; SQLite and GNU sort come with the system), the
         # driver's memory sampling, the columnar load webdb runs there and the steady-state plot;

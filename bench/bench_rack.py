@@ -25,9 +25,9 @@ by their transport only.
 Every run's tables are hashed (sha256 of each table file of the committed generation, per
 section): the digests must agree across transports and with the local round.
 
-``--deploy`` first runs ``fab deploy``'s code (webdb.deploy.deploy) on the sshd hosts and
+``--deploy`` first runs ``fab deploy``'s code (webdb.tools.deploy.deploy) on the sshd hosts and
 runs their agents from the deployed virtualenvs (the block codec built on each host); every
-ssh host's codec is read with ``python -m webdb.deploy facts`` and printed.  The machine is
+ssh host's codec is read with ``python -m webdb.tools.deploy facts`` and printed.  The machine is
 shared: compare the transports of one run, side by side (``--repeat`` interleaves them).
 """
 
@@ -143,7 +143,7 @@ def run_dask(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
 
 
 class SSHRack:
-    """k loopback sshd hosts (tests/sshd.py), optionally deployed with webdb.deploy."""
+    """k loopback sshd hosts (tests/sshd.py), optionally deployed with webdb.tools.deploy."""
 
     def __init__(self, work: Path, k: int, deploy: bool) -> None:
         from sshd import start_cluster
@@ -165,8 +165,8 @@ class SSHRack:
         self.ini.write_text(ini)
         self.deploy_seconds = None
         if deploy:
-            from webdb.deploy import deploy as deploy_hosts
-            from webdb.deploy import report
+            from webdb.tools.deploy import deploy as deploy_hosts
+            from webdb.tools.deploy import report
 
             t0 = time.monotonic()
             res = deploy_hosts(str(self.ini), base_python=HOST_PYTHON)
@@ -181,7 +181,7 @@ class SSHRack:
 
         py = load_config(str(self.ini)).hosts[h.name].python
         with h.fabric_connection() as c:
-            out = c.run(f"{shlex.quote(py)} -m webdb.deploy facts", hide=True, in_stream=False).stdout
+            out = c.run(f"{shlex.quote(py)} -m webdb.tools.deploy facts", hide=True, in_stream=False).stdout
         facts = json.loads(out)
         return {"python": py, "codec": facts["codec"], "why": facts["why"], "version": facts["python"]}
 

@@ -110,7 +110,7 @@ def capture(args: argparse.Namespace) -> None:
 
 def replay(args: argparse.Namespace) -> None:
     sys.path[:0] = [args.src, os.path.join(args.src, "bench")]  # its webdb and its roundtsv
-    from webdb.sections import section_path
+    from webdb.core.sections import section_path
     from webdb.writer import cascade
 
     tmp = os.path.join(args.work, f"replay-{os.getpid()}")
@@ -170,7 +170,7 @@ def _typed_spec(spec: dict):
 def replay_step0(args: argparse.Namespace, tmp: str) -> None:
     """Step 0 of a section: its share of round.tsv through ``apply_input`` (parse, EditLog,
     sort, route into the outbox); the digest covers every edit file routed (name and bytes)."""
-    from webdb.sections import Sections
+    from webdb.core.sections import Sections
     from webdb.writer import cascade
     from webdb.writer.section import apply_input
 

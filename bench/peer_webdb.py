@@ -5,7 +5,7 @@
         --opt sections=2,sync=1
 
 Load (the default, ``load=bulk``): ``bulk_load_tsv``, the bulk load from Arrow columns
-(``webdb.bulkarrow``: pyarrow reads the TSVs, numpy sorts integer ranks, blocks are encoded a
+(``webdb.tools.bulkarrow``: pyarrow reads the TSVs, numpy sorts integer ranks, blocks are encoded a
 block at a time; record by record through ``webdb.bulk_load`` without pyarrow or for input its
 checks refuse), the same db byte for byte as ``load=writer``: one writer batch
 (add_page_with_score for every page, add_links for each source's links).
@@ -36,7 +36,7 @@ try:  # the columnar bulk load (the extra webdb[bulk])
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from webdb.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
+    from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
 except ImportError:
     pa = None
 
@@ -132,7 +132,7 @@ def arrow_links(links_tsv: str) -> Iterator[pa.Table]:
 
 def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     """The initial db by a bulk load: equal to the writer batch of ``load_tsv``.  From Arrow
-    columns (webdb.bulkarrow) when pyarrow is installed and the files pass its checks, else
+    columns (webdb.tools.bulkarrow) when pyarrow is installed and the files pass its checks, else
     record by record (``webdb.bulk_load``)."""
     if pa is not None:
         try:

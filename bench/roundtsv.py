@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from webdb.core.schedule import FetchResult
 from webdb.errors import BadInput
-from webdb.schedule import FetchResult
 from webdb.tables.records import Status
 from webdb.writer.columns import FetchBlock, have_numpy
 from webdb.writer.inputs import share_lines, where

@@ -2,7 +2,7 @@
 
 ``SegmentJoin(segments, tmpdir)`` reads the fetch and parse records of every segment once and
 sorts one record per fetched URL by ``(url, fetch time, segment, sequence)`` with the writer's
-external sort (``webdb.sortbuf.SortBuffer``: sorted runs spilled to ``tmpdir`` past its
+external sort (``webdb.util.sortbuf.SortBuffer``: sorted runs spilled to ``tmpdir`` past its
 memory budget).  ``join(records)`` then walks that sorted index in step with the export's
 records, which come in the same URL order, so the join needs no lookup and no index in memory.
 

@@ -609,7 +609,7 @@ class Segment:
                 pass
 
     def outcomes(self, part: int | None = None) -> Iterator[FetchOutcome]:
-        """For each fetched URL: the ``webdb.schedule.FetchResult`` to apply, outlinks, redirect.
+        """For each fetched URL: the ``webdb.core.schedule.FetchResult`` to apply, outlinks, redirect.
 
         ``num_outlinks`` and ``outlinks`` come from the parse record (empty when there is none or
         the page said nofollow); ``meta`` carries the response's validators (``validators``).

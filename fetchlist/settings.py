@@ -2,7 +2,7 @@
 
 In the style of scrapy's ``default_settings``: one flat dict, one comment per setting.
 ``resolve(**overrides)`` gives the defaults with overrides applied and rejects unknown names.
-The database's own settings (block size, fetch schedule, ...) are in ``webdb.settings``.
+The database's own settings (block size, fetch schedule, ...) are in ``webdb.core.settings``.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ DEFAULTS: dict[str, object] = {
     "www_rules": None,
     # ---- output ----------------------------------------------------------------------------------
     # Progress on stderr: None = a tqdm bar on a terminal, else a line every 10 s
-    # (webdb.progress); True = always a tqdm bar; False = none.
+    # (webdb.util.progress); True = always a tqdm bar; False = none.
     "progress": None,
 }
 

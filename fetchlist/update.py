@@ -10,7 +10,7 @@ JSON values, so they travel to every host of a rack.
 
 Per fetch record of each segment, in segment order then fetch order:
 
-* ``apply_fetch(result)``: the fetch schedule of webdb.schedule (status, retries, intervals,
+* ``apply_fetch(result)``: the fetch schedule of webdb.core.schedule (status, retries, intervals,
   the ``adaptive`` setting) is applied to the *stored* page at commit.  The result's meta also
   clears the generate mark (``gen = ""``) and, for a redirect, records its target
   (``redirect``).

@@ -5,7 +5,7 @@ every table.  The model is written straight from the contract, declaratively: ``
 computes the new pages and links from the old ones and the batch's list of calls, with no
 cascade, no sorting of edits and no reference counting.  It is slow (every commit is O(db)) and
 meant to stay obviously correct.  It implements the fetch schedule itself rather than import
-``webdb.schedule.apply_fetch``: the point is an independent second implementation.
+``webdb.core.schedule.apply_fetch``: the point is an independent second implementation.
 
 Choices where the contract leaves room (each is the reading closest to the original WebDB):
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
+from webdb.core.schedule import FetchResult
+from webdb.core.settings import DEFAULTS
 from webdb.errors import BadInput
-from webdb.schedule import FetchResult
-from webdb.settings import DEFAULTS
 from webdb.tables.records import NEVER, Link, Page, Status
 
 __all__ = ["Model", "PRIORITY"]

@@ -152,7 +152,7 @@ def test_settings_checked_against_field_widths(tmp_path, db, setting, value):
 
 
 def test_longest_url_setting_fits_the_format(tmp_path):
-    from webdb.settings import MAX_URL_LIMIT
+    from webdb.core.settings import MAX_URL_LIMIT
 
     db = webdb.create(str(tmp_path / "db"), max_url_bytes=MAX_URL_LIMIT, sync=False)
     url = "http://a.example/" + "x" * (MAX_URL_LIMIT - 17)

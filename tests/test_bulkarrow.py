@@ -1,4 +1,4 @@
-"""The columnar bulk load (webdb.bulkarrow): the same table files, byte for byte, as
+"""The columnar bulk load (webdb.tools.bulkarrow): the same table files, byte for byte, as
 ``webdb.bulk_load`` (itself compared with the writer in test_import.py) for the same calls;
 input its checks do not vouch for is refused before anything is written; a kill at any point
 leaves the empty db; ``webdb import`` takes the columnar path for plain TSV dumps."""
@@ -19,8 +19,8 @@ from webdb import Link, Page
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
-from webdb import bulkarrow  # noqa: E402
-from webdb.bulkarrow import NotColumnar, bulk_load_arrow  # noqa: E402
+from webdb.tools import bulkarrow  # noqa: E402
+from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow  # noqa: E402
 
 SUFFIXES = (".pbu", ".lbu", ".pbm", ".lbm")
 
@@ -93,7 +93,7 @@ def assert_same(a, b) -> None:
 @pytest.mark.timeout(600)
 def test_three_loaders_draw_the_same_breakpoints(tmp_path):
     """A sample far smaller than the pages: every later page is a draw, and the writer, the
-    bulk load and the columnar load draw the same (webdb.sections.Reservoir)."""
+    bulk load and the columnar load draw the same (webdb.core.sections.Reservoir)."""
     pages, links = random_calls(random.Random(7), 400)
     assert len({p.url for p in pages}) > 40
     s = {"block_size": 256, "breakpoint_sample": 8}
@@ -214,7 +214,7 @@ import random, sys
 sys.path.insert(0, {tests!r})
 from test_bulkarrow import link_tables, page_table
 from test_import import random_calls
-from webdb.bulkarrow import bulk_load_arrow
+from webdb.tools.bulkarrow import bulk_load_arrow
 pages, links = random_calls(random.Random(7), 200)
 bulk_load_arrow(sys.argv[1], page_table(pages), link_tables(links), block_size=256)
 """

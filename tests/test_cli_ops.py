@@ -234,7 +234,7 @@ def test_read_stats_scores_intervals_retries_and_status_per_section(tmp_path: Pa
 def test_line_progress_reports_periodically_off_a_terminal() -> None:
     import io
 
-    from webdb.progress import LineProgress, is_terminal, progress_bar
+    from webdb.util.progress import LineProgress, is_terminal, progress_bar
 
     now = [0.0]
     out = io.StringIO()
@@ -269,7 +269,7 @@ def test_update_prints_a_line_per_stage_and_detail_with_v(tmp_path: Path) -> Non
 
 
 def test_lock_state_as_fab_check_reports_it(tmp_path: Path) -> None:
-    from webdb.deploy import lock_state
+    from webdb.tools.deploy import lock_state
 
     db = tmp_path / "db"
     make_db(db, sections=1)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import webdb
-from webdb.sections import Sections
-from webdb.settings import resolve
+from webdb.core.sections import Sections
+from webdb.core.settings import resolve
 from webdb.writer import columns, kernels
 from webdb.writer.columns import FetchBlock
 from webdb.writer.engine import stage_job

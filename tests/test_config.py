@@ -144,7 +144,7 @@ def test_config_round_trips_as_data(tmp_path):
 
 
 def test_ndfs_and_the_core_agree_on_the_section_bound() -> None:
+    from webdb.core.sections import MAX_SECTIONS
     from webdb.ndfs.config import MAX_SECTIONS as NDFS_MAX
-    from webdb.sections import MAX_SECTIONS
 
     assert NDFS_MAX == MAX_SECTIONS

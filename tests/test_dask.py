@@ -23,7 +23,7 @@ from test_engine import digests, recorded, same_parts
 from waiting import wait_until
 
 import webdb
-from webdb.lockwait import wait_for_lock
+from webdb.core.lockwait import wait_for_lock
 from webdb.writer.daskrun import DaskUnavailable, update_dask
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 

@@ -14,7 +14,7 @@ import pytest
 from model import Model, assert_reader_matches
 
 import webdb
-from webdb.schedule import FetchResult
+from webdb.core.schedule import FetchResult
 from webdb.tables.records import Link, Page, Status, url_md5
 
 M1, M2, M3 = b"\x11" * 16, b"\x88" * 16, b"\xee" * 16

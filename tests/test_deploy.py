@@ -18,9 +18,9 @@ from rackutil import assert_state
 from sshd import SSHHost, start_cluster
 
 import webdb
-from webdb.deploy import HOST_EXTRAS, build_sdist, import_names, requirements, source_digest, venv_of
 from webdb.errors import BadInput
 from webdb.ndfs import parse_config
+from webdb.tools.deploy import HOST_EXTRAS, build_sdist, import_names, requirements, source_digest, venv_of
 from webdb.writer.inputs import CallRecorder, apply_call
 
 REPO = Path(__file__).resolve().parent.parent

@@ -29,8 +29,8 @@ from fetchlist.generate import choose, generate
 from fetchlist.segment import Segment
 from webdb import DAY, NEVER, FetchResult, Link, Page, Status
 from webdb.analysis.rank import rank
-from webdb.rebalance import rebalance
 from webdb.tables.pagecodec import due_order, due_record
+from webdb.tools.rebalance import rebalance
 
 NOW = 1_700_000_000
 HOSTS = ["a.com", "b.a.com", "c.org", "d.net", "\u65e5\u672c.jp"]

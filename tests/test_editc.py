@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webdb import sortbuf
+from webdb.util import sortbuf
 from webdb.writer import columns, edits, kernels, writer
 from webdb.writer.cascade import join_run
 from webdb.writer.columns import link_records_py

@@ -13,7 +13,7 @@ from dbutil import batch_a, batch_b
 from rackutil import split
 
 import webdb
-from webdb.manifest import Manifest
+from webdb.core.manifest import Manifest
 from webdb.writer.inputs import CallRecorder, apply_call
 from webdb.writer.rack import Rack, update
 

@@ -22,7 +22,7 @@ from fetchlist.export import SegmentJoin
 from fetchlist.segment import Segment
 from fetchlist.warc import read_response
 from webdb import BadInput, Page, Status, domain_id
-from webdb.export import export_pages, write_parquet
+from webdb.tools.export import export_pages, write_parquet
 
 WEBDB = [sys.executable, "-m", "webdb.cli.main"]
 EXPORTED = {"fetched", "not_modified"}
@@ -276,7 +276,7 @@ def test_memory_is_flat_in_the_number_of_pages(tmp_path):
     child = textwrap.dedent(
         """
         import sys, webdb
-        from webdb.export import export_pages, write_jsonl
+        from webdb.tools.export import export_pages, write_jsonl
         with webdb.open(sys.argv[1]).reader() as r, open(sys.argv[2], "wb") as f:
             n = write_jsonl(export_pages(r), f)
         hwm = next(ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:"))

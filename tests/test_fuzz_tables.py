@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webdb
-from webdb.db import current_line, seal, seal_checksum
+from webdb.core.db import current_line, seal, seal_checksum
 from webdb.errors import BadInput, WebDBError
 from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
 from webdb.tables.merge import MergeCursor

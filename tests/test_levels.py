@@ -169,7 +169,7 @@ def test_compact_budget(tmp_path):
         t[0] += 5.0
         return t[0]
 
-    from webdb.compact import compact
+    from webdb.tools.compact import compact
 
     r = compact(db, budget=25.0, clock=clock)
     assert 1 <= len(r["compacted"]) < n and r["left"] == n - len(r["compacted"])
@@ -279,7 +279,7 @@ def test_manifest_runs_validated(tmp_path):
     path = db.manifest_path(gen)
     m = json.load(open(path))
     m["tables"][0]["links_by_url"]["runs"][0]["file"] = "../../etc/passwd"
-    from webdb.dbfiles import validate_manifest
+    from webdb.core.dbfiles import validate_manifest
 
     with pytest.raises(CorruptionError, match=r"runs\[0\]\.file"):
         validate_manifest(m, gen, path)

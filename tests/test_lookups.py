@@ -687,7 +687,7 @@ def test_compiled_lookup_declines_what_is_not_sound_and_the_python_path_names_it
     the ``Lookup`` answers False (no exception of its own), and ``get_page`` then names the
     fault through the Python path; sound keys around them read as ``Levels.get`` says.  (Not
     compiled: no Lookup, and the Python path alone names them.)"""
-    from webdb.reader import Reader
+    from webdb.core.reader import Reader
     from webdb.tables.format import DELTA_KINDS
     from webdb.tables.levels import DEL, PUT, open_levels
     from webdb.tables.table import lookups

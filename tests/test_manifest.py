@@ -1,4 +1,4 @@
-"""The typed manifest (webdb.manifest.Manifest): read from its file and written back it is the
+"""The typed manifest (webdb.core.manifest.Manifest): read from its file and written back it is the
 same bytes — with keys it does not name, keys an older writer left out, a named key read as
 null, and whatever order the fields were set in; ``seconds`` never reaches the file."""
 
@@ -12,9 +12,9 @@ import pytest
 from dbutil import batch_b, make_db
 
 import webdb
-from webdb.dbfiles import seal, validate_manifest
-from webdb.manifest import Manifest, build, empty
-from webdb.sections import Sections
+from webdb.core.dbfiles import seal, validate_manifest
+from webdb.core.manifest import Manifest, build, empty
+from webdb.core.sections import Sections
 from webdb.writer.location import sync_location
 
 

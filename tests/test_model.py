@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from model import Model
 
+from webdb.core.schedule import FetchResult
 from webdb.errors import BadInput
-from webdb.schedule import FetchResult
 from webdb.tables.records import DAY, DEFAULT_INTERVAL, NEVER, Link, Page, Status, url_md5
 
 A, B, C = "http://a/", "http://b/", "http://c/"

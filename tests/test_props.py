@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 from model import FETCH_STATUSES, Model, assert_reader_matches
 
 import webdb
-from webdb.schedule import FetchResult
+from webdb.core.schedule import FetchResult
 from webdb.tables.records import DAY, Link, Page, Status, url_md5
 
 URLS = [

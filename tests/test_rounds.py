@@ -8,8 +8,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import webdb
-from webdb import manifest
-from webdb.sections import Sections
+from webdb.core import manifest
+from webdb.core.sections import Sections
 from webdb.serve import views
 
 

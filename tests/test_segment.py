@@ -12,8 +12,8 @@ from warcio.archiveiterator import ArchiveIterator
 from fetchlist.parse import parse
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from fetchlist.warc import read_index, read_response
+from webdb.core.schedule import FetchResult
 from webdb.errors import BadInput, CorruptionError
-from webdb.schedule import FetchResult
 from webdb.tables.records import Page, Status
 
 HTML = b'<html><head><title>T</title></head><body>Hello <a href="/a">A</a> <a href="/b">B</a></body></html>'

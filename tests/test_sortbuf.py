@@ -1,4 +1,4 @@
-"""webdb.sortbuf.SortBuffer: the external sort gives ``sorted(records)`` whether it fits in
+"""webdb.util.sortbuf.SortBuffer: the external sort gives ``sorted(records)`` whether it fits in
 memory, spills runs, or has more runs than it merges at once (then folded into longer runs)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from webdb import sortbuf
-from webdb.sortbuf import SortBuffer
+from webdb.util import sortbuf
+from webdb.util.sortbuf import SortBuffer
 
 
 def records(rng: random.Random, n: int) -> list[bytes]:

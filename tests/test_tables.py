@@ -334,7 +334,7 @@ def check_merge_ranges(tmp_path, rng, bs, model):
 
 
 def test_merge_chunks_equals_sorted():
-    from webdb.sortbuf import merge_chunks
+    from webdb.util.sortbuf import merge_chunks
 
     rng = random.Random(7)
     for _ in range(300):

@@ -18,14 +18,17 @@ package's ``__all__`` (the db, its records, readers and writers, and the helpers
 webdb needs: ``SortBuffer``, the external sort; ``wait_for_lock``; ``progress_bar``) and three
 small public modules: ``webdb.errors`` (every exception), ``webdb.urls`` (host and
 registered-domain helpers) and ``webdb.rack`` (the distributed update).
-Everything else (``webdb.tables``, ``webdb.writer``, ``webdb.ndfs``, ``webdb.db``, ...) is
+Everything else (``webdb.tables``, ``webdb.writer``, ``webdb.ndfs``, ``webdb.core.db``, ...) is
 internal; the allowed imports between the parts are import-linter contracts in pyproject.toml
 (docs/design.md, *Parts and arrows*).
 """
 
-from webdb.bulk import bulk_load
-from webdb.db import WebDB, create
-from webdb.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
+from webdb.core.db import WebDB, create
+from webdb.core.db import open_db as open  # noqa: A001 - webdb.open mirrors dbm.open
+from webdb.core.lockwait import wait_for_lock
+from webdb.core.manifest import Manifest
+from webdb.core.reader import Reader
+from webdb.core.schedule import FetchResult, Schedule
 from webdb.errors import (
     BadInput,
     ClosedError,
@@ -36,12 +39,6 @@ from webdb.errors import (
     NotADatabase,
     WebDBError,
 )
-from webdb.lockwait import wait_for_lock
-from webdb.manifest import Manifest
-from webdb.progress import progress_bar
-from webdb.reader import Reader
-from webdb.schedule import FetchResult, Schedule
-from webdb.sortbuf import SortBuffer
 from webdb.tables import pagecodec
 from webdb.tables.records import (
     DAY,
@@ -56,6 +53,9 @@ from webdb.tables.records import (
     url_md5,
     validate_url,
 )
+from webdb.tools.bulk import bulk_load
+from webdb.util.progress import progress_bar
+from webdb.util.sortbuf import SortBuffer
 from webdb.writer.inputs import CallRecorder, check_share, register_input
 from webdb.writer.writer import Writer
 

@@ -6,9 +6,9 @@ Owns: link analysis (rank.py), dedup by content (dedup.py), URL-prefix statistic
 (prefixes.py), filter generation from them (filtergen.py), and rank/dedup/prefixes over a rack
 or a Dask cluster (onrack.py, through ``webdb.rack``'s update with a steps function).
 
-May import: webdb's public API and readers (``webdb.reader``, ``webdb.tables`` records,
-``pagecodec`` and ``format``), ``webdb.urls``, the external sort buffer (``webdb.sortbuf``),
-``webdb.export``, ``webdb.lockwait`` and ``webdb.errors``; onrack.py also ``webdb.rack``,
-``webdb.sections`` and the writer's ``CallRecorder`` (``webdb.writer.inputs``).  Never
+May import: webdb's public API and readers (``webdb.core.reader``, ``webdb.tables`` records,
+``pagecodec`` and ``format``), ``webdb.urls``, the external sort buffer (``webdb.util.sortbuf``),
+``webdb.tools.export``, ``webdb.core.lockwait`` and ``webdb.errors``; onrack.py also ``webdb.rack``,
+``webdb.core.sections`` and the writer's ``CallRecorder`` (``webdb.writer.inputs``).  Never
 ``fetchlist`` (contract ``analysis-without-crawl``).
 """

@@ -23,10 +23,10 @@ from collections.abc import Callable, Iterable, Iterator
 from webdb.analysis.dedup import SCOPES, Change, apply_change, find_duplicates
 from webdb.analysis.prefixes import PrefixStat, prefix_stats
 from webdb.analysis.rank import new_scores, reader_contributions, shares
+from webdb.core.reader import Reader
 from webdb.errors import BadInput
-from webdb.reader import Reader
-from webdb.sortbuf import merge_files
 from webdb.tables.records import Page, Status
+from webdb.util.sortbuf import merge_files
 from webdb.writer.inputs import CallRecorder
 
 __all__ = [
@@ -103,8 +103,8 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
 
 
 def _export_section(ctx, j: int, req: dict) -> dict:
-    """Section j's export records (webdb.export) as JSON lines in the location's scratch."""
-    from webdb.export import export_pages, host_filter, write_jsonl
+    """Section j's export records (webdb.tools.export) as JSON lines in the location's scratch."""
+    from webdb.tools.export import export_pages, host_filter, write_jsonl
 
     path = os.path.join(ctx.scratch, f"export-{j:04d}.jsonl")
     fit = (lambda p: p.meta.get("fit") == "1") if req.get("fit_only") else None
@@ -295,7 +295,7 @@ def rank_rack(
     lock_wait: float = 0.0,
 ) -> list[dict]:
     """``rank`` over a rack: ``iterations`` committed batches; a result dict per iteration."""
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
     from webdb.rack import UpdateFailed
 
     if not 0.0 <= damping <= 1.0:

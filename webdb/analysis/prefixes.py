@@ -24,9 +24,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from webdb.errors import BadInput
-from webdb.sortbuf import SortBuffer
 from webdb.tables.records import Page
 from webdb.urls import host_of, registered_domain
+from webdb.util.sortbuf import SortBuffer
 
 __all__ = ["PrefixStat", "prefix_stats", "url_prefixes"]
 

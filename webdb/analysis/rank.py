@@ -33,10 +33,10 @@ from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 from webdb.errors import BadInput
-from webdb.sortbuf import SortBuffer, merge_files
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_score, page_status
 from webdb.tables.records import Page, Status
+from webdb.util.sortbuf import SortBuffer, merge_files
 
 __all__ = ["new_scores", "rank", "rank_iteration", "reader_contributions", "section_contributions", "shares"]
 
@@ -152,7 +152,7 @@ def rank(
 ) -> list[dict]:
     """Run ``iterations`` iterations (one committed batch each); a result dict per iteration.
     Each iteration waits up to ``lock_wait`` seconds for another writer's lock."""
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
 
     if not 0.0 <= damping <= 1.0:
         raise BadInput(f"damping must be in [0, 1], got {damping}")

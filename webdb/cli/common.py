@@ -8,8 +8,8 @@ import stat
 import sys
 from typing import Any
 
+from webdb.core.settings import DEFAULTS
 from webdb.errors import BadInput
-from webdb.settings import DEFAULTS
 
 
 def emit(args, data: Any, text: str | None = None) -> None:
@@ -126,7 +126,7 @@ def add_quiet(p) -> None:
 
 def add_lock_wait(p) -> None:
     """``--lock-wait S``: how long a writer command waits for another writer's lock."""
-    from webdb.lockwait import LOCK_WAIT
+    from webdb.core.lockwait import LOCK_WAIT
 
     p.add_argument(
         "--lock-wait",

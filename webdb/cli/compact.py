@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from webdb.compact import compact
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
+    from webdb.tools.compact import compact
 
     db = webdb.open(args.db)
     r = wait_for_lock(lambda: compact(db, args.budget), args.lock_wait, "compact")

@@ -5,7 +5,7 @@ DB.segments).  One line per round: generated, fetched, not modified, redirects, 
 URLs, db size, seconds per step.  A round that generates nothing ends the crawl.
 
 ``--set NAME=VALUE`` (repeatable) reaches every step that has a setting of that name: the
-writer settings (webdb/settings.py: generate's and update's batches), the fetcher's
+writer settings (webdb/core/settings.py: generate's and update's batches), the fetcher's
 (fetchlist/settings.py) and update's options (fetchlist/update.py OPTIONS) — e.g.
 ``--set max_outlinks=500`` raises both the parser's and update's outlink cap.  A name no step
 knows is an error.  ``--lock-wait`` applies to inject, generate and update.
@@ -65,7 +65,7 @@ def split_settings(pairs: list[str] | None) -> tuple[dict, dict, dict]:
     from fetchlist.settings import DEFAULTS as FETCH
     from fetchlist.settings import resolve
     from fetchlist.update import OPTIONS as UPDATE
-    from webdb.settings import DEFAULTS as WRITER
+    from webdb.core.settings import DEFAULTS as WRITER
 
     writer, fetch, update = {}, {}, {}
     for pair in pairs or []:

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
         "--sections", type=positive_int, default=None, help="number of sections (one per machine), default 1"
     )
     p.add_argument("--hosts", metavar="HOSTS_INI", help="create the db on the hosts of this hosts.ini")
-    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a stored setting (see webdb/settings.py)")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a stored setting (see webdb/core/settings.py)")
     add_json(p)
     p.set_defaults(run=run)
 

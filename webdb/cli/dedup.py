@@ -59,7 +59,7 @@ def run(args) -> int:
         else:
             sys.stdout.write(f"{c.page.url}\t{status}\t{c.keeper}\n")
 
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
 
     rack, scheduler = rack_target(args)
     on_change = show if args.dry_run else None

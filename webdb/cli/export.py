@@ -23,7 +23,8 @@ from contextlib import contextmanager
 
 from webdb.cli.common import add_db_location, add_json, add_rack_args, emit, open_db, rack_failed, rack_target
 from webdb.errors import BadInput
-from webdb.export import (
+from webdb.tables.format import TMP_DIR
+from webdb.tools.export import (
     DEFAULT_MAX_ANCHORS,
     ROW_GROUP_BYTES,
     export_pages,
@@ -33,7 +34,6 @@ from webdb.export import (
     write_jsonl,
     write_parquet,
 )
-from webdb.tables.format import TMP_DIR
 
 
 def _non_negative(v: str) -> int:
@@ -175,8 +175,8 @@ def run_rack(args, rack, scheduler, statuses, since) -> int:
     import tempfile
 
     from webdb.analysis.onrack import export_rack
-    from webdb.export import DEFAULT_STATUSES
     from webdb.ndfs import open_transport
+    from webdb.tools.export import DEFAULT_STATUSES
     from webdb.writer.rack import UpdateFailed
 
     for opt in ("segments", "focus", "mount", "section_dir"):

@@ -10,7 +10,7 @@ md5 no page carries or to a url with no page are dropped, ``target_has_outlink``
 A bad line stops the import with ``FILE:LINE`` and exit status 2; nothing is committed.
 
 With pyarrow and numpy installed (``pip install webdb[bulk]``), TSV dumps are loaded from
-columns, a block at a time (``webdb.bulkarrow``; the same db, several times faster); a file
+columns, a block at a time (``webdb.tools.bulkarrow``; the same db, several times faster); a file
 that its checks do not vouch for (an escaped cell, a line the columnar parser refuses, ...) is
 loaded record by record instead, which names any bad line.  Progress goes to stderr (one line
 a phase) unless ``--quiet`` or ``--json``.
@@ -146,7 +146,7 @@ def arrow_pages(path: str):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from webdb.bulkarrow import NotColumnar, md5_array, tsv, unhex16
+    from webdb.tools.bulkarrow import NotColumnar, md5_array, tsv, unhex16
 
     types = {c: pa.int64() for c in PAGE_COLS}
     types.update(url=pa.string(), md5=pa.string(), status=pa.string(), meta=pa.string())
@@ -172,7 +172,7 @@ def arrow_links(path: str) -> Iterator:
     """A ``--dump links`` TSV as bulkarrow.LINK_COLUMNS, in chunks (see ``arrow_pages``)."""
     import pyarrow as pa
 
-    from webdb.bulkarrow import md5_array, tsv, unhex16
+    from webdb.tools.bulkarrow import md5_array, tsv, unhex16
 
     types = dict.fromkeys(LINK_COLS, pa.string())
     types["domain_id"] = pa.int64()
@@ -194,7 +194,7 @@ def _np(a):
 
 
 def _header(path: str, cols: tuple[str, ...]) -> None:
-    from webdb.bulkarrow import NotColumnar
+    from webdb.tools.bulkarrow import NotColumnar
 
     with open(path, "rb") as f:
         if f.readline().rstrip(b"\n") != ("#" + "\t".join(cols)).encode():
@@ -205,7 +205,7 @@ def _no_escapes(t, cols: tuple[str, ...]) -> None:
     """Escaped cells (a backslash: tsv_escape) are for ``records``, which unescapes them."""
     import pyarrow.compute as pc
 
-    from webdb.bulkarrow import NotColumnar
+    from webdb.tools.bulkarrow import NotColumnar
 
     for c in cols:
         if t.num_rows and pc.any(pc.match_substring(t[c], "\\")).as_py():
@@ -214,7 +214,7 @@ def _no_escapes(t, cols: tuple[str, ...]) -> None:
 
 def _meta_bytes(cell: str) -> bytes:
     """A meta cell as Page.encode_value writes it; NotColumnar for anything else."""
-    from webdb.bulkarrow import NotColumnar
+    from webdb.tools.bulkarrow import NotColumnar
 
     try:
         meta = json.loads(cell)
@@ -230,14 +230,14 @@ def _meta_bytes(cell: str) -> bytes:
 
 def _columnar() -> bool:
     try:
-        import webdb.bulkarrow  # noqa: F401 - pyarrow and numpy are installed
+        import webdb.tools.bulkarrow  # noqa: F401 - pyarrow and numpy are installed
     except ImportError:
         return False
     return True
 
 
 def run(args) -> int:
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
 
     db = webdb.open(args.db)
     for p in (args.pages, args.links):
@@ -252,7 +252,7 @@ def run(args) -> int:
 
     def load() -> dict:
         if args.format == "tsv" and _columnar():
-            from webdb.bulkarrow import NotColumnar, bulk_load_arrow
+            from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow
 
             try:
                 links = arrow_links(args.links) if args.links else iter(())

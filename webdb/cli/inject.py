@@ -87,7 +87,7 @@ def run(args) -> int:
     }
     existed = os.path.isdir(args.db)
     db, created = open_or_create(args.db, args.sections)
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
 
     try:
         c = wait_for_lock(lambda: inject(db, args.files, **opts), args.lock_wait, "inject")
@@ -112,7 +112,7 @@ def run_rack(args) -> int:
     import hashlib
 
     from webdb.cli.update import rack_lock_held
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
     from webdb.ndfs import open_transport
     from webdb.writer.rack import Rack, update
 

@@ -24,8 +24,8 @@ import sys
 
 from webdb.cli.common import add_db_location, add_json, emit, open_db
 from webdb.errors import BadInput
-from webdb.stats import stats
 from webdb.tables.records import Link, Page, Status
+from webdb.tools.stats import stats
 
 TABLES = ("pages", "pages-by-md5", "links", "links-by-md5")
 PAGE_COLS = (

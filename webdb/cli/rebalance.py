@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import webdb
 from webdb.cli.common import add_json, add_lock_wait, emit
-from webdb.rebalance import rebalance
+from webdb.tools.rebalance import rebalance
 
 
 def add_parser(sub) -> None:
@@ -17,7 +17,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
 
     db = webdb.open(args.db)
     m = wait_for_lock(lambda: rebalance(db, args.sections), args.lock_wait, "rebalance")

@@ -38,7 +38,7 @@ def run(args) -> int:
         lines.append(f"(table blocks are not read here: `webdb check {args.db}` reads every block)")
         emit(args, {"current": cur, "generations": gens}, "\n".join(lines))
         return 0 if isinstance(cur, int) else 2
-    from webdb.lockwait import wait_for_lock
+    from webdb.core.lockwait import wait_for_lock
 
     lock = wait_for_lock(lambda: db.lock().acquire(), args.lock_wait, "recover")
     try:

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from webdb.lockwait import unlock
+    from webdb.core.lockwait import unlock
 
     lines = unlock(args.db, force=args.force)
     emit(args, {"db": args.db, "done": lines}, "\n".join(lines))

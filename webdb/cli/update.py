@@ -24,8 +24,8 @@ import sys
 import time
 
 from webdb.cli.common import add_json, add_lock_wait, add_quiet, emit, parse_settings
+from webdb.core.lockwait import wait_for_lock
 from webdb.errors import BadInput
-from webdb.lockwait import wait_for_lock
 from webdb.ndfs.config import check_scheduler_address
 from webdb.writer.daskrun import CONNECT_TIMEOUT, WORKER_TIMEOUT
 from webdb.writer.inputs import DEFAULT_INPUT, input_spec, resolve
@@ -121,7 +121,7 @@ class Progress:
     step of each section, per host (stage, records, bytes moved)."""
 
     def __init__(self, k: int, verbose: bool = False, out=sys.stderr, terminal: bool | None = None) -> None:
-        from webdb.progress import is_terminal
+        from webdb.util.progress import is_terminal
 
         self.k, self.verbose, self.out = k, verbose, out
         self.terminal = is_terminal(out) if terminal is None else terminal

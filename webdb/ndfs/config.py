@@ -30,7 +30,7 @@ from webdb.ndfs.names import validate_component, validate_db_name
 
 TRANSPORTS = ("auto", "sftp", "scp", "rsync")
 # section-0000 ... section-9999 keep their lexical order.  The same bound as
-# webdb.sections.MAX_SECTIONS (ndfs imports nothing of webdb's core; tests/test_config.py checks).
+# webdb.core.sections.MAX_SECTIONS (ndfs imports nothing of webdb's core; tests/test_config.py checks).
 MAX_SECTIONS = 10000
 
 HOST_KEYS = frozenset(

@@ -4,8 +4,8 @@ Owns: the HTTP server (``app``: routes, query parameters, headers), what each vi
 (``views``: plain data, rendered as HTML by ``templates/`` or as JSON under ``/api``) and the
 browser's files (``static/``: our script and style sheet, and uPlot, vendored with its license).
 
-May import: the database (``webdb.db`` through the ``WebDB`` it is given, ``webdb.reader``,
-``webdb.stats``, ``webdb.manifest``), ``webdb.tables.records`` and ``webdb.errors``; never the
+May import: the database (``webdb.core.db`` through the ``WebDB`` it is given, ``webdb.core.reader``,
+``webdb.tools.stats``, ``webdb.core.manifest``), ``webdb.tables.records`` and ``webdb.errors``; never the
 writer, the CLI or ``fetchlist`` (an import-linter contract): it reads committed generations
 only and never takes the writer lock.
 """

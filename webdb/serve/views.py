@@ -15,10 +15,10 @@ import math
 import threading
 from collections import Counter
 
+from webdb.core.reader import Reader
 from webdb.errors import BadInput, WebDBError
-from webdb.reader import Reader
-from webdb.stats import stats
 from webdb.tables.records import Page, Status, validate_url
+from webdb.tools.stats import stats
 
 __all__ = ["HOST_COLUMNS", "Scans", "hosts", "overview", "page", "rounds", "search"]
 
@@ -155,9 +155,9 @@ def overview(r: Reader, scan: Scan | None) -> dict:
 
 
 def rounds(r: Reader) -> dict:
-    """One row per generation from the committed manifest's ``rounds`` (webdb.manifest); for a
+    """One row per generation from the committed manifest's ``rounds`` (webdb.core.manifest); for a
     db whose manifests predate them, the rows the manifests present still give."""
-    from webdb.manifest import round_row
+    from webdb.core.manifest import round_row
 
     m = r.manifest
     rows = m.rounds

@@ -27,12 +27,10 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain, islice, repeat
 
-from webdb import _fault
-from webdb.due import IndexEdits, index_name
-from webdb.manifest import index_entry
-from webdb.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
-from webdb.sections import Sections, section_dirname, section_path
-from webdb.sortbuf import SortBuffer, merge_files
+from webdb.core.due import IndexEdits, index_name
+from webdb.core.manifest import index_entry
+from webdb.core.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
+from webdb.core.sections import Sections, section_dirname, section_path
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import MergeCursor, Splice
@@ -49,6 +47,8 @@ from webdb.tables.pagecodec import (
 )
 from webdb.tables.records import Page
 from webdb.tables.table import Probe, TableReader, TableWriter, prefix_end
+from webdb.util import faults
+from webdb.util.sortbuf import SortBuffer, merge_files
 from webdb.writer import edits, kernels
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
@@ -281,7 +281,7 @@ def run_stage(job: StageJob) -> dict:
             info = fn(job, cur, out, res)  # the table's stats when the stage closed it itself
             if info is None:
                 cur.finish()
-                _fault.point(f"stage{stage}.before_table_close")
+                faults.point(f"stage{stage}.before_table_close")
                 info = out.close()
             res.update(info)
         except BaseException:
@@ -296,7 +296,7 @@ def run_stage(job: StageJob) -> dict:
         res["patched_blocks"] = cur.patched_blocks
     res["seconds"] = time.monotonic() - t0
     res["cpu_seconds"] = time.process_time() - c0
-    _fault.point(f"stage{stage}.done")
+    faults.point(f"stage{stage}.done")
     return res
 
 
@@ -317,7 +317,7 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
     cur = LevelCursor(view, out)
     _, info = written(
-        view, out, lambda: fn(job, cur, out, res), lambda: _fault.point(f"stage{stage}.before_table_close")
+        view, out, lambda: fn(job, cur, out, res), lambda: faults.point(f"stage{stage}.before_table_close")
     )
     res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
     runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
@@ -331,7 +331,7 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
         view = open_levels(None, paths, table, records)
         out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
         _, rinfo = written(
-            view, out, lambda: merge_runs(view, out), lambda: _fault.point(f"stage{stage}.merge_runs.before_close")
+            view, out, lambda: merge_runs(view, out), lambda: faults.point(f"stage{stage}.merge_runs.before_close")
         )
         os.unlink(dpath)  # merged into the new run; never named by a manifest
         res["merged_runs"] = len(runs)
@@ -378,7 +378,7 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
     path = os.path.join(d, name)
     out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
     cur, info = written(
-        view, out, lambda: compact(view, out), lambda: _fault.point(f"stage{job.stage}.compact.before_close")
+        view, out, lambda: compact(view, out), lambda: faults.point(f"stage{job.stage}.compact.before_close")
     )
     res.update(file=name, records=info["records"], bytes=info["bytes"])
     res["compact_raw_blocks"], res["compact_decoded_blocks"] = cur.raw_blocks, cur.decoded_blocks
@@ -460,7 +460,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             yield gu, group
 
     cur.merge_points(groups(), combine)
-    _fault.point("stage1.before_emit")
+    faults.point("stage1.before_emit")
     res["emitted"] = {2: em2.finish(), 3: em3.finish(), 4: em4.finish()}
     res["status"] = {str(k): v for k, v in status.items() if v}
     if index is not None:
@@ -468,7 +468,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
 
 
 def _due_edits(job: StageJob) -> IndexEdits | None:
-    """The due index changes stage 1 collects (webdb.due), or None when the section's
+    """The due index changes stage 1 collects (webdb.core.due), or None when the section's
     PagesByURL has no index (a db written before it: generate scans it)."""
     entry = job.tables.get("pages_by_url")
     if entry is not None and index_entry(entry.entry) is None:
@@ -486,7 +486,7 @@ def _write_due(job: StageJob, index: IndexEdits) -> dict:
     s = job.settings
     path = os.path.join(section_path(job.db, job.section), index_name(job.gen, "s1"))
     due = index.write(old, path, s["block_size"], s["codec"], s["sync"])
-    _fault.point("stage1.due_written")
+    faults.point("stage1.due_written")
     return due
 
 
@@ -524,7 +524,7 @@ def _stage_pages_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     cur.merge_points(groups(), combine)
     cur.finish()
     out_path = out.path
-    _fault.point("stage2.before_table_close")
+    faults.point("stage2.before_table_close")
     info = out.close()
     # Reference counting: an md5 no page carries any more loses its outlinks (defect 1 fixed:
     # this looks at the new table, however many pages of the md5 went in this batch).

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from webdb.schedule import FetchResult
+from webdb.core.schedule import FetchResult
 from webdb.tables.records import Status
 from webdb.writer import kernels
 from webdb.writer.edits import TAG3_ADD

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webdb.db import identity
+from webdb.core.db import identity
+from webdb.core.manifest import Manifest
+from webdb.core.settings import resolve
 from webdb.errors import WebDBError
-from webdb.manifest import Manifest
 from webdb.ndfs import GroupResult
-from webdb.settings import resolve
 from webdb.writer.distributed import HEARTBEAT
 from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared
 from webdb.writer.hosts import LocalAgentLink, Placement, Rack, SSHAgentLink

@@ -26,8 +26,8 @@ from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 
+from webdb.core.manifest import Manifest
 from webdb.errors import BadInput, WebDBError
-from webdb.manifest import Manifest
 from webdb.writer import dasktasks
 from webdb.writer.driver import Options, Prepared, update
 from webdb.writer.hosts import Rack

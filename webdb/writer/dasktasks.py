@@ -29,12 +29,12 @@ import threading
 import time
 from dataclasses import dataclass
 
-from webdb import _fault
-from webdb.db import write_atomic
+from webdb.core.db import write_atomic
+from webdb.core.manifest import Manifest
+from webdb.core.sections import Sections, section_path
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
-from webdb.manifest import Manifest
-from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
+from webdb.util import faults
 from webdb.writer import edits
 from webdb.writer.engine import run_stages, stage_job, stage_summary
 from webdb.writer.executor import LocalExecutor
@@ -332,10 +332,10 @@ class _TaskExchange:
     def published(self, stage: int) -> None:
         j = self.spec.section
         if stage < 5:
-            _fault.point(f"dist.s{j}.step{stage}.before_ship")
+            faults.point(f"dist.s{j}.step{stage}.before_ship")
             self.out = _collect(self.spec, self.state, stage, self.outbox)
         else:
-            _fault.point(f"dist.s{j}.stage5.done")
+            faults.point(f"dist.s{j}.stage5.done")
 
 
 def _forget_output(spec: SectionSpec, stage: int) -> None:
@@ -380,7 +380,7 @@ def _collect(spec: SectionSpec, state: dict, step: int, outbox: str) -> dict[int
             with open(os.path.join(outbox, f"section-{t:04d}", name), "rb") as f:
                 data = f.read()
             item = {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "data": data}
-            if t != spec.section and _fault.armed(f"dist.s{spec.section}.step{step}.corrupt"):
+            if t != spec.section and faults.armed(f"dist.s{spec.section}.step{step}.corrupt"):
                 item["data"] = bytes([data[0] ^ 0x40]) + data[1:]  # as if it flipped in transit
             lst.append(item)
             files += 1

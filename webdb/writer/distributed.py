@@ -27,8 +27,8 @@ import traceback
 from multiprocessing import get_context
 from typing import Any
 
+from webdb.core.manifest import Manifest
 from webdb.errors import BadInput, DistributedError, WebDBError
-from webdb.manifest import Manifest
 from webdb.writer.location import Location, create_local
 from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main
 from webdb.writer.spec import SectionSpec

@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-from webdb import _fault
+from webdb.core.manifest import Manifest
+from webdb.core.sections import Sections
+from webdb.core.settings import resolve
 from webdb.errors import BadInput
-from webdb.manifest import Manifest
 from webdb.ndfs import GroupResult
-from webdb.sections import Sections
-from webdb.settings import resolve
+from webdb.util import faults
 from webdb.writer.engine import batch_manifest, choose_sections
 from webdb.writer.hosts import Placement, Rack
 from webdb.writer.inputs import DEFAULT_INPUT
@@ -350,11 +350,11 @@ class _Drive:
         point.  After it, a location that fails to flip is a warning, not a failure: the next
         update's sync brings it forward; until then its readers see the previous generation."""
         masters = [label for label, p in self.rack.places.items() if p.master]
-        _fault.point("dist.coordinator.before_commit")
+        faults.point("dist.coordinator.before_commit")
         for label in masters:
             self.commit_one(label, manifest)
             self.res.committed = True
-        _fault.point("dist.coordinator.after_master_commit")
+        faults.point("dist.coordinator.after_master_commit")
         for label in [x for x in self.rack.places if x not in masters]:
             try:
                 self.commit_one(label, manifest)

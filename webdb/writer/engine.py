@@ -18,7 +18,7 @@ of sections; an ``Exchange`` is the transport that moves edit files between step
   and section runs one stage of the loop; its inputs arrive, and its outbox leaves, as
   task results.
 
-Both end in the same manifest (``webdb.manifest.build`` via ``batch_manifest``) and the same
+Both end in the same manifest (``webdb.core.manifest.build`` via ``batch_manifest``) and the same
 commit (``WebDB.commit``).  Cost: see webdb.writer.cascade (per stage) and docs/design.md.
 """
 
@@ -29,10 +29,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
-from webdb import _fault, manifest
-from webdb.manifest import Manifest
-from webdb.sections import Sections, section_path
-from webdb.settings import SCHEDULE_KEYS
+from webdb.core import manifest
+from webdb.core.manifest import Manifest
+from webdb.core.sections import Sections, section_path
+from webdb.core.settings import SCHEDULE_KEYS
+from webdb.util import faults
 from webdb.writer.cascade import StageJob, TableFiles, incoming_dir
 
 __all__ = [
@@ -132,7 +133,7 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
     e = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
     if r.get("runs"):
         e["runs"] = r["runs"]
-    tables[j][r["table"]] = manifest.with_index(e, r.get("due"))  # stage 1 writes a due index (webdb.due)
+    tables[j][r["table"]] = manifest.with_index(e, r.get("due"))  # stage 1 writes a due index (webdb.core.due)
     for st, n in r["status"].items():
         status[j][st] = status[j].get(st, 0) + n
         if not status[j][st]:
@@ -204,4 +205,4 @@ class LocalExchange:
     def published(self, stage: int) -> None:
         if self.on_stage is not None:
             self.on_stage(stage)
-        _fault.point(f"close.after_stage{stage}")
+        faults.point(f"close.after_stage{stage}")

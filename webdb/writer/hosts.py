@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from webdb.db import WebDB
+from webdb.core.db import WebDB
 from webdb.errors import BadInput
 from webdb.ndfs import HostConfig, Location, NdfsConfig, load_config
 from webdb.ndfs.config import local_config

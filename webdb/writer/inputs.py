@@ -34,8 +34,8 @@ import stat
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, BinaryIO, TextIO
 
+from webdb.core.schedule import FetchResult
 from webdb.errors import BadInput
-from webdb.schedule import FetchResult
 from webdb.tables.records import Link, Page
 
 __all__ = [

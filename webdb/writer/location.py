@@ -13,12 +13,12 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from webdb import _fault
-from webdb.db import WebDB, init_location
+from webdb.core.db import WebDB, init_location
+from webdb.core.manifest import Manifest, table_files
+from webdb.core.sections import Sections, section_path
 from webdb.errors import BadInput, WebDBError
-from webdb.manifest import Manifest, table_files
-from webdb.sections import Sections, section_path
 from webdb.tables.format import DB_IDENTITY, TMP_DIR
+from webdb.util import faults
 from webdb.writer.inputs import resolve
 from webdb.writer.placing import fingerprint
 
@@ -101,13 +101,13 @@ class Location:
 
     def prepare(self, manifest: Manifest) -> None:
         """Phase 1: the new manifest on disk here before any CURRENT moves."""
-        _fault.point(f"dist.{self.label}.before_ready")
+        faults.point(f"dist.{self.label}.before_ready")
         self.db.write_manifest(manifest)
         self.state = "ready"
 
     def commit(self, manifest: Manifest) -> int:
         """Phase 2: flip CURRENT, then remove the batch's leftovers."""
-        _fault.point(f"dist.{self.label}.before_commit")
+        faults.point(f"dist.{self.label}.before_commit")
         self.state = "committing"
         self.db.commit(manifest)
         self.state = "committed"

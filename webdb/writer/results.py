@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from webdb.core.manifest import Manifest
 from webdb.errors import DistributedError
-from webdb.manifest import Manifest
 from webdb.ndfs import GroupResult, HostResult
 from webdb.writer.hosts import AgentLink, Placement
 

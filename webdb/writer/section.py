@@ -32,11 +32,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from webdb import _fault
+from webdb.core.sections import Sections, section_dirname, section_path
 from webdb.errors import BadInput, CorruptionError, DistributedError, WebDBError
 from webdb.ndfs import NDFS, LocalTransport, NdfsConfig, Transport, parse_config, section_group
-from webdb.sections import Sections, section_dirname, section_path
 from webdb.tables.format import TMP_DIR
+from webdb.util import faults
 from webdb.writer.cascade import StageJob
 from webdb.writer.engine import run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
@@ -146,7 +146,7 @@ def apply_input(
         if not secs.ready:
             secs = breakpoints(log)
             job0.sections = secs.to_json()
-        _fault.point(f"dist.s{j}.step0.before_ship")
+        faults.point(f"dist.s{j}.step0.before_ship")
         if secs.ready:
             log.route(job0)
     finally:
@@ -239,10 +239,10 @@ class SectionWriter:
 
     def published(self, stage: int) -> None:
         if stage < 5:
-            _fault.point(f"dist.s{self.j}.step{stage}.before_ship")
+            faults.point(f"dist.s{self.j}.step{stage}.before_ship")
             self.ship(stage)
         else:
-            _fault.point(f"dist.s{self.j}.stage5.done")
+            faults.point(f"dist.s{self.j}.stage5.done")
 
     def breakpoints(self, log: EditLog) -> Sections:
         """First batch of a k-section db: send the URL sample up, get the rack's breakpoints."""
@@ -268,13 +268,13 @@ class SectionWriter:
             d = os.path.join(self.outbox, section_dirname(t))
             names = outbox_names(self.outbox, t)
             group = self.fs.section(t)
-            corrupt = _fault.armed(f"dist.s{self.j}.step{step}.corrupt") and t != self.j
+            corrupt = faults.armed(f"dist.s{self.j}.step{step}.corrupt") and t != self.j
             listed, nbytes = [], 0
             for name in names:
                 local = os.path.join(d, name)
                 if corrupt:
                     for tr in group.transports.values():
-                        tr.before_verify = _fault.flip_byte(tr)
+                        tr.before_verify = faults.flip_byte(tr)
                 res = group.put(local, name)
                 if corrupt:
                     for tr in group.transports.values():
@@ -373,7 +373,7 @@ def section_main(spec: SectionSpec, conn) -> None:
     try:
         w = SectionWriter(spec, conn.send, recv)
         res = w.run()
-        _fault.point(f"dist.s{spec.section}.prepared")
+        faults.point(f"dist.s{spec.section}.prepared")
         conn.send({"ev": "prepared", "section": spec.section, "result": res})
     except BaseException as e:  # noqa: BLE001 - every failure is reported, then the process ends
         step = w.step if w is not None else 0

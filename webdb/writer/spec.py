@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from webdb.sections import Sections
+from webdb.core.sections import Sections
 
 __all__ = ["SectionInput", "SectionSpec"]
 

@@ -15,13 +15,11 @@ from typing import Any
 
 from tqdm import tqdm
 
-from webdb import _fault
+from webdb.core.manifest import Manifest
+from webdb.core.schedule import FetchResult
+from webdb.core.sections import Reservoir, Sections
+from webdb.core.settings import resolve
 from webdb.errors import BadInput, ClosedError
-from webdb.manifest import Manifest
-from webdb.schedule import FetchResult
-from webdb.sections import Reservoir, Sections
-from webdb.settings import resolve
-from webdb.sortbuf import GroupFeed, SortBuffer
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
 from webdb.tables.records import (
@@ -36,6 +34,8 @@ from webdb.tables.records import (
     validate_page,
     validate_url,
 )
+from webdb.util import faults
+from webdb.util.sortbuf import GroupFeed, SortBuffer
 from webdb.writer import edits, kernels
 from webdb.writer.cascade import StageJob, encode_fetch, encode_lastmod, write_routed
 from webdb.writer.columns import FetchBlock, have_numpy
@@ -603,7 +603,7 @@ class Writer(EditLog):
         if secs.ready:
             self.route(job0)
         self.discard()
-        _fault.point("close.after_route")
+        faults.point("close.after_route")
         tables, status = base_state(base, secs.k)
         # A bar over the five stages (tqdm turns itself off when stderr is not a terminal).
         bar = tqdm(total=5, desc="update", unit="stage", disable=None if self.progress else True, leave=False)

@@ -3,8 +3,8 @@
  *
  *   codec.c   a raw block read in place and built (RawBlock); the read path of a lookup (unpack a
  *             block, merge levels, build links)
- *   bulk.c    the bulk load's blocks, url hashes and TSV checks (webdb/bulkarrow.py)
- *   sort.c    a list of byte records sorted in place (webdb/sortbuf.py)
+ *   bulk.c    the bulk load's blocks, url hashes and TSV checks (webdb/tools/bulkarrow.py)
+ *   sort.c    a list of byte records sorted in place (webdb/util/sortbuf.py)
  *   merge.c   levels merged a range per call (LevelCursor.merge_ranges, Seeker.range)
  *   pieces.c  lz4 pieces (codec 3)
  *   index.c   a table's index searched in place (TableReader._ix)

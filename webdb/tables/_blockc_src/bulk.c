@@ -1,4 +1,4 @@
-/* ---- gather_blocks: the bulk load's blocks from columns (webdb/bulkarrow.py) ---------------- */
+/* ---- gather_blocks: the bulk load's blocks from columns (webdb/tools/bulkarrow.py) ---------------- */
 
 #include "blockc.h"
 
@@ -172,7 +172,7 @@ done:
     return out;
 }
 
-/* ---- hash_values: the bulk load's url hashes (webdb/bulkarrow.py _url_hashes) --------------- */
+/* ---- hash_values: the bulk load's url hashes (webdb/tools/bulkarrow.py _url_hashes) --------------- */
 
 SHARED_PYDOC(hash_values_doc,
              "hash_values(data, offs) -> bytes of n uint64 (native order): a 64-bit hash of each "
@@ -224,7 +224,7 @@ done:
     return out;
 }
 
-/* ---- unhex, has_control: the bulk load's TSV checks (webdb/bulkarrow.py) ------------------ */
+/* ---- unhex, has_control: the bulk load's TSV checks (webdb/tools/bulkarrow.py) ------------------ */
 
 SHARED_PYDOC(unhex_doc,
              "unhex(data) -> the bytes the hex digits of data (an even number of 0-9a-fA-F) stand "

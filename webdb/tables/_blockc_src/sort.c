@@ -1,4 +1,4 @@
-/* ---- sort_records: a list of byte records sorted in place (webdb/sortbuf.py) ------------------
+/* ---- sort_records: a list of byte records sorted in place (webdb/util/sortbuf.py) ------------------
  * The counterpart of list.sort() for a list of bytes (the fallback, which the tests compare it to). */
 
 #include "blockc.h"

@@ -28,7 +28,7 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """Fetch-schedule settings (see webdb.settings for what each one means)."""
+    """Fetch-schedule settings (see webdb.core.settings for what each one means)."""
 
     # Fetch interval of a page that a fetch result creates (the db's ``default_interval``).
     default_interval: int = DEFAULT_INTERVAL

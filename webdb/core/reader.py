@@ -15,9 +15,9 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
+from webdb.core.manifest import index_entry
+from webdb.core.settings import resolve
 from webdb.errors import ClosedError, CorruptionError, WebDBError
-from webdb.manifest import index_entry
-from webdb.settings import resolve
 from webdb.tables.block import make_links
 from webdb.tables.format import KIND_DUE, TABLE_KINDS
 from webdb.tables.levels import open_levels
@@ -378,7 +378,7 @@ class Reader:
 
     def check(self, progress: bool = False) -> dict:
         """Verify every invariant; raises CorruptionError naming the first violation."""
-        from webdb.check import check
+        from webdb.tools.check import check
 
         return check(self, progress=progress)
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import time
 
-from webdb import _fault
+from webdb.core.manifest import Manifest, build, check_counts
 from webdb.errors import BadInput
-from webdb.manifest import Manifest, build, check_counts
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import compact as compact_levels
 from webdb.tables.levels import open_levels, written
 from webdb.tables.table import TableWriter
+from webdb.util import faults
 
 __all__ = ["compact"]
 
@@ -70,7 +70,7 @@ def _compact_table(db, gen: int, entry: dict, j: int, t: str, created: list[str]
     _, info = written(view, out, lambda v=view, o=out: compact_levels(v, o))
     if info["records"] != entry["records"]:
         raise AssertionError(f"{out.path}: {info['records']} records after compaction, expected {entry['records']}")
-    _fault.point("compact.after_table")
+    faults.point("compact.after_table")
     return {"file": name, "records": info["records"], "bytes": info["bytes"]}
 
 
@@ -126,12 +126,12 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
                 compact={"tables": len(done), "bytes": nbytes},
             )
             check_counts(manifest)
-            _fault.point("compact.before_commit")
+            faults.point("compact.before_commit")
         except BaseException:
             _remove(created)
             raise
         db.commit(manifest)
-        _fault.point("compact.after_commit")
+        faults.point("compact.after_commit")
         db.recover()  # the old bases and runs of the compacted tables go
     finally:
         lock.release()

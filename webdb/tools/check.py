@@ -16,13 +16,13 @@ import os
 import tempfile
 from collections.abc import Iterator
 
+from webdb.core.manifest import index_entry
 from webdb.errors import CorruptionError
-from webdb.manifest import index_entry
-from webdb.sortbuf import SortBuffer
 from webdb.tables.format import KIND_DUE
 from webdb.tables.levels import DEL, PUT, Levels
 from webdb.tables.pagecodec import LINK_FIXED, MD5, PAGE_FIXED, STATUS, due_record, link_flag, page_has_outlinks
 from webdb.tables.table import TableReader
+from webdb.util.sortbuf import SortBuffer
 
 
 def _file_blocks(t, delta: bool) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
@@ -137,7 +137,7 @@ def check(reader, progress: bool = False) -> dict:
     reader.db.quick_check()
     bar = None
     if progress:
-        from webdb.progress import progress_bar
+        from webdb.util.progress import progress_bar
 
         total = sum(t.count for lst in reader.tables.values() for t in lst if t is not None)  # live records
         bar = progress_bar(total, "check", "rec")  # periodic lines when stderr is not a terminal

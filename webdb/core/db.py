@@ -12,7 +12,7 @@ Layout (docs/design.md, *Files in a database*)::
 
 Data files are immutable; a commit writes the new generation's files, fsyncs them, writes the
 manifest, then flips CURRENT by rename.  Readers read CURRENT and open the files it names.
-The small files' format and checks are in ``webdb.dbfiles``; this module (about 500 lines) is
+The small files' format and checks are in ``webdb.core.dbfiles``; this module (about 500 lines) is
 the directory's lifecycle: generations, commit, quick check, recovery, the lock.
 """
 
@@ -32,8 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from webdb import _fault
-from webdb.dbfiles import (  # noqa: F401 - current_line, seal, seal_checksum: re-exported
+from webdb.core.dbfiles import (  # noqa: F401 - current_line, seal, seal_checksum: re-exported
     CURRENT_LINE,
     GEN_FILE,
     MANIFEST_NAME,
@@ -47,6 +46,10 @@ from webdb.dbfiles import (  # noqa: F401 - current_line, seal, seal_checksum: r
     seal_checksum,
     validate_manifest,
 )
+from webdb.core.manifest import Manifest, rounds, table_files
+from webdb.core.manifest import empty as empty_manifest
+from webdb.core.sections import Sections, section_path
+from webdb.core.settings import resolve
 from webdb.errors import (
     BadInput,
     CorruptionError,
@@ -56,11 +59,8 @@ from webdb.errors import (
     WebDBError,
     is_disk_full,
 )
-from webdb.manifest import Manifest, rounds, table_files
-from webdb.manifest import empty as empty_manifest
-from webdb.sections import Sections, section_path
-from webdb.settings import resolve
 from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
+from webdb.util import faults
 
 TABLES = tuple(TABLE_KINDS)
 
@@ -241,9 +241,9 @@ class WebDB:
         gen = manifest.generation
         sync = self.settings["sync"]
         c = self.write_manifest(manifest)
-        _fault.point("commit.before_current")
+        faults.point("commit.before_current")
         self._point_current(gen, c, sync)
-        _fault.point("commit.after_current")
+        faults.point("commit.after_current")
 
     def _point_current(self, gen: int, checksum: str, sync: bool) -> None:
         write_atomic(os.path.join(self.path, CURRENT), current_line(gen, checksum), sync)
@@ -263,20 +263,20 @@ class WebDB:
     def reader(self, cache_mb: int | None = None):
         """A snapshot of the last committed generation; see ``webdb.Reader``.  ``cache_mb``
         overrides the db's setting for this reader's block cache."""
-        from webdb.reader import Reader
+        from webdb.core.reader import Reader
 
         return Reader(self, cache_mb)
 
     def rebalance(self, sections: int) -> Manifest:
-        """Re-split into ``sections`` sections as one atomic generation; see webdb.rebalance."""
-        from webdb.rebalance import rebalance
+        """Re-split into ``sections`` sections as one atomic generation; see webdb.tools.rebalance."""
+        from webdb.tools.rebalance import rebalance
 
         return rebalance(self, sections)
 
     def compact(self, budget: float | None = None) -> dict:
         """Merge the delta runs of the tables kept as levels into new bases, as one atomic
-        generation, within ``budget`` seconds if given; see webdb.compact."""
-        from webdb.compact import compact
+        generation, within ``budget`` seconds if given; see webdb.tools.compact."""
+        from webdb.tools.compact import compact
 
         return compact(self, budget)
 
@@ -325,7 +325,7 @@ class WebDB:
             if (m and int(m.group(1)) not in keep) or ".tmp." in name:
                 os.unlink(os.path.join(gdir, name))
                 removed.append(os.path.join(GEN_DIR, name))
-                _fault.point("cleanup.unlinked")
+                faults.point("cleanup.unlinked")
         for name in os.listdir(self.path):
             if ".tmp." in name and name.split(".tmp.")[0] in (CURRENT, DB_IDENTITY):
                 os.unlink(os.path.join(self.path, name))
@@ -396,12 +396,12 @@ class WebDB:
         for g in self._marks():
             if g > gen:
                 os.unlink(os.path.join(gdir, f"{g:08d}.committed"))
-                _fault.point("recover.mark_dropped")
+                faults.point("recover.mark_dropped")
         if sync:
             fsync_dir(gdir)
-        _fault.point("recover.before_current")
+        faults.point("recover.before_current")
         self._point_current(gen, self._load_manifest(gen)[1], sync)
-        _fault.point("recover.after_current")
+        faults.point("recover.after_current")
         keep = {gen: m}
         if m.parent is not None and os.path.exists(self.manifest_path(m.parent)):
             try:

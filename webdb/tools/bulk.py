@@ -22,17 +22,17 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from webdb import _fault
-from webdb.due import index_sections
+from webdb.core.due import index_sections
+from webdb.core.manifest import Manifest, build, check_counts
+from webdb.core.sections import Reservoir, Sections, section_path
+from webdb.core.settings import resolve
 from webdb.errors import BadInput
-from webdb.manifest import Manifest, build, check_counts
-from webdb.sections import Reservoir, Sections, section_path
-from webdb.settings import resolve
-from webdb.sortbuf import SortBuffer
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OUTLINKS, NUM_OUTLINKS
 from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
 from webdb.tables.table import TableReader, TableWriter
+from webdb.util import faults
+from webdb.util.sortbuf import SortBuffer
 
 __all__ = ["SectionFiles", "bulk_load", "load_manifest", "locked_load", "section_writer"]
 
@@ -146,7 +146,7 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest,
     """Run ``load(db, base manifest, settings, tmp dir)`` under the db's lock on an empty db
     and commit the manifest it returns (shared by bulk_load and bulkarrow.bulk_load_arrow).
     Anything raised leaves the db as it was: the new generation's files are removed."""
-    from webdb.db import WebDB, open_db
+    from webdb.core.db import WebDB, open_db
 
     db = db_or_path if isinstance(db_or_path, WebDB) else open_db(os.fspath(db_or_path))
     t0 = time.monotonic()
@@ -159,7 +159,7 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest,
         if not _empty(base):
             raise BadInput(f"{db.path}: import needs an empty db; this one holds pages (generation {base.generation})")
         manifest = load(db, base, s, tmp)
-        _fault.point("bulk.before_commit")
+        faults.point("bulk.before_commit")
         db.commit(manifest)
         db.recover()
     except BaseException:
@@ -258,7 +258,7 @@ def _load(
             secs = Sections(k, Sections.choose(sample.items, k))
         for j in range(k):
             os.makedirs(section_path(db.path, j), exist_ok=True)
-        _fault.point("bulk.after_read")
+        faults.point("bulk.after_read")
         lap("read")
 
         # ---- PagesByURL: the first call for a url wins ----------------------------------------
@@ -288,7 +288,7 @@ def _load(
         pend = []
         sb_pu.cleanup()
         pbu.close()
-        _fault.point("bulk.after_pages_by_url")
+        faults.point("bulk.after_pages_by_url")
         lap("pages_by_url")
 
         # ---- PagesByMD5, joined with links by from_id: links from no page's md5 are dropped ---
@@ -338,7 +338,7 @@ def _load(
         sb_pm.cleanup()
         sb_lm.cleanup()
         pbm.close()
-        _fault.point("bulk.after_pages_by_md5")
+        faults.point("bulk.after_pages_by_md5")
         lap("pages_by_md5")
 
         # ---- LinksByURL, joined with PagesByURL: dangling links dropped, flags set -------------
@@ -368,7 +368,7 @@ def _load(
         pend = []
         sb_lu.cleanup()
         lbu.close()
-        _fault.point("bulk.after_links_by_url")
+        faults.point("bulk.after_links_by_url")
         lap("links_by_url")
 
         # ---- LinksByMD5 --------------------------------------------------------------------------
@@ -380,7 +380,7 @@ def _load(
             put(rec[:cut], rec[cut + 1 :])
         sb_lm2.cleanup()
         lbm.close()
-        _fault.point("bulk.after_links_by_md5")
+        faults.point("bulk.after_links_by_md5")
         lap("links_by_md5")
     except BaseException:
         for o in outs:
@@ -389,7 +389,7 @@ def _load(
             b.cleanup()
         raise
     index_sections(db.path, gen, tables, s, tmp)
-    _fault.point("bulk.after_due_index")
+    faults.point("bulk.after_due_index")
     shutil.rmtree(tmp, ignore_errors=True)
     return load_manifest(gen, base, secs, tables, status, n_pages, n_links, {"seconds": phases})
 

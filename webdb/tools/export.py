@@ -23,8 +23,8 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from urllib.parse import urlsplit
 
+from webdb.core.reader import Reader
 from webdb.errors import BadInput
-from webdb.reader import Reader
 from webdb.tables.records import Page, Status
 
 __all__ = ["export_pages", "DEFAULT_STATUSES", "DEFAULT_MAX_ANCHORS", "parse_statuses", "parse_time", "host_filter"]

@@ -13,8 +13,8 @@ import stat
 import zlib
 from typing import Any
 
+from webdb.core.settings import resolve
 from webdb.errors import BadInput, CorruptionError, NotADatabase
-from webdb.settings import resolve
 from webdb.tables.format import DB_FORMAT_VERSION, DB_IDENTITY, TABLE_KINDS
 
 # A table file of generation NNNNNNNN: written by stage S (``-sS``), a delta run of it (``-sSd``),

@@ -3,7 +3,7 @@
 Every writer command waits up to ``--lock-wait`` seconds (default ``LOCK_WAIT``, 60) for a
 writer lock held by another process, then fails with the holder's host and pid
 (docs/operations.md, *Locks*).  A lock is an flock on ``<section or db>/LOCK`` whose content
-names the holder (``{"host", "pid", "since"}``, written by ``webdb.db.WriterLock``): the kernel
+names the holder (``{"host", "pid", "since"}``, written by ``webdb.core.db.WriterLock``): the kernel
 drops it when the holder dies, so a lock only needs removing when its holder is alive but
 will never finish (stopped, hung on a dead mount) or holds it from another machine through a
 shared filesystem.

@@ -13,7 +13,7 @@
    with ``wheelhouse``, from wheels downloaded here and shipped to the host (``pip install
    --no-index``: no network needed);
 3. the proof: ``python -c "import webdb, fetchlist, lz4, ..."``, ``webdb --version`` and
-   ``python -m webdb.deploy facts`` (which codec runs and why, which extras import) run in the
+   ``python -m webdb.tools.deploy facts`` (which codec runs and why, which extras import) run in the
    venv on the host; a host that fails them is reported failed with the host's error.  A host
    that could not build the codec (no compiler, no Python headers) runs the pure-Python
    fallback: its result says so, with the cause, and fails with ``require_compiled``;
@@ -326,7 +326,7 @@ def wheelhouse_fill(dest: str, reqs: list[str], python_version: str | None = Non
 
 
 def host_facts() -> dict:
-    """What this interpreter runs, for ``deploy`` and ``check`` (``python -m webdb.deploy
+    """What this interpreter runs, for ``deploy`` and ``check`` (``python -m webdb.tools.deploy
     facts`` on a host): webdb's version, source digest and location; ``codec``, "compiled" or
     "python", and ``why`` the fallback runs (no compiler, no Python headers, the import's
     error); ``extras``: each of HOST_EXTRAS that imports here."""
@@ -386,11 +386,11 @@ def codec_line(facts: dict) -> str:
 def _facts(h: _Host, py: str) -> dict:
     import json
 
-    out = h.run(f"{py} -m webdb.deploy facts", "reading the host's facts")
+    out = h.run(f"{py} -m webdb.tools.deploy facts", "reading the host's facts")
     try:
         return json.loads(out)
     except ValueError:
-        raise DistributedError(f"{h.host.name}: python -m webdb.deploy facts printed {out[:200]!r}") from None
+        raise DistributedError(f"{h.host.name}: python -m webdb.tools.deploy facts printed {out[:200]!r}") from None
 
 
 @dataclass(frozen=True)
@@ -636,7 +636,7 @@ def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_fr
         if db:
             # The agent's writer lock is <root>/<db>/LOCK; the sections are share-group folders.
             dirs = [posixpath.join(hc.root, db)] + [posixpath.join(hc.root, db, g) for g in config.groups_on(hc.name)]
-            lines = h.run(f"{py} -m webdb.deploy locks " + " ".join(map(shlex.quote, dirs)), "reading locks")
+            lines = h.run(f"{py} -m webdb.tools.deploy locks " + " ".join(map(shlex.quote, dirs)), "reading locks")
             for n, line in enumerate(lines.splitlines()):
                 path, _, state = line.partition(" ")
                 if state == "missing":
@@ -650,7 +650,9 @@ def check(ini_path: str, *, db: str | None = None, max_skew: float = 2.0, min_fr
         if not have or have[0] != ini_sha:
             problems.append(f"{conf} is missing or differs from {ini_path}: run fab deploy")
         else:
-            probe = h.run(f"{py} -m webdb.deploy probe {shlex.quote(conf)} {shlex.quote(hc.name)}", "probing peers")
+            probe = h.run(
+                f"{py} -m webdb.tools.deploy probe {shlex.quote(conf)} {shlex.quote(hc.name)}", "probing peers"
+            )
             problems += [line for line in probe.splitlines() if line.strip()]
         if problems:
             raise DistributedError(f"{hc.name}: " + "; ".join(problems))
@@ -766,7 +768,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in probe(argv[1], argv[2]):
             print(line)
         return 0
-    print("usage: python -m webdb.deploy facts | probe HOSTS_INI HOST | locks DIR...", file=sys.stderr)
+    print("usage: python -m webdb.tools.deploy facts | probe HOSTS_INI HOST | locks DIR...", file=sys.stderr)
     return 2
 
 

@@ -26,7 +26,7 @@ DEFAULTS: dict[str, object] = {
     # Fetch interval a new page gets, seconds, whichever call creates it (add_outlinks, inject,
     # or a fetch result for a url with no page).
     "default_interval": DEFAULT_INTERVAL,
-    # Fetch schedule (webdb.schedule): delay before retrying a transient failure, seconds.
+    # Fetch schedule (webdb.core.schedule): delay before retrying a transient failure, seconds.
     "retry_delay": DAY,
     # Transient failures after which a page is given up (status GONE).
     "max_retries": 3,

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 import time
 
-from webdb.due import index_sections
-from webdb.manifest import Manifest, build, check_counts
-from webdb.sections import Sections, section_path
+from webdb.core.due import index_sections
+from webdb.core.manifest import Manifest, build, check_counts
+from webdb.core.sections import Sections, section_path
 from webdb.tables.block import check_block_crc
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import page_status

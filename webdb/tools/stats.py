@@ -42,9 +42,9 @@ def stats(
     of PagesByURL.  ``visit(host, page)`` is called on each page of the scan (its host
     name, as top hosts counts it, and its fixed fields; meta is empty): a caller adding its own
     figures reads the table once."""
-    from webdb.manifest import table_files
-    from webdb.progress import progress_bar
+    from webdb.core.manifest import table_files
     from webdb.tables.records import PAGE_FIXED
+    from webdb.util.progress import progress_bar
 
     m = r.manifest
     st = r.status_counts()

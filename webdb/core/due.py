@@ -2,7 +2,7 @@
 (docs/design.md §4.6, layout in docs/format.md §3.1).
 
 One table file per section, named inside the section's PagesByURL manifest entry
-(``"due": {"file", "records", "bytes"}``, kept by ``webdb.manifest.index_entry`` and
+(``"due": {"file", "records", "bytes"}``, kept by ``webdb.core.manifest.index_entry`` and
 ``with_index`` alone), so it is committed,
 kept and removed with the PagesByURL file it describes.  It is written by
 
@@ -10,7 +10,7 @@ kept and removed with the PagesByURL file it describes.  It is written by
   put, merged with the old index file as PagesByURL is merged with its edits), and
 - ``build_index`` from a finished PagesByURL file (bulk loads, ``rebalance``).
 
-``Reader.due`` (webdb.reader) reads it for generate; ``webdb.check.check_index`` compares it
+``Reader.due`` (webdb.core.reader) reads it for generate; ``webdb.tools.check.check_index`` compares it
 with PagesByURL.  A PagesByURL
 entry without ``due`` (a db written before the index) is simply not indexed: stage 1 keeps it
 so, generate scans, and ``webdb rebalance`` (to the same k) builds it.
@@ -21,14 +21,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from webdb.core.manifest import with_index
+from webdb.core.sections import section_path
 from webdb.errors import CorruptionError
-from webdb.manifest import with_index
-from webdb.sections import section_path
-from webdb.sortbuf import SortBuffer
 from webdb.tables.format import DUE_SUFFIX, KIND_DUE, KIND_PAGES_BY_URL
 from webdb.tables.merge import MergeCursor
 from webdb.tables.pagecodec import due_record, due_tie
 from webdb.tables.table import TableReader, TableWriter
+from webdb.util.sortbuf import SortBuffer
 
 __all__ = ["IndexEdits", "build_index", "index_name", "index_sections"]
 

@@ -39,15 +39,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from webdb import _fault
-from webdb.bulk import SectionFiles, load_manifest, locked_load
-from webdb.due import index_sections
-from webdb.manifest import Manifest
-from webdb.sections import Reservoir, Sections, section_path
+from webdb.core.due import index_sections
+from webdb.core.manifest import Manifest
+from webdb.core.sections import Reservoir, Sections, section_path
 from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
 from webdb.tables.records import Status
+from webdb.tools.bulk import SectionFiles, load_manifest, locked_load
+from webdb.util import faults
 
 __all__ = ["NotColumnar", "bulk_load_arrow", "PAGE_COLUMNS", "LINK_COLUMNS", "md5_array", "tsv", "unhex16"]
 
@@ -650,14 +650,14 @@ def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, sa
             c = np.bincount(status_b[bounds[j] : bounds[j + 1]], minlength=4)
             if bounds[j + 1] > bounds[j]:
                 status[j] = {str(i): int(x) for i, x in enumerate(c) if x}
-        _fault.point("bulk.after_pages_by_url")
+        faults.point("bulk.after_pages_by_url")
 
         def pbm(a: int, b: int):
             idx = morder[a:b].astype(np.int64)
             return [_fixed(md5_rows, idx), (*upart[:3], idx), (*vpart[:3], idx)], 16 + ulen[idx]
 
         _write_sorted(outs["pages_by_md5"], P, md5_cuts_pages, pbm, halt)
-        _fault.point("bulk.after_pages_by_md5")
+        faults.point("bulk.after_pages_by_md5")
 
     # The page tables need no link: written while the links are read (the parser and the url
     # lookups leave a core idle part of the time).
@@ -789,7 +789,7 @@ def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, sa
         # The anchors stay in the file (the page cache), out of the process's own memory.
         anchor = pa.Array.from_buffers(pa.large_binary(), len(lu), [None, pa.py_buffer(aoffs), pa.py_buffer(adata)])
         _release()  # the parser's buffers and the chunks' arrays, before the sorts
-        _fault.point("bulk.after_read")
+        faults.point("bulk.after_read")
         lap("read_links", f"{n_links} link rows")
         # The page tables were written while the links were read (at 1M pages, in about a third
         # of the time): their columns go before the sorts.
@@ -844,10 +844,10 @@ def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, sa
             f_md5 = ex.submit(_in_order, [links_by_md5], phases)
             f_md5.result()
             f_url.result()
-        _fault.point("bulk.after_links_by_url")
+        faults.point("bulk.after_links_by_url")
         for out in outs.values():
             out.close()
-        _fault.point("bulk.after_links_by_md5")
+        faults.point("bulk.after_links_by_md5")
         lap("write", "tables written")
     except BaseException:
         halt.set()
@@ -856,7 +856,7 @@ def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, sa
             out.abort()
         raise
     index_sections(db.path, gen, tables, s, tmp)
-    _fault.point("bulk.after_due_index")
+    faults.point("bulk.after_due_index")
     m = load_manifest(gen, base, secs, tables, status, n_pages, n_links, {"seconds": phases, "columnar": True})
     shutil.rmtree(tmp, ignore_errors=True)
     return m

@@ -2,9 +2,9 @@
 value ``Manifest`` the code passes around, and ``build``, its one builder.
 
 Every generation — the empty one of ``create``, a batch of the local or distributed writer, a
-rebalance — is described by ``build``; writing it to disk is ``WebDB.commit`` (webdb.db).  A
+rebalance — is described by ``build``; writing it to disk is ``WebDB.commit`` (webdb.core.db).  A
 manifest becomes JSON only where it leaves the process: its file (``to_json``, sealed by
-``webdb.dbfiles.seal``) and the agents' protocol (``from_json`` on the other side).
+``webdb.core.dbfiles.seal``) and the agents' protocol (``from_json`` on the other side).
 This module imports nothing of the writer, so ``db``, ``rebalance`` and ``check`` may use it.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from webdb.core.sections import Sections
 from webdb.errors import WebDBError
-from webdb.sections import Sections
 
 __all__ = [
     "ROUNDS_KEPT",
@@ -85,7 +85,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Manifest:
-        """A manifest from its JSON object (validated first: ``webdb.dbfiles.validate_manifest``).
+        """A manifest from its JSON object (validated first: ``webdb.core.dbfiles.validate_manifest``).
         A key this type does not name, or a named optional key read as null, goes to ``extra``."""
         known = {f: d[f] for f in _NAMED if d.get(f) is not None or (f in _ALWAYS and f in d)}
         known["sections"] = Sections.from_json(d["sections"])
