@@ -7,8 +7,13 @@ with db.writer() as w:
 with db.reader() as r:
     print(r.get_page("http://example.com/"))
 
-Owns: the database as a whole — creating and opening one (db.py), sections (sections.py),
-settings and the fetch schedule, readers and ``check``/``rebalance``, and the parts below.
+Owns: the public API and, in folders, the parts: ``core`` (the database itself: a db
+directory, its generations and manifests, settings, the fetch schedule, sections, readers, the
+writer lock), ``tools`` (what acts on a whole db between rounds: bulk load, check, compact,
+export, rebalance, stats, deploy), ``util`` (fault points, progress reports, the external sort),
+``tables`` (the table format), ``writer`` (edits, the cascade and its transports), ``ndfs``
+(files on hosts), ``analysis`` (rank, dedup, prefixes, filters), ``serve`` (the dashboard) and
+``cli`` (the ``webdb`` command).
 
 May import: its parts only (``tables`` at the bottom, then ``ndfs``, ``writer``, ``analysis``,
 ``cli`` at the top: docs/design.md, *Parts and arrows*); never ``fetchlist`` outside the CLI.
@@ -18,7 +23,7 @@ package's ``__all__`` (the db, its records, readers and writers, and the helpers
 webdb needs: ``SortBuffer``, the external sort; ``wait_for_lock``; ``progress_bar``) and three
 small public modules: ``webdb.errors`` (every exception), ``webdb.urls`` (host and
 registered-domain helpers) and ``webdb.rack`` (the distributed update).
-Everything else (``webdb.tables``, ``webdb.writer``, ``webdb.ndfs``, ``webdb.core.db``, ...) is
+Everything else (``webdb.core``, ``webdb.tools``, ``webdb.tables``, ``webdb.writer``, ...) is
 internal; the allowed imports between the parts are import-linter contracts in pyproject.toml
 (docs/design.md, *Parts and arrows*).
 """

@@ -1,6 +1,11 @@
-"""The database itself: a db directory and its files, generations and manifests, the
-settings and the fetch schedule, sections, readers and the writer lock.
+"""The database itself.
 
-May import: ``webdb.tables``, ``webdb.errors``, ``webdb.util``, and the writer only through
-``webdb.writer.writer`` (``WebDB.writer()``).
+Owns: a db directory and its small files (``db``, ``dbfiles``), what a generation's manifest
+holds (``manifest``), settings and the fetch schedule (``settings``, ``schedule``), how keys split
+into sections (``sections``), the reader of a committed generation (``reader``) and the writer
+lock (``lockwait``).
+
+May import: ``webdb.tables``, ``webdb.errors``, ``webdb.util``; the writer only through
+``webdb.writer.writer`` (``WebDB.writer()``); of the tools only what ``WebDB.compact``,
+``WebDB.rebalance`` and ``Reader.check`` call.
 """

@@ -1,7 +1,10 @@
-"""Tools that act on a whole database, between rounds: the bulk load, ``check``,
-``compact``, ``export``, ``rebalance``, ``stats`` and ``deploy`` (installing webdb on hosts).
+"""Tools that act on a whole database between rounds.
+
+Owns: the bulk load (``bulk``), ``check``, ``compact``, ``export`` (for indexing),
+``rebalance``, the numbers of ``webdb read --stats`` (``stats``) and ``deploy`` (installing webdb
+on the hosts of a hosts.ini).
 
 May import: ``webdb.core``, ``webdb.tables``, ``webdb.util``, ``webdb.errors``; ``deploy`` also
-``webdb.ndfs``. The bulk load, check, compact and rebalance read and write tables without the
-writer.
+``webdb.ndfs`` and the writer's host side. The tools that write tables (bulk load, check,
+compact, rebalance) never import the writer.
 """

@@ -1,5 +1,8 @@
-"""Utilities the other parts share: fault points for crash tests (``faults``), progress
-reports (``progress``) and the external sort (``sortbuf``).
+"""Utilities the other parts share.
 
-May import: ``webdb.errors`` only.
+Owns: the fault points of the crash tests (``faults``), progress reports for long commands
+(``progress``) and the external sort of byte records within a memory budget (``sortbuf``).
+
+May import: ``webdb.errors``, ``webdb.tables`` and ``webdb.ndfs`` (the fault hooks damage table
+files and stop hosts); never the db core, its tools or the writer.
 """
