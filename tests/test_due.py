@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 import webdb
 from fetchlist.generate import choose, generate
 from fetchlist.segment import Segment
-from webdb import DAY, NEVER, FetchResult, Link, Page, Status
+from webdb import DAY, NEVER, FetchResult, Link, Manifest, Page, Status
 from webdb.analysis.rank import rank
 from webdb.tables.pagecodec import due_order, due_record
 from webdb.tools.rebalance import rebalance
@@ -210,10 +211,10 @@ def _rewrite_index(db, j: int, records) -> str:
     return path
 
 
-def _rewrite_manifest(db, m: dict) -> None:
+def _rewrite_manifest(db, m: Manifest) -> None:
     """Commit ``m`` (its tables changed) as the next generation, as a buggy writer could."""
     gen = m.generation
-    db.commit({k: v for k, v in m.items() if k != "rounds"} | {"generation": gen + 1, "parent": gen})
+    db.commit(replace(m, rounds=None, generation=gen + 1, parent=gen))
 
 
 @pytest.mark.parametrize("damage", ["stale", "missing", "extra"])
