@@ -142,7 +142,7 @@ def test_generator_is_seeded(tmp_path):
     [
         (["--peers", "webdb,oracle"], "--peers: unknown peer oracle"),
         (["--pages", "0"], "0: expected a positive number"),
-        (["--suites", "nope"], "--suites: expected some of peers, reads"),
+        (["--suites", "nope"], "--suites: expected some of peers, generate, reads"),
     ],
 )
 def test_run_bad_arguments(tmp_path, args, why):

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 
 from webdb.core.db import write_atomic
+from webdb.core.due import index_name
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections, section_path
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
@@ -344,10 +345,14 @@ def _forget_output(spec: SectionSpec, stage: int) -> None:
     created exclusively, and only this task writes this name, one task of a section at a time
     (the section's resource); the bytes it writes are the same."""
     suffix = TABLE_SUFFIX[edits.STAGE_TABLE[stage]]
-    # The base, and with levels the delta run, its scratch compaction and its merged runs.
-    for kind in ("", "d", "c", "r"):
+    # The base, and with levels the delta run, its scratch compaction and its merged runs; stage 1
+    # also writes the section's due index.
+    names = [f"{spec.gen:08d}-s{stage}{kind}.{suffix}" for kind in ("", "d", "c", "r")]
+    if stage == 1:
+        names.append(index_name(spec.gen, "s1"))
+    for name in names:
         try:
-            os.unlink(os.path.join(section_path(spec.path, spec.section), f"{spec.gen:08d}-s{stage}{kind}.{suffix}"))
+            os.unlink(os.path.join(section_path(spec.path, spec.section), name))
         except FileNotFoundError:
             pass
 
