@@ -61,12 +61,12 @@ def reader_contributions(r, j: int, tmpdir: str, max_bytes: int) -> list[str]:
     """``section_contributions`` from a reader ``r`` that holds section j's md5 tables (a
     rack location's ``Reader.of_sections``)."""
     buf = SortBuffer(tmpdir, f"rank-s{j}", max_bytes)
-    pbm, lbm = r.tables["pages_by_md5"][j], r.tables["links_by_md5"][j]
-    if pbm is None or lbm is None:
+    pages_by_md5, links_by_md5 = r.tables["pages_by_md5"][j], r.tables["links_by_md5"][j]
+    if pages_by_md5 is None or links_by_md5 is None:
         return []
-    pages = _md5_groups(pbm.items())
+    pages = _md5_groups(pages_by_md5.items())
     cur = next(pages, None)
-    for md5, links in _md5_groups(lbm.items()):
+    for md5, links in _md5_groups(links_by_md5.items()):
         while cur is not None and cur[0] < md5:
             cur = next(pages, None)
         if cur is None:

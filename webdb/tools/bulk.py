@@ -263,12 +263,12 @@ def _load(
 
         # ---- PagesByURL: the first call for a url wins ----------------------------------------
         url_bounds, md5_bounds = secs.key_bounds(True), secs.key_bounds(False)
-        pbu = _Tables(db.path, gen, "pages_by_url", s, tables, url_bounds)
-        outs.append(pbu)
+        pages_by_url = _Tables(db.path, gen, "pages_by_url", s, tables, url_bounds)
+        outs.append(pages_by_url)
         sb_pm = SortBuffer(tmp, "pm", part, 65536, codec)
         buffers.append(sb_pm)
         prev = b""
-        put = pbu.put
+        put = pages_by_url.put
         for rec in sb_pu.sorted():
             cut = rec.index(b"\x00")
             url_b = rec[:cut]
@@ -278,7 +278,7 @@ def _load(
             v = rec[cut + 1 + _SEQ :]
             put(url_b, v)
             st = str(v[16])
-            sj = status[pbu.j]
+            sj = status[pages_by_url.j]
             sj[st] = sj.get(st, 0) + 1
             pend.append(v[:16] + url_b + b"\x00" + v)
             if len(pend) >= _CHUNK:
@@ -287,22 +287,22 @@ def _load(
         sb_pm.extend(pend)
         pend = []
         sb_pu.cleanup()
-        pbu.close()
+        pages_by_url.close()
         faults.point("bulk.after_pages_by_url")
         lap("pages_by_url")
 
         # ---- PagesByMD5, joined with links by from_id: links from no page's md5 are dropped ---
-        pbm = _Tables(db.path, gen, "pages_by_md5", s, tables, md5_bounds)
-        outs.append(pbm)
+        pages_by_md5 = _Tables(db.path, gen, "pages_by_md5", s, tables, md5_bounds)
+        outs.append(pages_by_md5)
         sb_lu = SortBuffer(tmp, "lu", part, 65536, codec)
         buffers.append(sb_lu)
         pm = iter(sb_pm.sorted())
         head = next(pm, None)
-        pbm_put = pbm.put
+        pages_by_md5_put = pages_by_md5.put
 
         def put_pm(rec: bytes) -> None:
             cut = rec.index(b"\x00", 16)
-            pbm_put(rec[:cut], rec[cut + 1 :])
+            pages_by_md5_put(rec[:cut], rec[cut + 1 :])
 
         last: bytes | None = None
         last_key = b""
@@ -337,18 +337,18 @@ def _load(
             head = next(pm, None)
         sb_pm.cleanup()
         sb_lm.cleanup()
-        pbm.close()
+        pages_by_md5.close()
         faults.point("bulk.after_pages_by_md5")
         lap("pages_by_md5")
 
         # ---- LinksByURL, joined with PagesByURL: dangling links dropped, flags set -------------
-        lbu = _Tables(db.path, gen, "links_by_url", s, tables, url_bounds)
-        outs.append(lbu)
+        links_by_url = _Tables(db.path, gen, "links_by_url", s, tables, url_bounds)
+        outs.append(links_by_url)
         sb_lm2 = SortBuffer(tmp, "lm2", part, 65536, codec)
         buffers.append(sb_lm2)
         pages_it = _table_items(db.path, tables, "pages_by_url")
         purl, pval = next(pages_it, (None, b""))
-        put = lbu.put
+        put = links_by_url.put
         for rec in sb_lu.sorted():
             cut = rec.index(b"\x00")
             url_b = rec[:cut]
@@ -367,19 +367,19 @@ def _load(
         sb_lm2.extend(pend)
         pend = []
         sb_lu.cleanup()
-        lbu.close()
+        links_by_url.close()
         faults.point("bulk.after_links_by_url")
         lap("links_by_url")
 
         # ---- LinksByMD5 --------------------------------------------------------------------------
-        lbm = _Tables(db.path, gen, "links_by_md5", s, tables, md5_bounds)
-        outs.append(lbm)
-        put = lbm.put
+        links_by_md5 = _Tables(db.path, gen, "links_by_md5", s, tables, md5_bounds)
+        outs.append(links_by_md5)
+        put = links_by_md5.put
         for rec in sb_lm2.sorted():
             cut = rec.index(b"\x00", 16)
             put(rec[:cut], rec[cut + 1 :])
         sb_lm2.cleanup()
-        lbm.close()
+        links_by_md5.close()
         faults.point("bulk.after_links_by_md5")
         lap("links_by_md5")
     except BaseException:

@@ -160,16 +160,16 @@ def check(reader, progress: bool = False) -> dict:
 def _check(reader, bar, tmp: str) -> dict:
     mem = 64 << 20
     # Pages: PagesByURL → expected PagesByMD5 records; page presence and num_outlinks by url.
-    pbm_exp = SortBuffer(tmp, "pbm", mem)
+    want_pages = SortBuffer(tmp, "pbm", mem)
     status: dict[int, int] = {}
     pages_out: list[tuple[bytes, bool]] = []
     page_spill = SortBuffer(tmp, "pages", mem)
     for _, k, v in _scan(reader, "pages_by_url", bar):
-        pbm_exp.add(v[MD5] + k + b"\x00" + v)
+        want_pages.add(v[MD5] + k + b"\x00" + v)
         status[v[STATUS]] = status.get(v[STATUS], 0) + 1
         page_spill.add(k + b"\x00" + (b"\x01" if page_has_outlinks(v) else b"\x00"))
     n_pages = _sorted_equal(
-        pbm_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)), "PagesByMD5 vs PagesByURL"
+        want_pages, (k + b"\x00" + v for _, k, v in _scan(reader, "pages_by_md5", bar)), "PagesByMD5 vs PagesByURL"
     )
     want_status = {int(k): v for sc in reader.manifest.status for k, v in sc.items()}
     merged: dict[int, int] = {}
@@ -181,7 +181,7 @@ def _check(reader, bar, tmp: str) -> dict:
         raise CorruptionError(f"{where}: status counts {want_status} differ from the pages' {status}")
     del pages_out
     # Links: LinksByMD5 → expected LinksByURL; every source md5 carried by some page.
-    lbu_exp = SortBuffer(tmp, "lbu", mem)
+    want_links = SortBuffer(tmp, "lbu", mem)
     md5s = (k[:16] for _, k, _ in _scan(reader, "pages_by_md5", None))
     cur_md5 = next(md5s, None)
     for _, k, v in _scan(reader, "links_by_md5", bar):
@@ -190,9 +190,9 @@ def _check(reader, bar, tmp: str) -> dict:
             cur_md5 = next(md5s, None)
         if cur_md5 != src:
             raise CorruptionError(f"LinksByMD5: link {k[16:]!r:.100} from md5 {src.hex()} that no page carries")
-        lbu_exp.add(k[16:] + b"\x00" + src + b"\x00" + v)
+        want_links.add(k[16:] + b"\x00" + src + b"\x00" + v)
     n_links = _sorted_equal(
-        lbu_exp, (k + b"\x00" + v for _, k, v in _scan(reader, "links_by_url", bar)), "LinksByURL vs LinksByMD5"
+        want_links, (k + b"\x00" + v for _, k, v in _scan(reader, "links_by_url", bar)), "LinksByURL vs LinksByMD5"
     )
     # Every link target is a page and its flag matches the page's num_outlinks.
     pages = page_spill.sorted()
@@ -208,7 +208,7 @@ def _check(reader, bar, tmp: str) -> dict:
                 f"LinksByURL: link to {url!r:.100} has target_has_outlink={link_flag(v)}, "
                 f"but the page has {'some' if cur[-1] else 'no'} outlinks"
             )
-    for buf in (pbm_exp, lbu_exp, page_spill):
+    for buf in (want_pages, want_links, page_spill):
         buf.cleanup()
     n_due = check_index(reader, tmp)
     return {"pages": n_pages, "links": n_links, "due": n_due, "status": status, "generation": reader.generation}
