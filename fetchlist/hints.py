@@ -88,6 +88,8 @@ def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> Par
             www=www,
         )
     quota = rec.sitemap_quota or tree_quota(s)
+    per_file = int(s["sitemap_max_urls"])
+    url_cap = "sitemap_max_urls" if per_file <= quota[0] else "this sitemap's share of sitemap_tree_max_urls"
     sm = parse_sitemap(
         rec.url,
         rec.content or b"",
@@ -95,7 +97,8 @@ def parse_fetched(rec: FetchRecord, settings: dict, www: WwwRules | None) -> Par
         level=level,
         max_depth=int(s["sitemap_max_depth"]),
         max_bytes=int(s["sitemap_max_bytes"]),
-        max_urls=min(int(s["sitemap_max_urls"]), quota[0]),
+        max_urls=min(per_file, quota[0]),
+        url_cap=url_cap,
         max_sitemaps=min(int(s["sitemap_max_sitemaps"]), quota[1]),
         max_age=float(s["sitemap_max_age"]),
         now=rec.fetch_time,

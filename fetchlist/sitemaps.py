@@ -204,8 +204,11 @@ class _Collector:
     """Accepts the URLs of one sitemap: normalized, http(s), in the sitemap's registered domain,
     deduplicated, at most the caps; counts the rest in ``skipped``."""
 
-    def __init__(self, url: str, res: SitemapResult, max_urls: int, max_sitemaps: int, follow: bool, www) -> None:
+    def __init__(
+        self, url: str, res: SitemapResult, max_urls: int, max_sitemaps: int, follow: bool, www, url_cap: str
+    ) -> None:
         self.res, self.max_urls, self.max_sitemaps, self.follow, self.www = res, max_urls, max_sitemaps, follow, www
+        self.url_cap = url_cap
         self.domain = registered_domain(host_of(url) or "")
         self.seen: set[str] = set()
 
@@ -221,11 +224,15 @@ class _Collector:
     def full(self) -> bool:
         return len(self.res.urls) >= self.max_urls
 
+    def cut_short(self) -> None:
+        """Record that the sitemap held more URLs than the cap, naming the cap."""
+        self.res.error = self.res.error or f"more URLs than {self.url_cap} ({self.max_urls}); the rest is ignored"
+
     def url(self, loc, lastmod=None, changefreq=None, priority=None, max_age_before=None, modified=None) -> None:
         """Take one URL (``lastmod`` a W3C datetime, or ``modified`` already in seconds)."""
         if self.full:
             self.res.skipped += 1
-            self.res.error = self.res.error or "more URLs than sitemap_max_urls; the rest is ignored"
+            self.cut_short()
             return
         u = self._accept(loc)
         if u is None:
@@ -261,27 +268,30 @@ def parse_sitemap(
     max_age: float = 0.0,
     now: float | None = None,
     www: WwwRules | None = None,
+    url_cap: str = "sitemap_max_urls",
 ) -> SitemapResult:
     """Parse the sitemap ``content`` fetched from ``url`` (see the module docstring).  Never
     raises.  ``level``: the sitemap's own level; an index at ``level >= max_depth`` gives no
     children.  ``max_age`` (seconds, 0 = off): URLs whose lastmod is older than ``now -
-    max_age`` are skipped."""
+    max_age`` are skipped.  ``url_cap`` names the limit ``max_urls`` stands for in the message
+    of a sitemap cut short (the per-file setting or the tree's share)."""
     res = SitemapResult()
     try:
-        args = (level, max_depth, max_bytes, max_urls, max_sitemaps, max_age, now, www)
+        args = (level, max_depth, max_bytes, max_urls, max_sitemaps, max_age, now, www, url_cap)
         _parse(res, url, bytes(content), content_type, *args)
     except Exception as e:  # the contract is "never raises": report what went wrong
         res.error = f"{type(e).__name__}: {e}"[:500]
     return res
 
 
-def _parse(res, url, data, content_type, level, max_depth, max_bytes, max_urls, max_sitemaps, max_age, now, www):
+def _parse(res, url, data, content_type, *args):
+    level, max_depth, max_bytes, max_urls, max_sitemaps, max_age, now, www, url_cap = args
     if data.startswith(_GZIP_MAGIC):
         data, res.error = gunzip_limited(data, max_bytes)
     elif len(data) > max_bytes:
         data, res.error = data[:max_bytes], f"more than {max_bytes} bytes; the rest is ignored"
     follow = level < max_depth
-    col = _Collector(url, res, max_urls, max_sitemaps, follow, www)
+    col = _Collector(url, res, max_urls, max_sitemaps, follow, www, url_cap)
     before = None
     if max_age > 0:
         before = int((now if now is not None else datetime.datetime.now().timestamp()) - max_age)
@@ -334,7 +344,7 @@ def _parse_xml(res: SitemapResult, data: bytes, col: _Collector, before: int | N
                         return
                     res.kind, (record, at) = _KIND[name], _RECORDS[name]
                 elif depth == at and name == record and record != "sitemap" and col.full:
-                    res.error = res.error or "more URLs than sitemap_max_urls; the rest is ignored"
+                    col.cut_short()
                     return
                 continue
             depth -= 1

@@ -351,6 +351,12 @@ def test_quota_split_and_children_in_the_db():
     r.content, r.sitemap_quota = urlset(*(url(f"http://a.example/u{i}") for i in range(10))), (3, 0)
     got = parse_fetched(r, s, None)
     assert len(got.sitemap_urls) == 3 and got.sitemap_quota is None
+    # the message names the limit that cut the sitemap short: the tree's share here, the
+    # per-file setting when that is the smaller one
+    assert got.error == "more URLs than this sitemap's share of sitemap_tree_max_urls (3); the rest is ignored"
+    r.sitemap_quota = (1000, 0)
+    got = parse_fetched(r, {**s, "sitemap_max_urls": 4}, None)
+    assert got.error == "more URLs than sitemap_max_urls (4); the rest is ignored"
 
 
 def test_update_adds_sitemap_urls_scored_by_priority_and_changefreq():
