@@ -216,7 +216,7 @@ def test_local_rack_generate_section_agent_killed_then_rerun(tmp_path: Path) -> 
     rack = Rack.local(db.path)
     for point in ("dist.s1.step0.before_ship", "dist.s2.step3.before_ship"):
         with pytest.raises(UpdateFailed, match="section . writer killed by signal 9") as e:
-            generate(rack, tmp_path / "seg", now=NOW, top_n=80, heartbeat_timeout=4, env={"WEBDB_FAULTS": point})
+            generate(rack, tmp_path / "seg", now=NOW, top_n=80, heartbeat_timeout=30, env={"WEBDB_FAULTS": point})
         assert not e.value.result.committed
         assert "nothing committed" in str(e.value)
         assert snapshot(db) == before and db.committed() == 1  # nothing marked
