@@ -49,7 +49,7 @@ from webdb.core.dbfiles import (  # noqa: F401 - current_line, seal, seal_checks
 from webdb.core.manifest import Manifest, rounds, table_files
 from webdb.core.manifest import empty as empty_manifest
 from webdb.core.sections import Sections, section_path
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import (
     BadInput,
     CorruptionError,
@@ -103,7 +103,7 @@ class WebDB:
         # Where each section's files are, when not under ``path`` (a rack read from one mount).
         self.section_dirs = {int(j): os.path.abspath(d) for j, d in (section_dirs or {}).items()}
         self.identity = read_identity(self.path)
-        self.settings = resolve(self.identity.get("settings"))
+        self.settings = Settings.from_json(self.identity.get("settings"))
 
     # ---- generations -----------------------------------------------------------------------
 
@@ -233,13 +233,13 @@ class WebDB:
         if not (isinstance(have, list) and have and have[-1].get("generation") == body.generation):
             body.rounds = rounds(body, parent_m)  # the per-generation figures of `webdb serve`
         data = seal(body.to_json())
-        write_atomic(self.manifest_path(manifest.generation), data, self.settings["sync"])
+        write_atomic(self.manifest_path(manifest.generation), data, self.settings.sync)
         return seal_checksum(data)[0]
 
     def commit(self, manifest: Manifest) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
         gen = manifest.generation
-        sync = self.settings["sync"]
+        sync = self.settings.sync
         c = self.write_manifest(manifest)
         faults.point("commit.before_current")
         self._point_current(gen, c, sync)
@@ -387,7 +387,7 @@ class WebDB:
             have = [r["generation"] for r in self.generations()]
             raise BadInput(f"{self.manifest_path(gen)}: no manifest of generation {gen} (present: {have})")
         m = self._check_generation(gen)
-        sync = self.settings["sync"]
+        sync = self.settings.sync
         # Old or new under kill -9: first the commit marks of the generations dropped go, so
         # no moment has CURRENT naming ``gen`` beside a newer mark (a rolled-back CURRENT to
         # every reader).  Dropping a mark newer than the old CURRENT is harmless: the old
@@ -482,7 +482,7 @@ def _read_holder(path: str) -> dict:
 def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     """Create an empty database with ``sections`` sections at ``path`` (must not exist or be empty)."""
     Sections(sections)  # BadInput unless 1..MAX_SECTIONS
-    resolve(None, **settings)  # unknown or bad settings fail before anything is written
+    Settings.from_json(settings)  # unknown or bad settings fail before anything is written
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise BadInput(f"{path}: exists and is not an empty directory")
@@ -507,7 +507,7 @@ def init_location(path: str, ident: dict, sections: Iterable[int], secs: Section
     os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
     for j in sections:
         os.makedirs(section_path(path, j), exist_ok=True)
-    sync = resolve(ident.get("settings"))["sync"]
+    sync = Settings.from_json(ident.get("settings")).sync
     write_atomic(os.path.join(path, DB_IDENTITY), seal(ident), sync)
     db = WebDB(path)
     db.commit(empty_manifest(secs))

@@ -13,7 +13,7 @@ import stat
 import zlib
 from typing import Any
 
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import BadInput, CorruptionError, NotADatabase
 from webdb.tables.format import DB_FORMAT_VERSION, DB_IDENTITY, TABLE_KINDS
 
@@ -184,7 +184,7 @@ def read_identity(path: str) -> dict:
     if not isinstance(ident.get("settings", {}), dict):
         raise CorruptionError(f"{p}: field 'settings' is not an object")
     try:
-        resolve(ident.get("settings"))
+        Settings.from_json(ident.get("settings"))
     except BadInput as e:
         raise CorruptionError(f"{p}: {e}") from None
     return ident

@@ -14,7 +14,7 @@ from typing import Any
 
 from webdb.core.db import identity
 from webdb.core.manifest import Manifest
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import WebDBError
 from webdb.ndfs import GroupResult
 from webdb.writer.distributed import HEARTBEAT
@@ -284,7 +284,7 @@ def create_rack(
     identity, generation 0 and CURRENT everywhere, section j's directory where it lives.
 
     Returns per-host results; raises UpdateFailed if a location failed (rerunning is safe)."""
-    resolve(None, **settings)  # unknown or bad settings fail here, before any host is touched
+    Settings.from_json(settings)  # unknown or bad settings fail here, before any host is touched
     ident = identity(rack.db, settings)
     run = AgentTransport(rack, Options(heartbeat_timeout, env=dict(env or {})))
     t0 = time.monotonic()

@@ -403,7 +403,7 @@ def _receive(spec: SectionSpec, state: dict, stage: int, incoming: list[list[dic
     """Write step stage-1's edit files from every producer into this section's share group,
     each checked against the size and SHA-256 its producer computed."""
     home = section_path(spec.path, spec.section)
-    sync = bool(spec.settings.get("sync", True))
+    sync = spec.settings.sync
     for p, files in enumerate(incoming):
         for f in files:
             data = f["data"]

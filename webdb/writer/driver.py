@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import BadInput
 from webdb.ndfs import GroupResult
 from webdb.util import faults
@@ -243,7 +243,7 @@ class _Drive:
                 inputs, input_fn = got
             elif names is not None:
                 inputs = self.place(names, seen, shares)
-            settings = resolve(identity.get("settings"), **overrides)
+            settings = Settings.from_json(identity.get("settings")).replace(**overrides)
             self.batch(gen0, base, settings, inputs or {}, input_fn, options)
         except Failed as e:
             error = self.fail(e)
@@ -317,7 +317,7 @@ class _Drive:
             self.event(label, ev="synced")
         return gen0, base, first, {label: h.get("inputs") or {} for label, h in hello.items()}
 
-    def batch(self, gen0: int, base: Manifest, settings: dict, inputs: dict, input_fn: str, options: dict) -> None:
+    def batch(self, gen0: int, base: Manifest, settings: Settings, inputs: dict, input_fn: str, options: dict) -> None:
         rack, res = self.rack, self.res
         gen = gen0 + 1
         res.generation, res.batch = gen, f"{gen:08d}-{os.urandom(4).hex()}"
@@ -380,7 +380,7 @@ def section_specs(
     base: Manifest,
     batch: str,
     gen: int,
-    settings: dict,
+    settings: Settings,
     inputs: dict,
     input_fn: str,
     options: dict,
@@ -391,7 +391,7 @@ def section_specs(
     the location's sections."""
     p = rack.places[label]
     n = max(1, len(p.sections))
-    local = dict(settings, memory_mb=max(64, int(settings["memory_mb"]) // n))
+    local = settings.replace(memory_mb=max(64, int(settings.memory_mb) // n))
     return [
         SectionSpec(
             section=j,

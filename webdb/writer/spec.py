@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from webdb.core.sections import Sections
+from webdb.core.settings import Settings
 
 __all__ = ["SectionInput", "SectionSpec"]
 
@@ -53,7 +54,7 @@ class SectionSpec:
     sections: Sections
     tables: list[dict]
     status: list[dict]
-    settings: dict
+    settings: Settings
     input: SectionInput
     stage_timeout: float
     section_at: list[str] | None = None
@@ -69,5 +70,6 @@ class SectionSpec:
     def from_json(cls, d: dict) -> SectionSpec:
         v = {f.name: d[f.name] for f in fields(cls) if f.name in d}
         v["sections"] = Sections.from_json(d["sections"])
+        v["settings"] = Settings.from_json(d["settings"])
         v["input"] = SectionInput(**d["input"])
         return cls(**v)
