@@ -138,3 +138,28 @@ def test_register_input_rejects_bad_names_and_a_second_claim() -> None:
     with pytest.raises(BadInput, match="input 'nosuch' is not registered"):
         resolve("nosuch")
     assert "mine" not in registered_inputs()
+
+
+def test_the_db_forbids_every_module_of_the_writer_but_the_writer() -> None:
+    import webdb.writer
+
+    # The compiled kernels (``_stagesc``) are imported only through ``kernels``.
+    parts = {f"webdb.writer.{m.name}" for m in pkgutil.iter_modules(webdb.writer.__path__) if m.name[0] != "_"}
+    forbidden = set(CONTRACTS["db-uses-the-writer-not-its-internals"]["forbidden_modules"])
+    assert forbidden == parts - {"webdb.writer.writer"}, "list every module of webdb.writer but writer"
+
+
+def test_no_import_cycle_runs_through_the_db_core() -> None:
+    """No module that a module of webdb.core imports (even inside a function) imports that
+    module back, directly or not: webdb.core.db reaches the writer through db.writer() and the
+    rack side of the writer reaches webdb.core.db, but never the one through the other."""
+    import grimp
+
+    g = grimp.build_graph("webdb", "fetchlist", cache_dir=None)
+    cycles = [
+        (c, x)
+        for c in sorted(m for m in g.modules if m.startswith("webdb.core."))
+        for x in sorted(g.find_modules_directly_imported_by(c))
+        if x != c and g.chain_exists(importer=x, imported=c)
+    ]
+    assert cycles == [], [g.find_shortest_chain(importer=x, imported=c) for c, x in cycles]

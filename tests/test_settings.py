@@ -16,8 +16,8 @@ import pytest
 from dbutil import make_db
 
 import webdb
-from webdb.core.db import identity, init_location
-from webdb.core.dbfiles import seal
+from webdb.core.db import init_location
+from webdb.core.dbfiles import identity, seal
 from webdb.core.sections import Sections
 from webdb.core.settings import DEFAULTS, NAMES, Settings
 from webdb.errors import BadInput, CorruptionError

@@ -27,7 +27,6 @@ import re
 import shutil
 import socket
 import stat
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -39,12 +38,15 @@ from webdb.core.dbfiles import (  # noqa: F401 - current_line, seal, seal_checks
     MARK_NAME,
     crc_hex,
     current_line,
+    fsync_dir,
+    identity,
     is_whole,
     read_identity,
     read_small,
     seal,
     seal_checksum,
     validate_manifest,
+    write_atomic,
 )
 from webdb.core.manifest import Manifest, rounds, table_files
 from webdb.core.manifest import empty as empty_manifest
@@ -59,40 +61,10 @@ from webdb.errors import (
     WebDBError,
     is_disk_full,
 )
-from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
+from webdb.tables.format import CURRENT, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
 from webdb.util import faults
 
 TABLES = tuple(TABLE_KINDS)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
-    """Write a small file by temp + fsync + rename (+ directory fsync)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if is_disk_full(e):
-            raise DiskFull.at(path, len(data), e) from None
-        raise
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(os.path.dirname(path) or ".")
 
 
 class WebDB:
@@ -492,12 +464,6 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
         raise
     except OSError as e:
         raise BadInput(f"{e.filename or path}: cannot create the database there ({e.strerror})") from None
-
-
-def identity(name: str, settings: dict) -> dict:
-    """The content of ``webdb.json`` for a new db: format, name, creation time, the settings given."""
-    stored = {k: v for k, v in settings.items() if v is not None}
-    return {"format": DB_FORMAT_VERSION, "name": name, "created": time.time(), "settings": stored}
 
 
 def init_location(path: str, ident: dict, sections: Iterable[int], secs: Sections) -> WebDB:

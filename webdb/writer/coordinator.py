@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webdb.core.db import identity
+from webdb.core.dbfiles import identity
 from webdb.core.manifest import Manifest
 from webdb.core.settings import Settings
 from webdb.errors import WebDBError

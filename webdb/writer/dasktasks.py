@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from webdb.core.db import write_atomic
+from webdb.core.dbfiles import write_atomic
 from webdb.core.due import index_name
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections, section_path
