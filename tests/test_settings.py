@@ -136,6 +136,7 @@ def test_settings_cross_a_process_boundary_as_json_and_come_back_equal(tmp_path)
     job = stage_job(str(tmp_path / "db"), "B", 1, secs, s, str(tmp_path / "tmp"), 2)
     sent = json.loads(json.dumps(job.to_json()))
     assert sent["settings"] == s.to_json() and sent["schedule"]["adaptive"] is True
+    assert job.schedule == s.schedule() and job.schedule.adaptive and job.schedule.retry_delay == s.retry_delay
     assert type(job).from_json(sent) == job and isinstance(type(job).from_json(sent).settings, Settings)
     spec = SectionSpec(
         section=0, k=2, host="h", db="db", path="/p", root="/", local_host=None, ini=None, config=None,

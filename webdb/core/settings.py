@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
+from webdb.core.schedule import Schedule
 from webdb.errors import BadInput
 from webdb.tables.records import DAY, DEFAULT_ANCHOR_MAX, DEFAULT_INTERVAL, MAX_URL_BYTES
 
@@ -96,6 +97,10 @@ class Settings:
                 raise BadInput(f"unknown setting {k!r} (known: {', '.join(sorted(NAMES))})")
         given = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(self, **given) if given else self
+
+    def schedule(self) -> Schedule:
+        """The fetch schedule these settings make (``SCHEDULE_KEYS``)."""
+        return Schedule(**{k: getattr(self, k) for k in SCHEDULE_KEYS})
 
 
 def _check(s: Settings) -> None:

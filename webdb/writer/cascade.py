@@ -76,7 +76,7 @@ class StageJob:
     gen: int
     sections: dict
     settings: Settings
-    schedule: dict
+    schedule: Schedule
     tmp: str
     emit_mb: int
     outbox: str | None = None  # the distributed writer's local outbox; None: the targets' incoming dirs
@@ -91,7 +91,9 @@ class StageJob:
     @classmethod
     def from_json(cls, d: dict) -> StageJob:
         tables = {t: TableFiles(**e) for t, e in d["tables"].items()}
-        return cls(**dict(d, settings=Settings.from_json(d["settings"]), tables=tables))
+        return cls(
+            **dict(d, settings=Settings.from_json(d["settings"]), schedule=Schedule(**d["schedule"]), tables=tables)
+        )
 
 
 def encode_fetch(r: FetchResult) -> bytes:
@@ -391,7 +393,7 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
 
 
 def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
-    sched = Schedule(**job.schedule)
+    sched = job.schedule
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
     index = _due_edits(job)

@@ -32,7 +32,7 @@ from typing import Protocol
 from webdb.core import manifest
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections, section_path
-from webdb.core.settings import SCHEDULE_KEYS, Settings
+from webdb.core.settings import Settings
 from webdb.util import faults
 from webdb.writer.cascade import StageJob, TableFiles, incoming_dir
 
@@ -63,7 +63,7 @@ def stage_job(
         gen=gen,
         sections=secs.to_json(),
         settings=settings,
-        schedule={k: getattr(settings, k) for k in SCHEDULE_KEYS},
+        schedule=settings.schedule(),
         tmp=tmp,
         emit_mb=max(2, mem // (workers * 6)),
     )
