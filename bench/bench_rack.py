@@ -131,7 +131,7 @@ def run_local(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
 def run_dask(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
     import dask
 
-    from webdb.writer.daskrun import update_dask
+    from webdb.writer.driver import update_dask
 
     path, inputs = fresh_run(work, data, k, sync)
     dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})  # a loaded machine

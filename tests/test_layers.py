@@ -149,17 +149,18 @@ def test_the_db_forbids_every_module_of_the_writer_but_the_writer() -> None:
     assert forbidden == parts - {"webdb.writer.writer"}, "list every module of webdb.writer but writer"
 
 
-def test_no_import_cycle_runs_through_the_db_core() -> None:
-    """No module that a module of webdb.core imports (even inside a function) imports that
-    module back, directly or not: webdb.core.db reaches the writer through db.writer() and the
-    rack side of the writer reaches webdb.core.db, but never the one through the other."""
+def test_no_import_cycle() -> None:
+    """No module of webdb or fetchlist imports, even inside a function, a module that imports it
+    back, directly or not.  In particular not through the db: webdb.core.db reaches the writer
+    through db.writer() and the rack side of the writer reaches webdb.core.db, but never the one
+    through the other; and the update driver picks its transport, which never imports it."""
     import grimp
 
     g = grimp.build_graph("webdb", "fetchlist", cache_dir=None)
     cycles = [
-        (c, x)
-        for c in sorted(m for m in g.modules if m.startswith("webdb.core."))
-        for x in sorted(g.find_modules_directly_imported_by(c))
-        if x != c and g.chain_exists(importer=x, imported=c)
+        (m, x)
+        for m in sorted(g.modules)
+        for x in sorted(g.find_modules_directly_imported_by(m))
+        if x != m and g.chain_exists(importer=x, imported=m)
     ]
-    assert cycles == [], [g.find_shortest_chain(importer=x, imported=c) for c, x in cycles]
+    assert cycles == [], [g.find_shortest_chain(importer=x, imported=m) for m, x in cycles[:5]]

@@ -18,10 +18,9 @@ from webdb.core.settings import Settings
 from webdb.errors import WebDBError
 from webdb.ndfs import GroupResult
 from webdb.writer.distributed import HEARTBEAT
-from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared
 from webdb.writer.hosts import LocalAgentLink, Placement, Rack, SSHAgentLink
 from webdb.writer.results import Failed, HostRun, UpdateFailed, UpdateResult, failure_line, host_results
-from webdb.writer.spec import SectionSpec
+from webdb.writer.spec import HEARTBEAT_TIMEOUT, Options, Prepared, SectionSpec
 
 __all__ = ["AgentTransport", "create_rack"]
 

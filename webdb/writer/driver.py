@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from webdb.core.manifest import Manifest
@@ -41,58 +40,18 @@ from webdb.writer.inputs import DEFAULT_INPUT
 from webdb.writer.location import PROTOCOL
 from webdb.writer.placing import place_inputs, probe_names
 from webdb.writer.results import Failed, HostRun, UpdateResult, failure_line, host_results, stopped
-from webdb.writer.spec import SectionInput, SectionSpec
+from webdb.writer.spec import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Options, Prepared, SectionInput, SectionSpec
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT",
     "PROTOCOL",
-    "STAGE_TIMEOUT",
     "Failed",
-    "Options",
-    "Prepared",
     "Session",
     "Transport",
     "batch_record",
     "section_specs",
     "update",
+    "update_dask",
 ]
-
-# Defaults of the liveness bounds (seconds); both are options of update().
-HEARTBEAT_TIMEOUT = 30.0
-STAGE_TIMEOUT = 3600.0
-
-
-@dataclass
-class Prepared:
-    """Section ``section``'s part of the batch, as its writer reports it after stage 5: its
-    new tables and status, the batch's breakpoints, its input's counts and what it shipped."""
-
-    section: int
-    tables: dict
-    status: dict
-    sections: dict
-    api: dict
-    input: Any
-    stages: list[dict]
-    shipped: list[dict]
-    step0: dict
-    seconds: float
-    cpu_seconds: float
-
-    @classmethod
-    def from_json(cls, d: dict) -> Prepared:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
-
-
-@dataclass
-class Options:
-    """How a run is bounded and watched (every transport reads the same ones)."""
-
-    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
-    stage_timeout: float = STAGE_TIMEOUT
-    progress: Callable[[dict], None] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    clock: Callable[[], float] = time.monotonic
 
 
 class Transport(Protocol):
@@ -210,6 +169,14 @@ def update(
         return run.update(inputs, names, shares, input_fn, options or {}, settings or {}, steps, before_batch)
     finally:
         transport.close()
+
+
+def update_dask(rack: Rack, scheduler: str, inputs: dict[int, dict] | None = None, **kw) -> UpdateResult:
+    """``update`` on the Dask cluster ``scheduler`` (the same batch, manifest and commit; each
+    section's steps run as tasks on the worker declaring ``section-J``).  Raises
+    DaskUnavailable (before anything is written) if the scheduler cannot be reached or a
+    section has no worker."""
+    return update(rack, inputs, dask=scheduler, **kw)
 
 
 def _transport(rack: Rack, scheduler: str | None, opts: Options, dask_options: dict) -> Transport:
