@@ -171,7 +171,7 @@ def run_local(work: Path, data: Path, k: int, sync: bool) -> dict:
 
 
 def run_dask(work: Path, data: Path, k: int, sync: bool) -> dict:
-    from webdb.writer.daskrun import update_dask
+    from webdb.writer.driver import update_dask
 
     path, inputs = fresh_run(work, data, k, sync)
     with section_cluster(k) as address:

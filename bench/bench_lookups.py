@@ -37,7 +37,7 @@ class OpenPeer(Peer):
     def __init__(self, path: str, cache_mb: int | None):
         self.db = webdb.open(path)
         if cache_mb is not None:
-            self.db.settings["cache_mb"] = cache_mb
+            self.db.settings = self.db.settings.replace(cache_mb=cache_mb)
         self.r = None
 
 

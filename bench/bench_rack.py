@@ -131,7 +131,7 @@ def run_local(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
 def run_dask(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
     import dask
 
-    from webdb.writer.daskrun import update_dask
+    from webdb.writer.driver import update_dask
 
     path, inputs = fresh_run(work, data, k, sync)
     dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})  # a loaded machine
@@ -257,7 +257,7 @@ def main() -> int:
     meta = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "data": str(data), "k": a.k,
             "sync": sync, "commit": commit.stdout.strip(), "load_before": os.getloadavg(),
             "machine": f"{os.cpu_count()} cpus, {platform.platform()}, Python {platform.python_version()}"}  # fmt: skip
-    mem = a.section_memory_mb or int(webdb.open(str(base_db(work, data, a.k, sync))).settings["memory_mb"]) // a.k
+    mem = a.section_memory_mb or int(webdb.open(str(base_db(work, data, a.k, sync))).settings.memory_mb) // a.k
     meta["section_memory_mb"] = mem
     rack = SSHRack(work, a.k, a.deploy) if "ssh" in modes else None
     if rack is not None:

@@ -160,7 +160,7 @@ def inject_seeds(
     """
     now = int(time.time()) if now is None else int(now)
     s = getattr(log, "settings", None)
-    default_iv = int(s["default_interval"]) if s else DEFAULT_INTERVAL
+    default_iv = int(s.default_interval) if s else DEFAULT_INTERVAL
     bad: list[str] = []
     urls = filtered = 0
     for seed in read_seeds(paths, www=www, skip_bad=skip_bad, bad=bad):

@@ -196,12 +196,12 @@ def _new_interval(log: Any, opts: UpdateOptions) -> int:
     if opts.new_interval is not None:
         return int(opts.new_interval)
     s = getattr(log, "settings", None)
-    return int(s["default_interval"]) if s else DEFAULT_INTERVAL
+    return int(s.default_interval) if s else DEFAULT_INTERVAL
 
 
 def _retry_delay(log: Any) -> int:
     s = getattr(log, "settings", None)
-    return int(s["retry_delay"]) if s else DAY
+    return int(s.retry_delay) if s else DAY
 
 
 def _add_new(

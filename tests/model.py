@@ -25,7 +25,7 @@ import copy
 from collections.abc import Iterable
 
 from webdb.core.schedule import FetchResult
-from webdb.core.settings import DEFAULTS
+from webdb.core.settings import DEFAULTS, NAMES
 from webdb.errors import BadInput
 from webdb.tables.records import NEVER, Link, Page, Status
 
@@ -82,10 +82,10 @@ class Model:
     """
 
     def __init__(self, **settings: object) -> None:
-        unknown = set(settings) - set(DEFAULTS)
+        unknown = set(settings) - set(NAMES)
         if unknown:
             raise BadInput(f"unknown settings {sorted(unknown)}")
-        s = {name: settings.get(name, DEFAULTS[name]) for name in _MODEL_SETTINGS}
+        s = {name: settings.get(name, getattr(DEFAULTS, name)) for name in _MODEL_SETTINGS}
         self.anchor_max: int = s["anchor_max"]
         self.default_interval: int = s["default_interval"]
         self.retry_delay: int = s["retry_delay"]

@@ -14,7 +14,7 @@ import pytest
 
 import webdb
 from webdb.core.sections import Sections
-from webdb.core.settings import resolve
+from webdb.core.settings import DEFAULTS
 from webdb.writer import columns, kernels
 from webdb.writer.columns import FetchBlock
 from webdb.writer.engine import stage_job
@@ -59,7 +59,7 @@ def block(rng: random.Random, rows: int) -> FetchBlock:
 def edit_files(tmp: Path, name: str, apply) -> dict[str, str]:
     """Digests of the edit files an EditLog routes (two sections, a small memory budget so
     that the sort buffers spill many times) after ``apply(log)``."""
-    s = resolve(None, memory_mb=1, anchor_max=60)
+    s = DEFAULTS.replace(memory_mb=1, anchor_max=60)
     job = stage_job(str(tmp / name / "db"), "B", 1, SECS, s, str(tmp / name / "tmp"), 1)
     job.outbox = str(tmp / name / "out")
     log = EditLog(s, SECS, str(tmp / name / "api"), producer=1)
@@ -185,7 +185,7 @@ def test_a_db_without_breakpoints_samples_every_url_as_the_calls_do(tmp_path: Pa
     from the sample): a block then goes call by call, so the sample is the calls' own."""
     rng = random.Random(11)
     blocks = [block(rng, 40) for _ in range(3)]
-    s = resolve(None, breakpoint_sample=50)
+    s = DEFAULTS.replace(breakpoint_sample=50)
     samples = []
     for how in (by_calls(blocks), by_blocks(blocks)):
         log = EditLog(s, Sections(2), str(tmp_path / f"api{len(samples)}"))

@@ -24,7 +24,8 @@ from waiting import wait_until
 
 import webdb
 from webdb.core.lockwait import wait_for_lock
-from webdb.writer.daskrun import DaskUnavailable, update_dask
+from webdb.writer.daskrun import DaskUnavailable
+from webdb.writer.driver import update_dask
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 
 distributed = pytest.importorskip("distributed")

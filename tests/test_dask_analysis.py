@@ -21,7 +21,7 @@ from webdb.analysis.dedup import dedup
 from webdb.analysis.onrack import dedup_rack, prefix_stats_rack, rank_rack
 from webdb.analysis.prefixes import prefix_stats
 from webdb.analysis.rank import rank
-from webdb.writer.daskrun import update_dask
+from webdb.writer.driver import update_dask
 from webdb.writer.rack import UpdateFailed
 
 pytest.importorskip("distributed")

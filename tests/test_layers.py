@@ -138,3 +138,29 @@ def test_register_input_rejects_bad_names_and_a_second_claim() -> None:
     with pytest.raises(BadInput, match="input 'nosuch' is not registered"):
         resolve("nosuch")
     assert "mine" not in registered_inputs()
+
+
+def test_the_db_forbids_every_module_of_the_writer_but_the_writer() -> None:
+    import webdb.writer
+
+    # The compiled kernels (``_stagesc``) are imported only through ``kernels``.
+    parts = {f"webdb.writer.{m.name}" for m in pkgutil.iter_modules(webdb.writer.__path__) if m.name[0] != "_"}
+    forbidden = set(CONTRACTS["db-uses-the-writer-not-its-internals"]["forbidden_modules"])
+    assert forbidden == parts - {"webdb.writer.writer"}, "list every module of webdb.writer but writer"
+
+
+def test_no_import_cycle() -> None:
+    """No module of webdb or fetchlist imports, even inside a function, a module that imports it
+    back, directly or not.  In particular not through the db: webdb.core.db reaches the writer
+    through db.writer() and the rack side of the writer reaches webdb.core.db, but never the one
+    through the other; and the update driver picks its transport, which never imports it."""
+    import grimp
+
+    g = grimp.build_graph("webdb", "fetchlist", cache_dir=None)
+    cycles = [
+        (m, x)
+        for m in sorted(g.modules)
+        for x in sorted(g.find_modules_directly_imported_by(m))
+        if x != m and g.chain_exists(importer=x, imported=m)
+    ]
+    assert cycles == [], [g.find_shortest_chain(importer=x, imported=m) for m, x in cycles[:5]]

@@ -787,7 +787,7 @@ def test_compiled_links_equal_the_python_path(tmp_path, seed):
     urls = _urls(rng, 120)
     links = [(rng.choice(urls), rng.choice(urls)) for _ in range(600)] + [(u, urls[0]) for u in urls]
     db = webdb.create(str(tmp_path / "db"), sections=rng.choice([1, 2]), sync=False, block_size=1024)
-    db.settings.update(level_ratio=1000.0, level_runs=4)
+    db.settings = db.settings.replace(level_ratio=1000.0, level_runs=4)
     with db.writer() as w:
         for u in urls:
             w.add_page(Page(u))

@@ -72,7 +72,7 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
             for i in range(0, len(rows), _CHUNK):
                 yield {"section": j, "changes": rows[i : i + _CHUNK]}
         elif op == "rank-shares":
-            budget = (int(ctx.db.settings["memory_mb"]) << 20) // 4
+            budget = (int(ctx.db.settings.memory_mb) << 20) // 4
             tables = ("pages_by_md5", "links_by_md5")
             with Reader.of_sections(ctx.db, ctx.manifest, [j], tables) as r:
                 runs = reader_contributions(r, j, ctx.scratch, budget)

@@ -99,7 +99,7 @@ def _sums(records: Iterator[bytes]) -> Iterator[tuple[bytes, float]]:
 
 def rank_iteration(db, damping: float = 0.85, workers: int = 1, memory_mb: int | None = None) -> dict:
     """One PageRank iteration as one writer batch; returns counts and the L1 change of scores."""
-    budget = (memory_mb or int(db.settings["memory_mb"])) << 20
+    budget = (memory_mb or int(db.settings.memory_mb)) << 20
     with db.writer() as w, db.reader() as r:
         base = os.path.join(db.path, TMP_DIR)  # removed by the writer's recovery if we die
         os.makedirs(base, exist_ok=True)

@@ -8,7 +8,7 @@ import stat
 import sys
 from typing import Any
 
-from webdb.core.settings import DEFAULTS
+from webdb.core.settings import DEFAULTS, NAMES
 from webdb.errors import BadInput
 
 
@@ -26,9 +26,9 @@ def parse_settings(pairs: list[str] | None) -> dict:
     out: dict = {}
     for p in pairs or []:
         k, sep, v = p.partition("=")
-        if not sep or k not in DEFAULTS:
-            raise BadInput(f"--set {p!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(DEFAULTS))}")
-        d = DEFAULTS[k]
+        if not sep or k not in NAMES:
+            raise BadInput(f"--set {p!r}: expected NAME=VALUE with NAME one of {', '.join(sorted(NAMES))}")
+        d = getattr(DEFAULTS, k)
         try:
             if isinstance(d, bool):
                 if v.lower() not in ("1", "0", "true", "false", "yes", "no"):

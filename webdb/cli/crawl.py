@@ -65,7 +65,7 @@ def split_settings(pairs: list[str] | None) -> tuple[dict, dict, dict]:
     from fetchlist.settings import DEFAULTS as FETCH
     from fetchlist.settings import resolve
     from fetchlist.update import OPTIONS as UPDATE
-    from webdb.core.settings import DEFAULTS as WRITER
+    from webdb.core.settings import NAMES as WRITER
 
     writer, fetch, update = {}, {}, {}
     for pair in pairs or []:

@@ -27,7 +27,6 @@ import re
 import shutil
 import socket
 import stat
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -39,17 +38,20 @@ from webdb.core.dbfiles import (  # noqa: F401 - current_line, seal, seal_checks
     MARK_NAME,
     crc_hex,
     current_line,
+    fsync_dir,
+    identity,
     is_whole,
     read_identity,
     read_small,
     seal,
     seal_checksum,
     validate_manifest,
+    write_atomic,
 )
 from webdb.core.manifest import Manifest, rounds, table_files
 from webdb.core.manifest import empty as empty_manifest
 from webdb.core.sections import Sections, section_path
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import (
     BadInput,
     CorruptionError,
@@ -59,40 +61,10 @@ from webdb.errors import (
     WebDBError,
     is_disk_full,
 )
-from webdb.tables.format import CURRENT, DB_FORMAT_VERSION, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
+from webdb.tables.format import CURRENT, DB_IDENTITY, GEN_DIR, LOCK, TABLE_KINDS, TMP_DIR
 from webdb.util import faults
 
 TABLES = tuple(TABLE_KINDS)
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
-    """Write a small file by temp + fsync + rename (+ directory fsync)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if is_disk_full(e):
-            raise DiskFull.at(path, len(data), e) from None
-        raise
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(os.path.dirname(path) or ".")
 
 
 class WebDB:
@@ -103,7 +75,7 @@ class WebDB:
         # Where each section's files are, when not under ``path`` (a rack read from one mount).
         self.section_dirs = {int(j): os.path.abspath(d) for j, d in (section_dirs or {}).items()}
         self.identity = read_identity(self.path)
-        self.settings = resolve(self.identity.get("settings"))
+        self.settings = Settings.from_json(self.identity.get("settings"))
 
     # ---- generations -----------------------------------------------------------------------
 
@@ -233,13 +205,13 @@ class WebDB:
         if not (isinstance(have, list) and have and have[-1].get("generation") == body.generation):
             body.rounds = rounds(body, parent_m)  # the per-generation figures of `webdb serve`
         data = seal(body.to_json())
-        write_atomic(self.manifest_path(manifest.generation), data, self.settings["sync"])
+        write_atomic(self.manifest_path(manifest.generation), data, self.settings.sync)
         return seal_checksum(data)[0]
 
     def commit(self, manifest: Manifest) -> None:
         """Make ``manifest`` (already fully written files) the committed generation."""
         gen = manifest.generation
-        sync = self.settings["sync"]
+        sync = self.settings.sync
         c = self.write_manifest(manifest)
         faults.point("commit.before_current")
         self._point_current(gen, c, sync)
@@ -387,7 +359,7 @@ class WebDB:
             have = [r["generation"] for r in self.generations()]
             raise BadInput(f"{self.manifest_path(gen)}: no manifest of generation {gen} (present: {have})")
         m = self._check_generation(gen)
-        sync = self.settings["sync"]
+        sync = self.settings.sync
         # Old or new under kill -9: first the commit marks of the generations dropped go, so
         # no moment has CURRENT naming ``gen`` beside a newer mark (a rolled-back CURRENT to
         # every reader).  Dropping a mark newer than the old CURRENT is harmless: the old
@@ -482,7 +454,7 @@ def _read_holder(path: str) -> dict:
 def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
     """Create an empty database with ``sections`` sections at ``path`` (must not exist or be empty)."""
     Sections(sections)  # BadInput unless 1..MAX_SECTIONS
-    resolve(None, **settings)  # unknown or bad settings fail before anything is written
+    Settings.from_json(settings)  # unknown or bad settings fail before anything is written
     path = os.path.abspath(path)
     if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
         raise BadInput(f"{path}: exists and is not an empty directory")
@@ -494,12 +466,6 @@ def create(path: str, sections: int = 1, **settings: Any) -> WebDB:
         raise BadInput(f"{e.filename or path}: cannot create the database there ({e.strerror})") from None
 
 
-def identity(name: str, settings: dict) -> dict:
-    """The content of ``webdb.json`` for a new db: format, name, creation time, the settings given."""
-    stored = {k: v for k, v in settings.items() if v is not None}
-    return {"format": DB_FORMAT_VERSION, "name": name, "created": time.time(), "settings": stored}
-
-
 def init_location(path: str, ident: dict, sections: Iterable[int], secs: Sections) -> WebDB:
     """The one way a db directory comes to be (``create``, and every location of a rack):
     ``gen/``, the directories of ``sections`` (those that live here), the identity (sealed by
@@ -507,7 +473,7 @@ def init_location(path: str, ident: dict, sections: Iterable[int], secs: Section
     os.makedirs(os.path.join(path, GEN_DIR), exist_ok=True)
     for j in sections:
         os.makedirs(section_path(path, j), exist_ok=True)
-    sync = resolve(ident.get("settings"))["sync"]
+    sync = Settings.from_json(ident.get("settings")).sync
     write_atomic(os.path.join(path, DB_IDENTITY), seal(ident), sync)
     db = WebDB(path)
     db.commit(empty_manifest(secs))

@@ -1,7 +1,10 @@
 """The db's small files: CURRENT, the manifests and webdb.json (docs/format.md §5.1).
 
-How each is read (never blocking on a FIFO, size-capped), sealed with its checksum and
-validated field by field.  Every failure is a CorruptionError naming the file and the field.
+How each is read (never blocking on a FIFO, size-capped), sealed with its checksum,
+validated field by field, and written (``write_atomic``: temp file, fsync, rename); what a new
+db's ``webdb.json`` holds (``identity``).  Every failure is a CorruptionError naming the file
+and the field.  This module imports nothing of the writer, so the writer (a rack's locations,
+the Dask tasks) uses it without importing ``webdb.core.db``.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ import json
 import os
 import re
 import stat
+import time
 import zlib
 from typing import Any
 
-from webdb.core.settings import resolve
-from webdb.errors import BadInput, CorruptionError, NotADatabase
+from webdb.core.settings import Settings
+from webdb.errors import BadInput, CorruptionError, DiskFull, NotADatabase, is_disk_full
 from webdb.tables.format import DB_FORMAT_VERSION, DB_IDENTITY, TABLE_KINDS
 
 # A table file of generation NNNNNNNN: written by stage S (``-sS``), a delta run of it (``-sSd``),
@@ -149,6 +153,42 @@ def validate_manifest(m: Any, gen: int, path: str) -> None:
                 raise bad(f"status[{j}].{st}", f"is {n!r}, not a count")
 
 
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, sync: bool = True) -> None:
+    """Write a small file by temp + fsync + rename (+ directory fsync)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if is_disk_full(e):
+            raise DiskFull.at(path, len(data), e) from None
+        raise
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def identity(name: str, settings: dict) -> dict:
+    """The content of ``webdb.json`` for a new db: format, name, creation time, the settings given."""
+    stored = {k: v for k, v in settings.items() if v is not None}
+    return {"format": DB_FORMAT_VERSION, "name": name, "created": time.time(), "settings": stored}
+
+
 _IDENTITY_FIELDS = {"format", "name", "created", "settings", "checksum"}
 
 
@@ -184,7 +224,7 @@ def read_identity(path: str) -> dict:
     if not isinstance(ident.get("settings", {}), dict):
         raise CorruptionError(f"{p}: field 'settings' is not an object")
     try:
-        resolve(ident.get("settings"))
+        Settings.from_json(ident.get("settings"))
     except BadInput as e:
         raise CorruptionError(f"{p}: {e}") from None
     return ident

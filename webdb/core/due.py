@@ -23,6 +23,7 @@ from collections.abc import Iterator
 
 from webdb.core.manifest import with_index
 from webdb.core.sections import section_path
+from webdb.core.settings import Settings
 from webdb.errors import CorruptionError
 from webdb.tables.format import DUE_SUFFIX, KIND_DUE, KIND_PAGES_BY_URL
 from webdb.tables.merge import MergeCursor
@@ -131,7 +132,7 @@ def build_index(pages_path: str, path: str, tmp: str, block_size: int, codec: st
     return _entry(path, info)
 
 
-def index_sections(root: str, gen: int, tables: list[dict], settings: dict, tmp: str) -> None:
+def index_sections(root: str, gen: int, tables: list[dict], settings: Settings, tmp: str) -> None:
     """Build the due index of every section's finished PagesByURL of generation ``gen`` and
     name it in its entry of ``tables`` (the manifest's per-section tables): what a bulk load
     and ``rebalance`` call once their PagesByURL files are closed, before the commit.  The
@@ -145,8 +146,8 @@ def index_sections(root: str, gen: int, tables: list[dict], settings: dict, tmp:
             os.path.join(d, e["file"]),
             os.path.join(d, index_name(gen, "s0")),
             tmp,
-            settings["block_size"],
-            settings["codec"],
-            settings["sync"],
+            settings.block_size,
+            settings.codec,
+            settings.sync,
         )
         tabs["pages_by_url"] = with_index(e, due)

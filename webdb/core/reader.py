@@ -16,7 +16,6 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
 from webdb.core.manifest import index_entry
-from webdb.core.settings import resolve
 from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.tables.block import make_links
 from webdb.tables.format import KIND_DUE, TABLE_KINDS
@@ -79,9 +78,7 @@ class Reader:
 
     def __init__(self, db, cache_mb: int | None = None):
         self.db = db
-        if cache_mb is not None:
-            cache_mb = resolve(None, cache_mb=cache_mb)["cache_mb"]  # BadInput naming the setting
-        cache = BlockCache(int(db.settings["cache_mb"] if cache_mb is None else cache_mb) << 20)
+        cache = BlockCache(db.settings.replace(cache_mb=cache_mb).cache_mb << 20)  # BadInput naming the setting
         for attempt in range(5):
             m = db.manifest()
             try:

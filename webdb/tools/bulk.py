@@ -25,7 +25,7 @@ from typing import Any
 from webdb.core.due import index_sections
 from webdb.core.manifest import Manifest, build, check_counts
 from webdb.core.sections import Reservoir, Sections, section_path
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import BadInput
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_FLAGS, LINK_OUT, NO_OUTLINKS, NUM_OUTLINKS
@@ -50,7 +50,7 @@ class SectionFiles:
     """One table's files of a bulk load, one per non-empty section (opened on first use);
     ``close`` records them in the manifest's per-section ``tables``."""
 
-    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+    def __init__(self, root: str, gen: int, table: str, s: Settings, tables: list[dict]):
         self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
         self.writers: dict[int, TableWriter] = {}
 
@@ -78,7 +78,7 @@ class _Tables(SectionFiles):
     """Fed in key order by ``put``; ``bounds`` are the smallest keys of sections 1..k-1
     (Sections.key_bounds)."""
 
-    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict], bounds: list[bytes]):
+    def __init__(self, root: str, gen: int, table: str, s: Settings, tables: list[dict], bounds: list[bytes]):
         super().__init__(root, gen, table, s, tables)
         self.bounds = bounds
         self.j = -1
@@ -111,10 +111,10 @@ class _Tables(SectionFiles):
         super().close()
 
 
-def section_writer(root: str, gen: int, table: str, s: dict, j: int) -> TableWriter:
+def section_writer(root: str, gen: int, table: str, s: Settings, j: int) -> TableWriter:
     """The writer of ``table``'s file of section j in generation ``gen`` (stage 0 of the batch)."""
     path = os.path.join(section_path(root, j), f"{gen:08d}-s0.{TABLE_SUFFIX[table]}")
-    return TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+    return TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
 
 
 def _empty(base: Manifest) -> bool:
@@ -142,7 +142,7 @@ def bulk_load(
     return locked_load(db_or_path, overrides, lambda db, base, s, tmp: _load(db, base, s, tmp, pages, links, say))
 
 
-def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest, dict, str], Manifest]) -> Manifest:
+def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest, Settings, str], Manifest]) -> Manifest:
     """Run ``load(db, base manifest, settings, tmp dir)`` under the db's lock on an empty db
     and commit the manifest it returns (shared by bulk_load and bulkarrow.bulk_load_arrow).
     Anything raised leaves the db as it was: the new generation's files are removed."""
@@ -150,7 +150,7 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest,
 
     db = db_or_path if isinstance(db_or_path, WebDB) else open_db(os.fspath(db_or_path))
     t0 = time.monotonic()
-    s = resolve(db.identity.get("settings"), **overrides)
+    s = db.settings.replace(**overrides)
     lock = db.lock().acquire()
     tmp = os.path.join(db.path, TMP_DIR, f"bulk{os.getpid()}")
     try:
@@ -175,13 +175,13 @@ def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest,
 
 
 def _load(
-    db, base: Manifest, s: dict, tmp: str, pages: Iterable[Page], links: Iterable[Link], say: Callable[[str], None]
+    db, base: Manifest, s: Settings, tmp: str, pages: Iterable[Page], links: Iterable[Link], say: Callable[[str], None]
 ) -> Manifest:
     gen = base.generation + 1
     secs = base.sections
-    mem = int(s["memory_mb"]) << 20
-    codec = s["codec"]
-    max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
+    mem = int(s.memory_mb) << 20
+    codec = s.codec
+    max_url, amax = int(s.max_url_bytes), int(s.anchor_max)
     os.makedirs(tmp, exist_ok=True)
     # At most three sorts hold records at a time (the links' while the pages are sorted, then
     # two being read and one being filled): a quarter of the budget each.
@@ -205,7 +205,7 @@ def _load(
     try:
         # ---- read: pages by (url, call), links by (from_id, url, call) ------------------------
         # The writer's reservoir: the same breakpoints for the same pages.
-        sample = None if secs.ready else Reservoir(int(s["breakpoint_sample"]))
+        sample = None if secs.ready else Reservoir(int(s.breakpoint_sample))
         n_pages = 0
         pend: list[bytes] = []
         for page in pages:

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from webdb.core.due import index_sections
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Reservoir, Sections, section_path
+from webdb.core.settings import Settings
 from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.pagecodec import LINK_OUT, PAGE
@@ -129,7 +130,7 @@ def bulk_load_arrow(
     say = progress or (lambda _msg: None)
     given = [pages] if isinstance(pages, pa.Table) else pages
 
-    def load(db, base: Manifest, s: dict, tmp: str) -> Manifest:
+    def load(db, base: Manifest, s: Settings, tmp: str) -> Manifest:
         nonlocal given
         tables, given = list(given), None
         held = [pa.concat_tables(tables) if len(tables) != 1 else tables[0]]
@@ -453,10 +454,10 @@ class _Out(SectionFiles):
     """One table's files: sorted records are split at the section bounds, cut into blocks by
     TableWriter's rule and handed to it encoded."""
 
-    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+    def __init__(self, root: str, gen: int, table: str, s: Settings, tables: list[dict]):
         super().__init__(root, gen, table, s, tables)
-        self.bs = int(s["block_size"])
-        self.codec = CODECS[s["codec"]]
+        self.bs = int(s.block_size)
+        self.codec = CODECS[s.codec]
         self.gather = _gatherer()
 
     def write(self, j: int, parts: list[Part], klen: np.ndarray, final: bool) -> int:
@@ -530,12 +531,14 @@ def _write_sorted(
 # ---- the load -------------------------------------------------------------------------------
 
 
-def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, say: Callable[[str], None]) -> Manifest:
+def _load(
+    db, base: Manifest, s: Settings, tmp: str, held: list, links: Iterable, say: Callable[[str], None]
+) -> Manifest:
     """``held`` holds the pages table: emptied once the page columns are encoded."""
     gen = base.generation + 1
     secs = base.sections
     k = secs.k
-    max_url, amax = int(s["max_url_bytes"]), int(s["anchor_max"])
+    max_url, amax = int(s.max_url_bytes), int(s.anchor_max)
     phases: dict[str, float] = {}
     t_lap = [time.monotonic()]
 
@@ -572,7 +575,7 @@ def _load(db, base: Manifest, s: dict, tmp: str, held: list, links: Iterable, sa
     if meta is not None and (not n_pages or pc.max(pc.binary_length(meta)).as_py() == 0):
         meta = None
     if not secs.ready:
-        secs = Sections(k, Sections.choose(_reservoir(urls, int(s["breakpoint_sample"])), k))
+        secs = Sections(k, Sections.choose(_reservoir(urls, int(s.breakpoint_sample)), k))
     ubin = urls.cast(pa.binary())
     order = pc.sort_indices(ubin)  # stable: the first call for a url sorts first
     su = ubin.take(order)

@@ -16,6 +16,7 @@ import time
 from webdb.core.due import index_sections
 from webdb.core.manifest import Manifest, build, check_counts
 from webdb.core.sections import Sections, section_path
+from webdb.core.settings import Settings
 from webdb.tables.block import check_block_crc
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import page_status
@@ -41,7 +42,7 @@ def _breakpoints(reader, k: int) -> list[bytes]:
 class _TableWriters:
     """One table's writers in the new generation, one per new section, opened at first use."""
 
-    def __init__(self, db, settings: dict, gen: int, table: str, kind: int) -> None:
+    def __init__(self, db, settings: Settings, gen: int, table: str, kind: int) -> None:
         self.db, self.settings, self.gen, self.table, self.kind = db, settings, gen, table, kind
         self.writers: dict[int, TableWriter] = {}
 
@@ -53,9 +54,9 @@ class _TableWriters:
             w = self.writers[j] = TableWriter(
                 os.path.join(section_path(self.db.path, j), name),
                 self.kind,
-                s["block_size"],
-                s["codec"],
-                sync=s["sync"],
+                s.block_size,
+                s.codec,
+                sync=s.sync,
             )
         return w
 

@@ -13,9 +13,12 @@ section writer (``inputs``; a fetch round's calls as columns: ``columns``) — a
 kernels of step 0 and stages 3-4 (``kernels``: the extension ``_stagesc`` built from
 ``_stagesc_src/``, whose Python references are beside the code that calls them).
 
-May import: webdb's core (``db``, ``manifest``, ``sections``, ``settings``, ``schedule``,
-``sortbuf``, ``lockwait``, ``tables``, ``ndfs``, ``errors``, ``_fault``).  Never ``fetchlist``
-(the crawl registers its inputs by name: inputs.py) nor ``webdb.cli`` / ``webdb.analysis``.
-Imported by: ``webdb`` (``Writer``), the CLI, and the public ``webdb.rack``; never by ``db``,
-``manifest``, ``check`` or ``rebalance``.
+May import: webdb's core (``dbfiles``, ``manifest``, ``sections``, ``settings``, ``schedule``,
+``due``, ``lockwait``), ``util``, ``tables``, ``ndfs``, ``errors``; ``webdb.core.db`` only on the
+rack side (``hosts`` and ``location`` open and create the db at each location): the ``Writer``
+that ``db.writer()`` returns, and all it imports, never reach ``webdb.core.db`` (no import cycle
+through the db: docs/design.md, *Parts and arrows*).  Never ``fetchlist`` (the crawl registers
+its inputs by name: inputs.py) nor ``webdb.cli`` / ``webdb.analysis``.
+Imported by: ``webdb`` (``Writer``), the CLI, and the public ``webdb.rack``; by ``webdb.core``
+only as ``webdb.writer.writer``; never by ``manifest``, ``check`` or ``rebalance``.
 """

@@ -31,6 +31,7 @@ from webdb.core.due import IndexEdits, index_name
 from webdb.core.manifest import index_entry
 from webdb.core.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.core.sections import Sections, section_dirname, section_path
+from webdb.core.settings import Settings
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
 from webdb.tables.merge import MergeCursor, Splice
@@ -74,8 +75,8 @@ class StageJob:
     batch: str
     gen: int
     sections: dict
-    settings: dict
-    schedule: dict
+    settings: Settings
+    schedule: Schedule
     tmp: str
     emit_mb: int
     outbox: str | None = None  # the distributed writer's local outbox; None: the targets' incoming dirs
@@ -89,7 +90,10 @@ class StageJob:
 
     @classmethod
     def from_json(cls, d: dict) -> StageJob:
-        return cls(**dict(d, tables={t: TableFiles(**e) for t, e in d["tables"].items()}))
+        tables = {t: TableFiles(**e) for t, e in d["tables"].items()}
+        return cls(
+            **dict(d, settings=Settings.from_json(d["settings"]), schedule=Schedule(**d["schedule"]), tables=tables)
+        )
 
 
 def encode_fetch(r: FetchResult) -> bytes:
@@ -124,8 +128,8 @@ class Emitter:
             job.tmp,
             f"st{job.stage}-{job.section}-to{stage}",
             job.emit_mb << 20,
-            s["block_size"],
-            s["codec"],
+            s.block_size,
+            s.codec,
         )
         self.prefix = edits.Seq(rank, job.section).prefix
         self.n = 0
@@ -195,9 +199,9 @@ def write_routed(job: StageJob, stage: int, recs: Iterable[bytes], producer: str
                         w = writers[j] = TableWriter(
                             os.path.join(d, producer + ".edits"),
                             KIND_EDITS,
-                            s["block_size"],
-                            s["codec"],
-                            sync=s["sync"],
+                            s.block_size,
+                            s.codec,
+                            sync=s.sync,
                         )
                     # The records are sorted already (a sort buffer's output): handed over as
                     # one run of bytes, keys with empty values, not checked record by record.
@@ -265,7 +269,7 @@ def run_stage(job: StageJob) -> dict:
         4: _stage_links_by_url,
         5: _stage_link_fixups,
     }[stage]
-    if entry is not None and table in LEVELED and s["level_ratio"] > 0:
+    if entry is not None and table in LEVELED and s.level_ratio > 0:
         _leveled_stage(job, fn, entry, table, d, name, res)
     else:
         old = TableReader(entry.base, TABLE_KINDS[table]) if entry is not None else None
@@ -275,7 +279,7 @@ def run_stage(job: StageJob) -> dict:
             old = None
             tmp = _compact_entry(job, entry, table, d, f"{job.gen:08d}-s{stage}c.{TABLE_SUFFIX[table]}", {})
             old = TableReader(tmp, TABLE_KINDS[table])
-        out = TableWriter(os.path.join(d, name), TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+        out = TableWriter(os.path.join(d, name), TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
         cur = MergeCursor(old, out)
         try:
             info = fn(job, cur, out, res)  # the table's stats when the stage closed it itself
@@ -310,11 +314,11 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     carried = [entry.base, *entry.runs]
     if stage == 5 and entry.runs and os.path.basename(entry.runs[0]).startswith(f"{job.gen:08d}-s3"):
         carried = []  # stage 3 of this round ran on this table and verified them
-    res["scrubbed_bytes"] = _scrub(carried, job.gen, s["scrub_rounds"])
+    res["scrubbed_bytes"] = _scrub(carried, job.gen, s.scrub_rounds)
     view = open_levels(entry.base, entry.runs, table, e["records"])
     dname = f"{job.gen:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
     dpath = os.path.join(d, dname)
-    out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
+    out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
     cur = LevelCursor(view, out)
     _, info = written(
         view, out, lambda: fn(job, cur, out, res), lambda: faults.point(f"stage{stage}.before_table_close")
@@ -323,20 +327,20 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
     records = e["records"] + cur.live
     run_bytes = sum(r["bytes"] for r in runs)
-    if run_bytes <= s["level_ratio"] * e["bytes"] and len(runs) > s["level_runs"]:
+    if run_bytes <= s.level_ratio * e["bytes"] and len(runs) > s.level_runs:
         # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
         # without reading or writing the base.
         rname = f"{job.gen:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
         paths = [os.path.join(d, dname)] + entry.runs
         view = open_levels(None, paths, table, records)
-        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s["codec"], sync=s["sync"])
+        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
         _, rinfo = written(
             view, out, lambda: merge_runs(view, out), lambda: faults.point(f"stage{stage}.merge_runs.before_close")
         )
         os.unlink(dpath)  # merged into the new run; never named by a manifest
         res["merged_runs"] = len(runs)
         runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
-    elif len(runs) > s["level_runs"] or run_bytes > s["level_ratio"] * e["bytes"]:
+    elif len(runs) > s.level_runs or run_bytes > s.level_ratio * e["bytes"]:
         merged = replace(entry, runs=[os.path.join(d, dname)] + entry.runs, entry=dict(e, runs=runs, records=records))
         _compact_entry(job, merged, table, d, name, res)
         os.unlink(dpath)  # merged into the new base; never named by a manifest
@@ -364,11 +368,11 @@ def _scrub(paths: list[str], gen: int, rounds: int) -> int:
     return done
 
 
-def _run_block(settings: dict) -> int:
+def _run_block(settings: Settings) -> int:
     """Block size of a delta run: at most 8 KiB.  A lookup (``inlinks``) reads one block of the
     base and one of every run its range falls in, most of them holding nothing for it: a small
     run block is a quarter of the decompression (the base keeps ``block_size``)."""
-    return min(settings["block_size"], 8192)
+    return min(settings.block_size, 8192)
 
 
 def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: str, res: dict) -> str:
@@ -376,7 +380,7 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
     s = job.settings
     view = open_levels(entry.base, entry.runs, table, entry.entry["records"])
     path = os.path.join(d, name)
-    out = TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+    out = TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
     cur, info = written(
         view, out, lambda: compact(view, out), lambda: faults.point(f"stage{job.stage}.compact.before_close")
     )
@@ -389,7 +393,7 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
 
 
 def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
-    sched = Schedule(**job.schedule)
+    sched = job.schedule
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
     index = _due_edits(job)
@@ -474,7 +478,7 @@ def _due_edits(job: StageJob) -> IndexEdits | None:
     if entry is not None and index_entry(entry.entry) is None:
         return None
     s = job.settings
-    return IndexEdits(job.tmp, f"st1-{job.section}-due", s["block_size"], s["codec"], job.emit_mb << 20)
+    return IndexEdits(job.tmp, f"st1-{job.section}-due", s.block_size, s.codec, job.emit_mb << 20)
 
 
 def _write_due(job: StageJob, index: IndexEdits) -> dict:
@@ -485,7 +489,7 @@ def _write_due(job: StageJob, index: IndexEdits) -> dict:
         old = os.path.join(os.path.dirname(entry.base), index_entry(entry.entry)["file"])
     s = job.settings
     path = os.path.join(section_path(job.db, job.section), index_name(job.gen, "s1"))
-    due = index.write(old, path, s["block_size"], s["codec"], s["sync"])
+    due = index.write(old, path, s.block_size, s.codec, s.sync)
     faults.point("stage1.due_written")
     return due
 

@@ -12,16 +12,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from webdb.core.db import identity
+from webdb.core.dbfiles import identity
 from webdb.core.manifest import Manifest
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import WebDBError
 from webdb.ndfs import GroupResult
 from webdb.writer.distributed import HEARTBEAT
-from webdb.writer.driver import HEARTBEAT_TIMEOUT, Options, Prepared
 from webdb.writer.hosts import LocalAgentLink, Placement, Rack, SSHAgentLink
 from webdb.writer.results import Failed, HostRun, UpdateFailed, UpdateResult, failure_line, host_results
-from webdb.writer.spec import SectionSpec
+from webdb.writer.spec import HEARTBEAT_TIMEOUT, Options, Prepared, SectionSpec
 
 __all__ = ["AgentTransport", "create_rack"]
 
@@ -284,7 +283,7 @@ def create_rack(
     identity, generation 0 and CURRENT everywhere, section j's directory where it lives.
 
     Returns per-host results; raises UpdateFailed if a location failed (rerunning is safe)."""
-    resolve(None, **settings)  # unknown or bad settings fail here, before any host is touched
+    Settings.from_json(settings)  # unknown or bad settings fail here, before any host is touched
     ident = identity(rack.db, settings)
     run = AgentTransport(rack, Options(heartbeat_timeout, env=dict(env or {})))
     t0 = time.monotonic()

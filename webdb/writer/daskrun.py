@@ -29,12 +29,11 @@ from dataclasses import replace
 from webdb.core.manifest import Manifest
 from webdb.errors import BadInput, WebDBError
 from webdb.writer import dasktasks
-from webdb.writer.driver import Options, Prepared, update
 from webdb.writer.hosts import Rack
-from webdb.writer.results import Failed, HostRun, UpdateResult
-from webdb.writer.spec import SectionSpec
+from webdb.writer.results import Failed, HostRun
+from webdb.writer.spec import Options, Prepared, SectionSpec
 
-__all__ = ["CONNECT_TIMEOUT", "WORKER_TIMEOUT", "DaskTransport", "DaskUnavailable", "connect", "update_dask"]
+__all__ = ["CONNECT_TIMEOUT", "WORKER_TIMEOUT", "DaskTransport", "DaskUnavailable", "connect"]
 
 # Defaults (seconds): reaching the scheduler; how long a section may have no worker (its
 # worker died and its nanny has not brought it back) before the update fails.
@@ -427,11 +426,3 @@ def connect(scheduler: str, connect_timeout: float = CONNECT_TIMEOUT):
         raise DaskUnavailable(
             f"cannot reach the Dask scheduler {scheduler} within {connect_timeout:g}s ({type(e).__name__}: {e})"
         ) from None
-
-
-def update_dask(rack: Rack, scheduler: str, inputs: dict[int, dict] | None = None, **kw) -> UpdateResult:
-    """``webdb.writer.driver.update`` on the Dask cluster ``scheduler`` (the same batch,
-    manifest and commit; each section's steps run as tasks on the worker declaring
-    ``section-J``).  Raises DaskUnavailable (before anything is written) if the scheduler
-    cannot be reached or a section has no worker."""
-    return update(rack, inputs, dask=scheduler, **kw)

@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from webdb.core.db import write_atomic
+from webdb.core.dbfiles import write_atomic
 from webdb.core.due import index_name
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections, section_path
@@ -403,7 +403,7 @@ def _receive(spec: SectionSpec, state: dict, stage: int, incoming: list[list[dic
     """Write step stage-1's edit files from every producer into this section's share group,
     each checked against the size and SHA-256 its producer computed."""
     home = section_path(spec.path, spec.section)
-    sync = bool(spec.settings.get("sync", True))
+    sync = spec.settings.sync
     for p, files in enumerate(incoming):
         for f in files:
             data = f["data"]

@@ -26,12 +26,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import BadInput
 from webdb.ndfs import GroupResult
 from webdb.util import faults
@@ -41,58 +40,18 @@ from webdb.writer.inputs import DEFAULT_INPUT
 from webdb.writer.location import PROTOCOL
 from webdb.writer.placing import place_inputs, probe_names
 from webdb.writer.results import Failed, HostRun, UpdateResult, failure_line, host_results, stopped
-from webdb.writer.spec import SectionInput, SectionSpec
+from webdb.writer.spec import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Options, Prepared, SectionInput, SectionSpec
 
 __all__ = [
-    "HEARTBEAT_TIMEOUT",
     "PROTOCOL",
-    "STAGE_TIMEOUT",
     "Failed",
-    "Options",
-    "Prepared",
     "Session",
     "Transport",
     "batch_record",
     "section_specs",
     "update",
+    "update_dask",
 ]
-
-# Defaults of the liveness bounds (seconds); both are options of update().
-HEARTBEAT_TIMEOUT = 30.0
-STAGE_TIMEOUT = 3600.0
-
-
-@dataclass
-class Prepared:
-    """Section ``section``'s part of the batch, as its writer reports it after stage 5: its
-    new tables and status, the batch's breakpoints, its input's counts and what it shipped."""
-
-    section: int
-    tables: dict
-    status: dict
-    sections: dict
-    api: dict
-    input: Any
-    stages: list[dict]
-    shipped: list[dict]
-    step0: dict
-    seconds: float
-    cpu_seconds: float
-
-    @classmethod
-    def from_json(cls, d: dict) -> Prepared:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
-
-
-@dataclass
-class Options:
-    """How a run is bounded and watched (every transport reads the same ones)."""
-
-    heartbeat_timeout: float = HEARTBEAT_TIMEOUT
-    stage_timeout: float = STAGE_TIMEOUT
-    progress: Callable[[dict], None] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    clock: Callable[[], float] = time.monotonic
 
 
 class Transport(Protocol):
@@ -212,6 +171,14 @@ def update(
         transport.close()
 
 
+def update_dask(rack: Rack, scheduler: str, inputs: dict[int, dict] | None = None, **kw) -> UpdateResult:
+    """``update`` on the Dask cluster ``scheduler`` (the same batch, manifest and commit; each
+    section's steps run as tasks on the worker declaring ``section-J``).  Raises
+    DaskUnavailable (before anything is written) if the scheduler cannot be reached or a
+    section has no worker."""
+    return update(rack, inputs, dask=scheduler, **kw)
+
+
 def _transport(rack: Rack, scheduler: str | None, opts: Options, dask_options: dict) -> Transport:
     if scheduler:
         from webdb.writer.daskrun import DaskTransport
@@ -243,7 +210,7 @@ class _Drive:
                 inputs, input_fn = got
             elif names is not None:
                 inputs = self.place(names, seen, shares)
-            settings = resolve(identity.get("settings"), **overrides)
+            settings = Settings.from_json(identity.get("settings")).replace(**overrides)
             self.batch(gen0, base, settings, inputs or {}, input_fn, options)
         except Failed as e:
             error = self.fail(e)
@@ -317,7 +284,7 @@ class _Drive:
             self.event(label, ev="synced")
         return gen0, base, first, {label: h.get("inputs") or {} for label, h in hello.items()}
 
-    def batch(self, gen0: int, base: Manifest, settings: dict, inputs: dict, input_fn: str, options: dict) -> None:
+    def batch(self, gen0: int, base: Manifest, settings: Settings, inputs: dict, input_fn: str, options: dict) -> None:
         rack, res = self.rack, self.res
         gen = gen0 + 1
         res.generation, res.batch = gen, f"{gen:08d}-{os.urandom(4).hex()}"
@@ -380,7 +347,7 @@ def section_specs(
     base: Manifest,
     batch: str,
     gen: int,
-    settings: dict,
+    settings: Settings,
     inputs: dict,
     input_fn: str,
     options: dict,
@@ -391,7 +358,7 @@ def section_specs(
     the location's sections."""
     p = rack.places[label]
     n = max(1, len(p.sections))
-    local = dict(settings, memory_mb=max(64, int(settings["memory_mb"]) // n))
+    local = settings.replace(memory_mb=max(64, int(settings.memory_mb) // n))
     return [
         SectionSpec(
             section=j,

@@ -32,7 +32,7 @@ from typing import Protocol
 from webdb.core import manifest
 from webdb.core.manifest import Manifest
 from webdb.core.sections import Sections, section_path
-from webdb.core.settings import SCHEDULE_KEYS
+from webdb.core.settings import Settings
 from webdb.util import faults
 from webdb.writer.cascade import StageJob, TableFiles, incoming_dir
 
@@ -50,9 +50,11 @@ __all__ = [
 STAGES = range(1, 6)
 
 
-def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict, tmp: str, workers: int) -> StageJob:
+def stage_job(
+    db_path: str, batch: str, gen: int, secs: Sections, settings: Settings, tmp: str, workers: int
+) -> StageJob:
     """The part of a stage job every stage and section shares."""
-    mem = int(settings["memory_mb"])
+    mem = int(settings.memory_mb)
     # Each worker emits into at most three sort buffers; together they get half the budget
     # (the rest: interpreters, decoded blocks, write buffers).
     return StageJob(
@@ -61,7 +63,7 @@ def stage_job(db_path: str, batch: str, gen: int, secs: Sections, settings: dict
         gen=gen,
         sections=secs.to_json(),
         settings=settings,
-        schedule={k: settings[k] for k in SCHEDULE_KEYS},
+        schedule=settings.schedule(),
         tmp=tmp,
         emit_mb=max(2, mem // (workers * 6)),
     )

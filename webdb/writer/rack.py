@@ -22,10 +22,11 @@ side), webdb.writer.results (per-host results), webdb.writer.section (a section 
 from __future__ import annotations
 
 from webdb.writer.coordinator import create_rack
-from webdb.writer.daskrun import DaskUnavailable, update_dask
-from webdb.writer.driver import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Session, update
+from webdb.writer.daskrun import DaskUnavailable
+from webdb.writer.driver import Session, update, update_dask
 from webdb.writer.hosts import Placement, Rack
 from webdb.writer.results import UpdateFailed, UpdateResult
+from webdb.writer.spec import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",

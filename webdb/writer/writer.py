@@ -18,7 +18,7 @@ from tqdm import tqdm
 from webdb.core.manifest import Manifest
 from webdb.core.schedule import FetchResult
 from webdb.core.sections import Reservoir, Sections
-from webdb.core.settings import resolve
+from webdb.core.settings import Settings
 from webdb.errors import BadInput, ClosedError
 from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import page_without_md5
@@ -57,22 +57,22 @@ class EditLog:
     applies, and what each host of the distributed writer ships to the others.
     """
 
-    def __init__(self, settings: dict, sections: Sections, tmp: str, producer: int = 0):
+    def __init__(self, settings: Settings, sections: Sections, tmp: str, producer: int = 0):
         self.settings = settings
         self.secs = sections
         self.tmp = tmp
         self.producer = producer
-        mem = int(self.settings["memory_mb"]) << 20
-        bs, codec = 65536, self.settings["codec"]
+        mem = int(self.settings.memory_mb) << 20
+        bs, codec = 65536, self.settings.codec
         # The writer's two edit buffers get 60% of the budget; the rest is the interpreter, the
         # block cache of probes and the write buffers.  Stage workers run after they are freed.
         self._pages_by_url = SortBuffer(self.tmp, "api-st1", int(mem * 0.3), bs, codec)
         self._links_by_md5 = SortBuffer(self.tmp, "api-st3", int(mem * 0.3), bs, codec)
         self._seq = edits.Seq(edits.RANK_API, producer)
         # The URL sample a first load of a k-section db chooses its breakpoints from.
-        self._sample = None if self.secs.ready else Reservoir(int(self.settings["breakpoint_sample"]))
-        self._max_url = int(self.settings["max_url_bytes"])
-        self._anchor_max = int(self.settings["anchor_max"])
+        self._sample = None if self.secs.ready else Reservoir(int(self.settings.breakpoint_sample))
+        self._max_url = int(self.settings.max_url_bytes)
+        self._anchor_max = int(self.settings.anchor_max)
         self._files = 0  # edit files routed so far (their names are numbered)
         self.closed = False  # set by close()/abort(): a later call raises instead of being lost
 
@@ -217,7 +217,7 @@ class EditLog:
 
         The same edits as those calls, built with less work per link: the update tool's path.
         """
-        iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
+        iv = self.settings.default_interval if fetch_interval is None else fetch_interval
         page = Page("x://", b"\x00" * 16, Status.UNFETCHED, 0, next_fetch, 0, iv, 0, score, score)
         validate_page(page)
         self._links(from_md5, outlinks, domain_id, page_without_md5(page.encode_value()))
@@ -309,7 +309,7 @@ class EditLog:
 
         from webdb.writer.columns import link_records
 
-        iv = self.settings["default_interval"] if fetch_interval is None else fetch_interval
+        iv = self.settings.default_interval if fetch_interval is None else fetch_interval
         prefix = self._seq.prefix
         fetches = self._fetch_records(b, domain_id, score, iv)
         if fetches is None:
@@ -532,7 +532,7 @@ class Writer(EditLog):
     def __init__(self, db, progress: bool = False, **overrides: Any):
         self.db = db
         self.progress = progress
-        settings = resolve(db.identity.get("settings"), **overrides)
+        settings = db.settings.replace(**overrides)
         self.lock = db.lock().acquire()
         try:
             self.recovered = db.recover()
@@ -593,9 +593,9 @@ class Writer(EditLog):
         secs = self.secs
         if not secs.ready and self._sample.seen:
             secs = choose_sections([self.sample()], secs.k)
-        workers = int(s["workers"]) or (os.cpu_count() or 1)
+        workers = int(s.workers) or (os.cpu_count() or 1)
         workers = max(1, min(workers, secs.k))
-        if self.count < PARALLEL_MIN_EDITS and not s["workers"]:
+        if self.count < PARALLEL_MIN_EDITS and not s.workers:
             workers = 1  # starting worker processes costs more than a small batch
         job0 = stage_job(db.path, batch, gen, secs, s, self.tmp, workers)
         os.makedirs(self.tmp, exist_ok=True)
