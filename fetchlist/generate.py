@@ -293,9 +293,10 @@ def _eligible(
     hash64 = mmh3.hash64
     lo_score = float("-inf") if min_score is None else min_score
     not_due = low = marked = filtered = 0
-    for t in reader.tables["pages_by_url"]:
+    for j, t in enumerate(reader.tables["pages_by_url"]):
         if t is None:
             continue
+        marks = reader.marks(j)  # the section's mark table: a page's mark, over the one in its meta
         for b in range(t.nblocks):
             keys, vals = t.block(b, fill_cache=False)
             counter[0] += len(keys)
@@ -308,7 +309,13 @@ def _eligible(
                 if score < lo_score:
                     low += 1
                     continue
-                if len(v) > fixed and _MARK_BYTES in v:
+                m = marks.get(k) if marks else None
+                if m is not None:
+                    at = _mark_at(m)
+                    if at is not None and at + mark_expiry > now:
+                        marked += 1
+                        continue
+                elif len(v) > fixed and _MARK_BYTES in v:
                     at = mark_time(json.loads(v[fixed:]))
                     if at is not None and at + mark_expiry > now:
                         marked += 1
@@ -690,10 +697,8 @@ def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> Gene
         secs["write"] = time.monotonic() - t1
         t1 = time.monotonic()
         say(f"marking {len(chosen):,} pages")
-        for _, url_b, value in chosen:
-            p = Page.decode(url_b.decode("utf-8"), value)
-            p.meta[MARK] = mark
-            w.add_page(p)
+        for _, url_b, _ in chosen:
+            w.mark_generated(url_b.decode("utf-8"), mark)
         w.close()
         secs["mark"] = time.monotonic() - t1
     except BaseException:
@@ -785,9 +790,7 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
                 value = values[url_b]
                 url = url_b.decode("utf-8")
                 anchors = _anchors(inl, url_b, max_anchors, req["max_inlinks_scanned"]) if max_anchors > 0 else []
-                page = Page.decode(url, value)
-                page.meta[MARK] = mark
-                marks.setdefault(view.sections.of_url(url_b), CallRecorder()).add_page(page)
+                marks.setdefault(view.sections.of_url(url_b), CallRecorder()).mark_generated(url, mark)
                 out.append([url, base64.b64encode(value).decode("ascii"), anchors])
         finally:
             view.close()
