@@ -25,7 +25,8 @@ Data flow (docs/crawl.md, *Generate*):
 5. Each entry carries its page as stored and the distinct anchor texts of its inlinks, one per
    source domain (``max_anchors``, at most ``max_inlinks_scanned`` inlinks read per URL).
 6. Write the segment (fetchlists: temp file, fsync, rename), then commit the marks: one
-   ``add_page`` per selected page with ``meta["gen"] = "<segment name>@<generate time>"``.
+   ``Writer.mark_generated`` per selected page, ``meta["gen"] = "<segment name>@<generate time>"``,
+   kept in the sections' mark tables beside the pages (docs/design.md §4.7), not in them.
    A crash between the two leaves a segment nobody marked for (harmless: its pages are
    generated again); never marks without a segment.
 
@@ -38,7 +39,8 @@ Cost: through the due index, the records read (the selected pages and those skip
 way) plus a block per section and due bucket, then a point read per selected page; by a scan,
 one sequential read of PagesByURL (every block decoded once, not cached), per eligible page a
 struct unpack and a heap operation, O(log top_n).  Either way, per selected page one inlink
-lookup and one add_page edit (a PagesByURL, PagesByMD5 and due index merge at commit).
+lookup and one mark: a batch of marks only, which writes the sections' mark tables (the marks
+outstanding) and leaves PagesByURL, PagesByMD5 and the due index as they are.
 
 Given a rack (``generate(rack, ...)``), it gives the same result with each host reading only
 its own sections: every host runs steps 2-3 on its sections, the coordinator runs ``select`` again

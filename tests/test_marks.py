@@ -318,3 +318,22 @@ def test_kill_during_a_batch_that_folds_marks_keeps_the_db_then_rerun_completes(
     assert _snapshot(db) == new
     with db.reader() as r:
         r.check()
+
+
+def test_format_worked_example_of_the_mark_table(tmp_path):
+    """docs/format.md §3.2's example: the record written and the page value read."""
+    from webdb.core.marks import encode_mark, read_marks, write_marks
+    from webdb.tables.pagecodec import PAGE_FIXED, with_mark
+
+    url = "http://a.com/x"
+    stored = Page(url, meta={"lang": "en"}).encode_value()
+    assert len(stored) == PAGE_FIXED + len(b'{"lang":"en"}') and PAGE_FIXED == 59
+    assert encode_mark("seg@12") == bytes.fromhex("736567403132")
+    path = str(tmp_path / "00000001-s1.mrk")
+    e = write_marks(path, [(url.encode(), encode_mark("seg@12"))], 512, "lz4", False)
+    assert e["records"] == 1 and read_marks(path) == {url.encode(): "seg@12"}
+    got = with_mark(stored, "seg@12")
+    assert got == stored[:PAGE_FIXED] + b'{"gen":"seg@12","lang":"en"}'
+    p = Page(url, meta={"lang": "en"})
+    p.meta["gen"] = "seg@12"
+    assert got == p.encode_value()  # what writing the mark into the page stores
