@@ -18,8 +18,8 @@ pair of fetchlists was identical; exit status 1 if one was not.
 
 ``--peer-root DIR`` adds a third generate per run, through the due index with the webdb of
 another checkout (``git archive main | tar -x -C DIR``, its C extensions copied in): old and
-new code side by side on the same db, the same fetchlists required.  Each generate's peak
-resident memory (``ru_maxrss`` of its process, from ``os.wait4``) is reported with its CPU.
+new code side by side on the same db, the same fetchlists required.  Each generate's CPU
+(``os.wait4``: that process's own) and peak resident memory (its ``VmHWM`` at exit) are reported.
 """
 
 from __future__ import annotations
@@ -54,6 +54,21 @@ def emit(d: dict) -> None:
     print(json.dumps(d), flush=True)
 
 
+# ``webdb`` (webdb.cli.main) that writes its peak resident memory (VmHWM, of this process's own
+# address space) to stderr's last line at exit: a child's ru_maxrss counts its parent's memory
+# at the fork, and this bench process holds the loaded db's arrays.
+_PEAK = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            sys.stderr.write('\\nVmHWM ' + line.split()[1] + '\\n')\n"
+    "atexit.register(peak)\n"
+    "sys.argv = ['webdb'] + sys.argv[1:]\n"
+    "runpy.run_module('webdb.cli.main', run_name='__main__')\n"
+)
+
+
 def run_generate(db_path: str, out: str, args, now: int, full_scan: bool, root: str = ROOT) -> dict:
     """``webdb generate`` (the checkout ``root``'s) in a process of its own; its JSON result plus
     the wall time, the CPU time (user + system) of the process, which a shared machine changes
@@ -61,7 +76,7 @@ def run_generate(db_path: str, out: str, args, now: int, full_scan: bool, root: 
     import tempfile
 
     db_path, out = os.path.abspath(db_path), os.path.abspath(out)
-    cmd = [sys.executable, "-m", "webdb.cli.main", "generate", db_path, out, "--segment", "gen", "--json"]
+    cmd = [sys.executable, "-c", _PEAK, "generate", db_path, out, "--segment", "gen", "--json"]
     cmd += ["--top-n", str(args.top_n), "--max-per-host", str(args.max_per_host), "--fetchers", str(args.fetchers)]
     cmd += ["--now", str(now)] + (["--full-scan"] if full_scan else [])
     # -m puts the working directory first on sys.path: run in ``root`` so that its webdb is the one imported
@@ -73,14 +88,16 @@ def run_generate(db_path: str, out: str, args, now: int, full_scan: bool, root: 
         _, status, ru = os.wait4(p.pid, 0)  # this child's own usage (RUSAGE_CHILDREN sums them all)
         p.returncode = os.waitstatus_to_exitcode(status)
         wall = time.monotonic() - t
+        err.seek(0)
+        err_text = err.read()
         if p.returncode:
-            err.seek(0)
-            raise SystemExit(f"webdb generate failed (exit {p.returncode}): {err.read().strip()[-2000:]}")
+            raise SystemExit(f"webdb generate failed (exit {p.returncode}): {err_text.strip()[-2000:]}")
+    peak = [int(x.split()[1]) for x in err_text.splitlines() if x.startswith("VmHWM ")]
     return {
         **json.loads(out_text),
         "wall_seconds": round(wall, 2),
         "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 2),
-        "max_rss_mib": round(ru.ru_maxrss / 1024, 1),
+        "max_rss_mib": round(peak[-1] / 1024, 1) if peak else None,
     }
 
 

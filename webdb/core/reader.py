@@ -239,7 +239,7 @@ class Reader:
             if p is not False:
                 if p is None:
                     validate_url(url, 1 << 30)
-                elif self._marks[s] is not None:
+                elif self._any_marks:
                     self._mark(s, url_b, p)
                 return p
         t = self._pages_by_url[s]
@@ -251,13 +251,18 @@ class Reader:
             p = Page.decode(url, v)
         except _UNDECODABLE as e:
             raise CorruptionError(f"{t.path}: page {url!r:.200}: undecodable value ({e})") from None
-        if self._marks[s] is not None:
+        if self._any_marks:
             self._mark(s, url_b, p)
         return p
 
     def _mark(self, s: int, url_b: bytes, p: Page) -> None:
         """Overlay section ``s``'s mark of ``url_b``, if it has one, on the page ``p``."""
-        m = self.marks(s).get(url_b)
+        mk = self._marks[s]
+        if mk is None:
+            return
+        if mk is _UNBUILT:
+            mk = self.marks(s)
+        m = mk.get(url_b)
         if m is not None:
             p.meta[GENERATE_MARK] = m
 
