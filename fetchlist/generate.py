@@ -51,7 +51,6 @@ marks commit as one distributed batch (docs/crawl.md, *Generate in a rack*).
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import json
 import os
@@ -89,6 +88,9 @@ DEFAULT_MARK_EXPIRY = 7 * DAY
 DEFAULT_MAX_ANCHORS = 10
 DEFAULT_MAX_INLINKS_SCANNED = 1000
 _MARK_BYTES = b'"' + MARK.encode() + b'"'
+# The block cache of a generate's reader: it reads the chosen pages in URL order, each block
+# once, so a cache only costs (at 3M pages the default 256 MiB filled up and was 20% slower).
+_CACHE_MB = 4
 
 
 @dataclass
@@ -479,54 +481,21 @@ def choose(
     return Choice(chosen, counter[0], n_elig[0], skipped, via)
 
 
-class _Inlinks:
-    """Inlink values (``domain_id, flags, anchor``) of URLs asked for in increasing order: a
-    forward walk of LinksByURL that decodes each block at most once (no cache, no generator
-    per lookup), about 10x cheaper than a ``reader.inlinks`` call per URL."""
-
-    def __init__(self, reader) -> None:
-        self.tables = reader.tables["links_by_url"]
-        self.secs = reader.sections
-        self._at: tuple[int, int] = (-1, -1)
-        self._keys: list[bytes] = []
-        self._vals: list[bytes] = []
-
-    def values(self, url_b: bytes) -> Iterator[bytes]:
-        j_sec = self.secs.of_url(url_b)
-        t = self.tables[j_sec]
-        if t is None:
-            return
-        p = url_b + b"\x00"
-        if not hasattr(t, "first_keys"):
-            # Kept as levels (webdb.tables.levels): the merged view's range read.
-            for _, vals in t.ranges(p, url_b + b"\x01"):
-                yield from vals
-            return
-        i = max(0, bisect.bisect_right(t.first_keys, p) - 1)
-        while i < t.nblocks:
-            if self._at != (j_sec, i):
-                self._keys, self._vals = t.block(i, fill_cache=False)
-                self._at = (j_sec, i)
-            keys, vals = self._keys, self._vals
-            for j in range(bisect.bisect_left(keys, p), len(keys)):
-                if not keys[j].startswith(p):
-                    return
-                yield vals[j]
-            i += 1
-
-
-def _anchors(inlinks: _Inlinks, url_b: bytes, max_anchors: int, max_scanned: int) -> list[str]:
-    """Distinct anchor texts of links to ``url_b``, one per source domain (domain_id)."""
+def _anchors(reader, url_b: bytes, max_anchors: int, max_scanned: int) -> list[str]:
+    """Distinct anchor texts of links to ``url_b``, one per source domain (domain_id), from the
+    first ``max_scanned`` inlinks.  ``Reader.inlinks``: one piece of a block decompressed per
+    table file whose index does not rule the URL out, the cache not filled — per chosen URL a
+    cost that does not grow with LinksByURL (a walk decoding whole blocks did: 1.2 CPU s for
+    100k URLs at 1M pages, 2.4 at 3M)."""
     seen_dom: set[int] = set()
     out: list[str] = []
-    for n, v in enumerate(inlinks.values(url_b)):
+    for n, link in enumerate(reader.inlinks(url_b.decode("utf-8"))):
         if n >= max_scanned or len(out) >= max_anchors:
             break
-        dom = pagecodec.link_domain_id(v)
-        if dom in seen_dom:
+        if link.domain_id in seen_dom:
             continue
-        seen_dom.add(dom)
-        a = pagecodec.link_anchor(v).strip()
+        seen_dom.add(link.domain_id)
+        a = link.anchor.strip()
         if a and a not in out:
             out.append(a)
     return out
@@ -674,7 +643,7 @@ def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> Gene
     w = _open_writer(db, o.lock_wait, o.writer_settings or {})
     try:
         now = int(time.time()) if o.now is None else int(o.now)
-        with db.reader() as r:
+        with db.reader(cache_mb=_CACHE_MB) as r:
             secs["lock"] = time.monotonic() - t0
             choice = choose(r, **_selection_options(o, now), due_index=o.due_index)
             if choice.via == "scan":
@@ -689,9 +658,8 @@ def _generate_db(db, segment_dir: str | os.PathLike, o: GenerateOptions) -> Gene
             t1 = time.monotonic()
             say(f"selected {len(chosen):,}; reading inlink anchors")
             anchors: dict[bytes, list[str]] = {}
-            inl = _Inlinks(r)
-            for _, url, _ in sorted(chosen, key=lambda x: x[1]):  # by URL: a forward walk of LinksByURL
-                anchors[url] = _anchors(inl, url, o.max_anchors, o.max_inlinks_scanned) if o.max_anchors > 0 else []
+            for _, url, _ in sorted(chosen, key=lambda x: x[1]):  # by URL: neighbours share blocks
+                anchors[url] = _anchors(r, url, o.max_anchors, o.max_inlinks_scanned) if o.max_anchors > 0 else []
             secs["anchors"] = time.monotonic() - t1
         t1 = time.monotonic()
         mark = mark_of(segment_dir, now)
@@ -787,11 +755,10 @@ def rack_step(ctx, req: dict) -> Iterator[dict]:
         marks: dict[int, CallRecorder] = {}
         out = []
         try:
-            inl = _Inlinks(view)
-            for url_b in sorted(u.encode("utf-8") for u in req["urls"]):  # by URL: a forward walk
+            for url_b in sorted(u.encode("utf-8") for u in req["urls"]):  # by URL: neighbours share blocks
                 value = values[url_b]
                 url = url_b.decode("utf-8")
-                anchors = _anchors(inl, url_b, max_anchors, req["max_inlinks_scanned"]) if max_anchors > 0 else []
+                anchors = _anchors(view, url_b, max_anchors, req["max_inlinks_scanned"]) if max_anchors > 0 else []
                 marks.setdefault(view.sections.of_url(url_b), CallRecorder()).mark_generated(url, mark)
                 out.append([url, base64.b64encode(value).decode("ascii"), anchors])
         finally:
