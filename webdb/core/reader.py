@@ -239,8 +239,12 @@ class Reader:
             if p is not False:
                 if p is None:
                     validate_url(url, 1 << 30)
-                elif self._any_marks:
-                    self._mark(s, url_b, p)
+                elif self._any_marks:  # inline: this is the hot path of a db with marks
+                    mk = self._marks[s]
+                    if mk is not None:
+                        m = (self.marks(s) if mk is _UNBUILT else mk).get(url_b)
+                        if m is not None:
+                            p.meta[GENERATE_MARK] = m
                 return p
         t = self._pages_by_url[s]
         v = t.get(url_b) if t is not None else None
