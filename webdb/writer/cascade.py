@@ -6,8 +6,9 @@ for later stages.  It runs in a process of the local executor (webdb.writer.exec
 and writes only files, and is the unit the distributed writer runs on each host.
 
 Stage   table        consumes                                emits
-1       PagesByURL   page calls, fetch results               2: page add/del, 3: links of new pages,
+1       PagesByURL   page calls, fetch results, marks        2: page add/del, 3: links of new pages,
                                                              4: target notices
+        (and its due index and mark table; a batch of marks only writes the mark table alone)
 2       PagesByMD5   page add/del by (md5, url)              3: delete-all of an md5 no page holds
 3       LinksByMD5   link adds, delete-all(md5)              4: link add/del by (url, fromID)
 4       LinksByURL   link add/del, target notices            5: flag fix-ups, dangling deletes
