@@ -15,6 +15,11 @@ before it (``recover_to``: the marks are undone), so every generate sees the sam
 (same segment name, so the same marks) must be byte for byte the same.  One JSON line per
 generate, then a summary line ``{"step": "summary", ...}`` with the medians and whether every
 pair of fetchlists was identical; exit status 1 if one was not.
+
+``--peer-root DIR`` adds a third generate per run, through the due index with the webdb of
+another checkout (``git archive main | tar -x -C DIR``, its C extensions copied in): old and
+new code side by side on the same db, the same fetchlists required.  Each generate's CPU
+(``os.wait4``: that process's own) and peak resident memory (its ``VmHWM`` at exit) are reported.
 """
 
 from __future__ import annotations
@@ -49,23 +54,51 @@ def emit(d: dict) -> None:
     print(json.dumps(d), flush=True)
 
 
-def run_generate(db_path: str, out: str, args, now: int, full_scan: bool) -> dict:
-    """``webdb generate`` in a process of its own; its JSON result plus the wall time and the
-    CPU time (user + system) of the process, which a shared machine changes less than the wall
-    time."""
-    cmd = [sys.executable, "-m", "webdb.cli.main", "generate", db_path, out, "--segment", "gen", "--json"]
+# ``webdb`` (webdb.cli.main) that writes its peak resident memory (VmHWM, of this process's own
+# address space) to stderr's last line at exit: a child's ru_maxrss counts its parent's memory
+# at the fork, and this bench process holds the loaded db's arrays.
+_PEAK = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            sys.stderr.write('\\nVmHWM ' + line.split()[1] + '\\n')\n"
+    "atexit.register(peak)\n"
+    "sys.argv = ['webdb'] + sys.argv[1:]\n"
+    "runpy.run_module('webdb.cli.main', run_name='__main__')\n"
+)
+
+
+def run_generate(db_path: str, out: str, args, now: int, full_scan: bool, root: str = ROOT) -> dict:
+    """``webdb generate`` (the checkout ``root``'s) in a process of its own; its JSON result plus
+    the wall time, the CPU time (user + system) of the process, which a shared machine changes
+    less than the wall time, and its peak resident memory."""
+    import tempfile
+
+    db_path, out = os.path.abspath(db_path), os.path.abspath(out)
+    cmd = [sys.executable, "-c", _PEAK, "generate", db_path, out, "--segment", "gen", "--json"]
     cmd += ["--top-n", str(args.top_n), "--max-per-host", str(args.max_per_host), "--fetchers", str(args.fetchers)]
     cmd += ["--now", str(now)] + (["--full-scan"] if full_scan else [])
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    # -m puts the working directory first on sys.path: run in ``root`` so that its webdb is the one imported
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     t = time.monotonic()
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall = time.monotonic() - t
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    if p.returncode:
-        raise SystemExit(f"webdb generate failed (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
-    return {**json.loads(p.stdout), "wall_seconds": round(wall, 2), "cpu_seconds": round(cpu, 2)}
+    with tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=root)
+        out_text = p.stdout.read()
+        _, status, ru = os.wait4(p.pid, 0)  # this child's own usage (RUSAGE_CHILDREN sums them all)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - t
+        err.seek(0)
+        err_text = err.read()
+        if p.returncode:
+            raise SystemExit(f"webdb generate failed (exit {p.returncode}): {err_text.strip()[-2000:]}")
+    peak = [int(x.split()[1]) for x in err_text.splitlines() if x.startswith("VmHWM ")]
+    return {
+        **json.loads(out_text),
+        "wall_seconds": round(wall, 2),
+        "cpu_seconds": round(ru.ru_utime + ru.ru_stime, 2),
+        "max_rss_mib": round(peak[-1] / 1024, 1) if peak else None,
+    }
 
 
 def same_fetchlists(a: str, b: str) -> bool:
@@ -88,6 +121,7 @@ def main() -> int:
     ap.add_argument("--max-per-host", type=int, default=100)
     ap.add_argument("--fetchers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--peer-root", help="another checkout whose generate runs too, through the index (old vs new)")
     args = ap.parse_args()
     with open(os.path.join(args.data, "meta.json")) as f:
         meta = json.load(f)
@@ -155,29 +189,38 @@ def main() -> int:
     if args.runs == 0:
         return 0
     rows: dict[str, list[dict]] = {"index": [], "scan": []}
+    if args.peer_root:
+        rows["peer"] = []
     identical = True
     for run in range(1, args.runs + 1):
-        order = ("index", "scan") if run % 2 else ("scan", "index")
+        order = list(rows) if run % 2 else list(reversed(rows))
         segs = {}
         for via in order:
             gen = db.committed()
             out = os.path.join(args.work, f"run{run}-{via}")
             shutil.rmtree(out, ignore_errors=True)
-            res = run_generate(db.path, out, args, now, via == "scan")
+            root = os.path.abspath(args.peer_root) if via == "peer" else ROOT
+            res = run_generate(db.path, out, args, now, via == "scan", root)
             segs[via] = res["segment"]
             rows[via].append(res)
-            emit({**base, "step": "generate", "via": res["via"], "run": run, "pages": pages, **res})
+            emit({**base, "step": "generate", "code": via, "via": res["via"], "run": run, "pages": pages, **res})
             lock = db.lock().acquire()
             try:
                 db.recover_to(gen)  # the marks undone: the next generate sees the same db
             finally:
                 lock.release()
-        identical = identical and same_fetchlists(segs["index"], segs["scan"])
+        identical = identical and all(same_fetchlists(segs["index"], segs[v]) for v in segs if v != "index")
         for s in segs.values():
             shutil.rmtree(os.path.dirname(s), ignore_errors=True)
     med = {via: statistics.median(r["wall_seconds"] for r in rows[via]) for via in rows}
     cpu = {via: statistics.median(r["cpu_seconds"] for r in rows[via]) for via in rows}
     select = {via: statistics.median(r["seconds"]["scan"] for r in rows[via]) for via in rows}
+    rss = {via: max(r["max_rss_mib"] for r in rows[via]) for via in rows}
+    peer = (
+        {"peer_cpu_seconds": cpu["peer"], "peer_seconds": med["peer"], "peer_max_rss_mib": rss["peer"]}
+        if "peer" in rows
+        else {}
+    )
     emit(
         {
             **base,
@@ -192,6 +235,9 @@ def main() -> int:
             "index_select_seconds": select["index"],
             "scan_select_seconds": select["scan"],
             "load_average_after": os.getloadavg()[0],
+            "index_max_rss_mib": rss["index"],
+            "scan_max_rss_mib": rss["scan"],
+            **peer,
             "index_read": rows["index"][0]["scanned"],
             "selected": rows["index"][0]["selected"],
             "identical": identical,

@@ -165,8 +165,9 @@ def generate_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
     of each scale is deleted afterwards (it takes disk)."""
     lines = ["## Generate: the due index against the full scan (top-N 100,000, 100 per host, 2 fetchlists)", ""]
     head = "| N | selection CPU: index / scan | generate: index wall (CPU) | generate: scan wall (CPU) |"
-    lines += [head + " index CPU vs smallest N | records read | selected | same fetchlists |"]
-    lines += ["|---|---|---|---|---|---|---|---|"]
+    head += " index CPU vs smallest N | peak memory: index / scan | records read | selected | same fetchlists |"
+    lines += [head]
+    lines += ["|---|---|---|---|---|---|---|---|---|"]
     ok = True
     first = None
     for n in a.pages:
@@ -181,7 +182,7 @@ def generate_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
         rows = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
         s = next((r for r in rows if r.get("step") == "summary"), None)
         if s is None:
-            lines.append(f"| {n:,} | failed (exit {p.returncode}) | | | | | | |")
+            lines.append(f"| {n:,} | failed (exit {p.returncode}) | | | | | | | |")
             ok = False
             continue
         first = first or s["index_cpu_seconds"]
@@ -191,6 +192,7 @@ def generate_suite(a: argparse.Namespace) -> tuple[list[str], bool]:
             f"{s['index_seconds']:.2f} s ({s['index_cpu_seconds']:.2f}) | "
             f"{s['scan_seconds']:.2f} s ({s['scan_cpu_seconds']:.2f}) | "
             f"{s['index_cpu_seconds'] / max(first, 1e-9):.2f}x | "
+            f"{s['index_max_rss_mib']:,.0f} / {s['scan_max_rss_mib']:,.0f} MiB | "
             f"{s['index_read']:,} | {s['selected']:,} | {'yes' if s['identical'] else '**no**'} |"
         )
     return lines, ok

@@ -24,6 +24,7 @@ POINTS = [
     "close.after_route",
     "stage1.before_emit",
     "stage1.due_written",
+    "stage1.marks_written",
     *STAGE_POINTS,
     *[f"close.after_stage{s}" for s in range(1, 6)],
     "commit.before_current",

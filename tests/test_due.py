@@ -67,41 +67,85 @@ fetch_op = st.tuples(
     st.integers(0, 3),
     st.lists(st.sampled_from(URLS), max_size=4),
 )
+GENERATES = [dict(o) for o in OPTIONS[1:]] + [{"top_n": 6, "max_per_host": 2, "mark_expiry": 0}]
 round_ = st.one_of(
     st.tuples(st.just("pages"), st.lists(page_op, min_size=1, max_size=12)),
     st.tuples(st.just("fetches"), st.lists(fetch_op, min_size=1, max_size=6)),
-    st.tuples(st.just("generate"), st.sampled_from(OPTIONS[1:])),
+    # an update's fetch outcomes: the mark goes (fetchlist.update sets meta["gen"] = "")
+    st.tuples(st.just("updates"), st.lists(fetch_op, min_size=1, max_size=6)),
+    st.tuples(st.just("generate"), st.sampled_from(GENERATES)),
+    # page edits and marks in one batch: the marks apply to the pages as the batch leaves them
+    st.tuples(st.just("mixed"), st.tuples(st.lists(page_op, min_size=1, max_size=8), st.sets(st.sampled_from(URLS)))),
     st.tuples(st.just("rank"), st.just(None)),
     st.tuples(st.just("rebalance"), st.integers(1, 3)),
 )
 
 
-def _apply(db, kind: str, arg, n: int, segs) -> None:
+def _page_edits(w, ops) -> None:
+    for op, url, score, due in ops:
+        p = Page(url, score=score, next_score=score, next_fetch=due)
+        if op == "add":
+            w.add_page(p)
+        elif op == "add_score":
+            w.add_page_with_score(p)
+        elif op == "ifn":
+            w.add_page_if_not_present(p)
+        else:
+            w.delete_page(url)
+
+
+def _fetches(w, ops, clear_mark: bool) -> None:
+    for status, url, c, outs in ops:
+        has = status == Status.FETCHED
+        meta = {"gen": ""} if clear_mark else None
+        w.apply_fetch(FetchResult(url, status, NOW - DAY, md5(c) if has else None, len(outs) if has else 0, meta))
+        if has:
+            w.add_outlinks(md5(c), [(o, f"to {o}") for o in outs])
+
+
+def _mark_as_pages(db, marks: dict[str, str]) -> None:
+    """The reference of a mark: the page rewritten with ``meta["gen"]`` (an add_page)."""
+    with db.writer() as w, db.reader() as r:
+        for url, mark in marks.items():
+            p = r.get_page(url)
+            p.meta["gen"] = mark
+            w.add_page(p)
+
+
+def _apply(db, ref, kind: str, arg, n: int, segs) -> None:
+    """One round on ``db`` (marks in its mark tables) and on ``ref``, where a mark is an
+    add_page of the marked page: the two must read the same after every round."""
     if kind == "pages":
-        with db.writer() as w:
-            for op, url, score, due in arg:
-                p = Page(url, score=score, next_score=score, next_fetch=due)
-                if op == "add":
-                    w.add_page(p)
-                elif op == "add_score":
-                    w.add_page_with_score(p)
-                elif op == "ifn":
-                    w.add_page_if_not_present(p)
-                else:
-                    w.delete_page(url)
-    elif kind == "fetches":
-        with db.writer() as w:
-            for status, url, c, outs in arg:
-                has = status == Status.FETCHED
-                w.apply_fetch(FetchResult(url, status, NOW - DAY, md5(c) if has else None, len(outs) if has else 0))
-                if has:
-                    w.add_outlinks(md5(c), [(o, f"to {o}") for o in outs])
+        for d in (db, ref):
+            with d.writer() as w:
+                _page_edits(w, arg)
+    elif kind in ("fetches", "updates"):
+        for d in (db, ref):
+            with d.writer() as w:
+                _fetches(w, arg, kind == "updates")
     elif kind == "generate":
-        generate(db, segs / f"g{n}", now=NOW, **arg)
+        opts = dict(arg)
+        assert _selections(db, opts, True)[1] == _selections(ref, opts, False)[1]
+        res = generate(db, segs / f"g{n}", now=NOW, **opts)
+        if res.segment:
+            _mark_as_pages(ref, {e.url: e.page.meta["gen"] for part in _fetchlists(res.segment) for e in part})
+    elif kind == "mixed":
+        ops, urls = arg
+        with ref.writer() as w:
+            _page_edits(w, ops)
+        with ref.reader() as r:
+            marks = {u: f"m{n}@{NOW}" for u in sorted(urls) if r.get_page(u) is not None}
+        _mark_as_pages(ref, marks)
+        with db.writer() as w:
+            _page_edits(w, ops)
+            for u, mark in marks.items():
+                w.mark_generated(u, mark)
     elif kind == "rank":
         rank(db, 1)
+        rank(ref, 1)
     else:
         rebalance(db, arg)
+        rebalance(ref, arg)
 
 
 def _selections(db, opts: dict, due_index: bool):
@@ -111,19 +155,35 @@ def _selections(db, opts: dict, due_index: bool):
             now=NOW,
             horizon=NOW + int(opts.get("add_days", 0) * DAY),
             min_score=opts.get("min_score"),
-            mark_expiry=7 * DAY,
+            mark_expiry=opts.get("mark_expiry", 7 * DAY),
             url_filter=None,
             top_n=opts.get("top_n"),
             max_per_host=opts.get("max_per_host"),
             max_per_domain=opts.get("max_per_domain"),
             due_index=due_index,
         )
-        return c.via, c.chosen
+        return c.via, [(key, url) for key, url, _ in c.chosen]
 
 
 def _fetchlists(seg_dir) -> list:
     seg = Segment.open(seg_dir)
-    return [[(e.url, e.page, e.anchors) for e in seg.fetchlist(p)] for p in seg.parts()]
+    return [list(seg.fetchlist(p)) for p in seg.parts()]
+
+
+def _entries(seg_dir) -> list:
+    return [[(e.url, e.page, e.anchors) for e in part] for part in _fetchlists(seg_dir)]
+
+
+def _same_pages(db, ref) -> None:
+    """``db`` reads as ``ref`` through every reader of pages, and both pass check."""
+    with db.reader() as ra, ref.reader() as rb:
+        assert list(ra.pages()) == list(rb.pages())
+        assert list(ra.items("pages_by_md5")) == list(rb.items("pages_by_md5"))
+        assert [ra.get_page(u) for u in URLS] == [rb.get_page(u) for u in URLS]
+        for p in rb.pages():
+            assert list(ra.get_pages(p.md5)) == list(rb.get_pages(p.md5))
+        assert ra.check()["due"] == ra.num_pages
+        rb.check()
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
@@ -135,14 +195,15 @@ def test_generate_through_the_index_equals_the_full_scan(tmp_path_factory, k, ro
     with db.writer() as w:
         for i, u in enumerate(URLS[::2]):
             w.add_page(Page(u, score=SCORES[i % len(SCORES)], next_fetch=DUES[i % len(DUES)]))
+    shutil.copytree(base / "db", base / "ref")
+    ref = webdb.open(str(base / "ref"))
     for n, (kind, arg) in enumerate(rounds):
-        _apply(db, kind, arg, n, segs)
-        with db.reader() as r:
-            assert r.check()["due"] == r.num_pages
-        for opts in OPTIONS:
+        _apply(db, ref, kind, arg, n, segs)
+        _same_pages(db, ref)
+        for opts in OPTIONS + [{"top_n": 5, "mark_expiry": 0}]:
             via, got = _selections(db, opts, True)
             assert via == "index"
-            assert got == _selections(db, opts, False)[1], (kind, opts)
+            assert got == _selections(db, opts, False)[1] == _selections(ref, opts, False)[1], (kind, opts)
     for via in ("index", "scan"):
         shutil.copytree(base / "db", base / via)
     a = generate(webdb.open(str(base / "index")), segs / "a" / "last", now=NOW, top_n=8, max_per_host=2, fetchers=2)
@@ -157,11 +218,11 @@ def test_generate_through_the_index_equals_the_full_scan(tmp_path_factory, k, ro
     )
     assert (a.via, b.via) == ("index", "scan") and a.selected == b.selected
     if a.segment:
-        assert _fetchlists(a.segment) == _fetchlists(b.segment)
-        # the marks committed are the same too: the same pages, the same mark
-        with webdb.open(str(base / "index")).reader() as ra, webdb.open(str(base / "scan")).reader() as rb:
-            assert list(ra.pages()) == list(rb.pages())
-            assert ra.check()["due"] == ra.num_pages
+        assert _entries(a.segment) == _entries(b.segment)
+        # the marks committed are the same too, and the same as marks written into the pages
+        _mark_as_pages(ref, {e.url: e.page.meta["gen"] for part in _fetchlists(a.segment) for e in part})
+        _same_pages(webdb.open(str(base / "index")), ref)
+        _same_pages(webdb.open(str(base / "scan")), ref)
 
 
 def test_index_records_sort_in_generate_order():
@@ -303,5 +364,5 @@ def test_anchors_of_the_chosen_pages(tmp_path):
     db2 = webdb.open(str(tmp_path / "db2"))
     b = generate(db2, tmp_path / "b" / "seg", now=NOW, top_n=10, max_per_host=3, due_index=False)
     assert (a.via, b.via) == ("index", "scan")
-    assert _fetchlists(tmp_path / "a" / "seg") == _fetchlists(tmp_path / "b" / "seg")
-    assert any(anchors for part in _fetchlists(tmp_path / "a" / "seg") for _, _, anchors in part)
+    assert _entries(tmp_path / "a" / "seg") == _entries(tmp_path / "b" / "seg")
+    assert any(anchors for part in _entries(tmp_path / "a" / "seg") for _, _, anchors in part)

@@ -24,7 +24,7 @@ from webdb.tables.format import DB_FORMAT_VERSION, DB_IDENTITY, TABLE_KINDS
 # A table file of generation NNNNNNNN: written by stage S (``-sS``), a delta run of it (``-sSd``),
 # a stage's scratch compaction (``-sSc``), its runs merged into one (``-sSr``) or ``webdb compact``
 # (``-c``).
-GEN_FILE = re.compile(r"^(\d{8})-(?:s\d[dcr]?|c)\.(pbu|pbm|lbm|lbu|due)$")
+GEN_FILE = re.compile(r"^(\d{8})-(?:s\d[dcr]?|c)\.(pbu|pbm|lbm|lbu|due|mrk)$")
 # CURRENT: "NNNNNNNN MMMMMMMM CCCCCCCC\n" — generation, CRC-32 of its manifest, CRC-32 of the
 # first 17 bytes (docs/format.md §5).  "NNNNNNNN\n" is the format before checksums.
 CURRENT_LINE = re.compile(rb"^(\d{8})(?: ([0-9a-f]{8}) ([0-9a-f]{8}))?\n$")
@@ -135,6 +135,8 @@ def validate_manifest(m: Any, gen: int, path: str) -> None:
                     raise bad(f"{where}.{f}", f"is {e.get(f)!r}, not a count")
             if "due" in e and not _is_due_index(t, e["due"], gen):
                 raise bad(f"{where}.due", f"is {e['due']!r:.100}, not a due index of generation <= {gen}")
+            if "marks" in e and not _is_side_file(t, e["marks"], gen, "mrk"):
+                raise bad(f"{where}.marks", f"is {e['marks']!r:.100}, not a mark table of generation <= {gen}")
             runs = e.get("runs", [])
             if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
                 raise bad(f"{where}.runs", "is not a list of objects")
@@ -233,8 +235,14 @@ def read_identity(path: str) -> dict:
 def _is_due_index(table: str, due: object, gen: int) -> bool:
     """A PagesByURL entry's ``due`` (docs/format.md §3.1): a due file of generation <= ``gen``
     with its counts."""
-    if table != "pages_by_url" or not isinstance(due, dict) or not isinstance(due.get("file"), str):
+    return _is_side_file(table, due, gen, "due")
+
+
+def _is_side_file(table: str, e: object, gen: int, suffix: str) -> bool:
+    """A file named inside a PagesByURL entry (its ``due`` index, its ``marks``): a ``suffix``
+    file of generation <= ``gen`` with its counts."""
+    if table != "pages_by_url" or not isinstance(e, dict) or not isinstance(e.get("file"), str):
         return False
-    m = GEN_FILE.match(due["file"])
-    counts = all(is_whole(due.get(f)) and due[f] >= 0 for f in ("records", "bytes"))
-    return m is not None and m.group(2) == "due" and int(m.group(1)) <= gen and counts
+    m = GEN_FILE.match(e["file"])
+    counts = all(is_whole(e.get(f)) and e[f] >= 0 for f in ("records", "bytes"))
+    return m is not None and m.group(2) == suffix and int(m.group(1)) <= gen and counts

@@ -25,11 +25,13 @@ __all__ = [
     "check_counts",
     "empty",
     "index_entry",
+    "marks_entry",
     "round_row",
     "rounds",
     "stage_rows",
     "table_files",
     "with_index",
+    "with_marks",
 ]
 
 STAGES = range(1, 6)
@@ -149,11 +151,12 @@ def empty(secs: Sections, generation: int = 0) -> Manifest:
 
 def table_files(entry: dict) -> list[tuple[str, int]]:
     """(file name, bytes) of every file of one table of one section: the base, then its delta
-    runs newest first (docs/format.md §5, levels), then PagesByURL's due index (§3.1)."""
+    runs newest first (docs/format.md §5, levels), then PagesByURL's due index (§3.1) and
+    mark table (§3.2)."""
     files = [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
-    due = index_entry(entry)
-    if due is not None:
-        files.append((due["file"], due["bytes"]))
+    for e in (index_entry(entry), marks_entry(entry)):
+        if e is not None:
+            files.append((e["file"], e["bytes"]))
     return files
 
 
@@ -168,6 +171,20 @@ def with_index(pages_entry: dict, due: dict | None) -> dict:
     e = {k: v for k, v in pages_entry.items() if k != "due"}
     if due is not None:
         e["due"] = due
+    return e
+
+
+def marks_entry(pages_entry: dict | None) -> dict | None:
+    """The mark table of one section's PagesByURL manifest entry (None: no marks).  The one
+    place that knows where the manifest keeps it (docs/format.md §3.2)."""
+    return None if pages_entry is None else pages_entry.get("marks")
+
+
+def with_marks(pages_entry: dict, marks: dict | None) -> dict:
+    """``pages_entry`` naming ``marks`` as its mark table (``{"file", "records", "bytes"}``)."""
+    e = {k: v for k, v in pages_entry.items() if k != "marks"}
+    if marks is not None:
+        e["marks"] = marks
     return e
 
 

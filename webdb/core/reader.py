@@ -15,12 +15,22 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
-from webdb.core.manifest import index_entry
+from webdb.core.manifest import index_entry, marks_entry
+from webdb.core.marks import read_marks
 from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.tables.block import make_links
 from webdb.tables.format import KIND_DUE, TABLE_KINDS
 from webdb.tables.levels import open_levels
-from webdb.tables.pagecodec import DUE_LAST_BUCKET, LINK, LINK_FIXED, LINK_OUT, due_bucket, due_prefix
+from webdb.tables.pagecodec import (
+    DUE_LAST_BUCKET,
+    GENERATE_MARK,
+    LINK,
+    LINK_FIXED,
+    LINK_OUT,
+    due_bucket,
+    due_prefix,
+    with_mark,
+)
 from webdb.tables.records import Link, Page, validate_url
 from webdb.tables.table import BlockCache, TableReader, lookups
 
@@ -147,6 +157,13 @@ class Reader:
         # get_page / inlinks (None: none).
         self._page_lookups: list = [_UNBUILT] * len(tabs["pages_by_url"])
         self._link_lookups: list = [_UNBUILT] * len(tabs["links_by_url"])
+        # Each section's mark table (webdb.core.marks) as a dict, read on first use; a section
+        # without one has None, and a db without any skips the overlay altogether.
+        self._marks: list = [
+            _UNBUILT if t is not None and marks_entry(m.tables[j].get("pages_by_url")) else None
+            for j, t in enumerate(tabs["pages_by_url"])
+        ]
+        self._any_marks = any(x is not None for x in self._marks)
 
     def close(self) -> None:
         self.closed = True
@@ -219,6 +236,12 @@ class Reader:
             if p is not False:
                 if p is None:
                     validate_url(url, 1 << 30)
+                elif self._any_marks:  # inline: this is the hot path of a db with marks
+                    mk = self._marks[s]
+                    if mk is not None:
+                        m = (self.marks(s) if mk is _UNBUILT else mk).get(url_b)
+                        if m is not None:
+                            p.meta[GENERATE_MARK] = m
                 return p
         t = self._pages_by_url[s]
         v = t.get(url_b) if t is not None else None
@@ -226,9 +249,50 @@ class Reader:
             validate_url(url, 1 << 30)
             return None
         try:
-            return Page.decode(url, v)
+            p = Page.decode(url, v)
         except _UNDECODABLE as e:
             raise CorruptionError(f"{t.path}: page {url!r:.200}: undecodable value ({e})") from None
+        if self._any_marks:
+            self._mark(s, url_b, p)
+        return p
+
+    def _mark(self, s: int, url_b: bytes, p: Page) -> None:
+        """Overlay section ``s``'s mark of ``url_b``, if it has one, on the page ``p``."""
+        mk = self._marks[s]
+        if mk is None:
+            return
+        if mk is _UNBUILT:
+            mk = self.marks(s)
+        m = mk.get(url_b)
+        if m is not None:
+            p.meta[GENERATE_MARK] = m
+
+    def marks(self, j: int) -> dict[bytes, str]:
+        """Section ``j``'s generate marks, url bytes to mark (webdb.core.marks): what every page
+        read overlays on its meta's ``"gen"``.  Read whole on first use (about 150 bytes a
+        mark; the table holds the marks no batch has answered yet, not one per page)."""
+        mk = self._marks[j]
+        if mk is None:
+            return {}
+        if mk is _UNBUILT:
+            e = marks_entry(self.manifest.tables[j].get("pages_by_url"))
+            mk = self._marks[j] = read_marks(os.path.join(self.db.section_dir(j), e["file"]))
+        return mk
+
+    def _marked_items(self, table: str, j: int, it: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        """Page records of ``table`` (section ``j``'s, for PagesByURL) with their marks overlaid."""
+        if table == "pages_by_url":
+            mk = self.marks(j)
+            for k, v in it:
+                m = mk.get(k)
+                yield (k, v) if m is None else (k, with_mark(v, m))
+            return
+        bounds = self._url_bounds
+        for k, v in it:
+            u = k[16:]
+            s = bisect_right(bounds, u)
+            m = self.marks(s).get(u) if self._marks[s] is not None else None
+            yield (k, v) if m is None else (k, with_mark(v, m))
 
     def _lookup(self, t, link: type | None):
         """The compiled lookup (``tables.table.lookups``) of ``t`` — one table of one section, a
@@ -258,7 +322,10 @@ class Reader:
         t = self.tables["pages_by_md5"][self.sections.of_md5(md5)]
         if t is None:
             return
-        for k, v in t.prefix(md5):
+        items = t.prefix(md5)
+        if self._any_marks:
+            items = self._marked_items("pages_by_md5", -1, items)
+        for k, v in items:
             yield Page.decode(k[16:].decode("utf-8"), v)
 
     def inlinks(self, url: str) -> Iterator[Link]:
@@ -336,11 +403,16 @@ class Reader:
     # ---- enumeration -----------------------------------------------------------------------
 
     def items(self, table: str, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        """Raw (key, value) pairs of a table in global key order."""
+        """(key, value) pairs of a table in global key order, as stored; a page's value with
+        its generate mark overlaid (webdb.core.marks), as if it were stored in its meta."""
         self._live()
-        for t in self.tables[table]:
+        marked = self._any_marks and table in ("pages_by_url", "pages_by_md5")
+        for j, t in enumerate(self.tables[table]):
             if t is not None:
-                yield from t.items(start)
+                if marked:
+                    yield from self._marked_items(table, j, t.items(start))
+                else:
+                    yield from t.items(start)
 
     @_decodes("pages_by_url")
     def pages(self) -> Iterator[Page]:
@@ -367,7 +439,7 @@ class Reader:
     def due(self, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
         """The due index records (key, value) of this reader's pages with a due bucket at most
         ``horizon``'s, in generate's order (``pagecodec.due_order`` decodes a key, the value
-        holds next_fetch and the generate mark); None when a section with pages has no due
+        holds next_fetch and the generate mark, the mark table's overlaid); None when a section with pages has no due
         index (a db written before it).  Lazy: reads about as many records as are taken, plus
         a block per section and due bucket (``_due_front``)."""
         self._live()
@@ -427,20 +499,32 @@ def _due_front(reader, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
         e = index_entry(reader.manifest.tables[j].get("pages_by_url"))
         if e is None:
             return None
-        paths.append(os.path.join(reader.db.section_dir(j), e["file"]))
+        paths.append((os.path.join(reader.db.section_dir(j), e["file"]), reader.marks(j)))
     return _merged(paths, due_bucket(horizon))
 
 
-def _merged(paths: list[str], last: int) -> Iterator[tuple[bytes, bytes]]:
+def _merged(paths: list[tuple[str, dict[bytes, str]]], last: int) -> Iterator[tuple[bytes, bytes]]:
     tables = []
     try:
-        for p in paths:
+        for p, _ in paths:
             tables.append(TableReader(p, KIND_DUE, lazy=True))
-        streams = [_bucket(t, b) for t in tables for b in _buckets(t, last)]
+        streams = [
+            _bucket(t, b) if not marks else _marked_bucket(t, b, marks)
+            for t, (_, marks) in zip(tables, paths)
+            for b in _buckets(t, last)
+        ]
         yield from heapq.merge(*streams, key=_order)
     finally:
         for t in tables:
             t.close()
+
+
+def _marked_bucket(t: TableReader, b: int, marks: dict[bytes, str]) -> Iterator[tuple[bytes, bytes]]:
+    """``_bucket`` with the section's marks overlaid on the records' mark field (its value
+    after next_fetch: format.md §3.1)."""
+    for k, v in _bucket(t, b):
+        m = marks.get(k[20:])
+        yield (k, v) if m is None else (k, v[:8] + m.encode("utf-8", "surrogatepass"))
 
 
 def _order(rec: tuple[bytes, bytes]) -> bytes:

@@ -26,6 +26,7 @@ KIND_LINKS_BY_URL = 4
 KIND_EDITS = 5
 KIND_RUN = 6  # a spilled sort run (scratch, never part of a generation)
 KIND_DUE = 7  # a section's due index (format.md §3.1), named inside its PagesByURL entry
+KIND_MARKS = 8  # a section's mark table (format.md §3.2), named inside its PagesByURL entry
 
 TABLE_KINDS = {
     "pages_by_url": KIND_PAGES_BY_URL,
@@ -42,6 +43,7 @@ DELTA_KINDS = {
 }
 TABLE_SUFFIX = {"pages_by_url": "pbu", "pages_by_md5": "pbm", "links_by_md5": "lbm", "links_by_url": "lbu"}
 DUE_SUFFIX = "due"
+MARKS_SUFFIX = "mrk"
 # Due index keys start with next_fetch >> DUE_BUCKET_SHIFT (about 18 hours a bucket), u32.
 DUE_BUCKET_SHIFT = 16
 

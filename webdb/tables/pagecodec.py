@@ -62,6 +62,7 @@ __all__ = [
     "due_order",
     "due_next_fetch",
     "due_mark",
+    "with_mark",
 ]
 
 # ---- Page -------------------------------------------------------------------------------------
@@ -202,6 +203,15 @@ def due_order(key: bytes) -> tuple[float, int, bytes]:
 
 def due_next_fetch(value: bytes) -> int:
     return _I64.unpack_from(value)[0]
+
+
+def with_mark(value: bytes, mark: str) -> bytes:
+    """The PagesByURL value ``value`` with its meta's generate mark set to ``mark``: the bytes
+    ``Page.encode_value`` gives for the decoded page with ``meta["gen"] = mark`` (how a mark
+    table entry overlays its page, format.md §3.2).  A JSON decode and encode of the meta."""
+    meta = json.loads(value[PAGE_FIXED:]) if len(value) > PAGE_FIXED else {}
+    meta[GENERATE_MARK] = mark
+    return value[:PAGE_FIXED] + json.dumps(meta, separators=(",", ":"), sort_keys=True).encode("utf-8", "replace")
 
 
 def due_mark(value: bytes) -> str:

@@ -16,7 +16,8 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-from webdb.core.manifest import index_entry
+from webdb.core.manifest import index_entry, marks_entry
+from webdb.core.marks import check_marks
 from webdb.errors import CorruptionError
 from webdb.tables.format import KIND_DUE
 from webdb.tables.levels import DEL, PUT, Levels
@@ -211,7 +212,31 @@ def _check(reader, bar, tmp: str) -> dict:
     for buf in (want_pages, want_links, page_spill):
         buf.cleanup()
     n_due = check_index(reader, tmp)
-    return {"pages": n_pages, "links": n_links, "due": n_due, "status": status, "generation": reader.generation}
+    n_marks = check_mark_tables(reader)
+    return {
+        "pages": n_pages,
+        "links": n_links,
+        "due": n_due,
+        "marks": n_marks,
+        "status": status,
+        "generation": reader.generation,
+    }
+
+
+def check_mark_tables(reader) -> int:
+    """Verify every section's mark table (webdb.core.marks.check_marks): sound blocks in URL
+    order, the manifest's count, a mark per record, and every URL a page of its section;
+    returns the marks checked.  Cost: a read of the tables and a point read per mark."""
+    n = 0
+    for j, t in enumerate(reader.tables["pages_by_url"]):
+        e = marks_entry(reader.manifest.tables[j].get("pages_by_url"))
+        if e is None:
+            continue
+        path = os.path.join(reader.db.section_dir(j), e["file"])
+        if t is None:
+            raise CorruptionError(f"{path}: marks pages of section {j}, which has no PagesByURL")
+        n += check_marks(path, e["records"], lambda url_b, t=t: t.get(url_b) is not None)
+    return n
 
 
 # ---- the due index (docs/design.md §4.6) -------------------------------------------------------

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from webdb.core.reader import Reader
 from webdb.errors import BadInput
+from webdb.tables.pagecodec import GENERATE_MARK
 from webdb.tables.records import Page, Status
 
 __all__ = ["export_pages", "DEFAULT_STATUSES", "DEFAULT_MAX_ANCHORS", "parse_statuses", "parse_time", "host_filter"]
@@ -140,8 +141,11 @@ def export_pages(
         if pages is None:
             continue
         links = _LinkCursor(reader.tables["links_by_url"][j])
+        marks = reader.marks(j)  # generate marks, overlaid on the pages' meta (webdb.core.marks)
         for key, value in pages.items():
             p = Page.decode(key.decode("utf-8"), value)
+            if marks and key in marks:
+                p.meta[GENERATE_MARK] = marks[key]
             if p.status not in want or (since is not None and p.fetch_time <= since):
                 continue
             if (url_ok is not None and not url_ok(p.url)) or (page_ok is not None and not page_ok(p)):

@@ -14,7 +14,8 @@ import os
 import time
 
 from webdb.core.due import index_sections
-from webdb.core.manifest import Manifest, build, check_counts
+from webdb.core.manifest import Manifest, build, check_counts, with_marks
+from webdb.core.marks import encode_mark, marks_name, write_marks
 from webdb.core.sections import Sections, section_path
 from webdb.core.settings import Settings
 from webdb.tables.block import check_block_crc
@@ -113,6 +114,21 @@ def _copy_table(r, table: str, secs: Sections, writer: _TableWriters, status: li
     return raw, decoded
 
 
+def _split_marks(db, r, secs: Sections, gen: int, tables: list[dict], s: dict) -> None:
+    """Write the generate marks of ``r``'s sections (webdb.core.marks) as the mark tables of the
+    new ``secs``, each named in its section's new PagesByURL entry.  Old sections are URL
+    ranges in order, so their marks come in URL order.  Memory: the marks."""
+    by_section: list[list[tuple[bytes, bytes]]] = [[] for _ in range(secs.k)]
+    for j in range(r.sections.k):
+        for url_b, mark in r.marks(j).items():
+            by_section[secs.of_url(url_b)].append((url_b, encode_mark(mark)))
+    for j, items in enumerate(by_section):
+        if items:
+            path = os.path.join(section_path(db.path, j), marks_name(gen, "s0"))
+            e = write_marks(path, items, s.block_size, s.codec, s.sync)
+            tables[j]["pages_by_url"] = with_marks(tables[j]["pages_by_url"], e)
+
+
 def rebalance(db, sections: int, progress: bool = False) -> Manifest:
     """Commit a new generation of ``db`` with ``sections`` sections; returns its manifest."""
     from webdb.errors import BadInput
@@ -142,6 +158,7 @@ def rebalance(db, sections: int, progress: bool = False) -> Manifest:
                     raise
                 raw += table_raw
                 decoded += table_decoded
+            _split_marks(db, r, secs, gen, tables, s)
             base = r.manifest
         index_sections(db.path, gen, tables, s, os.path.join(db.path, TMP_DIR))
         manifest = build(

@@ -6,8 +6,9 @@ for later stages.  It runs in a process of the local executor (webdb.writer.exec
 and writes only files, and is the unit the distributed writer runs on each host.
 
 Stage   table        consumes                                emits
-1       PagesByURL   page calls, fetch results               2: page add/del, 3: links of new pages,
+1       PagesByURL   page calls, fetch results, marks        2: page add/del, 3: links of new pages,
                                                              4: target notices
+        (and its due index and mark table; a batch of marks only writes the mark table alone)
 2       PagesByMD5   page add/del by (md5, url)              3: delete-all of an md5 no page holds
 3       LinksByMD5   link adds, delete-all(md5)              4: link add/del by (url, fromID)
 4       LinksByURL   link add/del, target notices            5: flag fix-ups, dangling deletes
@@ -28,7 +29,8 @@ from dataclasses import asdict, dataclass, field, replace
 from itertools import chain, islice, repeat
 
 from webdb.core.due import IndexEdits, index_name
-from webdb.core.manifest import index_entry
+from webdb.core.manifest import index_entry, marks_entry
+from webdb.core.marks import MarkCursor, MarkEdits, decode_mark, marks_name
 from webdb.core.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.core.sections import Sections, section_dirname, section_path
 from webdb.core.settings import Settings
@@ -45,6 +47,7 @@ from webdb.tables.pagecodec import (
     link_same_but_flag,
     link_with_flags,
     page_with_scores_of,
+    with_mark,
 )
 from webdb.tables.records import Page
 from webdb.tables.table import Probe, TableReader, TableWriter, prefix_end
@@ -269,7 +272,9 @@ def run_stage(job: StageJob) -> dict:
         4: _stage_links_by_url,
         5: _stage_link_fixups,
     }[stage]
-    if entry is not None and table in LEVELED and s.level_ratio > 0:
+    if stage == 1 and _marks_only(job):
+        _stage_marks(job, res)
+    elif entry is not None and table in LEVELED and s.level_ratio > 0:
         _leveled_stage(job, fn, entry, table, d, name, res)
     else:
         old = TableReader(entry.base, TABLE_KINDS[table]) if entry is not None else None
@@ -397,21 +402,22 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
     status: dict[int, int] = {}
     index = _due_edits(job)
+    held_path, held_entry = _old_marks(job)
+    held_cur = MarkCursor(held_path) if held_path is not None else None
+    mark_edits = MarkEdits()
 
-    def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
+    def computed(url_b: bytes, base: bytes | None, group: list[tuple[int, bytes]]) -> tuple[bytes | None, tuple | None]:
+        """The page the edits of ``group`` make of ``base`` (None: none), and the link of an
+        if-new edit that added it."""
         op, val = group[0]
-        if op == edits.OP_IF_NEW and old is not None and len(group) == 1:
-            # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
-            # is emitted, and the record stays in its block's bytes (merge_points: same object).
-            return old
-        new = old
+        new = base
         link = None
         if op == edits.OP_ADD:
-            new = page_with_scores_of(val, old) if old is not None else val
+            new = page_with_scores_of(val, base) if base is not None else val
         elif op == edits.OP_ADD_SCORE:
             new = val
         elif op == edits.OP_IF_NEW:
-            if old is None:
+            if base is None:
                 new, lf, lv = edits.split_if_new_value(val, url_b)
                 if lf is not None:
                     link = (lf, lv)
@@ -426,6 +432,38 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
                 elif o == edits.OP_LASTMOD and p is not None:
                     p = apply_lastmod(p, *_LASTMOD.unpack(fv))
             new = p.encode_value() if p is not None else None
+        return new, link
+
+    def marked(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> tuple[bytes | None, tuple | None]:
+        """``computed`` for a page with a mark held or given (webdb.core.marks): the edits apply
+        to the page with its held mark; a page they leave as it was keeps its stored value and
+        its (new) mark in the table, a page they rewrite is written with its mark and leaves
+        the table."""
+        mark = None
+        if group[-1][0] == edits.OP_MARK:
+            mark = group[-1][1]  # the last mark call wins
+            group = [g for g in group if g[0] != edits.OP_MARK]
+        held = held_cur.get(url_b) if held_cur is not None else None
+        base = old if held is None or old is None else with_mark(old, decode_mark(held))
+        new, link = computed(url_b, base, group) if group else (base, None)
+        if new is not None and new == base:
+            keep, stored = (mark if mark is not None else held), old
+        else:
+            keep, stored = None, (new if new is None or mark is None else with_mark(new, decode_mark(mark)))
+        if keep != held:
+            mark_edits.set(url_b, keep)
+        return stored, link
+
+    def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
+        op = group[0][0]
+        if op == edits.OP_IF_NEW and old is not None and len(group) == 1:
+            # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
+            # is emitted, and the record stays in its block's bytes (merge_points: same object).
+            return old
+        if held_cur is None and group[-1][0] != edits.OP_MARK:
+            new, link = computed(url_b, old, group)
+        else:
+            new, link = marked(url_b, old, group)
         if old is not None and new is not None:
             if old[MD5] != new[MD5]:
                 em2.add(edits.pages_by_md5_edit_key(old[MD5], url_b, edits.OP2_DEL))
@@ -450,25 +488,79 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             index.change(url_b, old, new)
         return new
 
-    def groups():
-        gu: bytes | None = None
-        group: list[tuple[int, bytes]] = []
-        for key, val in _records(job):
-            url_b = key[:-2]
-            if url_b != gu:
-                if group:
-                    yield gu, group
-                gu, group = url_b, []
-            group.append((key[-1], val))
-        if group:
-            yield gu, group
-
-    cur.merge_points(groups(), combine)
+    try:
+        cur.merge_points(_groups(job), combine)
+    finally:
+        if held_cur is not None:
+            held_cur.close()
     faults.point("stage1.before_emit")
     res["emitted"] = {2: em2.finish(), 3: em3.finish(), 4: em4.finish()}
     res["status"] = {str(k): v for k, v in status.items() if v}
     if index is not None:
         res["due"] = _write_due(job, index)
+    res["marks"] = _write_marks(job, mark_edits, held_path, held_entry)
+
+
+def _groups(job: StageJob) -> Iterator[tuple[bytes, list[tuple[int, bytes]]]]:
+    """Stage 1's edits by URL: (url, [(op, value), ...]) in the order they apply."""
+    gu: bytes | None = None
+    group: list[tuple[int, bytes]] = []
+    for key, val in _records(job):
+        url_b = key[:-2]
+        if url_b != gu:
+            if group:
+                yield gu, group
+            gu, group = url_b, []
+        group.append((key[-1], val))
+    if group:
+        yield gu, group
+
+
+def _marks_only(job: StageJob) -> bool:
+    """Stage 1's edits are all generate marks (a generate's batch): read until one is not."""
+    return job.stage == 1 and "pages_by_url" in job.tables and all(k[-1] == edits.OP_MARK for k, _ in _records(job))
+
+
+def _stage_marks(job: StageJob, res: dict) -> None:
+    """Stage 1 of a batch of marks only: the section's mark table gets them (the last mark of
+    a URL wins), PagesByURL and its due index stay as they are, and nothing is emitted.  The
+    marks are of pages the caller read under the writer lock (``Writer.mark_generated``), so
+    no page is read here: the cost follows the marks, not the section."""
+    entry = job.tables["pages_by_url"]
+    e = entry.entry
+    held_path, held_entry = _old_marks(job)
+    held_cur = MarkCursor(held_path) if held_path is not None else None
+    mark_edits = MarkEdits()
+    try:
+        for url_b, group in _groups(job):
+            mark = group[-1][1]
+            if held_cur is None or held_cur.get(url_b) != mark:
+                mark_edits.set(url_b, mark)
+    finally:
+        if held_cur is not None:
+            held_cur.close()
+    res.update(file=e["file"], records=e["records"], bytes=e["bytes"], emitted={}, status={})
+    res["due"] = index_entry(e)
+    res["marks"] = _write_marks(job, mark_edits, held_path, held_entry)
+    res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = 0, 0, 0
+
+
+def _old_marks(job: StageJob) -> tuple[str | None, dict | None]:
+    """The path and manifest entry of the section's mark table (None, None: no marks)."""
+    entry = job.tables.get("pages_by_url")
+    e = marks_entry(entry.entry) if entry is not None else None
+    if e is None:
+        return None, None
+    return os.path.join(os.path.dirname(entry.base), e["file"]), e
+
+
+def _write_marks(job: StageJob, mark_edits: MarkEdits, held_path: str | None, held_entry: dict | None) -> dict | None:
+    """Merge stage 1's mark changes with the section's old mark table into this generation's
+    (the old entry itself when nothing changed)."""
+    path = os.path.join(section_path(job.db, job.section), marks_name(job.gen, "s1"))
+    marks = mark_edits.write(held_path, held_entry, path, job.settings)
+    faults.point("stage1.marks_written")
+    return marks
 
 
 def _due_edits(job: StageJob) -> IndexEdits | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from webdb.core.dbfiles import write_atomic
 from webdb.core.due import index_name
 from webdb.core.manifest import Manifest
+from webdb.core.marks import marks_name
 from webdb.core.sections import Sections, section_path
 from webdb.errors import BadInput, CorruptionError, DistributedError, LockedError
 from webdb.tables.format import DB_IDENTITY, TABLE_SUFFIX, TMP_DIR
@@ -346,10 +347,10 @@ def _forget_output(spec: SectionSpec, stage: int) -> None:
     (the section's resource); the bytes it writes are the same."""
     suffix = TABLE_SUFFIX[edits.STAGE_TABLE[stage]]
     # The base, and with levels the delta run, its scratch compaction and its merged runs; stage 1
-    # also writes the section's due index.
+    # also writes the section's due index and mark table.
     names = [f"{spec.gen:08d}-s{stage}{kind}.{suffix}" for kind in ("", "d", "c", "r")]
     if stage == 1:
-        names.append(index_name(spec.gen, "s1"))
+        names += [index_name(spec.gen, "s1"), marks_name(spec.gen, "s1")]
     for name in names:
         try:
             os.unlink(os.path.join(section_path(spec.path, spec.section), name))

@@ -36,8 +36,9 @@ STAGE_BY_URL = {
     STAGE_LINK_FIXUPS: False,
 }
 
-# Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last.
-OP_ADD, OP_ADD_SCORE, OP_IF_NEW, OP_DEL, OP_FETCH, OP_LASTMOD = 1, 2, 3, 4, 5, 6
+# Stage 1 (PagesByURL) opcodes, in priority order (lowest first wins); fetches come last, and
+# generate marks (webdb.core.marks) after everything: a mark applies to the page as the batch leaves it.
+OP_ADD, OP_ADD_SCORE, OP_IF_NEW, OP_DEL, OP_FETCH, OP_LASTMOD, OP_MARK = 1, 2, 3, 4, 5, 6, 7
 # Stage 2 (PagesByMD5) and stage 5 (LinksByMD5 fix-ups), stage 4 link edits.
 OP2_DEL, OP2_ADD = 0, 1
 OP5_DEL, OP5_FLAG = 0, 1
@@ -106,7 +107,7 @@ def pages_by_url_record(url_b: bytes, op: int, prefix: bytes, n: int, value: byt
     )
 
 
-_PAGES_BY_URL_TAG = [b"\x00" + bytes((op,)) for op in range(OP_LASTMOD + 1)]
+_PAGES_BY_URL_TAG = [b"\x00" + bytes((op,)) for op in range(OP_MARK + 1)]
 
 
 def if_new_value(page_value: bytes, link_from: bytes | None = None, link_value: bytes = b"") -> bytes:

@@ -135,7 +135,9 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
     e = {"file": r["file"], "records": r["records"], "bytes": r["bytes"]}
     if r.get("runs"):
         e["runs"] = r["runs"]
-    tables[j][r["table"]] = manifest.with_index(e, r.get("due"))  # stage 1 writes a due index (webdb.core.due)
+    if r["table"] == "pages_by_url":  # stage 1 keeps the due index and the mark table (webdb.core.due, .marks)
+        e = manifest.with_marks(manifest.with_index(e, r.get("due")), r.get("marks"))
+    tables[j][r["table"]] = e
     for st, n in r["status"].items():
         status[j][st] = status[j].get(st, 0) + n
         if not status[j][st]:

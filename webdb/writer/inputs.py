@@ -271,6 +271,9 @@ class CallRecorder:
     def apply_lastmod(self, url: str, lastmod: int, due: int) -> None:
         self._rec("apply_lastmod", url=url, lastmod=lastmod, due=due)
 
+    def mark_generated(self, url: str, mark: str) -> None:
+        self._rec("mark_generated", url=url, mark=mark)
+
     def add_link(self, link: Link) -> None:
         self._rec("add_link", link=_link(link))
 
@@ -315,6 +318,8 @@ def apply_call(log: Any, d: dict) -> None:
         log.apply_fetch(_to_fetch(d["result"]))
     elif c == "apply_lastmod":
         log.apply_lastmod(d["url"], d["lastmod"], d["due"])
+    elif c == "mark_generated":
+        log.mark_generated(d["url"], d["mark"])
     elif c == "add_link":
         log.add_link(_to_link(d["link"]))
     elif c == "delete_links":

@@ -16,6 +16,7 @@ from typing import Any
 from tqdm import tqdm
 
 from webdb.core.manifest import Manifest
+from webdb.core.marks import encode_mark
 from webdb.core.schedule import FetchResult
 from webdb.core.sections import Reservoir, Sections
 from webdb.core.settings import Settings
@@ -171,6 +172,19 @@ class EditLog:
         if self._sample is not None:
             self._sample.add(url_b)
         self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_LASTMOD), encode_lastmod(lastmod, due))
+
+    def mark_generated(self, url: str, mark: str) -> None:
+        """Set the generate mark (``meta["gen"]``) of the stored page ``url`` to ``mark``: what
+        a generate commits for each page it chose (fetchlist.generate).  The mark goes to the
+        section's mark table, not into the page tables (webdb.core.marks; a batch of marks only
+        rewrites no page), and every reader shows it in the page's meta.  For a page read under
+        this writer's lock: ``webdb check`` reports a mark of a URL that holds no page."""
+        self._live()
+        url_b = self._url(url)
+        v = encode_mark(mark)
+        if self._sample is not None:
+            self._sample.add(url_b)
+        self._add1(edits.pages_by_url_edit_key(url_b, edits.OP_MARK), v)
 
     def _check_link(self, link: Link) -> bytes:
         self._live()
