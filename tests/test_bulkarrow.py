@@ -107,9 +107,10 @@ def test_three_loaders_draw_the_same_breakpoints(tmp_path):
 
 @pytest.fixture
 def small_steps(monkeypatch):
-    """Lookups of a few hundred links, batches of a few blocks: every carry-over path runs."""
-    monkeypatch.setattr(bulkarrow, "_LOOKUP_ROWS", 150)
-    monkeypatch.setattr(bulkarrow, "_BATCH", 37)
+    """Runs of a few dozen records, merge windows of a few: many spilled runs, many windows,
+    blocks carried across windows and sections."""
+    monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 37)
+    monkeypatch.setattr(bulkarrow, "_WINDOW_ROWS", 5)
 
 
 @pytest.mark.timeout(600)
@@ -123,7 +124,7 @@ def test_columns_equal_bulk_load(tmp_path, small_steps, k, seed):
 
 
 def test_batches_smaller_than_a_block(tmp_path, monkeypatch):
-    monkeypatch.setattr(bulkarrow, "_BATCH", 1)  # every batch grows until it fills a block
+    monkeypatch.setattr(bulkarrow, "_WINDOW_ROWS", 1)  # every window far smaller than a block
     pages, links = random_calls(random.Random(3), 150)
     a, b = both(tmp_path, 2, pages, links, block_size=512)
     assert_same(a, b)
@@ -247,7 +248,7 @@ def _plain_calls() -> tuple[list[Page], list[Link]]:
 @pytest.mark.parametrize("plain", [True, False])
 def test_cli_import_columnar(tmp_path, capsys, monkeypatch, plain):
     monkeypatch.setattr(bulkarrow, "_READ_BYTES", 1000)  # lines cut across reads
-    monkeypatch.setattr(bulkarrow, "_LOOKUP_ROWS", 100)
+    monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 100)
     pages, links = _plain_calls()
     if not plain:
         links.append(Link(pages[0].md5, pages[1].url, "tab\there"))
@@ -261,7 +262,7 @@ def test_cli_import_columnar(tmp_path, capsys, monkeypatch, plain):
     assert rc == 0, err
     assert raw(b) == raw(a)
     assert b.manifest().bulk.get("columnar", False) == plain
-    assert "webdb import: read_links" in err if plain else "record by record" in err
+    assert "webdb import: sort_links" in err if plain else "record by record" in err
     assert "Traceback" not in err
 
 
@@ -381,9 +382,9 @@ def _numpy_hashes(arr):
 
 @pytest.mark.timeout(600)
 def test_a_bad_link_while_the_page_tables_are_written(tmp_path, monkeypatch):
-    """The page tables are written while the links are read: a link refused in a late chunk
-    stops that writer, and nothing is left (no table file, no tmp)."""
-    monkeypatch.setattr(bulkarrow, "_BATCH", 5)
+    """The page tables are written before the links are read: a link refused in a late chunk
+    aborts them, and nothing is left (no table file, no tmp)."""
+    monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 40)
     pages, links = random_calls(random.Random(5), 600)
     bad = Link(pages[0].md5, "http://a.test/\x7f")
     db = webdb.create(str(tmp_path / "db"), block_size=64)
