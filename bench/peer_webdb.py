@@ -84,13 +84,18 @@ def read_links(links_tsv: str) -> Iterator[Link]:
             yield Link(bytes.fromhex(src), url, anchor)
 
 
-def arrow_pages(pages_tsv: str) -> pa.Table:
-    """pages.tsv as bulkarrow.PAGE_COLUMNS (the same pages as ``read_pages``)."""
+def arrow_pages(pages_tsv: str) -> Iterator[pa.Table]:
+    """pages.tsv as bulkarrow.PAGE_COLUMNS, in chunks (the same pages as ``read_pages``)."""
     cols = ["url", "md5", "status", "next_fetch", "retries", "fetch_interval", "score", "num_outlinks"]
     types = dict(
         zip(cols, [pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.float64(), pa.int64()])
     )
-    t = tsv(pages_tsv, cols, types)
+    for t in tsv(pages_tsv, cols, types, stream=True):
+        yield _arrow_page_chunk(t)
+
+
+def _arrow_page_chunk(t: pa.Table) -> pa.Table:
+    """One parsed chunk of pages.tsv as PAGE_COLUMNS (a blank md5 is the url's md5)."""
     if t.num_rows and pc.max(t["status"]).as_py() > 2:
         raise NotColumnar("a status other than 0, 1, 2")
     url = t["url"].combine_chunks()
@@ -136,7 +141,7 @@ def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     record by record (``webdb.bulk_load``)."""
     if pa is not None:
         try:
-            bulk_load_arrow(db, (arrow_pages(p) for p in [pages_tsv]), arrow_links(links_tsv))
+            bulk_load_arrow(db, arrow_pages(pages_tsv), arrow_links(links_tsv))
             return
         except NotColumnar:
             pass  # the record path accepts the files or names the bad line

@@ -111,6 +111,7 @@ def small_steps(monkeypatch):
     blocks carried across windows and sections."""
     monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 37)
     monkeypatch.setattr(bulkarrow, "_WINDOW_ROWS", 5)
+    monkeypatch.setattr(bulkarrow, "_GATHER_BYTES", 300)
 
 
 @pytest.mark.timeout(600)

@@ -91,6 +91,7 @@ _INT_RANGES = {
     "num_outlinks": (0, 0xFFFFFFFF),
 }
 _READ_BYTES = 32 << 20  # bytes of a streamed TSV parsed at a time (in parallel blocks of 4 MiB)
+_GATHER_BYTES = 16 << 20  # record bytes gathered into blocks at a time
 _SEP = pa.scalar(b"", pa.large_binary())  # binary_join_element_wise: no separator
 try:  # glibc's malloc_trim (_release); absent elsewhere
     _malloc_trim: Any = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
@@ -486,13 +487,28 @@ def _encode(w, parts: list[Part], klen: np.ndarray, bs: int, codec: int, final: 
         return 0
     klen = np.ascontiguousarray(klen, np.int64)
     s = 0
-    for e, raw in zip(ends, gather(parts, klen, np.array(ends, np.int64))):
-        last = len(raw) - 8 * (e - s) - 4 - int(rlen[e - 1])  # where the block's last record starts
-        w.add_raw_block(
-            seal_block(raw, w.codec, w.piece_bytes), raw[: int(klen[s])], raw[last : last + int(klen[e - 1])], e - s
-        )
-        s = e
+    for group in _gather_groups(ends, cum):  # the blocks gathered a few MiB at a time
+        s0 = s
+        raws = gather([_tail(p, s0) for p in parts], klen[s0:], np.array(group, np.int64) - s0)
+        for e, raw in zip(group, raws):
+            last = len(raw) - 8 * (e - s) - 4 - int(rlen[e - 1])  # where the block's last record starts
+            w.add_raw_block(
+                seal_block(raw, w.codec, w.piece_bytes), raw[: int(klen[s])], raw[last : last + int(klen[e - 1])], e - s
+            )
+            s = e
     return ends[-1]
+
+
+def _gather_groups(ends: list[int], cum: np.ndarray) -> list[list[int]]:
+    """The block ends cut into groups of about _GATHER_BYTES of records each."""
+    groups: list[list[int]] = [[]]
+    start = 0
+    for e in ends:
+        groups[-1].append(e)
+        if int(cum[e - 1]) - start >= _GATHER_BYTES:
+            groups.append([])
+            start = int(cum[e - 1])
+    return [g for g in groups if g]
 
 
 # ---- sorted runs on disk and their merge -----------------------------------------------------
@@ -708,8 +724,9 @@ def _join(a: Part, b: Part, na: int, nb: int) -> Part:
 
 _RUN_ROWS: int | None = None  # rows of a sorted run (tests: tiny); else from memory_mb
 _WINDOW_ROWS: int | None = None  # rows a run offers to a merge window (tests: tiny); else from memory_mb
-_PAGE_BYTES = 400  # memory a page of a run takes while it is sorted (its columns, value, order)
-_LINK_BYTES = 96  # memory a link of a run takes (ranks, key, order, domain, anchor and offset)
+_PAGE_BYTES = 400  # memory a page takes in a run being sorted or a merge window (columns, value, order)
+_LINK_BYTES = 160  # memory a link takes in a run being sorted (ranks, keys, order, domain, anchor twice)
+_LINK_WINDOW_BYTES = 128  # memory a link takes in a merge window (keys, order, ranks, anchor twice)
 
 
 class _Load:
@@ -853,7 +870,7 @@ class _Load:
         md5_file = open(self.spill.path("md5"), "wb")
         hash_file, has_out = open(self.spill.path("hash"), "wb"), []
         P = 0
-        for take in _windows(runs, self.window_rows(len(runs), _PAGE_BYTES // 2)):
+        for take in _windows(runs, self.window_rows(len(runs), _PAGE_BYTES)):
             wu, wv = _take_binary(urls, take), _take_binary(vals, take)
             order = pc.sort_indices(wu)  # stable: run order breaks ties (call order)
             su = wu.take(order)
@@ -1058,7 +1075,7 @@ class _Load:
         ancs = [self.spill.binary(f"{prefix}{i}.anc") for i in range(len(flags))]
         runs = [_Run([k]) for k in keys]
         any_dom = any(flags)
-        for take in _windows(runs, self.window_rows(len(runs), 40)):
+        for take in _windows(runs, self.window_rows(len(runs), _LINK_WINDOW_BYTES)):
             key = _take_np(keys, take)
             o = np.argsort(key, kind="stable")
             key = key[o]
@@ -1105,7 +1122,7 @@ class _Load:
             buf.append((m, u, dom, anc))
             rows += len(m)
             n_kept += len(m)
-            if rows >= self.link_run_rows:
+            if rows >= self.link_run_rows // 2:  # a merge window is held meanwhile
                 self.spill_link_run(buf, "ur", self.url_runs, by_md5=False)
                 rows = 0
         if buf:
