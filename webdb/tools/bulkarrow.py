@@ -39,16 +39,32 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from webdb.core.due import index_sections
-from webdb.core.manifest import Manifest
+from webdb.core.manifest import Manifest, build, check_counts
 from webdb.core.sections import Reservoir, Sections, section_path
+from webdb.core.settings import resolve
+from webdb.errors import BadInput
 from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
+from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import LINK_OUT, PAGE
-from webdb.tables.records import Status
-from webdb.tools.bulk import SectionFiles, load_manifest, locked_load
+from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
+from webdb.tables.table import TableWriter
 from webdb.util import faults
 
-__all__ = ["NotColumnar", "bulk_load_arrow", "PAGE_COLUMNS", "LINK_COLUMNS", "md5_array", "tsv", "unhex16"]
+__all__ = [
+    "LINK_COLUMNS",
+    "PAGE_COLUMNS",
+    "NotColumnar",
+    "SectionFiles",
+    "bulk_load_arrow",
+    "bulk_load_records",
+    "load_manifest",
+    "locked_load",
+    "md5_array",
+    "section_writer",
+    "tsv",
+    "unhex16",
+]
 
 # The columns bulk_load_arrow reads (``meta`` and ``domain_id`` may be absent: {} and 0).
 PAGE_COLUMNS = (
@@ -131,6 +147,199 @@ def bulk_load_arrow(
         return _Load(db, base, s, tmp, say).run(given, links)
 
     return locked_load(db_or_path, overrides, load)
+
+
+# ---- the load's frame: an empty db, its lock, the commit -----------------------------------
+
+
+class SectionFiles:
+    """One table's files of a bulk load, one per non-empty section (opened on first use);
+    ``close`` records them in the manifest's per-section ``tables``."""
+
+    def __init__(self, root: str, gen: int, table: str, s: dict, tables: list[dict]):
+        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
+        self.writers: dict[int, TableWriter] = {}
+
+    def writer(self, j: int) -> TableWriter:
+        w = self.writers.get(j)
+        if w is None:
+            w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
+        return w
+
+    def close(self) -> None:
+        for j, w in sorted(self.writers.items()):
+            info = w.close()
+            self.tables[j][self.table] = {
+                "file": os.path.basename(w.path),
+                "records": info["records"],
+                "bytes": info["bytes"],
+            }
+
+    def abort(self) -> None:
+        for w in self.writers.values():
+            w.abort()
+
+
+def section_writer(root: str, gen: int, table: str, s: dict, j: int) -> TableWriter:
+    """The writer of ``table``'s file of section j in generation ``gen`` (stage 0 of the batch)."""
+    path = os.path.join(section_path(root, j), f"{gen:08d}-s0.{TABLE_SUFFIX[table]}")
+    return TableWriter(path, TABLE_KINDS[table], s["block_size"], s["codec"], sync=s["sync"])
+
+
+def _empty(base: Manifest) -> bool:
+    return not any(t.get("records") for sec in base.tables for t in sec.values())
+
+
+def locked_load(db_or_path: Any, overrides: dict, load: Callable[[Any, Manifest, dict, str], Manifest]) -> Manifest:
+    """Run ``load(db, base manifest, settings, tmp dir)`` under the db's lock on an empty db
+    and commit the manifest it returns (bulk_load_arrow's and bulk_load's).
+    Anything raised leaves the db as it was: the new generation's files are removed."""
+    from webdb.core.db import WebDB, open_db
+
+    db = db_or_path if isinstance(db_or_path, WebDB) else open_db(os.fspath(db_or_path))
+    t0 = time.monotonic()
+    s = resolve(db.identity.get("settings"), **overrides)
+    lock = db.lock().acquire()
+    tmp = os.path.join(db.path, TMP_DIR, f"bulk{os.getpid()}")
+    try:
+        db.recover()
+        base = db.manifest()
+        if not _empty(base):
+            raise BadInput(f"{db.path}: import needs an empty db; this one holds pages (generation {base.generation})")
+        manifest = load(db, base, s, tmp)
+        faults.point("bulk.before_commit")
+        db.commit(manifest)
+        db.recover()
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            db.recover()  # the new generation's files, if any: the db stays as it was
+        finally:
+            lock.release()
+        raise
+    lock.release()
+    manifest.seconds = time.monotonic() - t0
+    return manifest
+
+
+def load_manifest(
+    gen: int, base: Manifest, secs: Sections, tables: list[dict], status: list, n_pages: int, n_links: int, bulk: dict
+) -> Manifest:
+    """The manifest of a bulk load's generation (no stages; ``bulk`` says how it was built),
+    its counts checked against the tables written."""
+    m = build(
+        generation=gen,
+        parent=base.generation,
+        batch=f"{gen:08d}-import",
+        sections=secs,
+        tables=tables,
+        status=status,
+        edits={"pages": n_pages, "links": n_links},
+        stages=[],
+        bulk=bulk,
+    )
+    check_counts(m)
+    return m
+
+
+# ---- records: checked one by one, handed to the load as columns -------------------------------
+
+_RECORD_ROWS = 1 << 16  # records turned into one Arrow table at a time
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_STATUS_SET = frozenset(int(s) for s in Status)
+
+
+class _Checked:
+    """A table of records that ``validate_url``/``validate_page``/``validate_link`` passed: the
+    load skips its column checks (they are conservative and could refuse what those accept)."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+
+def bulk_load_records(
+    db_or_path: Any,
+    pages: Iterable[Page],
+    links: Iterable[Link],
+    progress: Callable[[str], None] | None,
+    overrides: dict,
+) -> Manifest:
+    """``webdb.bulk_load``: each record checked as the writer checks it (BadInput naming the
+    first bad one; nothing is committed), turned into columns a table at a time and loaded as
+    ``bulk_load_arrow`` loads columns."""
+    say = progress or (lambda _msg: None)
+
+    def load(db, base: Manifest, s: dict, tmp: str) -> Manifest:
+        max_url = int(s["max_url_bytes"])
+        job = _Load(db, base, s, tmp, say)
+        job.input = "records"
+        return job.run(_page_tables(pages, max_url), _link_tables(links, max_url))
+
+    return locked_load(db_or_path, overrides, load)
+
+
+def _page_tables(pages: Iterable[Page], max_url: int):
+    """The pages as _Checked tables of url (string) and value (Page.encode_value)."""
+    urls: list[str] = []
+    values: list[bytes] = []
+    for page in pages:
+        if not isinstance(page, Page):
+            raise BadInput(f"expected a webdb.Page, got {type(page).__name__}")
+        validate_url(page.url, max_url)
+        validate_page(page)
+        if page.status not in _STATUS_SET:
+            raise BadInput(f"page {page.url!r:.200} has unknown status {page.status!r}")
+        urls.append(page.url)
+        values.append(page.encode_value())
+        if len(urls) >= _RECORD_ROWS:
+            yield _Checked(pa.table({"url": pa.array(urls, pa.string()), "value": pa.array(values, pa.large_binary())}))
+            urls, values = [], []
+    if urls:
+        yield _Checked(pa.table({"url": pa.array(urls, pa.string()), "value": pa.array(values, pa.large_binary())}))
+
+
+def _link_tables(links: Iterable[Link], max_url: int):
+    """The links as _Checked tables of LINK_COLUMNS."""
+    cols: tuple[list, list, list, list] = ([], [], [], [])
+    for link in links:
+        if not isinstance(link, Link):
+            raise BadInput(f"expected a webdb.Link, got {type(link).__name__}")
+        validate_url(link.url, max_url)
+        f, d, a = link.from_id, link.domain_id, link.anchor
+        # The common case checked inline; anything else gets validate_link's message.
+        if (
+            type(f) is not bytes
+            or len(f) != 16
+            or type(d) is not int
+            or not _I64_MIN <= d <= _I64_MAX
+            or type(a) is not str
+            or type(link.target_has_outlink) is not bool
+            or not a.isascii()  # a lone surrogate: validate_link names the link
+        ):
+            validate_link(link)
+        for c, v in zip(cols, (f, link.url, a, d)):
+            c.append(v)
+        if len(cols[0]) >= _RECORD_ROWS:
+            yield _link_table(cols)
+            cols = ([], [], [], [])
+    if cols[0]:
+        yield _link_table(cols)
+
+
+def _link_table(cols: tuple[list, list, list, list]) -> _Checked:
+    f, u, a, d = cols
+    return _Checked(
+        pa.table(
+            {
+                "from_id": pa.array(f, pa.binary(16)),
+                "url": pa.array(u, pa.string()),
+                "anchor": pa.array(a, pa.string()),
+                "domain_id": pa.array(d, pa.int64()),
+            }
+        )
+    )
 
 
 # ---- checks ---------------------------------------------------------------------------------
@@ -764,6 +973,7 @@ class _Load:
         self.status: list[dict] = [{} for _ in range(self.k)]
         self.outs: dict[str, _Out] = {}
         self.n_pages = self.n_links = 0
+        self.input = "columns"  # or "records": bulk_load_records, checked record by record first
 
     def lap(self, name: str, msg: str) -> None:
         t = time.monotonic()
@@ -801,7 +1011,7 @@ class _Load:
 
     # ---- 1. pages sorted by url, in runs ----
 
-    def sort_pages(self, pages: Iterable[pa.Table]) -> None:
+    def sort_pages(self, pages: Iterable) -> None:
         """Check the pages and spill them as runs sorted by url (stable: of equal urls the
         first call first, then only it kept).  Draws the writer's breakpoint sample."""
         sample = None if self.secs.ready else Reservoir(int(self.s["breakpoint_sample"]))
@@ -809,16 +1019,18 @@ class _Load:
         self.page_runs = 0
         held: list[pa.Table] = []
         rows = 0
+        checked = False
 
         def spill_held() -> None:
             t = pa.concat_tables(held) if len(held) > 1 else held[0]
             held.clear()
             for a in range(0, t.num_rows, self.page_run_rows):
-                self.spill_page_run(t.slice(a, self.page_run_rows), sample, drawn)
+                self.spill_page_run(t.slice(a, self.page_run_rows), checked, sample, drawn)
 
         for t in [pages] if isinstance(pages, pa.Table) else pages:
-            held.append(t)
-            rows += t.num_rows
+            checked = isinstance(t, _Checked)
+            held.append(t.table if checked else t)
+            rows += held[-1].num_rows
             if rows >= self.page_run_rows:
                 spill_held()
                 rows = 0
@@ -829,9 +1041,14 @@ class _Load:
         _release()
         self.lap("sort_pages", f"{self.n_pages} page rows in {self.page_runs} runs")
 
-    def spill_page_run(self, pages: pa.Table, sample: Reservoir | None, drawn: dict) -> None:
-        """One run: the chunk's checked pages, sorted by url, the first of equal urls kept."""
-        urls, values = _page_columns(pages, self.max_url, f"pages {self.n_pages + 1}..{self.n_pages + pages.num_rows}")
+    def spill_page_run(self, pages: pa.Table, checked: bool, sample: Reservoir | None, drawn: dict) -> None:
+        """One run: the chunk's pages checked (unless ``checked``: url and value columns of
+        pages checked record by record), sorted by url, the first of equal urls kept."""
+        if checked:
+            urls, values = (pages.column(c).combine_chunks() for c in ("url", "value"))
+        else:
+            what = f"pages {self.n_pages + 1}..{self.n_pages + pages.num_rows}"
+            urls, values = _page_columns(pages, self.max_url, what)
         n = len(urls)
         if sample is not None and n:
             for p in range(self.n_pages, self.n_pages + n):
@@ -985,11 +1202,14 @@ class _Load:
         buf: list[tuple] = []
         rows = 0
         for t in links:
+            checked = isinstance(t, _Checked)
+            t = t.table if checked else t
             if isinstance(t, pa.RecordBatch):
                 t = pa.Table.from_batches([t])
             what = f"links {self.n_links + 1}..{self.n_links + t.num_rows}"
             lurl = _column(t, "url", pa.string(), what)
-            _check_urls(lurl, self.max_url, what)
+            if not checked:
+                _check_urls(lurl, self.max_url, what)
             fid = _column(t, "from_id", pa.binary(16), what)
             anc = _column(t, "anchor", pa.string(), what)
             dom = _column(t, "domain_id", pa.int64(), what) if "domain_id" in t.column_names else None
@@ -1169,7 +1389,7 @@ class _Load:
             self.status,
             self.n_pages,
             self.n_links,
-            {"seconds": self.phases, "columnar": True},
+            {"seconds": self.phases, "input": self.input},
         )
         shutil.rmtree(self.tmp, ignore_errors=True)
         return m
