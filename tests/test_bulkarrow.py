@@ -149,6 +149,12 @@ def small_steps(monkeypatch):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_columns_equal_the_writer(tmp_path, small_steps, k, seed):
     pages, links = random_calls(random.Random(seed * 10 + k), 400)
+    said: list[str] = []
+    bulk_load_arrow(
+        webdb.create(str(tmp_path / "said"), sections=k), page_table(pages), link_tables(links), progress=said.append
+    )
+    runs = [int(m.split(" in ")[1].split()[0]) for m in said if " runs " in m]
+    assert len(runs) == 2 and min(runs) >= 8, said  # pages and links: many spilled runs
     a, b = both(tmp_path, k, pages, links, block_size=256)
     assert_same(a, b)
     assert raw(b)["links_by_url"] and raw(b)["pages_by_md5"]
@@ -327,6 +333,34 @@ def test_unhex16_and_tsv_refuse_what_they_cannot_parse(tmp_path):
     assert rows[1] == {"x": "", "y": ""} and len(rows) == 3
     with pytest.raises(NotColumnar):
         bulkarrow.unhex16(pa.array(["00" * 16, ""]))
+
+
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), unique=True).map(sorted), max_size=6),
+    st.integers(1, 5),
+)
+@settings(max_examples=150, deadline=None)
+def test_windows_merge_runs_in_order(runs: list[list[tuple[int, int]]], rows: int) -> None:
+    """The windows of a k-way merge (numeric runs of two key columns, url runs): every run
+    taken whole and in order, every key of a window below every key of the later ones, equal
+    keys of different runs in one window; each window takes at least one row."""
+    import numpy as np
+
+    numeric = [
+        bulkarrow._Run([np.array([a for a, _ in r], np.uint64), np.array([b for _, b in r], np.uint64)]) for r in runs
+    ]
+    urls = [bulkarrow._UrlRun(pa.array([f"http://{a}/{b}".encode() for a, b in r], pa.binary())) for r in runs]
+    for kind in (numeric, urls):
+        windows = []
+        pos = [0] * len(runs)
+        for take in bulkarrow._windows(kind, rows):
+            assert [lo for lo, _ in take] == pos and sum(hi - lo for lo, hi in take) > 0
+            pos = [hi for _, hi in take]
+            windows.append(sorted(k for r, (lo, hi) in zip(runs, take) for k in r[lo:hi]))
+        assert pos == [len(r) for r in runs]
+        assert [k for w in windows for k in w] == sorted(k for r in runs for k in r)
+        for a, b in zip(windows, windows[1:]):
+            assert a[-1] < b[0]
 
 
 @given(st.lists(st.integers(0, 40), max_size=300), st.sampled_from([41, 1 << 40, 1 << 62]))
