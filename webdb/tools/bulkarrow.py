@@ -948,10 +948,10 @@ class _Load:
     3. ``pages_by_md5``: the md5s sorted (runs of (md5, rank)) into PagesByMD5 and the set of
        md5s the pages carry;
     4. ``sort_links``: link chunks checked, their from_id and url turned into ranks (the rest
-       dropped), sorted by (md5 rank, url rank), the last call of a key kept, spilled;
-    5. ``links_by_md5``: the link runs merged into LinksByMD5 and re-sorted by (url rank, md5
-       rank) into new runs;
-    6. ``links_by_url``: those merged into LinksByURL;
+       dropped), each run sorted twice, by (md5 rank, url rank) and by (url rank, md5 rank),
+       the last call of a key kept, spilled;
+    5. ``link_tables``: the two sets of runs merged at once, in two threads, into LinksByMD5
+       (``links_by_md5``) and LinksByURL (``links_by_url``);
     then the due index and the manifest (``finish``).
     """
 
@@ -999,10 +999,9 @@ class _Load:
             faults.point("bulk.after_pages_by_md5")
             self.sort_links(links)
             faults.point("bulk.after_read")
-            self.links_by_md5()
-            faults.point("bulk.after_links_by_md5")
-            self.links_by_url()
+            self.link_tables()
             faults.point("bulk.after_links_by_url")
+            faults.point("bulk.after_links_by_md5")
         except BaseException:
             for out in self.outs.values():
                 out.abort()
@@ -1157,7 +1156,7 @@ class _Load:
         val_part = _var(self.spill.binary("val"))
         sets = {c: open(self.spill.path(f"set.{c}"), "wb") for c in ("hi", "lo", "rows")}
         prev = None
-        for take in _windows(runs, self.window_rows(len(runs), 48)):
+        for take in _windows(runs, self.window_rows(len(runs), 128)):
             hi, lo, rank = (_take_np([r.cols[c] for r in runs], take) for c in range(3))
             o = np.lexsort((rank, lo, hi))
             hi, lo, rank = hi[o], lo[o], rank[o]
@@ -1227,10 +1226,10 @@ class _Load:
             buf.append((m, u, None if d is None or not d.any() else d, anc.cast(pa.large_binary())))
             rows += len(u)
             if rows >= self.link_run_rows:
-                self.spill_link_run(buf, "lr", self.link_runs, by_md5=True)
+                self.spill_link_run(buf)
                 rows = 0
         if buf:
-            self.spill_link_run(buf, "lr", self.link_runs, by_md5=True)
+            self.spill_link_run(buf)
         del index
         _release()
         self.lap("sort_links", f"{self.n_links} link rows in {len(self.link_runs)} runs")
@@ -1260,10 +1259,10 @@ class _Load:
         r = np.where((self.set_hi[pos] == h) & (self.set_lo[pos] == lw), pos, -1).astype(np.int32)
         return np.repeat(r, np.diff(np.append(heads, len(head))))
 
-    def spill_link_run(self, buf: list[tuple], prefix: str, names: list[int], by_md5: bool) -> None:
-        """One run of links (m, u, dom, anchor chunks, in call order), sorted by (m, u) with
-        the last call of each key kept (``by_md5``), else by (u, m) (keys unique); written as
-        the key (uint64), the domains (if any is not 0) and the anchors."""
+    def spill_link_run(self, buf: list[tuple]) -> None:
+        """One run of links (m, u, dom, anchor chunks, in call order), spilled twice: sorted by
+        (m, u) and by (u, m), the last call of each key kept; each as the key (uint64), the
+        domains (if any is not 0) and the anchors."""
         m = np.concatenate([b[0] for b in buf]).astype(np.uint64)
         u = np.concatenate([b[1] for b in buf]).astype(np.uint64)
         dom = None
@@ -1272,34 +1271,32 @@ class _Load:
         anc = pa.concat_arrays([b[3] for b in buf]) if len(buf) > 1 else buf[0][3]
         buf.clear()
         P, M = np.uint64(max(self.P, 1)), np.uint64(max(self.M, 1))
-        if by_md5:
-            key = m * P + u
+        i = len(self.link_runs)
+        for prefix, hi, lo, base in (("lr", m, u, P), ("ur", u, m, M)):
+            key = hi * base + lo
             o = _last_of_runs(key.view(np.int64), int(M) * int(P))  # key consumed
-            key = m[o] * P + u[o]
-        else:
-            key = u * M + m
-            o = _stable_argsort(key, int(M) * int(P))
-            key = key[o]
-        i = len(names)
-        self.spill.write(f"{prefix}{i}.key", key)
-        if dom is not None:
-            self.spill.write(f"{prefix}{i}.dom", dom[o])
-        self.spill.write_binary(f"{prefix}{i}.anc", anc.take(pa.array(o)))
-        names.append(dom is not None)
+            key = hi[o] * base + lo[o]
+            self.spill.write(f"{prefix}{i}.key", key)
+            if dom is not None:
+                self.spill.write(f"{prefix}{i}.dom", dom[o])
+            self.spill.write_binary(f"{prefix}{i}.anc", anc.take(pa.array(o)))
+            del key, o
+        self.link_runs.append(dom is not None)
 
-    def merged_links(self, prefix: str, flags: list[bool], last_wins: bool):
+    def merged_links(self, prefix: str, flags: list[bool]):
         """The link runs merged: yields (keys, domains or None, anchors) a window at a time,
-        in key order; of equal keys (``last_wins``) the one of the latest run."""
+        in key order; of equal keys the one of the latest run (the last call wins)."""
         keys = [self.spill.array(f"{prefix}{i}.key", np.uint64) for i in range(len(flags))]
         doms = [self.spill.array(f"{prefix}{i}.dom", np.int64) if f else None for i, f in enumerate(flags)]
         ancs = [self.spill.binary(f"{prefix}{i}.anc") for i in range(len(flags))]
         runs = [_Run([k]) for k in keys]
         any_dom = any(flags)
-        for take in _windows(runs, self.window_rows(len(runs), _LINK_WINDOW_BYTES)):
+        # Two merges run at once (link_tables): each gets half the windows' share.
+        for take in _windows(runs, self.window_rows(2 * len(runs), _LINK_WINDOW_BYTES)):
             key = _take_np(keys, take)
             o = np.argsort(key, kind="stable")
             key = key[o]
-            if last_wins and len(key) > 1:
+            if len(key) > 1:
                 last = np.ones(len(key), bool)
                 last[:-1] = key[1:] != key[:-1]
                 o, key = o[last], key[last]
@@ -1320,39 +1317,35 @@ class _Load:
         d = zero if dom is None else _fixed(dom.astype("<i8", copy=False).view(np.uint8).reshape(-1, 8))
         return [d, _fixed(self.has_out, u), _var(anc)]
 
-    # ---- 5. LinksByMD5 ----
+    # ---- 5. LinksByMD5 and LinksByURL, at once ----
+
+    def link_tables(self) -> None:
+        """LinksByMD5 and LinksByURL, each from its own runs, in two threads (the merges'
+        numpy and Arrow kernels, the gathers, lz4 and crc32 release the GIL)."""
+        seconds: dict[str, float] = {}
+        with ThreadPoolExecutor(2) as ex:
+            jobs = [ex.submit(_timed, f, seconds) for f in (self.links_by_md5, self.links_by_url)]
+            for f in jobs:
+                f.result()
+        _release()
+        self.lap("link_tables", ", ".join(f"{k} {v} s" for k, v in seconds.items()))
+        self.phases.update(seconds)
 
     def links_by_md5(self) -> None:
-        """Merge the link runs into LinksByMD5 (md5, url -> domain, flags, anchor); the merged
-        links go into new runs sorted by (url rank, md5 rank) for LinksByURL."""
-        P, M = np.uint64(max(self.P, 1)), np.uint64(max(self.M, 1))
+        """Merge the (md5 rank, url rank) runs into LinksByMD5 (md5, url -> domain, flags,
+        anchor)."""
+        P = np.uint64(max(self.P, 1))
         sink = _Sink(self.outs["links_by_md5"])
         url_part = _var(self.url_sorted)
         md5_part = _fixed(self.md5_rows)
-        self.url_runs: list[bool] = []
-        buf: list[tuple] = []
-        rows = n_kept = 0
-        for key, dom, anc in self.merged_links("lr", self.link_runs, last_wins=True):
+        for key, dom, anc in self.merged_links("lr", self.link_runs):
             m, u = (key // P).astype(np.int64), (key % P).astype(np.int64)
             ulen = self.url_offs[u + 1] - self.url_offs[u]
             js = np.searchsorted(self.md5_cuts, m, "right")
             for j, a, b in _sections_of(js):
                 value = self.link_value(u[a:b], None if dom is None else dom[a:b], anc.slice(a, b - a))
                 sink.add(j, [_at(md5_part, m[a:b]), _at(url_part, u[a:b]), *value], 16 + ulen[a:b])
-            buf.append((m, u, dom, anc))
-            rows += len(m)
-            n_kept += len(m)
-            if rows >= self.link_run_rows // 2:  # a merge window is held meanwhile
-                self.spill_link_run(buf, "ur", self.url_runs, by_md5=False)
-                rows = 0
-        if buf:
-            self.spill_link_run(buf, "ur", self.url_runs, by_md5=False)
         sink.close()
-        del M
-        _release()
-        self.lap("links_by_md5", f"{n_kept} links kept")
-
-    # ---- 6. LinksByURL ----
 
     def links_by_url(self) -> None:
         """Merge the (url rank, md5 rank) runs into LinksByURL (url, \\0, md5 -> domain, flags,
@@ -1362,7 +1355,7 @@ class _Load:
         url_part = _var(self.url_sorted)
         md5_part = _fixed(self.md5_rows)
         cuts = np.array(self.url_cuts, np.int64)
-        for key, dom, anc in self.merged_links("ur", self.url_runs, last_wins=False):
+        for key, dom, anc in self.merged_links("ur", self.link_runs):
             u, m = (key // M).astype(np.int64), (key % M).astype(np.int64)
             ulen = self.url_offs[u + 1] - self.url_offs[u]
             js = np.searchsorted(cuts, u, "right")
@@ -1372,8 +1365,6 @@ class _Load:
                 value = self.link_value(u[a:b], None if dom is None else dom[a:b], anc.slice(a, b - a))
                 sink.add(j, parts + value, ulen[a:b] + 17)
         sink.close()
-        _release()
-        self.lap("links_by_url", "written")
 
     def finish(self) -> Manifest:
         """The due index of the sections, the manifest; the spilled files removed."""
@@ -1398,6 +1389,13 @@ class _Load:
 _MD5_RUN = (("hi", np.uint64), ("lo", np.uint64), ("rank", np.int64))
 _ZERO8 = np.zeros((1, 8), np.uint8)  # a domain_id of 0
 _ZERO1 = np.zeros((1, 1), np.uint8)  # the \0 between a link's url and md5
+
+
+def _timed(f: Callable[[], None], seconds: dict) -> None:
+    """Run ``f``, its seconds into ``seconds`` under its name."""
+    t = time.monotonic()
+    f()
+    seconds[f.__name__] = round(time.monotonic() - t, 3)
 
 
 def _at(part: Part, idx: np.ndarray) -> Part:
