@@ -1,24 +1,25 @@
-"""The bulk load from columns: ``bulk_load``'s tables built a block at a time (docs/api.md).
+"""The bulk load: the four tables of an empty db built by external sorts of columns (docs/api.md).
 
-``bulk_load_arrow(db, pages, links)`` commits exactly the generation ``bulk_load`` commits for
-the same pages and links (the first page for a url wins, the last link for a (from_id, url)
-key wins, links from an md5 no page carries and links to a url with no page are dropped,
-``target_has_outlink`` is recomputed, anchors are cut to ``anchor_max``), but never makes a
-Python object per record: pages and links arrive as Arrow columns, every join is a hash
-lookup (``index_in``) that turns a link's url and from_id into the rank of its page in url
-order and of its md5 in md5 order, both link tables are sorts of those integer ranks (numpy),
-and blocks are cut and encoded from the records' fields (``_blockc.gather_blocks`` copies
-them without the GIL; ``pyarrow.compute`` joins them without the compiled codec), the same
-bytes ``TableWriter`` writes record by record.  The page tables are written by a thread while
-the links are read, the two link tables by two threads (copies, compression and checksums
-release the GIL).
+One loader for both inputs: ``bulk_load_arrow(db, pages, links)`` takes Arrow columns,
+``bulk_load_records`` (``webdb.bulk_load``) takes Page and Link objects, checks each as the writer
+checks it and turns them into columns.  Either commits exactly the generation of one writer batch
+of the same calls (the first page for a url wins, the last link for a (from_id, url) key wins,
+links from an md5 no page carries and links to a url with no page are dropped,
+``target_has_outlink`` is recomputed, anchors are cut to ``anchor_max``), in the files
+``TableWriter`` writes from those records, byte for byte, and never makes a Python object per
+record: pages are sorted by url and by md5, links become the integer ranks of their target's
+page and of their from_id's md5 (a hash index of the urls, a binary search of the md5s) and
+are sorted by those ranks; every sort runs in runs that fit ``memory_mb``, spilled under the
+db's ``tmp/`` and merged a window at a time (``_windows``); blocks are cut and encoded from the
+records' fields (``_blockc.gather_blocks`` copies them without the GIL; ``pyarrow.compute``
+joins them without the compiled codec).  The phases are ``_Load``'s methods.
 
-Input it cannot vouch for with vectorized checks (a url with a space, a NaN score, ...)
-raises ``NotColumnar`` before anything is written; the caller then loads the same input
-with ``bulk_load``, which accepts it or names the bad record.
+Columns its vectorized checks cannot vouch for (a url with a space, a NaN score, ...) raise
+``NotColumnar`` before any table is written (a bad link: before the link tables, the page tables
+then removed); ``webdb import`` then reads the file as records, which names the bad one.
 
-Memory: the pages (about 3 times their encoded size) and about 40 bytes a link (two int32
-ranks, the anchor's offset, the sort's arrays); the anchors wait in a file under the db's
+Memory: the runs and windows within ``memory_mb``, plus about 21 bytes a page (the url hash
+index, whether a page has outlinks); everything else per page is a memory-mapped file under
 ``tmp/`` (the page cache, not this process).  Design and reasons: docs/design.md §4.2.
 """
 
@@ -133,12 +134,13 @@ def bulk_load_arrow(
 
     ``pages`` has PAGE_COLUMNS (url: string, md5: fixed_size_binary(16), integers, scores:
     float64, meta: the JSON bytes ``Page.encode_value`` appends, or absent), or yields tables
-    of them (the load then holds them only while it encodes the pages); ``links`` yields
+    of them (the load then holds a run of them at a time); ``links`` yields
     tables with LINK_COLUMNS (from_id: fixed_size_binary(16), url and anchor: string,
     domain_id: int64 or absent), in call order.  Equal to ``bulk_load`` of the same pages and
-    links (module doc).  Raises NotColumnar before writing anything for input its vectorized
-    checks do not vouch for, BadInput for a db holding pages.  ``progress`` gets one line per
-    phase.  Cost: O((P + L) log L) in C; memory about 40 bytes a link (module doc).
+    links (module doc).  Raises NotColumnar for input its vectorized checks do not vouch for
+    (nothing committed), BadInput for a db holding pages.  ``progress`` gets one line per
+    phase.  Cost: O((P + L) log L) in numpy, Arrow and C; memory within ``memory_mb`` plus
+    about 21 bytes a page (module doc).
     """
     say = progress or (lambda _msg: None)
     given = [pages] if isinstance(pages, pa.Table) else pages
