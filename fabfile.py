@@ -1,7 +1,7 @@
 """Fabric tasks for a webdb rack (docs/operations.md, *Running a rack*).
 
     fab deploy --ini hosts.ini [--base-python python3] [--wheelhouse DIR] [--deps] [--db crawl]
-               [--extras bulk,dask,export] [--require-compiled]
+               [--extras dask] [--require-compiled]
     fab check  --ini hosts.ini [--max-skew 2] [--min-free-mb 100] [--db crawl] [--require-compiled]
 
 ``deploy`` builds each host's virtualenv from the host's own python, installs the dependencies
@@ -35,7 +35,7 @@ def _hosts(spec: str) -> list[str] | None:
         "deps": "also upgrade installed dependencies to the newest the index or wheelhouse offers",
         "db": "db name whose directories to create (default: [ndfs] db)",
         "only": "comma-separated hosts",
-        "extras": "comma-separated extras to install and prove too: bulk (pyarrow, numpy), dask, export",
+        "extras": "comma-separated extras to install and prove too: dask (pyarrow and numpy come with every install)",
         "require-compiled": "fail a host that cannot build the compiled block codec (default: warn)",
     }
 )

@@ -53,6 +53,10 @@ setup(
         "publicsuffixlist>=1.0",
         # fetched content as WARC/1.1 (fetchlist.warc)
         "warcio>=1.7.4",
+        # The bulk load (webdb.tools.bulkarrow: Arrow columns, numpy sorts) and `webdb export
+        # --format parquet`; wheels exist for every platform webdb runs on (docs/design.md §7).
+        "pyarrow>=14",
+        "numpy>=1.24",
     ],
     extras_require={
         "test": [
@@ -80,10 +84,10 @@ setup(
         "serve": ["jinja2>=3.1"],
         # `webdb update --dask tcp://SCHEDULER:8786`: run updates on an existing Dask cluster.
         "dask": ["distributed>=2024.1"],
-        # `webdb export --format parquet`.
-        "export": ["pyarrow>=14"],
-        # The columnar bulk load (webdb.tools.bulkarrow; `webdb import` without it loads record by record).
-        "bulk": ["pyarrow>=14", "numpy>=1.24"],
+        # `pip install webdb[bulk]` and `webdb[export]` keep working: what they added (pyarrow,
+        # numpy) is in install_requires.
+        "export": [],
+        "bulk": [],
         # bench/run.py: the peers (RocksDB, DuckDB; SQLite and GNU sort come with the system), the
         # driver's memory sampling, the columnar load webdb runs there and the steady-state plot;
         # bench/bench_fetch_peers.py: Scrapy, the fetch benchmark's peer (bench/scrapy_peer.py).

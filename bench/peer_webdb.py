@@ -5,9 +5,9 @@
         --opt sections=2,sync=1
 
 Load (the default, ``load=bulk``): ``bulk_load_tsv``, the bulk load from Arrow columns
-(``webdb.tools.bulkarrow``: pyarrow reads the TSVs, numpy sorts integer ranks, blocks are encoded a
-block at a time; record by record through ``webdb.bulk_load`` without pyarrow or for input its
-checks refuse), the same db byte for byte as ``load=writer``: one writer batch
+(``webdb.tools.bulkarrow``: pyarrow reads the TSVs a chunk at a time, external sorts within
+``memory_mb``, blocks encoded a window at a time; the records of ``webdb.bulk_load`` for input its
+column checks refuse), the same records as ``load=writer``: one writer batch
 (add_page_with_score for every page, add_links for each source's links).
 Round: `webdb update DB round.tsv --input roundtsv:apply_round_tsv` (bench/roundtsv.py) as a library
 call: k local section writers (the embedded default of the update tool), section j applying
@@ -25,20 +25,15 @@ import os
 from collections.abc import Iterator
 from operator import methodcaller
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from roundtsv import INPUT, apply_round_tsv
 
 import webdb
 from webdb import Link, Page, Status
+from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
 from webdb.writer.rack import Rack, update
-
-try:  # the columnar bulk load (the extra webdb[bulk])
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
-except ImportError:
-    pa = None
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
@@ -84,13 +79,18 @@ def read_links(links_tsv: str) -> Iterator[Link]:
             yield Link(bytes.fromhex(src), url, anchor)
 
 
-def arrow_pages(pages_tsv: str) -> pa.Table:
-    """pages.tsv as bulkarrow.PAGE_COLUMNS (the same pages as ``read_pages``)."""
+def arrow_pages(pages_tsv: str) -> Iterator[pa.Table]:
+    """pages.tsv as bulkarrow.PAGE_COLUMNS, in chunks (the same pages as ``read_pages``)."""
     cols = ["url", "md5", "status", "next_fetch", "retries", "fetch_interval", "score", "num_outlinks"]
     types = dict(
         zip(cols, [pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.float64(), pa.int64()])
     )
-    t = tsv(pages_tsv, cols, types)
+    for t in tsv(pages_tsv, cols, types, stream=True):
+        yield _arrow_page_chunk(t)
+
+
+def _arrow_page_chunk(t: pa.Table) -> pa.Table:
+    """One parsed chunk of pages.tsv as PAGE_COLUMNS (a blank md5 is the url's md5)."""
     if t.num_rows and pc.max(t["status"]).as_py() > 2:
         raise NotColumnar("a status other than 0, 1, 2")
     url = t["url"].combine_chunks()
@@ -132,15 +132,12 @@ def arrow_links(links_tsv: str) -> Iterator[pa.Table]:
 
 def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     """The initial db by a bulk load: equal to the writer batch of ``load_tsv``.  From Arrow
-    columns (webdb.tools.bulkarrow) when pyarrow is installed and the files pass its checks, else
-    record by record (``webdb.bulk_load``)."""
-    if pa is not None:
-        try:
-            bulk_load_arrow(db, (arrow_pages(p) for p in [pages_tsv]), arrow_links(links_tsv))
-            return
-        except NotColumnar:
-            pass  # the record path accepts the files or names the bad line
-    webdb.bulk_load(db, read_pages(pages_tsv), read_links(links_tsv))
+    columns when the files pass the column checks, else from records (``webdb.bulk_load``, which
+    names a bad line); one loader either way (webdb.tools.bulkarrow)."""
+    try:
+        bulk_load_arrow(db, arrow_pages(pages_tsv), arrow_links(links_tsv))
+    except NotColumnar:
+        webdb.bulk_load(db, read_pages(pages_tsv), read_links(links_tsv))
 
 
 def load_tsv(db, pages_tsv: str, links_tsv: str) -> None:

@@ -1,7 +1,8 @@
-"""The columnar bulk load (webdb.tools.bulkarrow): the same table files, byte for byte, as
-``webdb.bulk_load`` (itself compared with the writer in test_import.py) for the same calls;
-input its checks do not vouch for is refused before anything is written; a kill at any point
-leaves the empty db; ``webdb import`` takes the columnar path for plain TSV dumps."""
+"""The bulk load (webdb.tools.bulkarrow), from columns and from records: the records of the
+writer batch of the same calls, in the files TableWriter writes from them, byte for byte, with
+budgets small enough that every sort spills many runs and merges them in many windows; input its
+column checks do not vouch for is refused before anything is written; a kill at any point leaves
+the empty db; ``webdb import`` takes the columns of plain TSV dumps."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from test_import import KILL_POINTS, TABLES, _cli, _link, _page, by_writer, kill
 
 import webdb
 from webdb import Link, Page
+from webdb.core.sections import section_path
+from webdb.core.settings import Settings
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
 from webdb.tools import bulkarrow  # noqa: E402
-from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow  # noqa: E402
+from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow, section_writer  # noqa: E402
 
 SUFFIXES = (".pbu", ".lbu", ".pbm", ".lbm")
 
@@ -70,22 +73,49 @@ def files(db) -> dict[str, bytes]:
     return out
 
 
+def reference_files(w, root) -> dict[str, bytes]:
+    """The writer batch's records of each table and section written record by record by
+    TableWriter, named as a bulk load names its files: what a bulk load must write, byte for
+    byte."""
+    s = Settings.from_json(w.identity.get("settings") or {})
+    out = {}
+    with w.reader() as r:
+        for t in TABLES:
+            for j, tab in enumerate(r.tables[t]):
+                items = [] if tab is None else list(tab.items())
+                if not items:
+                    continue
+                os.makedirs(section_path(str(root), j), exist_ok=True)
+                tw = section_writer(str(root), 1, t, s, j)
+                tw.add_many([k for k, _ in items], [v for _, v in items])
+                tw.close()
+                with open(tw.path, "rb") as fh:
+                    out[os.path.relpath(tw.path, root)] = fh.read()
+    return out
+
+
 def both(base, k: int, pages, links, **s) -> tuple[webdb.WebDB, webdb.WebDB]:
-    a = webdb.create(str(base / "rec"), sections=k, **s)
-    webdb.bulk_load(a, iter(pages), iter(links))
+    """The writer batch of the calls (the definition) and the load of their columns; the load
+    of the records (``webdb.bulk_load``) checked to write the same files as the columns."""
+    w = by_writer(base / "writer", k, pages, links, **s)
     b = webdb.create(str(base / "col"), sections=k, **s)
     m = bulk_load_arrow(b, page_table(pages), link_tables(links))
-    assert m.bulk["columnar"]
-    return a, b
+    assert m.bulk["input"] == "columns"
+    c = webdb.create(str(base / "rec"), sections=k, **s)
+    assert webdb.bulk_load(c, iter(pages), iter(links)).bulk["input"] == "records"
+    assert files(c) == files(b)
+    assert c.manifest().tables == b.manifest().tables and c.manifest().edits == b.manifest().edits
+    return w, b
 
 
-def assert_same(a, b) -> None:
-    assert raw(a) == raw(b)
-    fa, fb = files(a), files(b)
-    assert fa.keys() == fb.keys() and fa == fb  # every table file byte for byte
-    ma, mb = a.manifest(), b.manifest()
-    for key in ("sections", "tables", "status", "edits"):
-        assert getattr(ma, key) == getattr(mb, key), key
+def assert_same(w, b) -> None:
+    """``b`` holds the records of the writer batch ``w``, in the files TableWriter would write."""
+    assert raw(w) == raw(b)
+    fb, fr = files(b), reference_files(w, b.path + "-reference")
+    assert fb.keys() == fr.keys() and fb == fr  # every table file byte for byte
+    mw, mb = w.manifest(), b.manifest()
+    for key in ("sections", "status"):
+        assert getattr(mw, key) == getattr(mb, key), key
     with b.reader() as r:
         r.check()
 
@@ -107,23 +137,31 @@ def test_three_loaders_draw_the_same_breakpoints(tmp_path):
 
 @pytest.fixture
 def small_steps(monkeypatch):
-    """Lookups of a few hundred links, batches of a few blocks: every carry-over path runs."""
-    monkeypatch.setattr(bulkarrow, "_LOOKUP_ROWS", 150)
-    monkeypatch.setattr(bulkarrow, "_BATCH", 37)
+    """Runs of a few dozen records, merge windows of a few: many spilled runs, many windows,
+    blocks carried across windows and sections."""
+    monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 37)
+    monkeypatch.setattr(bulkarrow, "_WINDOW_ROWS", 5)
+    monkeypatch.setattr(bulkarrow, "_GATHER_BYTES", 300)
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("k", [1, 2, 3])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_columns_equal_bulk_load(tmp_path, small_steps, k, seed):
+def test_columns_equal_the_writer(tmp_path, small_steps, k, seed):
     pages, links = random_calls(random.Random(seed * 10 + k), 400)
+    said: list[str] = []
+    bulk_load_arrow(
+        webdb.create(str(tmp_path / "said"), sections=k), page_table(pages), link_tables(links), progress=said.append
+    )
+    runs = [int(m.split(" in ")[1].split()[0]) for m in said if " runs " in m]
+    assert len(runs) == 2 and min(runs) >= 8, said  # pages and links: many spilled runs
     a, b = both(tmp_path, k, pages, links, block_size=256)
     assert_same(a, b)
     assert raw(b)["links_by_url"] and raw(b)["pages_by_md5"]
 
 
 def test_batches_smaller_than_a_block(tmp_path, monkeypatch):
-    monkeypatch.setattr(bulkarrow, "_BATCH", 1)  # every batch grows until it fills a block
+    monkeypatch.setattr(bulkarrow, "_WINDOW_ROWS", 1)  # every window far smaller than a block
     pages, links = random_calls(random.Random(3), 150)
     a, b = both(tmp_path, 2, pages, links, block_size=512)
     assert_same(a, b)
@@ -136,7 +174,7 @@ def test_batches_smaller_than_a_block(tmp_path, monkeypatch):
     links=st.lists(_link, max_size=60),
     k=st.integers(1, 3),
 )
-def test_columns_equal_bulk_load_props(tmp_path_factory, pages, links, k):
+def test_columns_equal_the_writer_props(tmp_path_factory, pages, links, k):
     a, b = both(tmp_path_factory.mktemp("p"), k, pages, links, block_size=64, anchor_max=2)
     assert_same(a, b)
 
@@ -247,7 +285,7 @@ def _plain_calls() -> tuple[list[Page], list[Link]]:
 @pytest.mark.parametrize("plain", [True, False])
 def test_cli_import_columnar(tmp_path, capsys, monkeypatch, plain):
     monkeypatch.setattr(bulkarrow, "_READ_BYTES", 1000)  # lines cut across reads
-    monkeypatch.setattr(bulkarrow, "_LOOKUP_ROWS", 100)
+    monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 100)
     pages, links = _plain_calls()
     if not plain:
         links.append(Link(pages[0].md5, pages[1].url, "tab\there"))
@@ -260,8 +298,8 @@ def test_cli_import_columnar(tmp_path, capsys, monkeypatch, plain):
     rc, out, err = _cli(capsys, "import", b.path, "--pages", tmp_path / "pages.tsv", "--links", tmp_path / "links.tsv")
     assert rc == 0, err
     assert raw(b) == raw(a)
-    assert b.manifest().bulk.get("columnar", False) == plain
-    assert "webdb import: read_links" in err if plain else "record by record" in err
+    assert b.manifest().bulk["input"] == ("columns" if plain else "records")
+    assert "webdb import: sort_links" in err if plain else "record by record" in err
     assert "Traceback" not in err
 
 
@@ -295,6 +333,34 @@ def test_unhex16_and_tsv_refuse_what_they_cannot_parse(tmp_path):
     assert rows[1] == {"x": "", "y": ""} and len(rows) == 3
     with pytest.raises(NotColumnar):
         bulkarrow.unhex16(pa.array(["00" * 16, ""]))
+
+
+@given(
+    st.lists(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), unique=True).map(sorted), max_size=6),
+    st.integers(1, 5),
+)
+@settings(max_examples=150, deadline=None)
+def test_windows_merge_runs_in_order(runs: list[list[tuple[int, int]]], rows: int) -> None:
+    """The windows of a k-way merge (numeric runs of two key columns, url runs): every run
+    taken whole and in order, every key of a window below every key of the later ones, equal
+    keys of different runs in one window; each window takes at least one row."""
+    import numpy as np
+
+    numeric = [
+        bulkarrow._Run([np.array([a for a, _ in r], np.uint64), np.array([b for _, b in r], np.uint64)]) for r in runs
+    ]
+    urls = [bulkarrow._UrlRun(pa.array([f"http://{a}/{b}".encode() for a, b in r], pa.binary())) for r in runs]
+    for kind in (numeric, urls):
+        windows = []
+        pos = [0] * len(runs)
+        for take in bulkarrow._windows(kind, rows):
+            assert [lo for lo, _ in take] == pos and sum(hi - lo for lo, hi in take) > 0
+            pos = [hi for _, hi in take]
+            windows.append(sorted(k for r, (lo, hi) in zip(runs, take) for k in r[lo:hi]))
+        assert pos == [len(r) for r in runs]
+        assert [k for w in windows for k in w] == sorted(k for r in runs for k in r)
+        for a, b in zip(windows, windows[1:]):
+            assert a[-1] < b[0]
 
 
 @given(st.lists(st.integers(0, 40), max_size=300), st.sampled_from([41, 1 << 40, 1 << 62]))
@@ -381,9 +447,9 @@ def _numpy_hashes(arr):
 
 @pytest.mark.timeout(600)
 def test_a_bad_link_while_the_page_tables_are_written(tmp_path, monkeypatch):
-    """The page tables are written while the links are read: a link refused in a late chunk
-    stops that writer, and nothing is left (no table file, no tmp)."""
-    monkeypatch.setattr(bulkarrow, "_BATCH", 5)
+    """The page tables are written before the links are read: a link refused in a late chunk
+    aborts them, and nothing is left (no table file, no tmp)."""
+    monkeypatch.setattr(bulkarrow, "_RUN_ROWS", 40)
     pages, links = random_calls(random.Random(5), 600)
     bad = Link(pages[0].md5, "http://a.test/\x7f")
     db = webdb.create(str(tmp_path / "db"), block_size=64)

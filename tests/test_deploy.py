@@ -310,11 +310,11 @@ def test_deploy_and_check_name_the_host_without_a_compiler(tmp_path: Path) -> No
 
         fallback = "codec FALLBACK pure Python (merges 5-8x slower): no C compiler: x86_64-linux-gnu-gcc is not on PATH"
         warning = "WARNING: 1 of 2 hosts run the pure-Python block codec, not webdb.tables._blockc: h1 "
-        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "bulk")
+        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "dask")
         assert p.returncode == 0, p.stdout + p.stderr
-        assert re.search(r"h0 +ok .*codec compiled, extras bulk, export$", line(p.stdout, "h0")), p.stdout
+        assert re.search(r"h0 +ok .*codec compiled, extras dask$", line(p.stdout, "h0")), p.stdout
         assert re.search(r"h1 +ok .*" + re.escape(fallback), line(p.stdout, "h1")), p.stdout
-        assert line(p.stdout, "h1").endswith("; install gcc, extras bulk, export"), p.stdout
+        assert line(p.stdout, "h1").endswith("; install gcc, extras dask"), p.stdout
         assert warning in p.stdout, p.stdout
         site = [next((h.root / ".webdb" / "venv" / "lib").glob("python3*/site-packages")) for h in hosts]
         assert list((site[0] / "webdb" / "tables").glob("_blockc*.so")) and (site[0] / "pyarrow").is_dir()
@@ -322,13 +322,13 @@ def test_deploy_and_check_name_the_host_without_a_compiler(tmp_path: Path) -> No
 
         p = fab("check", "--ini", str(path))
         assert p.returncode == 0, p.stdout + p.stderr
-        assert "codec compiled, extras bulk, export" in line(p.stdout, "h0"), p.stdout
+        assert "codec compiled, extras dask" in line(p.stdout, "h0"), p.stdout
         assert fallback in line(p.stdout, "h1") and warning in p.stdout, p.stdout
         p = fab("check", "--ini", str(path), "--require-compiled")
         assert p.returncode == 1, p.stdout + p.stderr
         assert re.search(r"h0 +ok ", p.stdout), p.stdout
         assert "FAILED" in line(p.stdout, "h1") and "runs the pure-Python block codec: no C compiler" in p.stdout
-        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "bulk",
+        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "dask",
                 "--require-compiled", "--only", "h1")  # fmt: skip
         assert p.returncode == 1, p.stdout + p.stderr
         assert "h1: the compiled block codec is required: no C compiler" in line(p.stdout, "h1"), p.stdout
@@ -338,9 +338,9 @@ def test_deploy_and_check_name_the_host_without_a_compiler(tmp_path: Path) -> No
         hosts[1].stop()
         hosts[1].env = {}
         hosts[1].start()
-        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "bulk", "--only", "h1")
+        p = fab("deploy", "--ini", str(path), "--base-python", host_python(), "--extras", "dask", "--only", "h1")
         assert p.returncode == 0, p.stdout + p.stderr
-        assert re.search(r"h1 +ok .*done rebuilt, .*codec compiled, extras bulk, export$", p.stdout), p.stdout
+        assert re.search(r"h1 +ok .*done rebuilt, .*codec compiled, extras dask$", p.stdout), p.stdout
         assert list((site[1] / "webdb" / "tables").glob("_blockc*.so"))
         p = fab("deploy", "--ini", str(path), "--extras", "nope")
         assert p.returncode == 2 and "extras 'nope': not an extra a host can install" in p.stderr, p.stderr

@@ -9,11 +9,11 @@ order: the first line for a url wins, the last for a link (from_id, url) wins, l
 md5 no page carries or to a url with no page are dropped, ``target_has_outlink`` is recomputed.
 A bad line stops the import with ``FILE:LINE`` and exit status 2; nothing is committed.
 
-With pyarrow and numpy installed (``pip install webdb[bulk]``), TSV dumps are loaded from
-columns, a block at a time (``webdb.tools.bulkarrow``; the same db, several times faster); a file
-that its checks do not vouch for (an escaped cell, a line the columnar parser refuses, ...) is
-loaded record by record instead, which names any bad line.  Progress goes to stderr (one line
-a phase) unless ``--quiet`` or ``--json``.
+TSV dumps are parsed into Arrow columns (``webdb.tools.bulkarrow``); a file that the column
+checks do not vouch for (an escaped cell, a line the columnar parser refuses, ...) and JSON
+lines are read record by record instead, each record checked (naming any bad line) and then
+loaded by the same loader.  Progress goes to stderr (one line a phase) unless ``--quiet`` or
+``--json``.
 """
 
 from __future__ import annotations
@@ -228,14 +228,6 @@ def _meta_bytes(cell: str) -> bytes:
         raise NotColumnar("a lone surrogate in a meta cell") from None
 
 
-def _columnar() -> bool:
-    try:
-        import webdb.tools.bulkarrow  # noqa: F401 - pyarrow and numpy are installed
-    except ImportError:
-        return False
-    return True
-
-
 def run(args) -> int:
     from webdb.core.lockwait import wait_for_lock
 
@@ -251,7 +243,7 @@ def run(args) -> int:
             print(f"webdb import: {msg}", file=sys.stderr, flush=True)
 
     def load() -> dict:
-        if args.format == "tsv" and _columnar():
+        if args.format == "tsv":
             from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow
 
             try:

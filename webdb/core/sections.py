@@ -28,7 +28,7 @@ def section_path(root: str, j: int) -> str:
 class Reservoir:
     """A seeded reservoir sample (Algorithm R) of the URLs a first load touches: its breakpoints.
 
-    The writer, ``webdb.tools.bulk`` and ``webdb.tools.bulkarrow`` each sample through this class, so the same
+    The writer and the bulk load (``webdb.tools.bulkarrow``) both sample through this class, so the same
     calls in the same order draw the same sample, hence the same breakpoints
     (``Sections.choose``).  ``items`` holds the first ``size`` items added; the n-th item after
     them (counting from 1) replaces a random one with probability ``size / n``.  Cost: O(1) and

@@ -68,7 +68,8 @@ CODECS = (CODEC, "webdb.writer._stagesc")
 BUILD_REQUIRES = ("setuptools>=70.1",)
 # The extras a host may need at run time (setup.py extras_require; "test" is for a checkout)
 # and the modules that prove each one on a host, where setup.py is not at hand.
-HOST_EXTRAS = {"bulk": ("pyarrow", "numpy"), "dask": ("distributed",), "export": ("pyarrow",)}
+# pyarrow and numpy (the bulk load, parquet export) are in install_requires: every host has them.
+HOST_EXTRAS = {"dask": ("distributed",)}
 
 
 def _package_dirs() -> dict[str, str]:
@@ -289,7 +290,7 @@ def requirements(extras: tuple[str, ...] = ()) -> list[str]:
 
 
 def parse_extras(spec: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
-    """``"bulk,dask"`` -> ("bulk", "dask"), each checked against HOST_EXTRAS."""
+    """``"dask"`` -> ("dask",), each checked against HOST_EXTRAS."""
     items = spec.split(",") if isinstance(spec, str) else list(spec or ())
     extras = tuple(dict.fromkeys(e.strip() for e in items if e.strip()))
     unknown = [e for e in extras if e not in HOST_EXTRAS]
