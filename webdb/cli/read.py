@@ -24,23 +24,11 @@ import sys
 
 from webdb.cli.common import add_db_location, add_json, emit, open_db
 from webdb.errors import BadInput
-from webdb.tables.records import Link, Page, Status
+from webdb.tables.records import PAGE_FIELDS, Link, Page, Status
 from webdb.tools.stats import stats
 
 TABLES = ("pages", "pages-by-md5", "links", "links-by-md5")
-PAGE_COLS = (
-    "url",
-    "md5",
-    "status",
-    "fetch_time",
-    "next_fetch",
-    "retries",
-    "fetch_interval",
-    "num_outlinks",
-    "score",
-    "next_score",
-    "meta",
-)
+PAGE_COLS = PAGE_FIELDS
 LINK_COLS = ("url", "from_id", "anchor", "domain_id", "target_has_outlink")
 
 

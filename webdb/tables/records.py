@@ -22,13 +22,14 @@ import hashlib
 import json
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from webdb.errors import BadInput
 from webdb.tables.pagecodec import LINK, LINK_FIXED, LINK_OUT, PAGE, PAGE_FIXED
 
 __all__ = [
     "Page",
+    "PAGE_FIELDS",
     "Link",
     "Status",
     "validate_url",
@@ -225,6 +226,10 @@ def validate_fetch(result) -> None:
 def check_domain_id(v: object, name: str) -> None:
     if not _whole(v) or not _I64[0] <= v <= _I64[1]:
         raise BadInput(f"{name}: domain_id must be a whole number in {_I64[0]}..{_I64[1]}, not {v!r:.60}")
+
+
+# Page's fields in order: the columns of a pages dump and of the bulk load's page table.
+PAGE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Page))
 
 
 @dataclass(slots=True)

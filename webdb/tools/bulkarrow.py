@@ -48,7 +48,7 @@ from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
 from webdb.tables.pagecodec import LINK_OUT, PAGE
-from webdb.tables.records import Link, Page, Status, validate_link, validate_page, validate_url
+from webdb.tables.records import PAGE_FIELDS, Link, Page, Status, validate_link, validate_page, validate_url
 from webdb.tables.table import TableWriter
 from webdb.util import faults
 
@@ -68,19 +68,7 @@ __all__ = [
 ]
 
 # The columns bulk_load_arrow reads (``meta`` and ``domain_id`` may be absent: {} and 0).
-PAGE_COLUMNS = (
-    "url",
-    "md5",
-    "status",
-    "fetch_time",
-    "next_fetch",
-    "retries",
-    "fetch_interval",
-    "num_outlinks",
-    "score",
-    "next_score",
-    "meta",
-)
+PAGE_COLUMNS = PAGE_FIELDS
 LINK_COLUMNS = ("from_id", "url", "anchor", "domain_id")
 
 # The page value's fixed part as a packed numpy record: the same bytes as PAGE.pack.
