@@ -205,6 +205,65 @@ def test_c_unpack_range_equals_unpack_split(recs, probes, codec):
     assert _blockc.unpack(b"", zlib.crc32, block.lz4_decompress) is None
 
 
+def _lz4_called(v):
+    """lz4.block.decompress called as a Python callable (the C code calls LZ4 directly only for
+    that very function object)."""
+    import lz4.block
+
+    return lz4.block.decompress(v)
+
+
+@needs_c
+def test_lz4_is_called_directly_where_the_package_exports_it():
+    import lz4.block
+    from lz4.block import _block
+
+    assert _blockc.use_lz4(lz4.block.decompress, _block.__file__) is True
+    assert _blockc.use_lz4(lz4.block.decompress, "/nonexistent/lz4.so") is False  # the call stays as it was
+
+
+@needs_c
+@given(records(), st.data())
+def test_direct_lz4_gives_what_the_callable_gives(recs, data):
+    """The direct call of LZ4_decompress_safe (block.py's default) and lz4.block.decompress as a
+    Python callable agree on every block: sound ones (the same raw bytes), and lz4 streams that
+    are cut, extended, or whose size header lies, resealed with a good checksum (both decline,
+    so the Python code names the fault)."""
+    import lz4.block
+
+    keys, vals = recs
+    raw = block.build_py(keys, vals)
+    c = lz4.block.compress(raw, store_size=True)
+    size = int.from_bytes(c[:4], "little")
+    cut = data.draw(st.integers(0, len(c)))
+    bodies = [
+        c,
+        c[:cut],
+        c + data.draw(st.binary(max_size=8)),
+        (size + data.draw(st.integers(1, 70000))).to_bytes(4, "little") + c[4:],
+        max(size - 1, 0).to_bytes(4, "little") + c[4:],
+        (0x80000000 | size).to_bytes(4, "little") + c[4:],
+        data.draw(st.binary(max_size=40)),
+    ]
+    for body in bodies:
+        sealed = _resealed(body, block.CODEC_LZ4)
+        want = _blockc.unpack(sealed, zlib.crc32, _lz4_called)
+        assert _blockc.unpack(sealed, zlib.crc32, lz4.block.decompress) == want
+        for a, b in ((b"", b"\xff"), (keys[0], keys[-1]) if keys else (b"a", b"b")):
+            assert _blockc.unpack_range(sealed, zlib.crc32, lz4.block.decompress, a, b) == _blockc.unpack_range(
+                sealed, zlib.crc32, _lz4_called, a, b
+            )
+    body = _blockc.seal_pieces(raw, lz4.block.compress, 16, zlib.crc32)
+    if body is not None:  # lz4 pieces: the same, piece by piece
+        i = data.draw(st.integers(0, len(body) - 1))
+        for b in (body, body[:i] + bytes([body[i] ^ 0x10]) + body[i + 1 :]):
+            sealed = _resealed(b)
+            want = _blockc.unpack_pieces(sealed, zlib.crc32, _lz4_called)
+            assert _blockc.unpack_pieces(sealed, zlib.crc32, lz4.block.decompress) == want
+            got = _blockc.unpack_range_pieces(sealed, zlib.crc32, lz4.block.decompress, b"", b"\xff")
+            assert got == _blockc.unpack_range_pieces(sealed, zlib.crc32, _lz4_called, b"", b"\xff")
+
+
 _level = st.dictionaries(st.binary(max_size=3), st.binary(max_size=5), max_size=12)
 
 

@@ -367,28 +367,41 @@ class Reader:
 
     def _inlinks(self, url: str, url_b: bytes, t) -> Iterator[Link]:
         """``inlinks`` through the Python calls: the links of ``url`` in ``t`` (a section's
-        LinksByURL), short or streamed; what names a fault the compiled path declines."""
-        found = False
+        LinksByURL), short or streamed; what names a fault the compiled path declines.  As the
+        compiled path, the short path reads (and a bad URL raises) here, at the call; only a
+        streamed URL's blocks are read as its iterator is consumed."""
+        links: list[Link] = []
         if t is not None:
             p, stop = url_b + b"\x00", url_b + b"\x01"
             try:
                 kv = t.short_range(p, stop)
-                if kv is not None:
-                    found = bool(kv[0])
-                    yield from _links(kv[0], kv[1], len(p), url)
-                else:
-                    for keys, vals in t.ranges(p, stop):
-                        found = True
-                        # Links made a slice of a block at a time: a block of a popular URL is
-                        # ~1k links, and the first costs a slice of them, not the block's.
-                        for i in range(0, len(keys), _STREAM_LINKS):
-                            yield from _links(keys[i : i + _STREAM_LINKS], vals[i : i + _STREAM_LINKS], len(p), url)
+                if kv is None:
+                    return self._streamed(url, p, stop, t)
+                links = _links(kv[0], kv[1], len(p), url)
             except _UNDECODABLE as e:
-                raise CorruptionError(
-                    f"{self.db.path}: links_by_url: undecodable record ({type(e).__name__}: {e})"
-                ) from None
+                raise self._undecodable(e) from None
+        if not links:
+            validate_url(url, 1 << 30)
+        return iter(links)
+
+    def _streamed(self, url: str, p: bytes, stop: bytes, t) -> Iterator[Link]:
+        """The links of a URL whose records reach more than ``SHORT_BLOCKS`` blocks of a file,
+        a block at a time (``ranges``)."""
+        found = False
+        try:
+            for keys, vals in t.ranges(p, stop):
+                found = True
+                # Links made a slice of a block at a time: a block of a popular URL is ~1k
+                # links, and the first costs a slice of them, not the block's.
+                for i in range(0, len(keys), _STREAM_LINKS):
+                    yield from _links(keys[i : i + _STREAM_LINKS], vals[i : i + _STREAM_LINKS], len(p), url)
+        except _UNDECODABLE as e:
+            raise self._undecodable(e) from None
         if not found:
             validate_url(url, 1 << 30)
+
+    def _undecodable(self, e: Exception) -> CorruptionError:
+        return CorruptionError(f"{self.db.path}: links_by_url: undecodable record ({type(e).__name__}: {e})")
 
     @_decodes("links_by_md5")
     def outlinks(self, md5: bytes) -> Iterator[Link]:

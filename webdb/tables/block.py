@@ -48,6 +48,16 @@ if os.environ.get("WEBDB_PURE_PYTHON", "") in ("", "0"):
 COMPILED = blockc is not None
 """True when the block codec runs the compiled extension, False when it runs pure Python."""
 
+if blockc is not None:
+    # Decompression calls lz4's C function directly rather than through lz4.block.decompress
+    # (the same function on the same bytes; _blockc.use_lz4 says why).
+    try:
+        from lz4.block import _block as _lz4_ext
+
+        blockc.use_lz4(lz4.block.decompress, _lz4_ext.__file__)
+    except (ImportError, AttributeError, TypeError):  # another build of lz4: the callable stays
+        pass
+
 
 def _compress(codec: int, raw: bytes) -> bytes:
     if codec == CODEC_LZ4:

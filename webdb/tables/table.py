@@ -682,7 +682,18 @@ class TableReader:
         range costs two binary searches, not a block split).  Blocks in the cache serve it, but
         a range read does not fill the cache, as LevelDB's iterators with ``fill_cache`` off:
         a scan must not evict the blocks point lookups reuse, and a block read once is freed
-        at once (its memory reused by the next read rather than new pages faulted in)."""
+        at once (its memory reused by the next read rather than new pages faulted in).
+
+        A file whose index is kept in place (``_ix``: a lazy table's first use was a short
+        lookup, compiled) is read through it (``_ranges_in_place``), so that a URL streamed
+        by ``inlinks`` does not build the index lists beside the bytes its reader's compiled
+        lookups search (at 3M pages ~4x the bytes, for one URL)."""
+        ix = self._ix
+        if ix is not None:
+            return self._ranges_in_place(ix, start, stop)
+        return self._ranges_of_lists(start, stop)
+
+    def _ranges_of_lists(self, start: bytes, stop: bytes) -> Iterator[tuple[list[bytes], list[bytes]]]:
         fk, lk = self.first_keys, self.last_keys
         b = bisect_right(fk, start) - 1
         if b < 0:
@@ -700,6 +711,52 @@ class TableReader:
                 return
             b += 1
             first = False
+
+    def _ranges_in_place(
+        self, ix: tuple[bytes, int], start: bytes, stop: bytes
+    ) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """``ranges`` with the index searched in place (a RawBlock of its entries: first key,
+        then offset, length, count and last key): the same blocks read, checked and split."""
+        rb = in_place_block(ix)
+        n = rb.n
+        j = rb.find(start)
+        b = j if j < n and rb.key(j) == start else j - 1  # bisect_right(first keys) - 1
+        if b < 0:
+            b = 0
+        elif rb.value(b)[16:] < start:
+            b += 1  # start falls between blocks b and b + 1: block b is not read
+        first = True
+        while b < n and rb.key(b) < stop:
+            v = rb.value(b)
+            off, length, count = _INDEX_VALUE.unpack_from(v)
+            blk = self._raw_at(b, off, length, count)
+            lo = blk.find(start) if first else 0
+            hi = blk.n if v[16:] < stop else blk.find(stop)
+            if lo < hi:
+                yield blk.split(lo, hi)
+            if hi < blk.n:
+                return
+            b += 1
+            first = False
+
+    def _raw_at(self, i: int, off: int, length: int, count: int) -> RawBlock:
+        """Block i (at ``off``, ``length`` bytes, ``count`` records as the index says) as
+        ``raw(i, False)`` gives it, without the index lists."""
+        self._live()
+        d = self._cd
+        if d is not None:
+            hit = d.get(self._cid + i)
+            if hit is not None:
+                d.move_to_end(self._cid + i)
+                return hit[0]
+        where = f"{self.path}: block {i} at offset {off}"
+        data = os.pread(self._fd, length, off)
+        if len(data) != length:
+            raise CorruptionError(f"{where}: truncated")
+        rb = unpack_block(data, where)
+        if rb.n != count:
+            raise CorruptionError(f"{where}: holds {rb.n} records, index says {count}")
+        return rb
 
     def blocks_of_range(self, start: bytes, stop: bytes) -> tuple[int, int]:
         """The blocks b0..b1-1 that can hold records with start <= key < stop (b0 == b1: none

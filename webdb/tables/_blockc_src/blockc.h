@@ -155,6 +155,7 @@ SHARED int split_into(const Block *b, Py_ssize_t lo, Py_ssize_t hi, PyObject **k
 SHARED PyObject *too_big(void);
 SHARED uint32_t crc32_byte(uint32_t crc, unsigned char c);
 SHARED int damaged_error(void);
+SHARED PyObject *lz4_bytes(PyObject *decompress, const unsigned char *src, Py_ssize_t len);
 SHARED void pieces_release(Pieces *ps);
 SHARED int header_of(PyObject *crc32, const unsigned char *p, Py_ssize_t end, Py_ssize_t body_len, Pieces *ps);
 SHARED PyObject *read_at(int fd, uint64_t off, Py_ssize_t len);
@@ -178,8 +179,10 @@ SHARED PyObject *c_unpack_range(PyObject *self, PyObject *const *args, Py_ssize_
 SHARED PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_index_entries(PyObject *self, PyObject *args);
+SHARED PyObject *c_use_lz4(PyObject *self, PyObject *args);
 SHARED extern const char find_doc[], get_doc[], split_doc[], values_doc[], keys_doc[], lens_doc[], build_doc[],
-    build_run_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], links_doc[], index_entries_doc[];
+    build_run_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], links_doc[], index_entries_doc[],
+    use_lz4_doc[];
 
 /* bulk.c */
 SHARED PyObject *c_gather_blocks(PyObject *self, PyObject *args);

@@ -2,6 +2,7 @@
 
 #include "blockc.h"
 #include <structmember.h> /* T_OBJECT_EX, READONLY (links: a slots class filled in place) */
+#include <dlfcn.h>      /* dlopen, dlsym (use_lz4) */
 
 /* Parse (raw: bytes, n: int) into b; n must fit the block (unpack_block checked it already, this
  * guards a caller that did not). */
@@ -355,6 +356,72 @@ int damaged_error(void) {
     return 0;
 }
 
+/* ---- lz4 decompression: lz4.block.decompress, or the function it calls, called directly ---
+ *
+ * Every block and piece a read decodes went through a Python call of lz4.block.decompress: a
+ * memoryview, the call's argument parsing, a release of the GIL and a fresh bytes object each
+ * time (~0.5 us a piece, a tenth of an inlinks lookup); and it decompresses into memory of its
+ * own, then copies that into the bytes it returns: for a table's index block (megabytes) twice
+ * the fresh pages, at a few microseconds each on a VM, most of a reader's first lookup of the
+ * table.  use_lz4 finds the C function that callable calls, LZ4_decompress_safe, in the lz4
+ * package's own extension (already loaded), and lz4_bytes calls it with the checks
+ * lz4.block.decompress makes, straight into the bytes object it returns: the same function on
+ * the same bytes gives the same bytes, and what it refuses is refused here (an exception, which
+ * the callers treat as a damaged block, as they treat the callable's). */
+
+static int (*lz4_safe)(const char *src, char *dst, int srclen, int dstcap);
+static PyObject *lz4_fn; /* the callable lz4_safe stands for */
+
+SHARED_PYDOC(use_lz4_doc,
+             "use_lz4(decompress, path) -> bool: call LZ4_decompress_safe of the loaded extension at path "
+             "(lz4.block._block) directly wherever decompress (lz4.block.decompress) is passed; False "
+             "(and the callable stays in use) if that extension does not export it.");
+
+PyObject *c_use_lz4(PyObject *self, PyObject *args) {
+    PyObject *fn;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "Os", &fn, &path)) return NULL;
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD), *sym = h ? dlsym(h, "LZ4_decompress_safe") : NULL;
+    if (!sym) {
+        if (h) dlclose(h);
+        Py_RETURN_FALSE;
+    }
+    *(void **)&lz4_safe = sym;
+    Py_XSETREF(lz4_fn, Py_NewRef(fn));
+    Py_RETURN_TRUE;
+}
+
+PyObject *lz4_bytes(PyObject *decompress, const unsigned char *src, Py_ssize_t len) {
+    if (decompress != lz4_fn || !lz4_safe) {
+        PyObject *view = PyMemoryView_FromMemory((char *)src, len, PyBUF_READ), *r;
+        if (!view) return NULL;
+        r = PyObject_CallOneArg(decompress, view);
+        Py_DECREF(view);
+        return r;
+    }
+    /* lz4.block.decompress with store_size: a u32 LE size, then an lz4 block of that size */
+    if (len < 4 || len - 4 > INT32_MAX || rd32(src) > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "lz4: bad size header");
+        return NULL;
+    }
+    int size = (int)rd32(src), got;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (!out) return NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    if (size >= (1 << 16)) {
+        Py_BEGIN_ALLOW_THREADS got = lz4_safe((const char *)src + 4, dst, (int)(len - 4), size);
+        Py_END_ALLOW_THREADS
+    } else {
+        got = lz4_safe((const char *)src + 4, dst, (int)(len - 4), size);
+    }
+    if (got != size) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_ValueError, "lz4: corrupt input");
+        return NULL;
+    }
+    return out;
+}
+
 SHARED_PYDOC(unpack_doc,
              "unpack(data, crc32, decompress) -> (raw, n): an lz4 or uncompressed block whose checksum, "
              "size, record count and offsets total are sound, decompressed; None for anything else "
@@ -390,8 +457,8 @@ static int unpack_raw(PyObject *const *args, PyObject **raw, Py_ssize_t *n) {
         return 0;
     }
     if (codec == 2) {
-        *raw = PyObject_CallOneArg(args[2], body);
         Py_DECREF(body);
+        *raw = lz4_bytes(args[2], p, end);
         if (!*raw) return damaged_error() ? 0 : -1;
         if (!PyBytes_Check(*raw)) {
             Py_DECREF(*raw);

@@ -30,6 +30,7 @@ static PyMethodDef methods[] = {
     {"short_levels", (PyCFunction)(void (*)(void))c_short_levels, METH_FASTCALL, short_levels_doc},
     {"levelseek", (PyCFunction)(void (*)(void))c_levelseek, METH_FASTCALL, levelseek_doc},
     {"lookup", (PyCFunction)(void (*)(void))c_lookup, METH_FASTCALL, lookup_doc},
+    {"use_lz4", c_use_lz4, METH_VARARGS, use_lz4_doc},
     {NULL, NULL, 0, NULL},
 };
 

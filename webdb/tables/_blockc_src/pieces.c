@@ -113,10 +113,7 @@ static int piece_block(PyObject *crc32, PyObject *decompress, const unsigned cha
     *raw = NULL;
     if (crc_of(crc32, s, cl, &c) < 0) return -1;
     if (c != rd32(ps->tab + 12 * i + 8) || rd32(s) > MAX_BLOCK_BYTES) return 0;
-    PyObject *view = PyMemoryView_FromMemory((char *)s, cl, PyBUF_READ);
-    if (!view) return -1;
-    *raw = PyObject_CallOneArg(decompress, view);
-    Py_DECREF(view);
+    *raw = lz4_bytes(decompress, s, cl);
     if (!*raw) return damaged_error() ? 0 : -1;
     if (!PyBytes_Check(*raw)) goto bad;
     const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(*raw);
