@@ -720,6 +720,7 @@ def test_compiled_lookup_declines_what_is_not_sound_and_the_python_path_names_it
         r = Reader.__new__(Reader)
         r.db, r.closed, r._url_bounds, r._cache = None, False, [], cache
         r._pages_by_url, r._page_lookups = [v], [lk]
+        r._marks, r._any_marks = [None], False  # no mark table
         with pytest.raises(CorruptionError, match=f"{run}: delta record .*op byte 7"):
             r.get_page("http://h/07")
         with pytest.raises(CorruptionError, match="undecodable value"):
@@ -815,7 +816,7 @@ def test_a_streamed_url_builds_no_index_lists(tmp_path):
     urls = _urls(rng, 1900)
     popular = urls[0]
     db = webdb.create(str(tmp_path / "db"), sections=1, sync=False, block_size=1024)
-    db.settings.update(level_ratio=1000.0, level_runs=4)
+    db.settings = db.settings.replace(level_ratio=1000.0, level_runs=4)
     with db.writer() as w:
         for u in urls:
             w.add_page(Page(u))
