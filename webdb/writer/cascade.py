@@ -397,6 +397,37 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
 # ---- stage 1: PagesByURL ---------------------------------------------------------------------
 
 
+def _page_after(
+    url_b: bytes, base: bytes | None, group: list[tuple[int, bytes]], sched: Schedule
+) -> tuple[bytes | None, tuple | None]:
+    """Stage 1's rule: the page the edits of ``group`` make of ``base`` (None: none), and the
+    link of an if-new edit that added it."""
+    op, val = group[0]
+    new = base
+    link = None
+    if op == edits.OP_ADD:
+        new = page_with_scores_of(val, base) if base is not None else val
+    elif op == edits.OP_ADD_SCORE:
+        new = val
+    elif op == edits.OP_IF_NEW:
+        if base is None:
+            new, lf, lv = edits.split_if_new_value(val, url_b)
+            if lf is not None:
+                link = (lf, lv)
+    elif op == edits.OP_DEL:
+        new = None
+    if group[-1][0] >= edits.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
+        url = url_b.decode("utf-8")
+        p = Page.decode(url, new) if new is not None else None
+        for o, fv in group:
+            if o == edits.OP_FETCH:
+                p = apply_fetch(p, decode_fetch(url, fv), sched)
+            elif o == edits.OP_LASTMOD and p is not None:
+                p = apply_lastmod(p, *_LASTMOD.unpack(fv))
+        new = p.encode_value() if p is not None else None
+    return new, link
+
+
 def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     sched = job.schedule
     em2, em3, em4 = Emitter(job, 2, 1), Emitter(job, 3, 1), Emitter(job, 4, 1)
@@ -406,36 +437,8 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     held_cur = MarkCursor(held_path) if held_path is not None else None
     mark_edits = MarkEdits()
 
-    def computed(url_b: bytes, base: bytes | None, group: list[tuple[int, bytes]]) -> tuple[bytes | None, tuple | None]:
-        """The page the edits of ``group`` make of ``base`` (None: none), and the link of an
-        if-new edit that added it."""
-        op, val = group[0]
-        new = base
-        link = None
-        if op == edits.OP_ADD:
-            new = page_with_scores_of(val, base) if base is not None else val
-        elif op == edits.OP_ADD_SCORE:
-            new = val
-        elif op == edits.OP_IF_NEW:
-            if base is None:
-                new, lf, lv = edits.split_if_new_value(val, url_b)
-                if lf is not None:
-                    link = (lf, lv)
-        elif op == edits.OP_DEL:
-            new = None
-        if group[-1][0] >= edits.OP_FETCH:  # fetches, then lastmod hints (they sort last), in call order
-            url = url_b.decode("utf-8")
-            p = Page.decode(url, new) if new is not None else None
-            for o, fv in group:
-                if o == edits.OP_FETCH:
-                    p = apply_fetch(p, decode_fetch(url, fv), sched)
-                elif o == edits.OP_LASTMOD and p is not None:
-                    p = apply_lastmod(p, *_LASTMOD.unpack(fv))
-            new = p.encode_value() if p is not None else None
-        return new, link
-
     def marked(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> tuple[bytes | None, tuple | None]:
-        """``computed`` for a page with a mark held or given (webdb.core.marks): the edits apply
+        """``_page_after`` for a page with a mark held or given (webdb.core.marks): the edits apply
         to the page with its held mark; a page they leave as it was keeps its stored value and
         its (new) mark in the table, a page they rewrite is written with its mark and leaves
         the table."""
@@ -445,7 +448,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             group = [g for g in group if g[0] != edits.OP_MARK]
         held = held_cur.get(url_b) if held_cur is not None else None
         base = old if held is None or old is None else with_mark(old, decode_mark(held))
-        new, link = computed(url_b, base, group) if group else (base, None)
+        new, link = _page_after(url_b, base, group, sched) if group else (base, None)
         if new is not None and new == base:
             keep, stored = (mark if mark is not None else held), old
         else:
@@ -461,7 +464,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             # is emitted, and the record stays in its block's bytes (merge_points: same object).
             return old
         if held_cur is None and group[-1][0] != edits.OP_MARK:
-            new, link = computed(url_b, old, group)
+            new, link = _page_after(url_b, old, group, sched)
         else:
             new, link = marked(url_b, old, group)
         if old is not None and new is not None:
