@@ -9,8 +9,9 @@ functions of webdb.writer.cascade are unchanged) with the old state read by forw
 lookups in every level and the changes written to the new run: a stage costs O(edits ·
 log blocks) plus one decode of each block an edit falls in, not a pass over the table.
 ``compact`` merges the runs into a new base (untouched base blocks copied raw), dropping the
-tombstones; ``merge_runs`` merges the runs into one run (the base untouched).  When each runs
-is webdb.writer.cascade's policy (``level_ratio``, ``level_runs``).
+tombstones; ``merge_runs`` merges the runs into one run (the base untouched).  Which of the
+two a stage runs after writing its run is ``level_step`` (``level_ratio``, ``level_runs``, and
+whether another table of the section got a new base in the same round).
 """
 
 from __future__ import annotations
@@ -27,7 +28,22 @@ from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
 
-__all__ = ["DEL", "PUT", "LevelCursor", "Levels", "Seeker", "compact", "merge_runs", "open_levels", "written"]
+__all__ = [
+    "COMPACT",
+    "DEFER_SLACK",
+    "DEL",
+    "KEEP",
+    "MERGE_RUNS",
+    "PUT",
+    "LevelCursor",
+    "Levels",
+    "Seeker",
+    "compact",
+    "level_step",
+    "merge_runs",
+    "open_levels",
+    "written",
+]
 
 T = TypeVar("T")
 _span = blockc.span if blockc is not None else None
@@ -37,6 +53,40 @@ DEL = b"\x00"
 _PUT, _DEL = PUT[0], DEL[0]
 # Greater than any key (a key is at most 65535 bytes): "nothing left in this file".
 _END = b"\xff" * 65536
+
+
+# What a stage does with a table's levels after writing its run (``level_step``).
+KEEP, MERGE_RUNS, COMPACT = "keep", "merge_runs", "compact"
+# A merge into the base put off by a round (another table of the section got a new base in it)
+# is put off only while the runs hold at most this many times ``level_ratio`` of the base.
+DEFER_SLACK = 1.5
+
+
+def level_step(base_bytes: int, run_bytes: list[int], ratio: float, max_runs: int, rebased: bool) -> str:
+    """The levels policy: what a stage does after writing its run (``run_bytes``: every run of
+    the table, its own included) over a base of ``base_bytes``.
+
+    - more than ``max_runs`` runs holding at most ``ratio`` of the base's bytes: ``MERGE_RUNS``
+      (the tiered step; bounds the files a lookup reads to ``max_runs`` + 1);
+    - runs over ``ratio`` of the base, or too many runs: ``COMPACT`` (a new base) — except when
+      ``rebased`` (another table of the section got a new base in this round), the runs are
+      within ``max_runs`` and within ``DEFER_SLACK`` × ``ratio`` of the base: then ``KEEP``, and
+      the merge comes a round later.  So the two link tables of a section, which grow at about
+      the same pace, do not both rewrite their base in one round;
+    - else ``KEEP``.
+
+    Pure: the same sizes give the same step, on every host.  Cost of a round: at most one new
+    base per section unless a table outgrew the slack or the count."""
+    total = sum(run_bytes)
+    over_count = len(run_bytes) > max_runs
+    over_size = total > ratio * base_bytes
+    if over_count and not over_size:
+        return MERGE_RUNS
+    if not over_size:
+        return KEEP
+    if rebased and not over_count and total <= DEFER_SLACK * ratio * base_bytes:
+        return KEEP
+    return COMPACT
 
 
 def open_levels(base: str | None, runs: list[str], table: str, count: int, cache=None) -> Levels:

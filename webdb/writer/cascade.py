@@ -35,7 +35,7 @@ from webdb.core.schedule import FetchResult, Schedule, apply_fetch, apply_lastmo
 from webdb.core.sections import Sections, section_dirname, section_path
 from webdb.core.settings import Settings
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
-from webdb.tables.levels import LevelCursor, compact, merge_runs, open_levels, written
+from webdb.tables.levels import COMPACT, MERGE_RUNS, LevelCursor, compact, level_step, merge_runs, open_levels, written
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.pagecodec import (
     LINK_FLAGS,
@@ -311,8 +311,9 @@ def run_stage(job: StageJob) -> dict:
 
 def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, name: str, res: dict) -> None:
     """The stage writes its changes as a new delta run over the table's levels; when the runs
-    outgrow the policy (``level_ratio`` of the base's bytes, ``level_runs`` runs) they are
-    merged into a new base right away, inside the stage (so a round's time includes it)."""
+    outgrow the policy (``levels.level_step``: ``level_ratio`` of the base's bytes, ``level_runs``
+    runs) they are merged into one run or into a new base right away, inside the stage (so a
+    round's time includes it)."""
     s = job.settings
     stage = job.stage
     e = entry.entry
@@ -331,8 +332,8 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
     runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
     records = e["records"] + cur.live
-    run_bytes = sum(r["bytes"] for r in runs)
-    if run_bytes <= s.level_ratio * e["bytes"] and len(runs) > s.level_runs:
+    step = level_step(e["bytes"], [r["bytes"] for r in runs], s.level_ratio, s.level_runs, _rebased(job))
+    if step == MERGE_RUNS:
         # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
         # without reading or writing the base.
         rname = f"{job.gen:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
@@ -345,7 +346,7 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
         os.unlink(dpath)  # merged into the new run; never named by a manifest
         res["merged_runs"] = len(runs)
         runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
-    elif len(runs) > s.level_runs or run_bytes > s.level_ratio * e["bytes"]:
+    elif step == COMPACT:
         merged = replace(entry, runs=[os.path.join(d, dname)] + entry.runs, entry=dict(e, runs=runs, records=records))
         _compact_entry(job, merged, table, d, name, res)
         os.unlink(dpath)  # merged into the new base; never named by a manifest
@@ -356,6 +357,13 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
             )
         return
     res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
+
+
+def _rebased(job: StageJob) -> bool:
+    """Whether a link table of this section got a new base in this round (an earlier stage of
+    the batch compacted it: its base file carries the batch's generation)."""
+    mark = f"{job.gen:08d}-"
+    return any(t in LEVELED and os.path.basename(f.base).startswith(mark) for t, f in job.tables.items())
 
 
 def _scrub(paths: list[str], gen: int, rounds: int) -> int:
