@@ -110,7 +110,7 @@ def same_fetchlists(a: str, b: str) -> bool:
     return all(filecmp.cmp(os.path.join(da, n), os.path.join(db_, n), shallow=False) for n in names)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True, help="workload directory (pages.tsv, links.tsv, round.tsv, meta.json)")
     ap.add_argument("--work", required=True, help="scratch directory (db and segments)")
@@ -122,20 +122,11 @@ def main() -> int:
     ap.add_argument("--fetchers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--peer-root", help="another checkout whose generate runs too, through the index (old vs new)")
-    args = ap.parse_args()
-    with open(os.path.join(args.data, "meta.json")) as f:
-        meta = json.load(f)
-    os.makedirs(args.work, exist_ok=True)
-    base = {
-        "pages0": meta["pages"],
-        "sections": args.sections,
-        "top_n": args.top_n,
-        "max_per_host": args.max_per_host,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d"),
-        "load_average": os.getloadavg()[0],
-    }
+    return ap.parse_args()
+
+
+def prepare_db(args: argparse.Namespace, meta: dict, base: dict):
+    """The db to generate from: ``--db``, or the workload loaded (and its round applied)."""
     if args.db:
         db = webdb.open(args.db)
     else:
@@ -156,9 +147,11 @@ def main() -> int:
         t = time.monotonic()
         update_db(db, [seg])
         emit({**base, "step": "round", "seconds": round(time.monotonic() - t, 2)})
-    with db.reader() as r:
-        pages = r.num_pages
-    now = meta["t_round"]
+    return db
+
+
+def selections(db, args: argparse.Namespace, now: int, pages: int, base: dict) -> dict[str, float]:
+    """CPU seconds of the selection alone (``choose``, no segment, no marks), each way."""
     selection = {}
     for via in ("index", "scan"):
         with db.reader() as r:
@@ -176,18 +169,14 @@ def main() -> int:
                 due_index=via == "index",
             )
             selection[via] = round(cpu_self() - c0, 2)
-        emit(
-            {
-                **base,
-                "step": "selection",
-                "via": c.via,
-                "pages": pages,
-                "cpu_seconds": selection[via],
-                "read": c.scanned,
-            }
-        )
-    if args.runs == 0:
-        return 0
+        row = {"step": "selection", "via": c.via, "pages": pages, "cpu_seconds": selection[via], "read": c.scanned}
+        emit({**base, **row})
+    return selection
+
+
+def generates(db, args: argparse.Namespace, now: int, pages: int, base: dict) -> tuple[dict[str, list[dict]], bool]:
+    """``--runs`` whole generates each way (and ``--peer-root``'s), alternating which goes first,
+    each on the same db state; their rows and whether every fetchlist was the same."""
     rows: dict[str, list[dict]] = {"index": [], "scan": []}
     if args.peer_root:
         rows["peer"] = []
@@ -212,6 +201,32 @@ def main() -> int:
         identical = identical and all(same_fetchlists(segs["index"], segs[v]) for v in segs if v != "index")
         for s in segs.values():
             shutil.rmtree(os.path.dirname(s), ignore_errors=True)
+    return rows, identical
+
+
+def main() -> int:
+    args = parse_args()
+    with open(os.path.join(args.data, "meta.json")) as f:
+        meta = json.load(f)
+    os.makedirs(args.work, exist_ok=True)
+    base = {
+        "pages0": meta["pages"],
+        "sections": args.sections,
+        "top_n": args.top_n,
+        "max_per_host": args.max_per_host,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d"),
+        "load_average": os.getloadavg()[0],
+    }
+    db = prepare_db(args, meta, base)
+    with db.reader() as r:
+        pages = r.num_pages
+    now = meta["t_round"]
+    selection = selections(db, args, now, pages, base)
+    if args.runs == 0:
+        return 0
+    rows, identical = generates(db, args, now, pages, base)
     med = {via: statistics.median(r["wall_seconds"] for r in rows[via]) for via in rows}
     cpu = {via: statistics.median(r["cpu_seconds"] for r in rows[via]) for via in rows}
     select = {via: statistics.median(r["seconds"]["scan"] for r in rows[via]) for via in rows}
