@@ -25,7 +25,7 @@ import copy
 from collections.abc import Iterable
 
 from webdb.core.schedule import FetchResult
-from webdb.core.settings import DEFAULTS, NAMES
+from webdb.core.settings import DEFAULTS, NAMES, SCHEDULE_KEYS
 from webdb.errors import BadInput
 from webdb.tables.records import NEVER, Link, Page, Status
 
@@ -45,17 +45,7 @@ FETCH_STATUSES = frozenset(
     }
 )
 
-_MODEL_SETTINGS = (
-    "anchor_max",
-    "default_interval",
-    "retry_delay",
-    "max_retries",
-    "adaptive",
-    "min_interval",
-    "max_interval",
-    "inc_rate",
-    "dec_rate",
-)
+_MODEL_SETTINGS = ("anchor_max", *SCHEDULE_KEYS)
 
 
 def url_key(url: str) -> bytes:

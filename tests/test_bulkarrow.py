@@ -23,7 +23,8 @@ from webdb.core.settings import Settings
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("numpy")
 from webdb.tools import bulkarrow  # noqa: E402
-from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow, section_writer  # noqa: E402
+from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow  # noqa: E402
+from webdb.tools.sectionfiles import section_writer  # noqa: E402
 
 SUFFIXES = (".pbu", ".lbu", ".pbm", ".lbm")
 

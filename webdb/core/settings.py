@@ -123,16 +123,8 @@ _FIELDS = {f.name: f for f in fields(Settings)}
 # The name of every setting, in the order of the fields.
 NAMES: tuple[str, ...] = tuple(_FIELDS)
 
-SCHEDULE_KEYS = (
-    "default_interval",
-    "retry_delay",
-    "max_retries",
-    "adaptive",
-    "min_interval",
-    "max_interval",
-    "inc_rate",
-    "dec_rate",
-)
+# The settings that make the fetch schedule: Schedule's fields, each a setting of the same name.
+SCHEDULE_KEYS: tuple[str, ...] = tuple(f.name for f in fields(Schedule))
 
 # The longest edit key holds a URL and 19 more bytes (LinksByURL: url 0x00 0x01 fromID(16) op);
 # with its 8-byte sequence number its length must fit the u16 after it (docs/format.md §4).

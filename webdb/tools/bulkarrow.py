@@ -46,23 +46,21 @@ from webdb.core.settings import Settings
 from webdb.errors import BadInput
 from webdb.tables import block as block_codec
 from webdb.tables.block import CODECS, seal_block
-from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
+from webdb.tables.format import TMP_DIR
 from webdb.tables.pagecodec import LINK_OUT, PAGE
 from webdb.tables.records import PAGE_FIELDS, Link, Page, Status, validate_link, validate_page, validate_url
-from webdb.tables.table import TableWriter
+from webdb.tools.sectionfiles import SectionFiles
 from webdb.util import faults
 
 __all__ = [
     "LINK_COLUMNS",
     "PAGE_COLUMNS",
     "NotColumnar",
-    "SectionFiles",
     "bulk_load_arrow",
     "bulk_load_records",
     "load_manifest",
     "locked_load",
     "md5_array",
-    "section_writer",
     "tsv",
     "unhex16",
 ]
@@ -140,40 +138,6 @@ def bulk_load_arrow(
 
 
 # ---- the load's frame: an empty db, its lock, the commit -----------------------------------
-
-
-class SectionFiles:
-    """One table's files of a bulk load, one per non-empty section (opened on first use);
-    ``close`` records them in the manifest's per-section ``tables``."""
-
-    def __init__(self, root: str, gen: int, table: str, s: Settings, tables: list[dict]):
-        self.root, self.gen, self.table, self.s, self.tables = root, gen, table, s, tables
-        self.writers: dict[int, TableWriter] = {}
-
-    def writer(self, j: int) -> TableWriter:
-        w = self.writers.get(j)
-        if w is None:
-            w = self.writers[j] = section_writer(self.root, self.gen, self.table, self.s, j)
-        return w
-
-    def close(self) -> None:
-        for j, w in sorted(self.writers.items()):
-            info = w.close()
-            self.tables[j][self.table] = {
-                "file": os.path.basename(w.path),
-                "records": info["records"],
-                "bytes": info["bytes"],
-            }
-
-    def abort(self) -> None:
-        for w in self.writers.values():
-            w.abort()
-
-
-def section_writer(root: str, gen: int, table: str, s: Settings, j: int) -> TableWriter:
-    """The writer of ``table``'s file of section j in generation ``gen`` (stage 0 of the batch)."""
-    path = os.path.join(section_path(root, j), f"{gen:08d}-s0.{TABLE_SUFFIX[table]}")
-    return TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
 
 
 def _empty(base: Manifest) -> bool:

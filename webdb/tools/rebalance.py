@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from webdb.core.due import index_sections
 from webdb.core.manifest import Manifest, build, check_counts, with_marks
 from webdb.core.marks import encode_mark, marks_name, write_marks
 from webdb.core.sections import Sections, section_path
-from webdb.core.settings import Settings
 from webdb.tables.block import check_block_crc
-from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX, TMP_DIR
+from webdb.tables.format import TABLE_KINDS, TMP_DIR
 from webdb.tables.pagecodec import page_status
 from webdb.tables.table import TableWriter
+from webdb.tools.sectionfiles import SectionFiles
 
 
 def _breakpoints(reader, k: int) -> list[bytes]:
@@ -40,43 +41,9 @@ def _breakpoints(reader, k: int) -> list[bytes]:
     return out
 
 
-class _TableWriters:
-    """One table's writers in the new generation, one per new section, opened at first use."""
-
-    def __init__(self, db, settings: Settings, gen: int, table: str, kind: int) -> None:
-        self.db, self.settings, self.gen, self.table, self.kind = db, settings, gen, table, kind
-        self.writers: dict[int, TableWriter] = {}
-
-    def __call__(self, j: int) -> TableWriter:
-        w = self.writers.get(j)
-        if w is None:
-            s = self.settings
-            name = f"{self.gen:08d}-s0.{TABLE_SUFFIX[self.table]}"
-            w = self.writers[j] = TableWriter(
-                os.path.join(section_path(self.db.path, j), name),
-                self.kind,
-                s.block_size,
-                s.codec,
-                sync=s.sync,
-            )
-        return w
-
-    def close(self, tables: list[dict]) -> None:
-        """Close every writer, recording its file in ``tables[section]``."""
-        for j, w in self.writers.items():
-            info = w.close()
-            tables[j][self.table] = {
-                "file": os.path.basename(w.path),
-                "records": info["records"],
-                "bytes": info["bytes"],
-            }
-
-    def abort(self) -> None:
-        for w in self.writers.values():
-            w.abort()
-
-
-def _copy_table(r, table: str, secs: Sections, writer: _TableWriters, status: list[dict]) -> tuple[int, int]:
+def _copy_table(
+    r, table: str, secs: Sections, writer: Callable[[int], TableWriter], status: list[dict]
+) -> tuple[int, int]:
     """Stream one table in global order into the new sections: a block that lands whole in one
     section is copied raw (its CRC checked), any other is decoded and cut; pages_by_url is
     always decoded, to count each new section's statuses.  Returns (raw, decoded) blocks."""
@@ -148,13 +115,13 @@ def rebalance(db, sections: int, progress: bool = False) -> Manifest:
             tables: list[dict] = [{} for _ in range(sections)]
             status: list[dict] = [{} for _ in range(sections)]
             raw = decoded = 0
-            for table, kind in TABLE_KINDS.items():
-                writer = _TableWriters(db, s, gen, table, kind)
+            for table in TABLE_KINDS:
+                files = SectionFiles(db.path, gen, table, s, tables)
                 try:
-                    table_raw, table_decoded = _copy_table(r, table, secs, writer, status)
-                    writer.close(tables)
+                    table_raw, table_decoded = _copy_table(r, table, secs, files.writer, status)
+                    files.close()
                 except BaseException:
-                    writer.abort()
+                    files.abort()
                     raise
                 raw += table_raw
                 decoded += table_decoded
