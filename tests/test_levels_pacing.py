@@ -38,20 +38,20 @@ def simulate(rounds_growth, ratio: float, max_runs: int, paced: bool = True):
     over rounds; ``rounds_growth`` gives each round's three run sizes as shares of the base.
     Returns per round the tables compacted and whether each was forced, and the most files and
     the largest runs/base share a table held between stages."""
-    base = {"md5": 1000.0, "url": 1000.0}
-    runs: dict[str, list[float]] = {"md5": [], "url": []}
+    base = {"md5": 1000, "url": 1000}  # bytes, whole numbers as the policy sees them
+    runs: dict[str, list[int]] = {"md5": [], "url": []}
     out = []
     most_files, most_share = 0, 0.0
     for s3, s4, s5 in rounds_growth:
         done: list[tuple[str, bool]] = []
         for table, share in (("md5", s3), ("url", s4), ("md5", s5)):
-            runs[table].insert(0, share * base[table])
+            runs[table].insert(0, int(share * base[table]))
             rebased = paced and bool(done)
-            step = level_step(int(base[table]), [int(r) for r in runs[table]], ratio, max_runs, rebased)
+            step = level_step(base[table], runs[table], ratio, max_runs, rebased)
             if step == COMPACT:
                 # Forced: it would have been compacted even with another table rebased.
-                forced = level_step(int(base[table]), [int(r) for r in runs[table]], ratio, max_runs, True) == COMPACT
-                base[table] += sum(runs[table]) / 2  # half the runs' bytes are new records
+                forced = level_step(base[table], runs[table], ratio, max_runs, True) == COMPACT
+                base[table] += sum(runs[table]) // 2  # half the runs' bytes are new records
                 runs[table] = []
                 done.append((table, forced))
             elif step == MERGE_RUNS:
