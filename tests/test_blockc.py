@@ -287,6 +287,16 @@ def test_c_merge_equals_a_dict_model(levels):
     want = sorted(model)
     assert _blockc.merge(parts) == (want, [model[k] for k in want])
     assert block.merge_sorted(parts) == (want, [model[k] for k in want])
+    # As a run for TableWriter.add_run: the same records, keys and values back to back.
+    assert block.merge_run(parts, False) == _as_run(want, [model[k] for k in want])
+    kept: dict[bytes, bytes] = {}  # runs merged into a run: the newest record as it is
+    for ks, vs, _ops in reversed(parts):
+        kept.update(zip(ks, vs))
+    assert block.merge_run(parts, True) == _as_run(sorted(kept), [kept[k] for k in sorted(kept)])
+
+
+def _as_run(keys: list[bytes], vals: list[bytes]) -> tuple[bytes, list[int]]:
+    return b"".join(k + v for k, v in zip(keys, vals)), [n for k, v in zip(keys, vals) for n in (len(k), len(v))]
 
 
 @needs_c
@@ -298,6 +308,11 @@ def test_c_merge_declines_what_a_sound_table_does_not_give():
     assert _blockc.merge([([b"a"], ["1"], False)]) is None  # not bytes
     assert _blockc.merge([([b"a"], [b"1"], False)] * 65) is None  # more levels than it takes
     assert _blockc.merge([]) == ([], [])
+    for keep in (False, True):  # merge_run declines the same input
+        assert _blockc.merge_run([([b"a"], [b"\x02x"], True)], keep) is None
+        assert _blockc.merge_run([([b"b", b"a"], [b"1", b"2"], False)], keep) is None
+        assert _blockc.merge_run([([b"a"], [b"1"], False)] * 65, keep) is None
+        assert _blockc.merge_run([], keep) == (b"", [])
 
 
 @needs_c

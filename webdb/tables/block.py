@@ -584,6 +584,15 @@ def merge_sorted(parts: list[tuple[list[bytes], list[bytes], bool]]) -> tuple[li
     return blockc.merge(parts) if blockc is not None else None
 
 
+def merge_run(parts: list[tuple[list[bytes], list[bytes], bool]], keep_ops: bool) -> tuple[bytes, list[int]] | None:
+    """``merge_sorted``'s records as a run for ``TableWriter.add_run``: (keys and values back to
+    back, their lengths), so a compaction makes no object per record (``_blockc.merge_run``).
+    ``keep_ops``: the newest record of each key as it is, op byte and tombstones kept (runs
+    merged into one run); else the ops applied as ``merge_sorted`` does.  None when not
+    compiled or where ``merge_sorted`` declines."""
+    return blockc.merge_run(parts, keep_ops) if blockc is not None else None
+
+
 def range_diff(
     ok: list[bytes], ov: list[bytes], new, lo: bytes, hi: bytes, out_k: list[bytes], out_v: list[bytes]
 ) -> int | None:

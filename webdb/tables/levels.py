@@ -23,7 +23,7 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import blockc, crc32, lz4_decompress, merge_sorted, range_diff, short_levels
+from webdb.tables.block import blockc, crc32, lz4_decompress, merge_run, merge_sorted, range_diff, short_levels
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
@@ -621,14 +621,12 @@ def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, 
             ok, ov = [], []
         else:
             ok, ov = cur.take_until(ub if ub is not None else base.last_keys[-1] + b"\x00")
-        if apply:
-            # In C (newest first, the runs' ops applied); None for a bad op byte, which the
-            # Python code below names.
-            m = merge_sorted([(ks, vs, True) for _, (ks, vs) in reversed(found)] + [(ok, ov, False)])
-            if m is not None:
-                if m[0]:
-                    out.add_many(*m)
-                continue
+        # In C, newest first, straight into the writer's run form (the runs' ops applied for a
+        # base, kept for a run); None for a bad op byte, which the Python code below names.
+        m = merge_run([(ks, vs, True) for _, (ks, vs) in reversed(found)] + [(ok, ov, False)], not apply)
+        if m is not None:
+            out.add_run(*m)
+            continue
         d = dict(zip(ok, ov))
         for s, (ks, vs) in found:
             if not apply:

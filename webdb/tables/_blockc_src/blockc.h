@@ -177,11 +177,12 @@ SHARED PyObject *c_build_run(PyObject *self, PyObject *args);
 SHARED PyObject *c_unpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_unpack_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_index_entries(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_lz4(PyObject *self, PyObject *args);
 SHARED extern const char find_doc[], get_doc[], split_doc[], values_doc[], keys_doc[], lens_doc[], build_doc[],
-    build_run_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], links_doc[], index_entries_doc[],
+    build_run_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], merge_run_doc[], links_doc[], index_entries_doc[],
     use_lz4_doc[];
 
 /* bulk.c */

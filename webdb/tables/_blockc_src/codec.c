@@ -534,48 +534,72 @@ SHARED_PYDOC(merge_doc,
              "order, an unknown op byte, an item that is not bytes): the caller runs the Python code, "
              "which names what is wrong.");
 
+/* The parts of merge and merge_run, checked: 1, or 0 when they are not as a sound table gives
+ * them (the caller declines), -1 with an exception set. */
+typedef struct {
+    Py_ssize_t m, idx[MERGE_MAX], len[MERGE_MAX];
+    PyObject *ks[MERGE_MAX], *vs[MERGE_MAX];
+    int ops[MERGE_MAX];
+} Parts;
+
+static int parts_of(PyObject *parts, Parts *p) {
+    p->m = PyList_GET_SIZE(parts);
+    if (p->m > MERGE_MAX) return 0;
+    for (Py_ssize_t i = 0; i < p->m; i++) {
+        PyObject *t = PyList_GET_ITEM(parts, i);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) return 0;
+        p->ks[i] = PyTuple_GET_ITEM(t, 0);
+        p->vs[i] = PyTuple_GET_ITEM(t, 1);
+        p->ops[i] = PyObject_IsTrue(PyTuple_GET_ITEM(t, 2));
+        if (p->ops[i] < 0) return -1;
+        if (!PyList_Check(p->ks[i]) || !PyList_Check(p->vs[i]) || PyList_GET_SIZE(p->ks[i]) != PyList_GET_SIZE(p->vs[i]))
+            return 0;
+        p->idx[i] = 0;
+        p->len[i] = PyList_GET_SIZE(p->ks[i]);
+        for (Py_ssize_t j = 0; j < p->len[i]; j++) {
+            PyObject *k = PyList_GET_ITEM(p->ks[i], j), *v = PyList_GET_ITEM(p->vs[i], j);
+            if (!PyBytes_Check(k) || !PyBytes_Check(v) || (j && bytes_cmp(PyList_GET_ITEM(p->ks[i], j - 1), k) >= 0))
+                return 0;
+            if (p->ops[i] && (PyBytes_GET_SIZE(v) == 0 || (unsigned char)PyBytes_AS_STRING(v)[0] > 1)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* The next key of the merge: the part whose record wins (the newest holding the smallest key),
+ * every other part's record of that key skipped; -1 when all parts are done. */
+static Py_ssize_t next_winner(Parts *p) {
+    Py_ssize_t w = -1;
+    for (Py_ssize_t i = 0; i < p->m; i++)
+        if (p->idx[i] < p->len[i] &&
+            (w < 0 || bytes_cmp(PyList_GET_ITEM(p->ks[i], p->idx[i]), PyList_GET_ITEM(p->ks[w], p->idx[w])) < 0))
+            w = i;
+    if (w < 0) return -1;
+    PyObject *k = PyList_GET_ITEM(p->ks[w], p->idx[w]);
+    for (Py_ssize_t i = w + 1; i < p->m; i++)
+        if (p->idx[i] < p->len[i] && bytes_cmp(PyList_GET_ITEM(p->ks[i], p->idx[i]), k) == 0) p->idx[i]++;
+    return w;
+}
+
 PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 1 || !PyList_Check(args[0])) {
         PyErr_SetString(PyExc_TypeError, "merge(parts: list) takes 1 argument");
         return NULL;
     }
-    PyObject *parts = args[0];
-    Py_ssize_t m = PyList_GET_SIZE(parts), idx[MERGE_MAX], len[MERGE_MAX];
-    PyObject *ks[MERGE_MAX], *vs[MERGE_MAX];
-    int ops[MERGE_MAX];
-    if (m > MERGE_MAX) Py_RETURN_NONE;
-    for (Py_ssize_t i = 0; i < m; i++) {
-        PyObject *t = PyList_GET_ITEM(parts, i);
-        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 3) Py_RETURN_NONE;
-        ks[i] = PyTuple_GET_ITEM(t, 0);
-        vs[i] = PyTuple_GET_ITEM(t, 1);
-        ops[i] = PyObject_IsTrue(PyTuple_GET_ITEM(t, 2));
-        if (ops[i] < 0) return NULL;
-        if (!PyList_Check(ks[i]) || !PyList_Check(vs[i]) || PyList_GET_SIZE(ks[i]) != PyList_GET_SIZE(vs[i]))
-            Py_RETURN_NONE;
-        idx[i] = 0;
-        len[i] = PyList_GET_SIZE(ks[i]);
-        for (Py_ssize_t j = 0; j < len[i]; j++) {
-            PyObject *k = PyList_GET_ITEM(ks[i], j), *v = PyList_GET_ITEM(vs[i], j);
-            if (!PyBytes_Check(k) || !PyBytes_Check(v) || (j && bytes_cmp(PyList_GET_ITEM(ks[i], j - 1), k) >= 0))
-                Py_RETURN_NONE;
-            if (ops[i] && (PyBytes_GET_SIZE(v) == 0 || (unsigned char)PyBytes_AS_STRING(v)[0] > 1)) Py_RETURN_NONE;
-        }
+    Parts p;
+    int r = parts_of(args[0], &p);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
     }
     /* Nothing below calls Python code: the lists cannot change under the loop. */
     PyObject *ok = PyList_New(0), *ov = PyList_New(0);
     if (!ok || !ov) goto fail;
-    for (;;) {
-        Py_ssize_t w = -1;
-        for (Py_ssize_t i = 0; i < m; i++)
-            if (idx[i] < len[i] && (w < 0 || bytes_cmp(PyList_GET_ITEM(ks[i], idx[i]), PyList_GET_ITEM(ks[w], idx[w])) < 0))
-                w = i;
-        if (w < 0) break;
-        PyObject *k = PyList_GET_ITEM(ks[w], idx[w]), *v = PyList_GET_ITEM(vs[w], idx[w]), *nv = NULL;
-        for (Py_ssize_t i = w + 1; i < m; i++)
-            if (idx[i] < len[i] && bytes_cmp(PyList_GET_ITEM(ks[i], idx[i]), k) == 0) idx[i]++;
-        idx[w]++;
-        if (ops[w]) {
+    Py_ssize_t w;
+    while ((w = next_winner(&p)) >= 0) {
+        PyObject *k = PyList_GET_ITEM(p.ks[w], p.idx[w]), *v = PyList_GET_ITEM(p.vs[w], p.idx[w]), *nv = NULL;
+        p.idx[w]++;
+        if (p.ops[w]) {
             if (PyBytes_AS_STRING(v)[0] == 0) continue; /* DEL */
             if (!(nv = PyBytes_FromStringAndSize(PyBytes_AS_STRING(v) + 1, PyBytes_GET_SIZE(v) - 1))) goto fail;
         } else {
@@ -591,6 +615,71 @@ fail:
     Py_XDECREF(ok);
     Py_XDECREF(ov);
     return NULL;
+}
+
+SHARED_PYDOC(merge_run_doc,
+             "merge_run(parts, keep_ops) -> (data, lens): merge's records as a run, keys and values "
+             "back to back in data, lens their lengths (key, value, key, value, ...), for "
+             "TableWriter.add_run: no object per record.  keep_ops: every winning record as it is "
+             "(op bytes and DELs kept: runs merged into a run); else ops applied as merge does.  "
+             "None where merge declines.");
+
+PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "merge_run(parts: list, keep_ops) takes 2 arguments");
+        return NULL;
+    }
+    int keep = PyObject_IsTrue(args[1]);
+    if (keep < 0) return NULL;
+    Parts p;
+    int r = parts_of(args[0], &p);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    /* First pass: the winners, as (part, index, value skip); then one bytes object. */
+    Py_ssize_t cap = 0, n = 0, total = 0;
+    for (Py_ssize_t i = 0; i < p.m; i++) cap += p.len[i];
+    Py_ssize_t *win = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(cap ? cap : 1));
+    if (!win) return PyErr_NoMemory();
+    PyObject *data = NULL, *lens = NULL, *res = NULL;
+    Py_ssize_t w;
+    while ((w = next_winner(&p)) >= 0) {
+        Py_ssize_t j = p.idx[w]++;
+        PyObject *k = PyList_GET_ITEM(p.ks[w], j), *v = PyList_GET_ITEM(p.vs[w], j);
+        int skip = 0;
+        if (p.ops[w] && !keep) {
+            if (PyBytes_AS_STRING(v)[0] == 0) continue; /* DEL */
+            skip = 1;
+        }
+        win[2 * n] = w | ((Py_ssize_t)skip << 8); /* MERGE_MAX < 256 */
+        win[2 * n + 1] = j;
+        n++;
+        total += PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v) - skip;
+    }
+    if (!(data = PyBytes_FromStringAndSize(NULL, total)) || !(lens = PyList_New(2 * n))) goto done;
+    char *q = PyBytes_AS_STRING(data);
+    for (Py_ssize_t t = 0; t < n; t++) {
+        Py_ssize_t part = win[2 * t] & 0xff, skip = win[2 * t] >> 8, j = win[2 * t + 1];
+        PyObject *k = PyList_GET_ITEM(p.ks[part], j), *v = PyList_GET_ITEM(p.vs[part], j);
+        Py_ssize_t kl = PyBytes_GET_SIZE(k), vl = PyBytes_GET_SIZE(v) - skip;
+        memcpy(q, PyBytes_AS_STRING(k), (size_t)kl);
+        memcpy(q + kl, PyBytes_AS_STRING(v) + skip, (size_t)vl);
+        q += kl + vl;
+        PyObject *a = PyLong_FromSsize_t(kl), *b = a ? PyLong_FromSsize_t(vl) : NULL;
+        if (!b) {
+            Py_XDECREF(a);
+            goto done;
+        }
+        PyList_SET_ITEM(lens, 2 * t, a);
+        PyList_SET_ITEM(lens, 2 * t + 1, b);
+    }
+    res = Py_BuildValue("(OO)", data, lens);
+done:
+    PyMem_Free(win);
+    Py_XDECREF(data);
+    Py_XDECREF(lens);
+    return res;
 }
 
 SHARED_PYDOC(links_doc,

@@ -6,6 +6,7 @@ static PyMethodDef methods[] = {
     {"unpack", (PyCFunction)(void (*)(void))c_unpack, METH_FASTCALL, unpack_doc},
     {"unpack_range", (PyCFunction)(void (*)(void))c_unpack_range, METH_FASTCALL, unpack_range_doc},
     {"merge", (PyCFunction)(void (*)(void))c_merge, METH_FASTCALL, merge_doc},
+    {"merge_run", (PyCFunction)(void (*)(void))c_merge_run, METH_FASTCALL, merge_run_doc},
     {"links", (PyCFunction)(void (*)(void))c_links, METH_FASTCALL, links_doc},
     {"find", c_find, METH_VARARGS, find_doc},
     {"get", c_get, METH_VARARGS, get_doc},
