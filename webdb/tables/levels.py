@@ -30,6 +30,7 @@ from webdb.tables.table import DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
 
 __all__ = [
     "COMPACT",
+    "DEFER_RUNS",
     "DEFER_SLACK",
     "DEL",
     "KEEP",
@@ -57,22 +58,26 @@ _END = b"\xff" * 65536
 
 # What a stage does with a table's levels after writing its run (``level_step``).
 KEEP, MERGE_RUNS, COMPACT = "keep", "merge_runs", "compact"
-# A merge into the base put off by a round (another table of the section got a new base in it)
-# is put off only while the runs hold at most this many times ``level_ratio`` of the base.
+# A merge put off by a round (another table of the section got a new base in it) is put off
+# only while the runs hold at most this many times ``level_ratio`` of the base, and number at
+# most ``level_runs`` + ``DEFER_RUNS``.
 DEFER_SLACK = 1.5
+DEFER_RUNS = 1
 
 
 def level_step(base_bytes: int, run_bytes: list[int], ratio: float, max_runs: int, rebased: bool) -> str:
     """The levels policy: what a stage does after writing its run (``run_bytes``: every run of
     the table, its own included) over a base of ``base_bytes``.
 
-    - more than ``max_runs`` runs holding at most ``ratio`` of the base's bytes: ``MERGE_RUNS``
-      (the tiered step; bounds the files a lookup reads to ``max_runs`` + 1);
-    - runs over ``ratio`` of the base, or too many runs: ``COMPACT`` (a new base) — except when
-      ``rebased`` (another table of the section got a new base in this round), the runs are
-      within ``max_runs`` and within ``DEFER_SLACK`` × ``ratio`` of the base: then ``KEEP``, and
-      the merge comes a round later.  So the two link tables of a section, which grow at about
-      the same pace, do not both rewrite their base in one round;
+    - when ``rebased`` (another table of the section got a new base in this round) and the runs
+      are within ``DEFER_SLACK`` × ``ratio`` of the base and ``max_runs`` + ``DEFER_RUNS`` runs:
+      ``KEEP``; the step they are due comes a round later.  So the two link tables of a section,
+      which grow at about the same pace, do not both rewrite their base in one round, and a
+      table whose runs pass the count in that round is not merged into a run just before it is
+      merged into its base;
+    - runs over ``ratio`` of the base: ``COMPACT`` (a new base);
+    - more than ``max_runs`` runs: ``MERGE_RUNS`` (the tiered step; bounds the files a lookup
+      reads to ``max_runs`` + 1, ``max_runs`` + 1 + ``DEFER_RUNS`` in a round that put it off);
     - else ``KEEP``.
 
     Pure: the same sizes give the same step, on every host.  Cost of a round: at most one new
@@ -80,13 +85,11 @@ def level_step(base_bytes: int, run_bytes: list[int], ratio: float, max_runs: in
     total = sum(run_bytes)
     over_count = len(run_bytes) > max_runs
     over_size = total > ratio * base_bytes
-    if over_count and not over_size:
-        return MERGE_RUNS
-    if not over_size:
+    if not over_count and not over_size:
         return KEEP
-    if rebased and not over_count and total <= DEFER_SLACK * ratio * base_bytes:
+    if rebased and len(run_bytes) <= max_runs + DEFER_RUNS and total <= DEFER_SLACK * ratio * base_bytes:
         return KEEP
-    return COMPACT
+    return COMPACT if over_size else MERGE_RUNS
 
 
 def open_levels(base: str | None, runs: list[str], table: str, count: int, cache=None) -> Levels:
