@@ -163,6 +163,22 @@ class Peer:
     name = "webdb"
 
     def __init__(self, work: str, meta: dict, opt: str):
+        o = self._configure(work, meta, opt)
+        # The workload never gives up on a page: failures only count retries.
+        self.db = webdb.create(self.path, sections=self.k, max_retries=1 << 15, **o)
+
+    @classmethod
+    def reopen(cls, work: str, meta: dict, opt: str) -> Peer:
+        """The db a driver.py --keep run left in ``work`` (driver.py --reads-only), opened with
+        its own settings (the block cache at the db's ``cache_mb``); the peer's options
+        (round, load, its name) are those of a fresh one, so a next round runs the same way."""
+        self = cls.__new__(cls)
+        self._configure(work, meta, opt)
+        self.db = webdb.open(self.path)
+        return self
+
+    def _configure(self, work: str, meta: dict, opt: str) -> dict:
+        """Set everything but the db from ``opt``; return the db settings it names."""
         o = _opts(opt)
         k = o.pop("sections", 2)
         self.round = o.pop("round", "update")
@@ -180,20 +196,9 @@ class Peer:
         )
         self.path = os.path.join(work, "db")
         self.k = k
-        # The workload never gives up on a page: failures only count retries.
-        self.db = webdb.create(self.path, sections=k, max_retries=1 << 15, **o)
         self.meta = meta
         self.r = None
-
-    @classmethod
-    def reopen(cls, work: str, meta: dict, opt: str) -> Peer:
-        """The db a driver.py --keep run left in ``work`` (driver.py --reads-only), opened with
-        its own settings (the block cache at the db's ``cache_mb``)."""
-        self = cls.__new__(cls)
-        k = _opts(opt).get("sections", 2)
-        self.name, self.path, self.k, self.meta, self.r = f"webdb-k{k}", os.path.join(work, "db"), k, meta, None
-        self.db = webdb.open(self.path)
-        return self
+        return o
 
     def load(self, pages_tsv: str, links_tsv: str) -> None:
         (bulk_load_tsv if self.load_by == "bulk" else load_tsv)(self.db, pages_tsv, links_tsv)

@@ -24,10 +24,30 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["Resource", "RequestLog", "SiteServer", "DemoSite", "build_site", "serve_demo", "DEMO_HOSTS"]
+__all__ = ["Hold", "Resource", "RequestLog", "SiteServer", "DemoSite", "build_site", "serve_demo", "DEMO_HOSTS"]
 
 DEMO_HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 HTML = "text/html; charset=utf-8"
+
+
+class Hold:
+    """Keeps the requests of a resource in flight until a test lets them go: each request sets
+    ``arrived``, then waits for ``release()`` before answering.  A test acts while a request is
+    certainly in flight, whatever the machine's load; ``limit`` seconds bound the wait, so a
+    hold never released cannot keep a server thread for ever."""
+
+    def __init__(self, limit: float = 300.0) -> None:
+        self.arrived = threading.Event()
+        self._released = threading.Event()
+        self.limit = limit
+
+    def release(self) -> None:
+        self._released.set()
+
+    def wait(self) -> None:
+        """What the server does with a request to a held resource."""
+        self.arrived.set()
+        self._released.wait(self.limit)
 
 
 @dataclass
@@ -36,7 +56,8 @@ class Resource:
 
     ``delay``: seconds before the status line.  ``drip``: seconds between body chunks of
     ``drip_chunk`` bytes (a slow body).  ``etag`` / ``last_modified`` (epoch seconds): answer
-    304 to a matching If-None-Match / a not older If-Modified-Since.
+    304 to a matching If-None-Match / a not older If-Modified-Since.  ``hold``: answer only once
+    the Hold is released.
     """
 
     status: int = 200
@@ -48,6 +69,7 @@ class Resource:
     drip_chunk: int = 1
     etag: str | None = None
     last_modified: int | None = None
+    hold: Hold | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if res is None:
                 res = Resource(404, b"<html><body><h1>Not found</h1></body></html>")
+            if res.hold is not None:
+                res.hold.wait()
             if res.delay:
                 time.sleep(res.delay)
             status = self._answer(res, head)

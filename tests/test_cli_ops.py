@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,6 +267,22 @@ def test_update_prints_a_line_per_stage_and_detail_with_v(tmp_path: Path) -> Non
     assert "stage 5/5 merged in 2 of 2 section(s)" in p.stderr
     p = cli("update", str(tmp_path / "db"), "-v", str(calls), "--input", REPLAY, check=0)
     assert "section 0: stage 3/5 merged" in p.stderr and "section 1: step 2 shipped" in p.stderr
+
+
+def test_update_says_which_stages_compacted_or_merged_runs(tmp_path: Path) -> None:
+    calls = calls_file(tmp_path / "a.jsonl")
+    make_db(tmp_path / "c", sections=2, level_ratio=0.01)  # every round's run outgrows the base
+    p = cli("update", str(tmp_path / "c"), str(calls), "--input", REPLAY, check=0)
+    lines = {ln.split("s  ", 1)[1].split(" merged in")[0]: ln for ln in p.stderr.splitlines()}
+    assert lines["stage 3/5"].endswith("; runs compacted into a new base in 2 section(s)"), p.stderr
+    assert "runs" not in lines["stage 1/5"] and "merged into one run" not in p.stderr
+    p = cli("update", str(tmp_path / "c"), "-v", str(calls), "--input", REPLAY, check=0)
+    assert re.search(r"section 0: stage 3/5 merged, .*, 1 run\(s\) compacted into a new base\n", p.stderr), p.stderr
+    make_db(tmp_path / "m", sections=2, level_ratio=1000.0, level_runs=1)  # two runs are too many
+    p = cli("update", str(tmp_path / "m"), str(calls), "--input", REPLAY, check=0)
+    lines = {ln.split("s  ", 1)[1].split(" merged in")[0]: ln for ln in p.stderr.splitlines()}
+    assert lines["stage 3/5"].endswith("; runs merged into one run in 2 section(s)"), p.stderr
+    assert "compacted" not in p.stderr
 
 
 def test_lock_state_as_fab_check_reports_it(tmp_path: Path) -> None:

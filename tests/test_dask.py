@@ -26,6 +26,7 @@ import webdb
 from webdb.core.lockwait import wait_for_lock
 from webdb.writer.daskrun import DaskUnavailable
 from webdb.writer.driver import update_dask
+from webdb.writer.engine import level_steps
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 
 distributed = pytest.importorskip("distributed")
@@ -54,6 +55,7 @@ def test_dask_agents_and_writer_write_identical_tables(cluster, k: int, tmp_path
     for tag, batch in (("a", batch_a), ("b", batch_b)):
         calls = recorded(batch)
         apply_local(local, calls)
+        seen = len(events)
         res = update_dask(
             rack_d,
             cluster.scheduler_address,
@@ -66,6 +68,10 @@ def test_dask_agents_and_writer_write_identical_tables(cluster, k: int, tmp_path
         d, a = gather(roots_d), gather(roots_a)
         assert digests(local) == digests(d) == digests(a)
         assert same_parts(local.manifest()) == same_parts(d.manifest()) == same_parts(a.manifest())
+        # The progress says what the manifest's rows say of the level steps (webdb.writer.engine).
+        said = {(e["section"], e["step"], str(level_steps(e))) for e in events[seen:] if e.get("state") == "merged"}
+        rows = {(r["section"], st["stage"], str(level_steps(r))) for st in d.manifest().stages for r in st["sections"]}
+        assert said == rows
         sent = [[(s["files"], s["bytes"]) for s in m.manifest().distributed["shipped"]] for m in (d, a)]
         assert sent[0] == sent[1]  # the same edit files moved, as task results or ndfs puts
         with d.reader() as r:

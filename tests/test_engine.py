@@ -14,6 +14,7 @@ from rackutil import split
 
 import webdb
 from webdb.core.manifest import Manifest
+from webdb.writer.engine import LEVEL_STEPS
 from webdb.writer.inputs import CallRecorder, apply_call
 from webdb.writer.rack import Rack, update
 
@@ -38,7 +39,7 @@ def digests(db: webdb.WebDB) -> list[dict[str, str]]:
 
 def same_parts(m: Manifest) -> dict:
     """What a batch's manifest says independent of timing and transport."""
-    keep = ("section", "records", "bytes", "emitted", "decoded_blocks", "raw_blocks", "patched_blocks")
+    keep = ("section", "records", "bytes", "emitted", "decoded_blocks", "raw_blocks", "patched_blocks", *LEVEL_STEPS)
     return {
         "generation": m.generation,
         "parent": m.parent,
@@ -47,7 +48,8 @@ def same_parts(m: Manifest) -> dict:
         "status": m.status,
         "edits": m.edits,
         "stages": [
-            {"stage": s["stage"], "sections": [{k: r[k] for k in keep} for r in s["sections"]]} for s in m.stages
+            {"stage": s["stage"], "sections": [{k: r[k] for k in keep if k in r} for r in s["sections"]]}
+            for s in m.stages
         ],
     }
 

@@ -10,10 +10,11 @@ import sys
 
 import psutil
 import pytest
-from httpsite import AVAILABLE, GRAPH_PAGES, TestSite, intervals, overlaps
+from httpsite import AVAILABLE, GRAPH_PAGES, HOSTS, TestSite, intervals, overlaps
 from test_warc import assert_valid_warc
-from waiting import wait_until
+from waiting import sigint_default, wait_until
 
+from fetchlist.demo_site import Hold
 from fetchlist.fetch import Fetcher
 from fetchlist.segment import FetchEntry, Segment
 from fetchlist.warc import read_metadata, read_response
@@ -130,7 +131,14 @@ def test_processes_setting_is_checked():
 
 def _webdb(*args: str, **kw) -> subprocess.Popen:
     exe = os.path.join(os.path.dirname(sys.executable), "webdb")
-    return subprocess.Popen([exe, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [exe, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,  # Ctrl-C must reach it even if the suite runs in the background
+        **kw,
+    )
 
 
 def test_cli_processes_option(tmp_path):
@@ -140,34 +148,51 @@ def test_cli_processes_option(tmp_path):
 
 
 def test_interrupt_and_resume_with_worker_processes(site, tmp_path):
+    """Ctrl-C while a request is in flight: the pages fetched before it are in the segment
+    (the workers' records are written while the fetch runs), the request in flight is cut, the
+    workers end, and a second run fetches only the rest."""
     seg = Segment.create(tmp_path / "seg")
     urls = [site.url("graph", f"/g/{i}.html") for i in range(GRAPH_PAGES)]
     urls += [site.url("slowbot", f"/p{i}.html") for i in range(4)]
     seg.write_fetchlist(0, [FetchEntry(u) for u in urls])
-    args = ["fetch", seg.path, "--processes", "2", "--threads", "2", "--crawl-set", "allow_private_addresses=true"]
-    proc = _webdb(*args, "--delay", "0.3")
+    # A queue is fetched in order: the graph host's request for /g/6.html stays in flight until
+    # released, so the run cannot end before the interrupt, and by then it has fetched exactly
+    # /g/0-5 and slowbot's four pages.
+    held = 6
+    hold = site.server.routes[HOSTS["graph"]][f"/g/{held}.html"].hold = Hold()
+    before = urls[:held] + urls[GRAPH_PAGES:]
+    args = ["fetch", seg.path, "--processes", "2", "--threads", "2", "--delay", "0"]
+    args += ["--crawl-set", "allow_private_addresses=true"]
+    # timeouts longer than any wait here: the held request ends by the interrupt, never by a timeout
+    proc = _webdb(*args, "--crawl-set", "read_timeout=600", "--crawl-set", "fetch_timeout=600")
 
     def saved() -> bool:
         assert proc.poll() is None, proc.communicate()
-        return sum(1 for _ in seg.fetch_records(0)) >= 4
+        return hold.arrived.is_set() and sum(1 for _ in seg.fetch_records(0)) >= len(before)
 
-    wait_until(saved, 120, f"4 fetch records in {seg.path}")
-    workers = [p for p in psutil.Process(proc.pid).children(recursive=True)]
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)  # returns once every holder of its stdout is gone
+    try:
+        wait_until(saved, 120, f"{len(before)} fetch records in {seg.path} and /g/{held}.html in flight")
+        workers = [p for p in psutil.Process(proc.pid).children(recursive=True)]
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)  # returns once every holder of its stdout is gone
+    finally:
+        hold.release()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130 and "interrupted" in out and "Traceback" not in err, (out, err)
     assert "2 worker processes" in out
     psutil.wait_procs(workers, timeout=30)
     assert not [p for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     kept = list(seg.records(0, content=True))
-    assert 4 <= len(kept) < len(urls)
+    assert sorted(r.url for r in kept) == sorted(before)
     assert assert_valid_warc(seg) == len(kept)
     assert all(r.status == Status.FETCHED and r.parse is not None for r in kept)
     served = {f"http://{r.host}:{site.port}{r.path}" for n in ("graph", "slowbot") for r in site.requests(n)}
-    assert {r.url for r in kept} <= served
-    assert len(served - {site.url("graph", "/robots.txt"), site.url("slowbot", "/robots.txt")}) - len(kept) <= 2
+    served -= {site.url("graph", "/robots.txt"), site.url("slowbot", "/robots.txt")}
+    assert served == {*before, urls[held]}  # the one in flight was cut: not recorded
     # resume with workers again: only the missing URLs, nothing twice
-    proc = _webdb(*args, "--delay", "0", "--json")
+    proc = _webdb(*args, "--json")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert seg.check()["fetched"] == len(urls)

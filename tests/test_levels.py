@@ -22,6 +22,8 @@ from webdb.tables.format import DELTA_KINDS
 from webdb.tables.levels import DEL, PUT, LevelCursor, Levels, Seeker, open_levels
 from webdb.tables.merge import Splice
 from webdb.tables.table import TableReader, TableWriter
+from webdb.writer.edits import STAGE_TABLE
+from webdb.writer.engine import level_steps
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Runs are kept (never merged by size) and merged by count after three.
@@ -453,3 +455,35 @@ def test_scrub_rounds_verifies_a_slice_a_round(tmp_path):
             found_at = gen
             break
     assert found_at is not None and found_at % 3 == 0  # slice 0 of 3: the generations 3, 6, …
+
+
+@pytest.mark.parametrize(
+    ("settings", "step"),
+    [({"level_ratio": 0.01}, "compacted"), ({"level_ratio": 1000.0, "level_runs": 1}, "merged_runs")],
+)
+def test_the_manifest_stage_rows_say_which_sections_compacted_or_merged_runs(tmp_path, settings, step):
+    """A stage's row per section names the level step it took (webdb.writer.engine.LEVEL_STEPS)
+    and over how many runs (its own included): compacted into a new base, or merged into one
+    run; no step named when it kept the runs.  Replayed against the manifest's run counts."""
+    db = make_db(tmp_path / "db", sections=2, **settings)
+    runs = runs_of(db)
+    with db.writer() as w:
+        rounds(w, 0)
+    stages = {s["stage"]: s["sections"] for s in db.manifest().stages}
+    other = "merged_runs" if step == "compacted" else "compacted"
+    assert all(not level_steps(r) for st in (1, 2) for r in stages[st])  # the page tables have no levels
+    for st in (3, 4, 5):  # in stage order: stage 5 writes LinksByMD5 again, over stage 3's run
+        for r in stages[st]:
+            key = (r["section"], STAGE_TABLE[st])
+            assert other not in r
+            runs[key] += 1  # the stage's own run
+            if step in r:
+                assert r[step] == runs[key]
+                runs[key] = 0 if step == "compacted" else 1
+    assert runs == runs_of(db)
+    assert any(step in r for st in (3, 4, 5) for r in stages[st])
+    # Runs kept (within level_runs and level_ratio): no step named.
+    db = make_db(tmp_path / "kept", sections=2, level_ratio=1000.0, level_runs=8)
+    with db.writer() as w:
+        rounds(w, 0)
+    assert not [r for s in db.manifest().stages for r in s["sections"] if level_steps(r)]

@@ -18,8 +18,9 @@ from dbutil import make_db
 import webdb
 from webdb.core.db import init_location
 from webdb.core.dbfiles import identity, seal
+from webdb.core.schedule import Schedule
 from webdb.core.sections import Sections
-from webdb.core.settings import DEFAULTS, NAMES, Settings
+from webdb.core.settings import DEFAULTS, NAMES, SCHEDULE_KEYS, Settings
 from webdb.errors import BadInput, CorruptionError
 from webdb.writer.engine import stage_job
 from webdb.writer.spec import SectionInput, SectionSpec
@@ -113,6 +114,14 @@ def test_replace_keeps_what_it_is_not_given_and_the_value_is_frozen():
         s.memory_mb = 1  # type: ignore[misc]
     with pytest.raises(BadInput, match="setting workers must be a whole number, not 1.5"):
         Settings(workers=1.5)  # type: ignore[arg-type]
+
+
+def test_the_schedule_settings_default_to_schedule_and_make_it():
+    assert DEFAULTS.schedule() == Schedule()
+    assert SCHEDULE_KEYS == tuple(f.name for f in dataclasses.fields(Schedule))
+    assert {k: getattr(DEFAULTS, k) for k in SCHEDULE_KEYS} == dataclasses.asdict(Schedule())
+    s = DEFAULTS.replace(adaptive=True, retry_delay=77, min_interval=10, dec_rate=0.5)
+    assert s.schedule() == Schedule(adaptive=True, retry_delay=77, min_interval=10, dec_rate=0.5)
 
 
 def test_every_setting_is_a_field_with_a_comment_and_a_documented_row():

@@ -22,12 +22,14 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 from webdb.cli.common import add_json, add_lock_wait, add_quiet, emit, parse_settings
 from webdb.core.lockwait import wait_for_lock
 from webdb.errors import BadInput
 from webdb.ndfs.config import check_scheduler_address
 from webdb.writer.daskrun import CONNECT_TIMEOUT, WORKER_TIMEOUT
+from webdb.writer.engine import LEVEL_STEPS
 from webdb.writer.inputs import DEFAULT_INPUT, input_spec, resolve
 from webdb.writer.rack import HEARTBEAT_TIMEOUT, STAGE_TIMEOUT, Rack, UpdateFailed, update
 
@@ -113,6 +115,10 @@ def _options(pairs: list[str] | None) -> dict:
     return out
 
 
+# What a stage did to a link table's delta runs besides adding one (webdb.writer.engine.LEVEL_STEPS).
+_LEVEL_WORDS = {"compacted": "compacted into a new base", "merged_runs": "merged into one run"}
+
+
 class Progress:
     """Progress of an update on stderr.
 
@@ -126,7 +132,7 @@ class Progress:
         self.k, self.verbose, self.out = k, verbose, out
         self.terminal = is_terminal(out) if terminal is None else terminal
         self.t0 = time.monotonic()
-        self.stages: dict[int, list] = {}  # stage -> [sections merged, records, bytes, bar]
+        self.stages: dict[int, list] = {}  # stage -> [sections merged, records, bytes, bar, Counter]
         self.latest: dict[int, int] = {}  # section -> last stage it merged
         self.printed = 0  # stages reported
         self.committed = False
@@ -147,10 +153,11 @@ class Progress:
         ev = e.get("ev")
         if ev == "section" and e.get("state") == "merged":
             step = e["step"]
-            st = self.stages.setdefault(step, [0, 0, 0, None])
+            st = self.stages.setdefault(step, [0, 0, 0, None, Counter()])
             st[0] += 1
             st[1] += e["records"]
             st[2] += e["bytes"]
+            st[4].update(k for k in LEVEL_STEPS if e.get(k))  # sections that compacted / merged runs
             if self.terminal:
                 if st[3] is None:
                     from tqdm import tqdm
@@ -170,13 +177,14 @@ class Progress:
     def _done_up_to(self, stage: int) -> None:
         while self.printed < stage:
             self.printed += 1
-            n, records, size, bar = self.stages.get(self.printed, [0, 0, 0, None])
+            n, records, size, bar, levels = self.stages.get(self.printed, [0, 0, 0, None, Counter()])
             if bar is not None:
                 bar.close()
             elif not self.terminal:
                 self._write(
                     f"{time.monotonic() - self.t0:7.1f}s  stage {self.printed}/5 merged in {n} of {self.k} "
                     f"section(s): {records:,} records, {size / 1e6:.1f} MB"
+                    + "".join(f"; runs {_LEVEL_WORDS[k]} in {levels[k]} section(s)" for k in LEVEL_STEPS if levels[k])
                 )
 
     def _detail(self, e: dict) -> None:
@@ -186,6 +194,7 @@ class Progress:
             line = (
                 f"section {e['section']}: stage {e['step']}/5 merged, {e['records']:,} records, "
                 f"{e['bytes'] / 1e6:.1f} MB ({e['seconds']:.1f}s)"
+                + "".join(f", {e[k]} run(s) {_LEVEL_WORDS[k]}" for k in LEVEL_STEPS if e.get(k))
             )
         elif ev == "section" and e.get("state") == "shipped":
             line = (

@@ -28,7 +28,8 @@ class FetchResult:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """Fetch-schedule settings (see webdb.core.settings for what each one means)."""
+    """Fetch-schedule settings.  These defaults are the db's (``webdb.core.settings.Settings``
+    takes them from here); what each one means is said there."""
 
     # Fetch interval of a page that a fetch result creates (the db's ``default_interval``).
     default_interval: int = DEFAULT_INTERVAL

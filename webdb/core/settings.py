@@ -17,9 +17,11 @@ from typing import Any
 
 from webdb.core.schedule import Schedule
 from webdb.errors import BadInput
-from webdb.tables.records import DAY, DEFAULT_ANCHOR_MAX, DEFAULT_INTERVAL, MAX_URL_BYTES
+from webdb.tables.records import DEFAULT_ANCHOR_MAX, MAX_URL_BYTES
 
 __all__ = ["DEFAULTS", "LIMITS", "MAX_URL_LIMIT", "NAMES", "SCHEDULE_KEYS", "Settings"]
+
+_SCHEDULE = Schedule()  # the defaults of the schedule settings, written once: on Schedule
 
 
 @dataclass(frozen=True)
@@ -42,19 +44,21 @@ class Settings:
     anchor_max: int = DEFAULT_ANCHOR_MAX
     # Longest URL accepted, in UTF-8 bytes; longer ones are rejected with BadInput.
     max_url_bytes: int = MAX_URL_BYTES
+    # The fetch schedule's settings (SCHEDULE_KEYS): their defaults are Schedule's.
     # Fetch interval a new page gets, seconds, whichever call creates it (add_outlinks, inject,
     # or a fetch result for a url with no page).
-    default_interval: int = DEFAULT_INTERVAL
-    # Fetch schedule (webdb.core.schedule): delay before retrying a transient failure, seconds.
-    retry_delay: int = DAY
+    default_interval: int = _SCHEDULE.default_interval
+    # Delay before retrying a transient failure, seconds.
+    retry_delay: int = _SCHEDULE.retry_delay
     # Transient failures after which a page is given up (status GONE).
-    max_retries: int = 3
-    # Adaptive schedule: shorten the interval of pages that change, lengthen it for the others.
-    adaptive: bool = False
-    min_interval: int = DAY
-    max_interval: int = 365 * DAY
-    inc_rate: float = 0.2
-    dec_rate: float = 0.2
+    max_retries: int = _SCHEDULE.max_retries
+    # Adaptive schedule: shorten the interval of pages that change, lengthen it for the others,
+    # by these rates, within [min_interval, max_interval] (seconds).
+    adaptive: bool = _SCHEDULE.adaptive
+    min_interval: int = _SCHEDULE.min_interval
+    max_interval: int = _SCHEDULE.max_interval
+    inc_rate: float = _SCHEDULE.inc_rate
+    dec_rate: float = _SCHEDULE.dec_rate
     # fsync table files, manifests and CURRENT before a commit is visible (durable against power
     # loss).  Off only for scratch databases: a kill -9 is survived either way.
     sync: bool = True

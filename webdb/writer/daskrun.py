@@ -29,6 +29,7 @@ from dataclasses import replace
 from webdb.core.manifest import Manifest
 from webdb.errors import BadInput, WebDBError
 from webdb.writer import dasktasks
+from webdb.writer.engine import level_steps
 from webdb.writer.hosts import Rack
 from webdb.writer.results import Failed, HostRun
 from webdb.writer.spec import Options, Prepared, SectionSpec
@@ -402,6 +403,7 @@ class DaskTransport:
                 step=step,
                 state="merged",
                 **{x: m[x] for x in ("records", "bytes", "seconds")},
+                **level_steps(m),
             )
         if r.get("shipped"):
             s = r["shipped"]

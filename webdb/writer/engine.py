@@ -144,7 +144,14 @@ def apply_stage_result(tables: list[dict], status: list[dict], r: dict) -> None:
             del status[j][st]
 
 
+# What a stage did to a table's levels besides writing its run (webdb.writer.cascade), when it
+# did: ``compacted`` N runs into a new base, or ``merged_runs`` N runs into one.
+LEVEL_STEPS = ("compacted", "merged_runs")
+
+
 def stage_summary(r: dict) -> dict:
+    """A section's stage result as its row of the manifest's ``stages`` (and its progress event):
+    the figures of every stage, then the level steps it took (``LEVEL_STEPS``), if any."""
     keys = (
         "section",
         "records",
@@ -156,7 +163,13 @@ def stage_summary(r: dict) -> dict:
         "raw_blocks",
         "patched_blocks",
     )
-    return {k: r[k] for k in keys}
+    return {**{k: r[k] for k in keys}, **level_steps(r)}
+
+
+def level_steps(r: dict) -> dict:
+    """The ``LEVEL_STEPS`` a stage result ``r`` (or its summary) took: ``{"compacted": N}``,
+    ``{"merged_runs": N}`` or ``{}``."""
+    return {k: r[k] for k in LEVEL_STEPS if r.get(k)}
 
 
 def base_state(base: Manifest, k: int) -> tuple[list[dict], list[dict]]:

@@ -38,7 +38,7 @@ from webdb.ndfs import NDFS, LocalTransport, NdfsConfig, Transport, parse_config
 from webdb.tables.format import TMP_DIR
 from webdb.util import faults
 from webdb.writer.cascade import StageJob
-from webdb.writer.engine import run_stages, stage_job
+from webdb.writer.engine import level_steps, run_stages, stage_job
 from webdb.writer.executor import LocalExecutor
 from webdb.writer.inputs import resolve
 from webdb.writer.spec import SectionSpec
@@ -235,7 +235,7 @@ class SectionWriter:
         return files
 
     def merged(self, r: dict) -> None:
-        self.event(state="merged", records=r["records"], bytes=r["bytes"], seconds=r["seconds"])
+        self.event(state="merged", records=r["records"], bytes=r["bytes"], seconds=r["seconds"], **level_steps(r))
 
     def published(self, stage: int) -> None:
         if stage < 5:
