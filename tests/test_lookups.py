@@ -90,7 +90,7 @@ def test_a_key_between_blocks_reads_no_block(tmp_path):
     assert t.get(t.last_keys[3] + b"\x00") is None and cache.bytes == 0
     assert t.get(t.last_keys[3]) is not None and cache.bytes > 0
     held = cache.bytes
-    assert t.get(t.first_keys[3]) is not None and cache.bytes == held  # served from the cache
+    assert t.get(t.last_keys[3]) is not None and cache.bytes == held  # served from the cache
     t.close()
 
 
