@@ -192,14 +192,13 @@ def piece_of(header: bytes, key: bytes) -> tuple[int, int, int, int, int, bytes]
     return (p, at, *_U32X3.unpack_from(header, 4 + 12 * p), first)
 
 
-def piece_block(piece: bytes, i: int, crc: int, count: int, first: bytes) -> RawBlock:
-    """``unpack_piece`` as the RawBlock a lookup caches (the compiled class when built)."""
-    raw, k, r = unpack_piece(piece, i, crc, count, first)
+def piece_raw_block(raw: bytes) -> RawBlock:
+    """A piece as a lookup caches it — its raw bytes (whose last u32 is its count), not an object
+    the garbage collector tracks — as a RawBlock to search."""
+    n = int.from_bytes(raw[-4:], "little")
     if blockc is not None:
-        rb = _CRawBlock(raw, len(k))
-        rb._k, rb._r = k, r
-        return rb
-    return RawBlock(raw, k, r, len(k))
+        return _CRawBlock(raw, n)
+    return RawBlock(raw, *_offsets(raw, n), n)
 
 
 def unpieces(body: bytes | memoryview) -> bytes:

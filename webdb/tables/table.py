@@ -35,13 +35,14 @@ from webdb.tables.block import (
     in_place_block,
     index_entries,
     index_in_place,
-    piece_block,
     piece_of,
+    piece_raw_block,
     pieces_header,
     pieces_split,
     point_lookup,
     short_file,
     unpack_block,
+    unpack_piece,
     unpack_range,
 )
 from webdb.tables.format import (
@@ -673,7 +674,8 @@ class TableReader:
     def _piece(self, i: int, key: bytes) -> RawBlock | None:
         """The piece of block i that can hold ``key``, through the cache, as the compiled lookup
         reads a block in lz4 pieces (format.md §1.1): the block's header (cached, read from its
-        tail on a miss) picks the piece, which is read, checked and decompressed alone (cached).
+        tail on a miss) picks the piece, which is read, checked and decompressed alone (cached
+        as its raw bytes).
         Cache keys: ``-(cid + offset)`` for the header, ``-(cid + offset + 1 + at)`` for the
         piece at ``at`` in the body (never a block's ``cid + i``).  None if the block is not in
         pieces or is cached whole (read it as a block); CorruptionError names a damaged header
@@ -697,17 +699,17 @@ class TableReader:
         hit = d.get(pk) if d is not None else None
         if hit is not None:
             d.move_to_end(pk)
-            return hit[0]
+            return piece_raw_block(hit[0])
         data = os.pread(self._fd, length, off + at)
         if len(data) != length:
             raise CorruptionError(f"{self.where(i)}: truncated")
         try:
-            rb = piece_block(data, p, crc, count, first)
+            raw = unpack_piece(data, p, crc, count, first)[0]
         except (ValueError, lz4.block.LZ4BlockError) as e:
             raise CorruptionError(f"{self.where(i)}: undecodable block ({e})") from None
         if self.cache is not None:
-            self.cache.put(pk, rb, len(rb.raw) + 100)
-        return rb
+            self.cache.put(pk, raw, len(raw) + 100)
+        return piece_raw_block(raw)
 
     def _header(self, i: int) -> bytes | None:
         """The pieces header of block i read from its tail (trailer, header) and checked — its

@@ -346,6 +346,7 @@ typedef struct {
     PyObject_HEAD Py_ssize_t m;
     LookFile *f;
     PyObject *cache, *put, *rawblock; /* the BlockCache's OrderedDict and put, RawBlock's class */
+    PyObject *move;                   /* the cache's move_to_end, bound (NULL: no cache) */
     PyObject *crc32, *decompress, *page, *loads;
     Py_ssize_t off[PAGE_FIELDS]; /* Page's slots, if it can be filled in place (fill) */
     int fill;
@@ -359,6 +360,7 @@ static void lk_dealloc(Lookup *s) {
     for (Py_ssize_t i = 0; i < s->m; i++) Py_XDECREF(s->f[i].ix_raw);
     PyMem_Free(s->f);
     Py_XDECREF(s->cache);
+    Py_XDECREF(s->move);
     Py_XDECREF(s->put);
     Py_XDECREF(s->rawblock);
     Py_XDECREF(s->crc32);
@@ -379,7 +381,7 @@ static int cache_get(Lookup *s, PyObject *key, PyObject **v) {
     if (!hit) return PyErr_Occurred() ? -1 : 0;
     if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) return 2;
     *v = Py_NewRef(PyTuple_GET_ITEM(hit, 0)); /* the dict may drop it while we call out */
-    PyObject *r = PyObject_CallMethodOneArg(s->cache, s_move_to_end, key);
+    PyObject *r = PyObject_CallOneArg(s->move, key);
     if (!r) {
         Py_CLEAR(*v);
         return -1;
@@ -446,7 +448,9 @@ static int cached_block(Lookup *s, LookFile *f, Py_ssize_t b, PyObject **raw, Py
  * A lookup of a file written in pieces (PagesByURL, LinksByURL: PIECES_KINDS) caches a codec-3
  * block's header (checked by its CRC, its counts against the index entry) and the pieces it
  * decompresses, not the whole block: a miss reads and decompresses a piece (~4 KiB of a 32 KiB
- * block).  Cache keys: -(cid + off) for the header of the block at file offset off, and
+ * block).  Both are cached as bytes (a piece as its raw bytes, whose last u32 is its count), not
+ * as objects the garbage collector tracks: a cache of ~60k pieces of RawBlocks in tuples made
+ * the collector's full passes a tenth of a lookup's time.  Cache keys: -(cid + off) for the header of the block at file offset off, and
  * -(cid + off + 1 + at) for its piece at body offset at — negative, so never a block's cid + b,
  * and unique (a block's pieces start before its end, where the next block's keys start). */
 
@@ -564,8 +568,13 @@ static int cached_piece(Lookup *s, LookFile *f, Py_ssize_t b, const char *k, Py_
     if (!(key = PyLong_FromLongLong(-(f->cid + (long long)off + 1 + at)))) goto fail;
     r = cache_get(s, key, &rb);
     if (r == 1) {
-        r = raw_of(rb, raw, n);
-        Py_DECREF(rb);
+        if (!PyBytes_Check(rb) || PyBytes_GET_SIZE(rb) < 4) { /* not what a lookup puts there */
+            Py_DECREF(rb);
+            r = 0;
+            goto done;
+        }
+        *raw = rb;
+        *n = (Py_ssize_t)rd32((const unsigned char *)PyBytes_AS_STRING(rb) + PyBytes_GET_SIZE(rb) - 4);
         goto done;
     }
     if (r != 0) {
@@ -577,7 +586,7 @@ static int cached_piece(Lookup *s, LookFile *f, Py_ssize_t b, const char *k, Py_
     r = 0;
     if (data == Py_None) goto done;
     Block blk;
-    r = piece_decode(s->crc32, s->decompress, (const unsigned char *)PyBytes_AS_STRING(data), cl, rd32(e + 8),
+    r = piece_decode(s->crc32, s->decompress, data, (const unsigned char *)PyBytes_AS_STRING(data), cl, rd32(e + 8),
                      (Py_ssize_t)rd32(e + 4), raw, &blk);
     if (r == 1 && pi && cmp_key(&blk, 0, (const char *)fk, fkl) != 0) {
         Py_CLEAR(*raw);
@@ -585,9 +594,13 @@ static int cached_piece(Lookup *s, LookFile *f, Py_ssize_t b, const char *k, Py_
     }
     if (r != 1) goto done;
     *n = blk.n;
-    if (cache_put(s, key, *raw, *n) < 0) {
-        Py_CLEAR(*raw);
-        goto fail;
+    if (s->cache != Py_None) {
+        PyObject *res = PyObject_CallFunction(s->put, "OOn", key, *raw, PyBytes_GET_SIZE(*raw) + 100);
+        if (!res) {
+            Py_CLEAR(*raw);
+            goto fail;
+        }
+        Py_DECREF(res);
     }
 done:
     Py_XDECREF(data);
@@ -832,6 +845,7 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!s) return NULL;
     s->m = 0;
     s->cache = Py_NewRef(args[1]);
+    s->move = NULL;
     s->put = Py_NewRef(args[2]);
     s->rawblock = Py_NewRef(args[3]);
     s->crc32 = Py_NewRef(args[4]);
@@ -845,6 +859,7 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
+    if (s->cache != Py_None && !(s->move = PyObject_GetAttr(s->cache, s_move_to_end))) goto fail;
     if (s->link && !(s->short_files = PyTuple_New(m))) goto fail;
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *t = PyTuple_GET_ITEM(args[0], i);
