@@ -316,10 +316,12 @@ class TableWriter:
 
 
 class BlockCache:
-    """LRU cache of decompressed, verified blocks (``RawBlock``), bounded by their size in bytes.
+    """LRU cache of decompressed, verified blocks (``RawBlock``) — and, of a block in lz4 pieces
+    that a point lookup read, its header and pieces (bytes) — bounded by their size in bytes.
 
     One cache serves the tables of one reader.  Keys are ints: a table's ``new_id()`` plus the
-    block number, so a hit is one dict lookup (no tuple is built) and tables never share keys.
+    block number (negative for a header or a piece: ``TableReader._piece``), so a hit is one dict
+    lookup (no tuple is built) and tables never share keys.
     Runtime complexity: O(1) per get and put (an OrderedDict kept in use order).
     """
 
