@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import webdb
 from webdb.core.db import current_line, seal, seal_checksum
 from webdb.errors import BadInput, WebDBError
-from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
+from webdb.tables.format import CODEC_LZ4, CODEC_LZ4_PIECES, FOOTER_SIZE, KIND_PAGES_BY_URL
 from webdb.tables.merge import MergeCursor
 from webdb.tables.records import validate_url
 from webdb.tables.table import Probe, TableReader, TableWriter
@@ -91,12 +91,16 @@ def assert_clear(result: tuple[str, str], name: str) -> None:
 
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory):
-    """A small PagesByURL table per codec: several blocks, so index and carry paths run."""
+    """A small PagesByURL table per codec: several blocks, so index and carry paths run.  "lz4"
+    writes its blocks in lz4 pieces (codec 3); "lz4-blocks" as whole lz4 blocks (codec 2), as a
+    writer did before PagesByURL was written in pieces."""
     d = tmp_path_factory.mktemp("fuzz")
     out = {}
-    for codec in ("none", "lz4", "zlib"):
+    for codec in ("none", "lz4", "zlib", "lz4-blocks"):
         p = str(d / f"t-{codec}.pbu")
-        w = TableWriter(p, KIND_PAGES_BY_URL, block_size=200, codec=codec, sync=False)
+        w = TableWriter(p, KIND_PAGES_BY_URL, block_size=200, codec=codec.removesuffix("-blocks"), sync=False)
+        if codec == "lz4-blocks":
+            w.codec = CODEC_LZ4
         for i in sorted(range(60), key=lambda i: (i % 5, i)):
             w.add(f"http://h{i % 5}.example/{i:04d}".encode(), bytes(range(i % 40)))
         w.close()
@@ -146,6 +150,10 @@ def apply_ops(data: bytearray, off: int, length: int, ops) -> None:
 def read_everything(path: str, tmp: str) -> None:
     t = TableReader(path, KIND_PAGES_BY_URL)
     try:
+        # Point lookups first: in lz4 pieces they read a block's header and one piece, not the
+        # block a whole read checks.
+        for i in range(0, 60, 7):
+            t.get(f"http://h{i % 5}.example/{i:04d}".encode())
         for b in range(t.nblocks):
             t.block(b)
         keys = [k for k, _ in t.items()]
@@ -188,14 +196,14 @@ def fuzz_table(tables, tmp_path, codec: str, region: str, which: int, ops) -> No
 
 @pytest.mark.parametrize("region", ["data", "index", "meta", "footer"])
 @FUZZ
-@given(codec=st.sampled_from(["none", "lz4", "zlib"]), which=st.integers(0, 100), ops=edit_ops)
+@given(codec=st.sampled_from(["none", "lz4", "zlib", "lz4-blocks"]), which=st.integers(0, 100), ops=edit_ops)
 def test_mutated_table_file(tables, tmp_path, region, codec, which, ops):
     fuzz_table(tables, tmp_path, codec, region, which, ops)
 
 
 def test_lz4_bomb_is_refused_before_allocating(tables, tmp_path):
     """A block whose lz4 size prefix claims 2 GiB: refused, not allocated."""
-    data = bytearray(tables["lz4"])
+    data = bytearray(tables["lz4-blocks"])
     p = str(tmp_path / "bomb.pbu")
     open(p, "wb").write(data)
     off, length = block_spans(p)[0]
@@ -204,6 +212,34 @@ def test_lz4_bomb_is_refused_before_allocating(tables, tmp_path):
     open(p, "wb").write(data)
     kind, msg = in_child(lambda: read_everything(p, str(tmp_path)))
     assert kind == "clear" and "block 0 at offset 0" in msg and "exceeds" in msg, msg
+
+
+def test_lz4_bomb_in_a_piece_is_refused_before_allocating(tables, tmp_path):
+    """The same in lz4 pieces: piece 0's size prefix claims 2 GiB, and every checksum over it (the
+    piece's, the header's, the block's) is made to match: refused by a point lookup (which reads
+    that piece alone) and by a whole-block read, not allocated."""
+    data = bytearray(tables["lz4"])
+    p = str(tmp_path / "bomb.pbu")
+    open(p, "wb").write(data)
+    off, length = block_spans(p)[0]
+    end = off + length - 5
+    assert data[end] == CODEC_LZ4_PIECES
+    (hlen,) = struct.unpack_from("<I", data, end - 8)
+    h = end - 8 - hlen
+    (first_len,) = struct.unpack_from("<I", data, h + 4)
+    struct.pack_into("<I", data, off, 0x7FFFFFFF)
+    struct.pack_into("<I", data, h + 12, zlib.crc32(bytes(data[off : off + first_len])))
+    struct.pack_into("<I", data, end - 4, zlib.crc32(bytes(data[h : end - 8])))
+    reseal(data, off, length)
+    open(p, "wb").write(data)
+    key = TableReader(p, KIND_PAGES_BY_URL).first_keys[0]
+
+    def lookup() -> None:
+        TableReader(p, KIND_PAGES_BY_URL).get(key)
+
+    for read in (lookup, lambda: read_everything(p, str(tmp_path))):
+        kind, msg = in_child(read)
+        assert kind == "clear" and "block 0 at offset 0" in msg and "exceeds" in msg, msg
 
 
 def test_footer_flip_says_corrupt_not_newer_version(tables, tmp_path):
@@ -357,7 +393,7 @@ def test_mutated_records_read_through_the_api(none_db, tmp_path, table, which, o
 @pytest.mark.slow
 @pytest.mark.parametrize("region", ["data", "index", "meta", "footer"])
 @settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
-@given(codec=st.sampled_from(["none", "lz4", "zlib"]), which=st.integers(0, 100), ops=edit_ops)
+@given(codec=st.sampled_from(["none", "lz4", "zlib", "lz4-blocks"]), which=st.integers(0, 100), ops=edit_ops)
 def test_mutated_table_file_long(tables, tmp_path, region, codec, which, ops):
     fuzz_table(tables, tmp_path, codec, region, which, ops)
 

@@ -90,7 +90,7 @@ def test_a_key_between_blocks_reads_no_block(tmp_path):
     assert t.get(t.last_keys[3] + b"\x00") is None and cache.bytes == 0
     assert t.get(t.last_keys[3]) is not None and cache.bytes > 0
     held = cache.bytes
-    assert t.get(t.first_keys[3]) is not None and cache.bytes == held  # served from the cache
+    assert t.get(t.last_keys[3]) is not None and cache.bytes == held  # served from the cache
     t.close()
 
 
@@ -141,8 +141,8 @@ def test_corrupt_block_is_found_when_loaded_and_named(tmp_path):
 # ---- the Reader over a db of k sections ------------------------------------------------------
 
 
-def _db(path, k: int, pages: list[str], links: list[tuple[str, str]], **kw) -> webdb.WebDB:
-    db = webdb.create(str(path), sections=k, sync=False, block_size=64, **kw)
+def _db(path, k: int, pages: list[str], links: list[tuple[str, str]], block_size: int = 64, **kw) -> webdb.WebDB:
+    db = webdb.create(str(path), sections=k, sync=False, block_size=block_size, **kw)
     with db.writer() as w:
         for u in pages:
             w.add_page(Page(u, fetch_time=len(u)))
@@ -656,7 +656,8 @@ def test_compiled_page_lookup_equals_the_python_path_and_uses_the_cache_alike(tm
     rng = random.Random(seed)
     urls = _urls(rng, 150)
     k = rng.choice([1, 2])
-    db = _db(tmp_path / "db", k, urls[::2], [], cache_mb=rng.choice([0, 1]))
+    # 64-byte blocks: whole lz4 blocks (too small for two pieces); 1 KiB: PagesByURL in pieces.
+    db = _db(tmp_path / "db", k, urls[::2], [], block_size=rng.choice([64, 1024]), cache_mb=rng.choice([0, 1]))
     for i in range(4):
         with db.writer() as w:
             for u in rng.sample(urls, 30):
@@ -665,9 +666,10 @@ def test_compiled_page_lookup_equals_the_python_path_and_uses_the_cache_alike(tm
                 w.delete_page(u)
     probes = urls + [u + "/" for u in urls[:30]] + ["http://0/", "http://zz/"]
     rng.shuffle(probes)
+    with db.reader() as r:  # a scan caches the first block it reads whole: not in fast or slow
+        by_url = {p.url: p for p in r.pages()}
     with db.reader() as fast, db.reader() as slow:
         slow._page_lookups = [None] * k  # the Python path only
-        by_url = {p.url: p for p in slow.pages()}
         for u in probes + probes[:50]:
             got = fast.get_page(u)
             assert got == slow.get_page(u) == by_url.get(u), u
@@ -676,10 +678,137 @@ def test_compiled_page_lookup_equals_the_python_path_and_uses_the_cache_alike(tm
         assert list(fast._cache._d) == list(slow._cache._d)  # the same blocks, in the same LRU order
         for key, (rb, size) in fast._cache._d.items():
             other, other_size = slow._cache._d[key]
-            assert (rb.raw, rb.n, size) == (other.raw, other.n, other_size)
+            if type(rb) is bytes:  # a block in pieces: its header or a piece
+                assert (rb, size) == (other, other_size)
+            else:
+                assert (rb.raw, rb.n, size) == (other.raw, other.n, other_size)
     fast.close()
     with pytest.raises(ClosedError):
         fast.get_page(urls[0])
+
+
+def _pieced_pages(path, values: dict[bytes, bytes], block_size: int, codec: int | None = None) -> None:
+    """A PagesByURL table of ``values``; ``codec`` CODEC_LZ4: whole lz4 blocks, as a writer did
+    before PagesByURL was written in lz4 pieces."""
+    w = TableWriter(str(path), KIND_PAGES_BY_URL, block_size, "lz4", sync=False)
+    if codec is not None:
+        w.codec = codec
+    for k in sorted(values):
+        w.add(k, values[k])
+    w.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_piece_decoded_alone_equals_its_share_of_the_whole_block(tmp_path, seed):
+    """A PagesByURL table in lz4 pieces: each piece decoded alone (its header, CRC, count, first
+    key) holds exactly its share of the records of the whole block's decode; point lookups,
+    compiled and in Python, with a cache or none, read one piece and give what the whole block
+    holds — keys, keys between pieces and between blocks, a value longer than a piece — and fill
+    the cache alike, with headers and pieces, never a whole block."""
+    from webdb.tables.block import pieces_header, unpack_block, unpack_piece
+    from webdb.tables.format import CODEC_LZ4_PIECES
+    from webdb.tables.table import lookups
+
+    rng = random.Random(seed)
+    keys = sorted({b"http://h%d/%d" % (rng.randrange(9), rng.randrange(3000)) for _ in range(900)})
+    values = {k: rng.randbytes(rng.choice([20, 60, 200, 3000 if rng.random() < 0.02 else 90])) for k in keys}
+    path = tmp_path / "t.pbu"
+    _pieced_pages(path, values, rng.choice([2048, 8192, 32768]))
+    t = TableReader(str(path), KIND_PAGES_BY_URL, None)
+    pieced = 0
+    for b in range(t.nblocks):
+        data = t.raw_block(b)
+        whole = unpack_block(data, t.where(b))
+        records = list(zip(*whole.split()))
+        if data[-5] != CODEC_LZ4_PIECES:
+            continue
+        pieced += 1
+        _, tab, first = pieces_header(memoryview(data)[:-5], len(data) - 5)
+        at = done = 0
+        for i, (length, count, crc) in enumerate(tab):
+            raw, _, rends = unpack_piece(data[at : at + length], i, crc, count, first[i])
+            assert raw[: rends[-1]] == b"".join(k + v for k, v in records[done : done + count])
+            at, done = at + length, done + count
+        assert done == whole.n
+    assert pieced >= t.nblocks - 1
+    t.close()
+    probes = keys + [k + b"\x00" for k in keys[::5]] + [k[:-1] for k in keys[::5]] + [b"", b"http://z"]
+    rng.shuffle(probes)
+    caches = []
+    for cache in (BlockCache(1 << 20), BlockCache(1 << 20), None):
+        t = TableReader(str(path), KIND_PAGES_BY_URL, cache, lazy=True)
+        lk = lookups([(t, False)], cache, Page) if not caches else None
+        assert (lk is not None) is (COMPILED and not caches)
+        get = lk.get if lk is not None else t.get
+        for k in probes:
+            assert get(k) == values.get(k), k
+        if cache is not None:
+            caches.append(cache)
+            # Headers and pieces, kept as bytes (nothing the garbage collector tracks), no block.
+            assert all(key < 0 and type(v) is bytes and len(v) < 32768 for key, (v, _) in cache._d.items())
+        t.close()
+    assert list(caches[0]._d) == list(caches[1]._d)
+
+
+def test_pages_written_in_whole_lz4_blocks_still_read(tmp_path):
+    """A PagesByURL file of whole lz4 blocks (codec 2, as written before pieces) reads through
+    the lookup of a file in pieces: each block read whole and cached whole, as before."""
+    from webdb.tables.table import lookups
+
+    keys = [b"http://h/%04d" % i for i in range(0, 2000, 3)]
+    values = {k: b"v" * (len(k) % 7) + k for k in keys}
+    path = tmp_path / "old.pbu"
+    _pieced_pages(path, values, 4096, CODEC_LZ4)
+    for compiled in (True, False):
+        cache = BlockCache(1 << 20)
+        t = TableReader(str(path), KIND_PAGES_BY_URL, cache, lazy=True)
+        assert {t.raw_block(b)[-5] for b in range(t.nblocks)} == {CODEC_LZ4}
+        lk = lookups([(t, False)], cache, Page) if compiled else None
+        get = lk.get if lk is not None else t.get
+        for k in [*keys, b"http://h/0001", b"http://z"]:
+            assert get(k) == values.get(k), k
+        assert sorted(cache._d) == [t._cid + b for b in range(t.nblocks)]
+        t.close()
+
+
+def test_a_damaged_piece_is_named_by_get_page_and_by_check(tmp_path):
+    """A flipped byte inside one piece of a PagesByURL block: ``get_page`` of a URL in that piece
+    is a CorruptionError naming the file, the block, its offset and the piece (the compiled
+    lookup declines it, the Python path names it); a URL in another piece of the same block
+    reads as before (a lookup reads its own piece only); ``check`` reads every block whole and
+    names the block."""
+    from webdb.tables.block import pieces_header
+    from webdb.tables.format import CODEC_LZ4_PIECES
+
+    urls = [f"http://h/{i:04d}" for i in range(400)]
+    db = _db(tmp_path / "db", 1, urls, [], block_size=4096)
+    with db.reader() as r:
+        t = r.tables["pages_by_url"][0]
+        b = t.nblocks // 2
+        path, off, data = t.path, t.offsets[b], t.raw_block(b)
+        assert data[-5] == CODEC_LZ4_PIECES
+        _, tab, first = pieces_header(memoryview(data)[:-5], len(data) - 5)
+        assert len(tab) >= 3
+        keys = [k for k in t.block(b)[0]]
+        in_piece_1 = next(k for k in keys if first[1] <= k < first[2]).decode()
+        in_piece_0 = keys[0].decode()
+        want = r.get_page(in_piece_0)
+    flip = off + tab[0][0] + tab[1][0] // 2  # the middle of piece 1's compressed bytes
+    with open(path, "r+b") as f:
+        f.seek(flip)
+        byte = f.read(1)
+        f.seek(flip)
+        f.write(bytes([byte[0] ^ 0x01]))
+    where = rf"{os.path.basename(path)}: block {b} at offset {off}: undecodable block \(piece 1: checksum mismatch\)"
+    with db.reader() as r:
+        for _ in range(2):
+            with pytest.raises(CorruptionError, match=where):
+                r.get_page(in_piece_1)
+            assert r.get_page(in_piece_0) == want
+        if COMPILED:
+            assert r._page_lookups[0].page(in_piece_1, in_piece_1.encode()) is False
+        with pytest.raises(CorruptionError, match=rf"{os.path.basename(path)}: block {b} at offset {off}"):
+            r.check()
 
 
 def test_compiled_lookup_declines_what_is_not_sound_and_the_python_path_names_it(tmp_path):

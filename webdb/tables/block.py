@@ -73,6 +73,9 @@ def _compress(codec: int, raw: bytes) -> bytes:
 MAX_BLOCK_BYTES = 64 << 20
 
 
+# What a lookup reads of a block in lz4 pieces first: its last KiB, the trailer and the header
+# (more when the header is longer); TAIL_BYTES in _blockc_src/blockc.h.
+TAIL_BYTES = 1024
 _U32 = struct.Struct("<I")
 _U32X2 = struct.Struct("<II")
 _U32X3 = struct.Struct("<III")
@@ -124,49 +127,90 @@ def seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
     return b"".join([*bodies, header, _U32X2.pack(len(header), zlib.crc32(header))])
 
 
-def unpieces(body: bytes | memoryview) -> bytes:
-    """The raw block of an lz4-pieces body: the header's CRC, then every piece checked (its
-    CRC, size, count and offsets, its first key against the header) and decompressed, the
-    records joined and their offsets moved by where each piece starts.  ValueError names what
-    is wrong."""
-    end = len(body)
+def pieces_header(tail: bytes | memoryview, body_len: int) -> tuple[bytes, list[tuple[int, int, int]], list[bytes]]:
+    """The header of an lz4-pieces body of ``body_len`` bytes from ``tail``, the body's last
+    bytes (the whole body, or the tail a lookup reads): the header's bytes, its piece table
+    (compressed length, count, CRC of each piece) and the first keys (b"" for piece 0), its CRC
+    and every length checked against the body.  ValueError names what is wrong."""
+    end = len(tail)
     if end < 12:
         raise ValueError("lz4-pieces body shorter than its header")
-    hlen, hcrc = _U32X2.unpack_from(body, end - 8)
+    hlen, hcrc = _U32X2.unpack_from(tail, end - 8)
     if hlen > end - 8:
-        raise ValueError(f"pieces header of {hlen} bytes does not fit the block's {end} bytes")
-    at = end - 8 - hlen
-    header = bytes(body[at : end - 8])
+        raise ValueError(f"pieces header of {hlen} bytes does not fit the block's {body_len} bytes")
+    header = bytes(tail[end - 8 - hlen : end - 8])
     if zlib.crc32(header) != hcrc:
         raise ValueError("pieces header checksum mismatch")
     (m,) = _U32.unpack_from(header, 0) if hlen >= 4 else (0,)
     if m < 1 or 12 * m > hlen - 4:
         raise ValueError(f"piece count {m} does not fit the header's {hlen} bytes")
     tab = [_U32X3.unpack_from(header, 4 + 12 * i) for i in range(m)]
-    q, first = 4 + 12 * m, [None]
+    q, first = 4 + 12 * m, [b""]
     for i in range(1, m):
         if q + 4 > hlen or _U32.unpack_from(header, q)[0] > hlen - q - 4:
             raise ValueError(f"first key of piece {i} runs past the header")
         (kl,) = _U32.unpack_from(header, q)
         first.append(header[q + 4 : q + 4 + kl])
         q += 4 + kl
-    if q != hlen or sum(c for c, _, _ in tab) != at or min(c for c, _, _ in tab) < 4:
+    if q != hlen or sum(c for c, _, _ in tab) != body_len - 8 - hlen or min(c for c, _, _ in tab) < 4:
         raise ValueError("piece lengths do not match the block's size")
+    return header, tab, first
+
+
+def unpack_piece(piece: bytes | memoryview, i: int, crc: int, count: int, first: bytes) -> tuple[bytes, array, array]:
+    """Piece ``i`` of an lz4-pieces body (its compressed bytes, CRC, count and first key as the
+    header gives them) checked and decompressed: (raw, key ends, record ends).  ValueError
+    names what is wrong."""
+    if zlib.crc32(piece) != crc:
+        raise ValueError(f"piece {i}: checksum mismatch")
+    raw = _decompress(CODEC_LZ4, piece)
+    n = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else -1
+    if n != count or n < 1 or 8 * n > len(raw) - 4:
+        raise ValueError(f"piece {i}: record count does not match the piece table")
+    k, r = _offsets(raw, n)
+    if r[-1] != len(raw) - 4 - 8 * n:
+        raise ValueError(f"piece {i}: offsets do not match its size")
+    if i and raw[: k[0]] != first:
+        raise ValueError(f"piece {i}: first key does not match the piece table")
+    return raw, k, r
+
+
+def piece_of(header: bytes, key: bytes) -> tuple[int, int, int, int, int, bytes]:
+    """In a checked pieces header, the piece that can hold ``key`` (the last whose first key is
+    <= key; piece 0 if none is): (its number, its offset in the body, compressed length, count,
+    CRC, first key) — what the compiled lookup's ``piece_for`` finds."""
+    (m,) = _U32.unpack_from(header, 0)
+    q, p, first = 4 + 12 * m, 0, b""
+    for i in range(1, m):
+        (kl,) = _U32.unpack_from(header, q)
+        fk = header[q + 4 : q + 4 + kl]
+        if fk > key:
+            break
+        p, first = i, fk
+        q += 4 + kl
+    at = sum(_U32.unpack_from(header, 4 + 12 * i)[0] for i in range(p))
+    return (p, at, *_U32X3.unpack_from(header, 4 + 12 * p), first)
+
+
+def piece_raw_block(raw: bytes) -> RawBlock:
+    """A piece as a lookup caches it — its raw bytes (whose last u32 is its count), not an object
+    the garbage collector tracks — as a RawBlock to search."""
+    n = int.from_bytes(raw[-4:], "little")
+    if blockc is not None:
+        return _CRawBlock(raw, n)
+    return RawBlock(raw, *_offsets(raw, n), n)
+
+
+def unpieces(body: bytes | memoryview) -> bytes:
+    """The raw block of an lz4-pieces body: the header's CRC, then every piece checked (its
+    CRC, size, count and offsets, its first key against the header) and decompressed, the
+    records joined and their offsets moved by where each piece starts.  ValueError names what
+    is wrong."""
+    _, tab, first = pieces_header(body, len(body))
     records, kends, rends, base, q = [], array("I"), array("I"), 0, 0
     for i, (cl, count, crc) in enumerate(tab):
-        piece = body[q : q + cl]
+        raw, k, r = unpack_piece(body[q : q + cl], i, crc, count, first[i])
         q += cl
-        if zlib.crc32(piece) != crc:
-            raise ValueError(f"piece {i}: checksum mismatch")
-        raw = _decompress(CODEC_LZ4, piece)
-        n = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else -1
-        if n != count or n < 1 or 8 * n > len(raw) - 4:
-            raise ValueError(f"piece {i}: record count does not match the piece table")
-        k, r = _offsets(raw, n)
-        if r[-1] != len(raw) - 4 - 8 * n:
-            raise ValueError(f"piece {i}: offsets do not match its size")
-        if i and raw[: k[0]] != first[i]:
-            raise ValueError(f"piece {i}: first key does not match the piece table")
         records.append(raw[: r[-1]])
         # u32 arithmetic, as the C code: a crafted offset past 2**32 wraps rather than raising.
         kends.extend((x + base) & 0xFFFFFFFF for x in k)

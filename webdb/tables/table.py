@@ -20,10 +20,13 @@ from collections.abc import Iterator
 from itertools import accumulate, chain, repeat
 from operator import add, ge, gt, lt
 
+import lz4.block
+
 from webdb.errors import ClosedError, CorruptionError, DiskFull, is_disk_full
 from webdb.tables.block import (
     CODECS,
     COMPILED,
+    TAIL_BYTES,
     RawBlock,
     check_block_crc,
     decode_block,
@@ -32,10 +35,14 @@ from webdb.tables.block import (
     in_place_block,
     index_entries,
     index_in_place,
+    piece_of,
+    piece_raw_block,
+    pieces_header,
     pieces_split,
     point_lookup,
     short_file,
     unpack_block,
+    unpack_piece,
     unpack_range,
 )
 from webdb.tables.format import (
@@ -46,6 +53,7 @@ from webdb.tables.format import (
     DELTA_KINDS,
     FOOTER_SIZE,
     KIND_LINKS_BY_URL,
+    KIND_PAGES_BY_URL,
     PIECE_BYTES,
     TABLE_MAGIC,
     TABLE_VERSION,
@@ -55,6 +63,7 @@ from webdb.tables.pagecodec import LINK_FIXED, LINK_OUT
 __all__ = ["TableWriter", "TableReader", "BlockCache", "Probe", "CODECS"]
 
 _FOOTER = struct.Struct("<QIQIQB3xI8s")
+_U32 = struct.Struct("<I")
 _INDEX_VALUE = struct.Struct("<QII")  # block offset, on-disk length (with trailer), record count
 # A writer handed keys out of order: what it merges (an old table, a delta run, an edit file)
 # holds records out of order, which a crafted block with a sound CRC can; the writer says so
@@ -66,9 +75,11 @@ _BIG = sys.byteorder == "big"
 _LOADED = frozenset(("meta", "first_keys", "last_keys", "offsets", "lengths", "counts"))
 # Most blocks ``short_range`` reads of one file (more: ``ranges`` streams them, a block at a time).
 SHORT_BLOCKS = 4
-# The kinds written in lz4 pieces (LinksByURL and its delta runs), whose lookups read a block's
-# piece table first.
-PIECES_KINDS = frozenset((KIND_LINKS_BY_URL, DELTA_KINDS["links_by_url"]))
+# The kinds written in lz4 pieces (PagesByURL, LinksByURL and their delta runs), whose lookups
+# read a block's piece table first and decompress only the piece a key or range lies in.
+PIECES_KINDS = frozenset(
+    (KIND_PAGES_BY_URL, DELTA_KINDS["pages_by_url"], KIND_LINKS_BY_URL, DELTA_KINDS["links_by_url"])
+)
 
 
 class TableWriter:
@@ -81,9 +92,9 @@ class TableWriter:
     def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
         self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
         self.codec = CODECS[codec]
-        # LinksByURL blocks, of the base and of delta runs, in lz4 pieces of a quarter block
-        # (at most PIECE_BYTES): an inlinks lookup decompresses one piece, not the block
-        # (format.md §1.1, design.md §2.1).
+        # PagesByURL and LinksByURL blocks, of the base and of delta runs, in lz4 pieces of a
+        # quarter block (at most PIECE_BYTES): a get_page or inlinks lookup decompresses one
+        # piece, not the block (format.md §1.1, design.md §2.1).
         self.index_codec = self.codec
         self.piece_bytes = max(1, min(block_size // 4, PIECE_BYTES))
         if self.codec == CODEC_LZ4 and kind in PIECES_KINDS:
@@ -305,10 +316,12 @@ class TableWriter:
 
 
 class BlockCache:
-    """LRU cache of decompressed, verified blocks (``RawBlock``), bounded by their size in bytes.
+    """LRU cache of decompressed, verified blocks (``RawBlock``) — and, of a block in lz4 pieces
+    that a point lookup read, its header and pieces (bytes) — bounded by their size in bytes.
 
     One cache serves the tables of one reader.  Keys are ints: a table's ``new_id()`` plus the
-    block number, so a hit is one dict lookup (no tuple is built) and tables never share keys.
+    block number (negative for a header or a piece: ``TableReader._piece``), so a hit is one dict
+    lookup (no tuple is built) and tables never share keys.
     Runtime complexity: O(1) per get and put (an OrderedDict kept in use order).
     """
 
@@ -459,6 +472,7 @@ class TableReader:
         if io + il != mo or mo + ml + FOOTER_SIZE != size:
             raise CorruptionError(f"{bad}: offsets do not match the file size")
         self.kind, self.count, self.data_end = k, count, io
+        self._pieces = k in PIECES_KINDS
         self._blocks_at = (il, mo, ml)
 
     def _load_ix(self) -> None:
@@ -648,12 +662,82 @@ class TableReader:
             return None
         if self._fd < 0:
             self._live()
+        if self._pieces:
+            rb = self._piece(i, key)
+            if rb is not None:
+                return rb.get(key)
         d = self._cd
         hit = d.get(self._cid + i) if d is not None else None
         if hit is None:
             return self._read(i).get(key)
         d.move_to_end(self._cid + i)
         return hit[0].get(key)
+
+    def _piece(self, i: int, key: bytes) -> RawBlock | None:
+        """The piece of block i that can hold ``key``, through the cache, as the compiled lookup
+        reads a block in lz4 pieces (format.md §1.1): the block's header (cached, read from its
+        tail on a miss) picks the piece, which is read, checked and decompressed alone (cached
+        as its raw bytes).
+        Cache keys: ``-(cid + offset)`` for the header, ``-(cid + offset + 1 + at)`` for the
+        piece at ``at`` in the body (never a block's ``cid + i``).  None if the block is not in
+        pieces or is cached whole (read it as a block); CorruptionError names a damaged header
+        or piece."""
+        d, off = self._cd, self.offsets[i]
+        hk = -(self._cid + off)
+        hit = d.get(hk) if d is not None else None
+        if hit is not None:
+            d.move_to_end(hk)
+            header = hit[0]
+        elif d is not None and self._cid + i in d:
+            return None
+        else:
+            header = self._header(i)
+            if header is None:
+                return None
+            if self.cache is not None:
+                self.cache.put(hk, header, len(header) + 100)
+        p, at, length, count, crc, first = piece_of(header, key)
+        pk = -(self._cid + off + 1 + at)
+        hit = d.get(pk) if d is not None else None
+        if hit is not None:
+            d.move_to_end(pk)
+            return piece_raw_block(hit[0])
+        data = os.pread(self._fd, length, off + at)
+        if len(data) != length:
+            raise CorruptionError(f"{self.where(i)}: truncated")
+        try:
+            raw = unpack_piece(data, p, crc, count, first)[0]
+        except (ValueError, lz4.block.LZ4BlockError) as e:
+            raise CorruptionError(f"{self.where(i)}: undecodable block ({e})") from None
+        if self.cache is not None:
+            self.cache.put(pk, raw, len(raw) + 100)
+        return piece_raw_block(raw)
+
+    def _header(self, i: int) -> bytes | None:
+        """The pieces header of block i read from its tail (trailer, header) and checked — its
+        CRC, the piece table against the block's size, the total count against the index — or
+        None if the block is not in pieces."""
+        length, off = self.lengths[i], self.offsets[i]
+        t = min(length, TAIL_BYTES)
+        tail = os.pread(self._fd, t, off + length - t)
+        if len(tail) != t:
+            raise CorruptionError(f"{self.where(i)}: truncated")
+        if t < 13 or tail[-5] != CODEC_LZ4_PIECES:
+            return None
+        hlen = _U32.unpack_from(tail, t - 13)[0]
+        if t < hlen + 13 <= length:  # a header longer than the tail read: read it all
+            t = hlen + 13
+            tail = os.pread(self._fd, t, off + length - t)
+            if len(tail) != t:
+                raise CorruptionError(f"{self.where(i)}: truncated")
+        try:
+            header, tab, _ = pieces_header(memoryview(tail)[:-BLOCK_TRAILER_SIZE], length - BLOCK_TRAILER_SIZE)
+        except ValueError as e:
+            raise CorruptionError(f"{self.where(i)}: undecodable block ({e})") from None
+        n = sum(c for _, c, _ in tab)
+        if n != self.counts[i]:
+            raise CorruptionError(f"{self.where(i)}: holds {n} records, index says {self.counts[i]}")
+        return header
 
     def items(self, start: bytes | None = None, stop: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs with start <= key < stop, in order, one block in memory at a time.

@@ -124,6 +124,9 @@ static inline int bytes_cmp(PyObject *a, PyObject *b) {
     return la < lb ? -1 : (la > lb ? 1 : 0);
 }
 
+/* What a lookup reads of a block first when it expects lz4 pieces: the trailer and header. */
+#define TAIL_BYTES 1024
+
 /* The header of an lz4-pieces block (pieces.c) as pieces_of parses it. */
 typedef struct {
     Py_ssize_t m;
@@ -158,6 +161,8 @@ SHARED int damaged_error(void);
 SHARED PyObject *lz4_bytes(PyObject *decompress, const unsigned char *src, Py_ssize_t len);
 SHARED void pieces_release(Pieces *ps);
 SHARED int header_of(PyObject *crc32, const unsigned char *p, Py_ssize_t end, Py_ssize_t body_len, Pieces *ps);
+SHARED int piece_decode(PyObject *crc32, PyObject *decompress, PyObject *obj, const unsigned char *s, Py_ssize_t cl,
+                        uint32_t crc, Py_ssize_t count, PyObject **raw, Block *b);
 SHARED PyObject *read_at(int fd, uint64_t off, Py_ssize_t len);
 SHARED void pieces_span(const Pieces *ps, PyObject *start, PyObject *stop, Py_ssize_t *p0, Py_ssize_t *p1);
 SHARED PyObject *pieces_range(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps,

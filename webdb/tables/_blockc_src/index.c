@@ -61,9 +61,6 @@ PyObject *read_at(int fd, uint64_t off, Py_ssize_t len) {
     return data;
 }
 
-/* What a lookup reads of a block first when it expects lz4 pieces: the trailer and header. */
-#define TAIL_BYTES 1024
-
 /* The records in [start, stop) of the codec-3 block at off (len bytes on disk), reading its
  * tail, then only the pieces the range reaches: (keys, values, n); Py_None if it is not sound;
  * NotImplemented if it is not a codec-3 block (read it whole); NULL on error. */

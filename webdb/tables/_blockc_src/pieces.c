@@ -104,23 +104,30 @@ static int crc_ok(PyObject *crc32, const unsigned char *p, Py_ssize_t end) {
     return crc32_byte(c, p[end]) == rd32(p + end + 1);
 }
 
-/* Piece i (its compressed bytes at s, checked against its CRC) decompressed into *raw (a new
- * reference) as a Block: 1 if sound (its count is the table's), 0 if not, -1 on error. */
-static int piece_block(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps, Py_ssize_t i,
-                       PyObject **raw, Block *b) {
-    Py_ssize_t cl = ps->at[i + 1] - ps->at[i];
+/* A piece (its cl compressed bytes at s — the whole of the bytes object obj if not NULL, whose
+ * checksum then needs no view — checked against crc) decompressed into *raw (a new reference)
+ * as a Block: 1 if sound (count records, offsets inside it), 0 if not, -1 on error. */
+int piece_decode(PyObject *crc32, PyObject *decompress, PyObject *obj, const unsigned char *s, Py_ssize_t cl,
+                 uint32_t crc, Py_ssize_t count, PyObject **raw, Block *b) {
     uint32_t c;
     *raw = NULL;
-    if (crc_of(crc32, s, cl, &c) < 0) return -1;
-    if (c != rd32(ps->tab + 12 * i + 8) || rd32(s) > MAX_BLOCK_BYTES) return 0;
+    if (obj) {
+        PyObject *got = PyObject_CallOneArg(crc32, obj);
+        if (!got) return -1;
+        unsigned long v = PyLong_AsUnsignedLong(got);
+        Py_DECREF(got);
+        if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+        c = (uint32_t)v;
+    } else if (crc_of(crc32, s, cl, &c) < 0) {
+        return -1;
+    }
+    if (c != crc || rd32(s) > MAX_BLOCK_BYTES) return 0;
     *raw = lz4_bytes(decompress, s, cl);
     if (!*raw) return damaged_error() ? 0 : -1;
     if (!PyBytes_Check(*raw)) goto bad;
     const unsigned char *r = (const unsigned char *)PyBytes_AS_STRING(*raw);
     Py_ssize_t rl = PyBytes_GET_SIZE(*raw), n = rl < 4 ? 0 : (Py_ssize_t)rd32(r + rl - 4);
-    if (rl < 4 || n < 1 || 8 * n > rl - 4 || (Py_ssize_t)rd32(r + rl - 8) != rl - 4 - 8 * n ||
-        n != (Py_ssize_t)rd32(ps->tab + 12 * i + 4))
-        goto bad;
+    if (rl < 4 || n < 1 || 8 * n > rl - 4 || (Py_ssize_t)rd32(r + rl - 8) != rl - 4 - 8 * n || n != count) goto bad;
     b->raw = r;
     b->len = rl;
     b->n = n;
@@ -130,6 +137,13 @@ static int piece_block(PyObject *crc32, PyObject *decompress, const unsigned cha
 bad:
     Py_CLEAR(*raw);
     return 0;
+}
+
+/* Piece i of ps (its compressed bytes at s) as piece_decode gives it. */
+static int piece_block(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps, Py_ssize_t i,
+                       PyObject **raw, Block *b) {
+    return piece_decode(crc32, decompress, NULL, s, ps->at[i + 1] - ps->at[i], rd32(ps->tab + 12 * i + 8),
+                        (Py_ssize_t)rd32(ps->tab + 12 * i + 4), raw, b);
 }
 
 /* Check codec 3, the block's CRC (if whole) and the header of block data (args: data, crc32). */

@@ -335,8 +335,8 @@ fail:
 typedef struct {
     PyObject *ix_raw; /* the file's index block, decompressed (TableReader._ix) */
     Block ix;
-    int fd, run;
-    long long cid; /* the file's key base in the cache (TableReader._cid) */
+    int fd, run, pieces; /* pieces: the file's blocks are written in lz4 pieces (PIECES_KINDS) */
+    long long cid;       /* the file's key base in the cache (TableReader._cid) */
 } LookFile;
 
 #define PAGE_FIELDS 11
@@ -346,6 +346,7 @@ typedef struct {
     PyObject_HEAD Py_ssize_t m;
     LookFile *f;
     PyObject *cache, *put, *rawblock; /* the BlockCache's OrderedDict and put, RawBlock's class */
+    PyObject *move;                   /* the cache's move_to_end, bound (NULL: no cache) */
     PyObject *crc32, *decompress, *page, *loads;
     Py_ssize_t off[PAGE_FIELDS]; /* Page's slots, if it can be filled in place (fill) */
     int fill;
@@ -359,6 +360,7 @@ static void lk_dealloc(Lookup *s) {
     for (Py_ssize_t i = 0; i < s->m; i++) Py_XDECREF(s->f[i].ix_raw);
     PyMem_Free(s->f);
     Py_XDECREF(s->cache);
+    Py_XDECREF(s->move);
     Py_XDECREF(s->put);
     Py_XDECREF(s->rawblock);
     Py_XDECREF(s->crc32);
@@ -370,58 +372,244 @@ static void lk_dealloc(Lookup *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
+/* The value cached under key: 1 and *v (a new reference) if there is one (moved to the LRU end),
+ * 0 if none, 2 if the entry is not a (value, size) pair, -1 on error. */
+static int cache_get(Lookup *s, PyObject *key, PyObject **v) {
+    *v = NULL;
+    if (s->cache == Py_None) return 0;
+    PyObject *hit = PyDict_GetItemWithError(s->cache, key);
+    if (!hit) return PyErr_Occurred() ? -1 : 0;
+    if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) return 2;
+    *v = Py_NewRef(PyTuple_GET_ITEM(hit, 0)); /* the dict may drop it while we call out */
+    PyObject *r = PyObject_CallOneArg(s->move, key);
+    if (!r) {
+        Py_CLEAR(*v);
+        return -1;
+    }
+    Py_DECREF(r);
+    return 1;
+}
+
+/* A cached RawBlock's raw bytes (*raw, a new reference) and count: 1, or -1 on error. */
+static int raw_of(PyObject *rb, PyObject **raw, Py_ssize_t *n) {
+    PyObject *nn;
+    *raw = PyObject_GetAttr(rb, s_raw);
+    nn = *raw ? PyObject_GetAttr(rb, s_n) : NULL;
+    if (!nn) {
+        Py_XDECREF(*raw);
+        return -1;
+    }
+    *n = PyLong_AsSsize_t(nn);
+    Py_DECREF(nn);
+    if (*n == -1 && PyErr_Occurred()) {
+        Py_DECREF(*raw);
+        return -1;
+    }
+    return 1;
+}
+
+/* raw (n records) put in the cache under key as the class RawBlock(raw, n), with
+ * TableReader._read's size: 0, or -1 on error. */
+static int cache_put(Lookup *s, PyObject *key, PyObject *raw, Py_ssize_t n) {
+    if (s->cache == Py_None) return 0;
+    PyObject *rb = PyObject_CallFunction(s->rawblock, "On", raw, n), *res = NULL;
+    if (rb) res = PyObject_CallFunction(s->put, "OOn", key, rb, PyBytes_GET_SIZE(raw) + 100);
+    Py_XDECREF(rb);
+    if (!res) return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
 /* Block b of f through the cache: 1 and *raw (a new reference), *n set; 0 if not sound; -1 on
  * error.  A hit is moved to the LRU end; a miss is read (read_block) and put in the cache as
  * the class RawBlock(raw, n) with TableReader._read's size. */
 static int cached_block(Lookup *s, LookFile *f, Py_ssize_t b, PyObject **raw, Py_ssize_t *n) {
-    PyObject *key = PyLong_FromLongLong(f->cid + (long long)b), *hit = NULL;
+    PyObject *key = PyLong_FromLongLong(f->cid + (long long)b), *rb;
     if (!key) return -1;
-    if (s->cache != Py_None && !(hit = PyDict_GetItemWithError(s->cache, key)) && PyErr_Occurred()) goto fail;
-    if (hit) {
-        if (!PyTuple_Check(hit) || PyTuple_GET_SIZE(hit) != 2) goto unsound;
-        PyObject *rb = PyTuple_GET_ITEM(hit, 0), *nn;
-        Py_INCREF(rb); /* the dict may drop it while we call out */
-        PyObject *r = PyObject_CallMethodOneArg(s->cache, s_move_to_end, key);
-        Py_XDECREF(r);
-        *raw = r ? PyObject_GetAttr(rb, s_raw) : NULL;
-        nn = *raw ? PyObject_GetAttr(rb, s_n) : NULL;
+    int r = cache_get(s, key, &rb);
+    if (r == 1) {
+        r = raw_of(rb, raw, n);
         Py_DECREF(rb);
-        if (!nn) {
-            Py_XDECREF(*raw);
-            goto fail;
-        }
-        *n = PyLong_AsSsize_t(nn);
-        Py_DECREF(nn);
-        if (*n == -1 && PyErr_Occurred()) {
+    } else if (r == 0) {
+        r = read_block(&f->ix, f->fd, b, s->crc32, s->decompress, raw, n);
+        if (r == 1 && cache_put(s, key, *raw, *n) < 0) {
             Py_DECREF(*raw);
-            goto fail;
+            r = -1;
         }
-        Py_DECREF(key);
-        return 1;
+    } else if (r == 2) {
+        r = 0;
     }
-    int r = read_block(&f->ix, f->fd, b, s->crc32, s->decompress, raw, n);
-    if (r <= 0) {
-        Py_DECREF(key);
-        return r;
+    Py_DECREF(key);
+    return r;
+}
+
+/* ---- a block in lz4 pieces: its header, then the one piece a key can be in -------------------
+ *
+ * A lookup of a file written in pieces (PagesByURL, LinksByURL: PIECES_KINDS) caches a codec-3
+ * block's header (checked by its CRC, its counts against the index entry) and the pieces it
+ * decompresses, not the whole block: a miss reads and decompresses a piece (~4 KiB of a 32 KiB
+ * block).  Both are cached as bytes (a piece as its raw bytes, whose last u32 is its count), not
+ * as objects the garbage collector tracks: a cache of ~60k pieces of RawBlocks in tuples made
+ * the collector's full passes a tenth of a lookup's time.  Cache keys: -(cid + off) for the header of the block at file offset off, and
+ * -(cid + off + 1 + at) for its piece at body offset at — negative, so never a block's cid + b,
+ * and unique (a block's pieces start before its end, where the next block's keys start). */
+
+/* The header of the codec-3 block b of f (at off, len bytes on disk): 1 and *h (a new reference
+ * to the header's bytes: m, the piece table, the first keys), from the cache or read from the
+ * block's tail and checked (its CRC, the piece table against the body, the total count against
+ * the index); 2 if the block is not in pieces or is cached whole (read it as a block); 0 if not
+ * sound; -1 on error. */
+static int cached_header(Lookup *s, LookFile *f, Py_ssize_t b, uint64_t off, Py_ssize_t len, PyObject **h) {
+    PyObject *key = PyLong_FromLongLong(-(f->cid + (long long)off)), *tail = NULL, *bkey = NULL;
+    *h = NULL;
+    if (!key) return -1;
+    int r = cache_get(s, key, h);
+    if (r == 1 && !PyBytes_Check(*h)) {
+        Py_CLEAR(*h);
+        r = 2;
     }
+    if (r == 2) { /* not what a lookup puts there: not sound */
+        r = 0;
+        goto done;
+    }
+    if (r != 0) goto done;
+    /* Not cached: a block another path cached whole (or one not in pieces, cached by an earlier
+     * lookup) is read from there, without its tail. */
     if (s->cache != Py_None) {
-        PyObject *rb = PyObject_CallFunction(s->rawblock, "On", *raw, *n), *res = NULL;
-        if (rb) res = PyObject_CallFunction(s->put, "OOn", key, rb, PyBytes_GET_SIZE(*raw) + 100);
-        Py_XDECREF(rb);
+        if (!(bkey = PyLong_FromLongLong(f->cid + (long long)b))) goto fail;
+        int has = PyDict_Contains(s->cache, bkey);
+        if (has) {
+            r = has < 0 ? -1 : 2;
+            goto done;
+        }
+    }
+    Py_ssize_t t = len < TAIL_BYTES ? len : TAIL_BYTES;
+    if (!(tail = read_at(f->fd, off + (uint64_t)(len - t), t))) goto fail;
+    if (tail == Py_None) {
+        r = 0;
+        goto done;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tail);
+    if (t < 13 || p[t - 5] != 3) {
+        r = 2;
+        goto done;
+    }
+    Py_ssize_t hlen = (Py_ssize_t)rd32(p + t - 13);
+    if (hlen + 13 > t && hlen + 13 <= len) { /* a header longer than the tail read: read it all */
+        Py_SETREF(tail, read_at(f->fd, off + (uint64_t)(len - hlen - 13), hlen + 13));
+        if (!tail) goto fail;
+        if (tail == Py_None) {
+            r = 0;
+            goto done;
+        }
+        t = hlen + 13;
+        p = (const unsigned char *)PyBytes_AS_STRING(tail);
+    }
+    Pieces ps;
+    r = header_of(s->crc32, p, t - 5, len - 5, &ps);
+    if (r <= 0) goto done;
+    r = ps.total == (Py_ssize_t)rd32(f->ix.raw + key_end(&f->ix, b) + 12);
+    pieces_release(&ps);
+    if (!r) goto done;
+    if (!(*h = PyBytes_FromStringAndSize((const char *)p + t - 13 - hlen, hlen))) goto fail;
+    if (s->cache != Py_None) {
+        PyObject *res = PyObject_CallFunction(s->put, "OOn", key, *h, hlen + 100);
+        if (!res) goto fail;
+        Py_DECREF(res);
+    }
+    r = 1;
+done:
+    Py_XDECREF(tail);
+    Py_XDECREF(bkey);
+    Py_DECREF(key);
+    return r;
+fail:
+    Py_CLEAR(*h);
+    r = -1;
+    goto done;
+}
+
+/* Piece pi of a checked header h (hlen bytes) whose first key is <= key and the next one's is
+ * greater (piece 0 if none is): the piece's number, *at its offset in the body, *e its table
+ * entry (compressed length, count, CRC), *fk and *fkl its first key (pieces 1..m-1). */
+static Py_ssize_t piece_for(const unsigned char *h, const char *k, Py_ssize_t kl, Py_ssize_t *at,
+                            const unsigned char **e, const unsigned char **fk, Py_ssize_t *fkl) {
+    Py_ssize_t m = (Py_ssize_t)rd32(h), q = 4 + 12 * m, pi = 0;
+    *fk = NULL;
+    *fkl = 0;
+    for (Py_ssize_t i = 1; i < m; i++) {
+        Py_ssize_t pl = (Py_ssize_t)rd32(h + q), c = pl < kl ? pl : kl;
+        int d = c ? memcmp(h + q + 4, k, (size_t)c) : 0;
+        if (d > 0 || (d == 0 && pl > kl)) break; /* piece i starts after key */
+        pi = i;
+        *fk = h + q + 4;
+        *fkl = pl;
+        q += 4 + pl;
+    }
+    *at = 0;
+    for (Py_ssize_t i = 0; i < pi; i++) *at += (Py_ssize_t)rd32(h + 4 + 12 * i);
+    *e = h + 4 + 12 * pi;
+    return pi;
+}
+
+/* The piece of block b of f that can hold key k, through the cache: 1 and *raw (a new reference),
+ * *n set; 2 if the block is not in pieces or is cached whole (cached_block reads it); 0 if not
+ * sound; -1 on error.  A piece read is checked by its CRC, its count and offsets and its first
+ * key against the header before it is cached. */
+static int cached_piece(Lookup *s, LookFile *f, Py_ssize_t b, const char *k, Py_ssize_t kl, PyObject **raw,
+                        Py_ssize_t *n) {
+    const unsigned char *v = f->ix.raw + key_end(&f->ix, b), *e, *fk;
+    uint64_t off = rd64(v);
+    Py_ssize_t len = (Py_ssize_t)rd32(v + 8), at, fkl;
+    PyObject *h, *key = NULL, *rb, *data = NULL;
+    int r = cached_header(s, f, b, off, len, &h);
+    if (r != 1) return r;
+    Py_ssize_t pi = piece_for((const unsigned char *)PyBytes_AS_STRING(h), k, kl, &at, &e, &fk, &fkl);
+    if (!(key = PyLong_FromLongLong(-(f->cid + (long long)off + 1 + at)))) goto fail;
+    r = cache_get(s, key, &rb);
+    if (r == 1) {
+        if (!PyBytes_Check(rb) || PyBytes_GET_SIZE(rb) < 4) { /* not what a lookup puts there */
+            Py_DECREF(rb);
+            r = 0;
+            goto done;
+        }
+        *raw = rb;
+        *n = (Py_ssize_t)rd32((const unsigned char *)PyBytes_AS_STRING(rb) + PyBytes_GET_SIZE(rb) - 4);
+        goto done;
+    }
+    if (r != 0) {
+        r = r == 2 ? 0 : -1;
+        goto done;
+    }
+    Py_ssize_t cl = (Py_ssize_t)rd32(e);
+    if (!(data = read_at(f->fd, off + (uint64_t)at, cl))) goto fail;
+    r = 0;
+    if (data == Py_None) goto done;
+    Block blk;
+    r = piece_decode(s->crc32, s->decompress, data, (const unsigned char *)PyBytes_AS_STRING(data), cl, rd32(e + 8),
+                     (Py_ssize_t)rd32(e + 4), raw, &blk);
+    if (r == 1 && pi && cmp_key(&blk, 0, (const char *)fk, fkl) != 0) {
+        Py_CLEAR(*raw);
+        r = 0;
+    }
+    if (r != 1) goto done;
+    *n = blk.n;
+    if (s->cache != Py_None) {
+        PyObject *res = PyObject_CallFunction(s->put, "OOn", key, *raw, PyBytes_GET_SIZE(*raw) + 100);
         if (!res) {
-            Py_DECREF(*raw);
+            Py_CLEAR(*raw);
             goto fail;
         }
         Py_DECREF(res);
     }
-    Py_DECREF(key);
-    return 1;
-unsound:
-    Py_DECREF(key);
-    return 0;
+done:
+    Py_XDECREF(data);
+    Py_XDECREF(key);
+    Py_DECREF(h);
+    return r;
 fail:
-    Py_DECREF(key);
-    return -1;
+    r = -1;
+    goto done;
 }
 
 /* Levels.get (TableReader.get of one file): the value of key (a new reference), Py_None if it
@@ -433,7 +621,8 @@ static PyObject *lookup_value(Lookup *s, const char *k, Py_ssize_t kl) {
         if (b < 0 || cmp_last(&f->ix, b, k, kl) < 0) continue;
         PyObject *raw;
         Py_ssize_t n;
-        int r = cached_block(s, f, b, &raw, &n);
+        int r = f->pieces ? cached_piece(s, f, b, k, kl, &raw, &n) : 2;
+        if (r == 2) r = cached_block(s, f, b, &raw, &n);
         if (r <= 0) return r == 0 ? Py_NewRef(Py_False) : NULL;
         Block blk;
         if (block_of(raw, n, &blk) < 0) {
@@ -656,6 +845,7 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!s) return NULL;
     s->m = 0;
     s->cache = Py_NewRef(args[1]);
+    s->move = NULL;
     s->put = Py_NewRef(args[2]);
     s->rawblock = Py_NewRef(args[3]);
     s->crc32 = Py_NewRef(args[4]);
@@ -669,6 +859,7 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(s);
         return PyErr_NoMemory();
     }
+    if (s->cache != Py_None && !(s->move = PyObject_GetAttr(s->cache, s_move_to_end))) goto fail;
     if (s->link && !(s->short_files = PyTuple_New(m))) goto fail;
     for (Py_ssize_t i = 0; i < m; i++) {
         PyObject *t = PyTuple_GET_ITEM(args[0], i);
@@ -681,9 +872,10 @@ PyObject *c_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         f->ix_raw = Py_NewRef(PyTuple_GET_ITEM(t, 0));
         Py_ssize_t n = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
         long fd = PyLong_AsLong(PyTuple_GET_ITEM(t, 2));
+        f->pieces = PyObject_IsTrue(PyTuple_GET_ITEM(t, 3));
         f->run = PyObject_IsTrue(PyTuple_GET_ITEM(t, 4));
         f->cid = PyLong_AsLongLong(PyTuple_GET_ITEM(t, 5));
-        if (PyErr_Occurred() || f->run < 0) goto fail;
+        if (PyErr_Occurred() || f->run < 0 || f->pieces < 0) goto fail;
         if (s->short_files) {
             PyObject *sf = PyTuple_GetSlice(t, 0, 5);
             if (!sf) goto fail;
