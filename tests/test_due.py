@@ -366,3 +366,153 @@ def test_anchors_of_the_chosen_pages(tmp_path):
     assert (a.via, b.via) == ("index", "scan")
     assert _entries(tmp_path / "a" / "seg") == _entries(tmp_path / "b" / "seg")
     assert any(anchors for part in _entries(tmp_path / "a" / "seg") for _, _, anchors in part)
+
+
+# ---- delta runs over the index (levels) ----------------------------------------------------------
+
+
+def _churn(db, r: int, n: int = 40) -> None:
+    """A round as a crawl has it: pages fetched (they leave the current bucket), new ones added."""
+    with db.writer() as w:
+        for i in range(r * n, r * n + n):
+            w.apply_fetch(FetchResult(f"http://h{i % 9}.com/{i}", Status.FETCHED, NOW, md5(i % 7), 0))
+            w.add_page(Page(f"http://n{i % 5}.com/{r}/{i}", score=float(i % 4), next_fetch=NOW - i))
+
+
+def _due_files(db) -> set[str]:
+    return {f for j in range(db.manifest().sections.k) for f in os.listdir(db.section_dir(j)) if f.endswith(".due")}
+
+
+def test_stage1_writes_delta_runs_then_merges_and_compacts_them(tmp_path):
+    """Each batch's changes are a run over the index; more than ``level_runs`` runs are merged
+    into one, runs over ``level_ratio`` of the base into a new base; after every batch check
+    passes, generate through the levels equals the scan, and no merged-away run is left."""
+    db = webdb.create(str(tmp_path / "db"), sections=2, sync=False, block_size=256, level_runs=2, level_ratio=0.5)
+    with db.writer() as w:
+        for i in range(600):
+            w.add_page(Page(f"http://h{i % 9}.com/{i}", score=i % 11, next_fetch=NOW - i))
+    assert all("runs" not in t["pages_by_url"]["due"] for t in db.manifest().tables)  # a base alone
+    seen = set()
+    for r in range(10):
+        _churn(db, r, n=12)
+        m = db.manifest()
+        named = set()
+        for tabs in m.tables:
+            due = tabs["pages_by_url"]["due"]
+            runs = due.get("runs", [])
+            named |= {due["file"]} | {x["file"] for x in runs}
+            assert len(runs) <= 2
+            gen = f"{m.generation:08d}-"
+            seen |= {x["file"][9:] for x in runs if x["file"].startswith(gen)}
+            if due["file"].startswith(gen):
+                seen.add("base")
+        assert {f for f in _due_files(db) if f.startswith(gen)} <= named  # merged-away runs removed
+        with db.reader() as rd:
+            assert rd.check()["due"] == rd.num_pages
+        for opts in OPTIONS:
+            via, got = _selections(db, opts, True)
+            assert via == "index" and got == _selections(db, opts, False)[1], opts
+    assert {"s1d.due", "s1r.due", "base"} <= seen
+
+
+def _rewrite_run(db, j: int, fix) -> str:
+    """Replace the newest delta run of section j's index by ``fix(records)`` (CRCs all good),
+    the manifest's counts fixed; returns the run's path."""
+    from webdb.tables.format import KIND_DUE_RUN
+    from webdb.tables.table import TableReader, TableWriter
+
+    m = db.manifest()
+    e = m.tables[j]["pages_by_url"]["due"]["runs"][0]
+    path = os.path.join(db.section_dir(j), e["file"])
+    t = TableReader(path, KIND_DUE_RUN)
+    recs = fix(list(t.items()))
+    t.close()
+    os.unlink(path)
+    w = TableWriter(path, KIND_DUE_RUN, 512, "lz4", sync=False)
+    for k, v in recs:
+        w.add(k, v)
+    info = w.close()
+    e["bytes"], e["entries"] = info["bytes"], info["records"]
+    _rewrite_manifest(db, m)
+    return path
+
+
+def _put_at(recs, i: int, v: bytes):
+    return recs[:i] + [(recs[i][0], v)] + recs[i + 1 :]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "stale",  # a put whose value is not its page's
+        "lost_tombstone",  # a fetched page's old record shows through
+        "bad_op",
+    ],
+)
+def test_check_reports_a_damaged_delta_run(tmp_path, damage):
+    db = _db_with_pages(tmp_path / "db", k=1)
+    _churn(db, 0)
+    from webdb.tables.levels import DEL, PUT
+
+    def fix(recs):
+        puts = [i for i, (_, v) in enumerate(recs) if v[:1] == PUT]
+        dels = [i for i, (_, v) in enumerate(recs) if v == DEL]
+        assert puts and dels
+        if damage == "stale":
+            return _put_at(recs, puts[0], PUT + b"\x00" * 8)
+        if damage == "lost_tombstone":
+            return recs[: dels[0]] + recs[dels[0] + 1 :]
+        return _put_at(recs, puts[0], b"\x07" + recs[puts[0]][1][1:])
+
+    path = _rewrite_run(db, 0, fix)
+    p = _check_cli(tmp_path / "db")
+    assert p.returncode == 1 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
+    assert p.stdout.startswith("FAILED: ") and ("due index" in p.stdout or path in p.stdout), p.stdout
+
+
+def test_the_manifest_refuses_a_bad_run_of_the_index(tmp_path):
+    db = _db_with_pages(tmp_path / "db", k=1)
+    _churn(db, 0, n=5)
+    m = db.manifest()
+    m.tables[0]["pages_by_url"]["due"]["runs"][0]["file"] = "00000099-s1d.due"
+    _rewrite_manifest(db, m)
+    with pytest.raises(webdb.CorruptionError, match=r"tables\[0\]\.pages_by_url\.due"):
+        db.manifest()
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.parametrize(
+    ("point", "levels"),
+    [
+        ("stage1.due_run_written", {}),
+        ("stage1.due_merged", {"level_ratio": 0.001}),  # every run compacted into a new base
+        ("stage1.due_merged", {"level_ratio": 1000.0, "level_runs": 1}),  # runs merged into one
+        ("stage1.due_written", {"level_ratio": 0.001}),
+    ],
+)
+def test_a_kill_while_stage1_writes_the_index_keeps_the_old_state(tmp_path, point, levels):
+    """Killed after the run is written or after the runs are merged (the merged-away run still
+    there): the db reads its old generation, check passes, and the rerun batch commits an index
+    that check and generate accept."""
+    from dbutil import make_db
+
+    db = make_db(tmp_path / "db", **levels)
+    if levels.get("level_runs") == 1:  # a run already there, so batch B's makes two
+        _churn(db, 0, n=10)
+    gen = db.manifest().generation
+    child = [sys.executable, os.path.join(HERE, "crash_child.py"), str(tmp_path / "db"), "0"]
+    p = subprocess.run(child, env=dict(os.environ, WEBDB_FAULTS=point), capture_output=True, timeout=300)
+    assert p.returncode == -9, p.stderr  # SIGKILL at the point: it was reached
+    db = webdb.open(str(tmp_path / "db"))
+    assert db.manifest().generation == gen
+    with db.reader() as r:
+        r.check()
+    p = subprocess.run(child, env=dict(os.environ, WEBDB_FAULTS=""), capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert db.manifest().generation == gen + 1
+    with db.reader() as r:
+        assert r.check()["due"] == r.num_pages
+    for opts in OPTIONS[:4]:
+        assert _selections(db, opts, True)[1] == _selections(db, opts, False)[1]

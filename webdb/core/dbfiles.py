@@ -234,8 +234,21 @@ def read_identity(path: str) -> dict:
 
 def _is_due_index(table: str, due: object, gen: int) -> bool:
     """A PagesByURL entry's ``due`` (docs/format.md §3.1): a due file of generation <= ``gen``
-    with its counts."""
-    return _is_side_file(table, due, gen, "due")
+    with its counts, and its delta runs (if any) due files of generation <= ``gen`` with theirs."""
+    if not _is_side_file(table, due, gen, "due"):
+        return False
+    runs = due.get("runs", [])  # type: ignore[union-attr]
+    if not isinstance(runs, list):
+        return False
+    for r in runs:
+        if not isinstance(r, dict) or not isinstance(r.get("file"), str):
+            return False
+        m = GEN_FILE.match(r["file"])
+        if m is None or m.group(2) != "due" or int(m.group(1)) > gen:
+            return False
+        if not all(is_whole(r.get(f)) and r[f] >= 0 for f in ("bytes", "entries")):
+            return False
+    return True
 
 
 def _is_side_file(table: str, e: object, gen: int, suffix: str) -> bool:

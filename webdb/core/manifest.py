@@ -151,12 +151,15 @@ def empty(secs: Sections, generation: int = 0) -> Manifest:
 
 def table_files(entry: dict) -> list[tuple[str, int]]:
     """(file name, bytes) of every file of one table of one section: the base, then its delta
-    runs newest first (docs/format.md §5, levels), then PagesByURL's due index (§3.1) and
-    mark table (§3.2)."""
+    runs newest first (docs/format.md §5, levels), then PagesByURL's due index (§3.1: its base
+    and runs) and mark table (§3.2)."""
     files = [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
-    for e in (index_entry(entry), marks_entry(entry)):
-        if e is not None:
-            files.append((e["file"], e["bytes"]))
+    due = index_entry(entry)
+    if due is not None:  # its base, then its delta runs newest first
+        files += [(due["file"], due["bytes"])] + [(r["file"], r["bytes"]) for r in due.get("runs", ())]
+    e = marks_entry(entry)
+    if e is not None:
+        files.append((e["file"], e["bytes"]))
     return files
 
 
@@ -167,7 +170,8 @@ def index_entry(pages_entry: dict | None) -> dict | None:
 
 
 def with_index(pages_entry: dict, due: dict | None) -> dict:
-    """``pages_entry`` naming ``due`` as its index (``{"file", "records", "bytes"}``)."""
+    """``pages_entry`` naming ``due`` as its index (``{"file", "records", "bytes"}`` of its base,
+    ``"runs": [{"file", "bytes", "entries"}, ...]`` newest first when it has delta runs)."""
     e = {k: v for k, v in pages_entry.items() if k != "due"}
     if due is not None:
         e["due"] = due

@@ -15,12 +15,13 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
+from webdb.core.due import open_index
 from webdb.core.manifest import index_entry, marks_entry
 from webdb.core.marks import read_marks
 from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.tables.block import make_links
 from webdb.tables.format import KIND_DUE, TABLE_KINDS
-from webdb.tables.levels import open_levels
+from webdb.tables.levels import Levels, open_levels
 from webdb.tables.pagecodec import (
     DUE_LAST_BUCKET,
     GENERATE_MARK,
@@ -488,9 +489,9 @@ def _buckets(t: TableReader, last: int) -> Iterator[int]:
 _PAST_LAST_BUCKET = b"\xff" * 21
 
 
-def _bucket(t: TableReader, b: int) -> Iterator[tuple[bytes, bytes]]:
+def _bucket(t: TableReader | Levels, b: int) -> Iterator[tuple[bytes, bytes]]:
     stop = due_prefix(b + 1) if b < DUE_LAST_BUCKET else _PAST_LAST_BUCKET
-    for keys, vals in t.ranges(due_prefix(b), stop):
+    for keys, vals in (t.ranges if isinstance(t, TableReader) else t.chunks)(due_prefix(b), stop):
         yield from zip(keys, vals)
 
 
@@ -501,38 +502,50 @@ def _due_front(reader, horizon: int) -> Iterator[tuple[bytes, bytes]] | None:
     None when a section with pages has no index (generate then scans).
 
     Lazy: a k-way merge (heapq.merge) of one stream per section and due bucket, each read a
-    block at a time (``ranges``: no cache filled), so a caller that stops after n records
-    reads about n records plus one block per stream.  Sections of a rack's partial reader
-    that are not here are skipped."""
+    block at a time (``ranges``: no cache filled; an index with delta runs merges them over
+    its base blocks, ``Levels.chunks``), so a caller that stops after n records reads about n
+    records plus one block per stream and file.  Sections of a rack's partial reader that are
+    not here are skipped."""
     pages = reader.tables["pages_by_url"]
-    paths = []
+    found = []
     for j, t in enumerate(pages):
         if t is None:
             continue
         e = index_entry(reader.manifest.tables[j].get("pages_by_url"))
         if e is None:
             return None
-        paths.append((os.path.join(reader.db.section_dir(j), e["file"]), reader.marks(j)))
-    return _merged(paths, due_bucket(horizon))
+        found.append((reader.db.section_dir(j), e, reader.marks(j)))
+    return _merged(found, due_bucket(horizon))
 
 
-def _merged(paths: list[tuple[str, dict[bytes, str]]], last: int) -> Iterator[tuple[bytes, bytes]]:
-    tables = []
+def _merged(found: list[tuple[str, dict, dict[bytes, str]]], last: int) -> Iterator[tuple[bytes, bytes]]:
+    views: list[TableReader | Levels] = []
     try:
-        for p, _ in paths:
-            tables.append(TableReader(p, KIND_DUE, lazy=True))
+        for d, e, _ in found:
+            if e.get("runs"):
+                views.append(open_index(d, e))
+            else:
+                views.append(TableReader(os.path.join(d, e["file"]), KIND_DUE, lazy=True))
         streams = [
-            _bucket(t, b) if not marks else _marked_bucket(t, b, marks)
-            for t, (_, marks) in zip(tables, paths)
-            for b in _buckets(t, last)
+            _bucket(v, b) if not marks else _marked_bucket(v, b, marks)
+            for v, (_, _, marks) in zip(views, found)
+            for b in _view_buckets(v, last)
         ]
         yield from heapq.merge(*streams, key=_order)
     finally:
-        for t in tables:
-            t.close()
+        for v in views:
+            v.close()
 
 
-def _marked_bucket(t: TableReader, b: int, marks: dict[bytes, str]) -> Iterator[tuple[bytes, bytes]]:
+def _view_buckets(v: TableReader | Levels, last: int) -> list[int]:
+    """The buckets <= ``last`` any file of ``v`` holds records of (a bucket whose records the
+    runs all delete gives an empty stream)."""
+    if isinstance(v, TableReader):
+        return list(_buckets(v, last))
+    return sorted({b for t in v.files() for b in _buckets(t, last)})
+
+
+def _marked_bucket(t: TableReader | Levels, b: int, marks: dict[bytes, str]) -> Iterator[tuple[bytes, bytes]]:
     """``_bucket`` with the section's marks overlaid on the records' mark field (its value
     after next_fetch: format.md §3.1)."""
     for k, v in _bucket(t, b):

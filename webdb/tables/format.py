@@ -27,6 +27,7 @@ KIND_EDITS = 5
 KIND_RUN = 6  # a spilled sort run (scratch, never part of a generation)
 KIND_DUE = 7  # a section's due index (format.md §3.1), named inside its PagesByURL entry
 KIND_MARKS = 8  # a section's mark table (format.md §3.2), named inside its PagesByURL entry
+KIND_DUE_RUN = 17  # a delta run over a section's due index (format.md §3.1): values carry an op byte
 
 TABLE_KINDS = {
     "pages_by_url": KIND_PAGES_BY_URL,

@@ -12,14 +12,16 @@ Cost: one read of every table plus an external sort of the pages and the links.
 
 from __future__ import annotations
 
+import heapq
 import os
 import tempfile
 from collections.abc import Iterator
 
+from webdb.core.due import index_files
 from webdb.core.manifest import index_entry, marks_entry
 from webdb.core.marks import check_marks
 from webdb.errors import CorruptionError
-from webdb.tables.format import KIND_DUE
+from webdb.tables.format import KIND_DUE, KIND_DUE_RUN
 from webdb.tables.levels import DEL, PUT, Levels
 from webdb.tables.pagecodec import LINK_FIXED, MD5, PAGE_FIXED, STATUS, due_record, link_flag, page_has_outlinks
 from webdb.tables.table import TableReader
@@ -243,29 +245,36 @@ def check_mark_tables(reader) -> int:
 
 
 def check_index(reader, tmp: str) -> int:
-    """Verify every section's due index against its PagesByURL: the same records, byte for
-    byte, as ``build_index`` would write (so every page is indexed once, under its current
-    bucket, score and mark, and nothing else is); returns the records checked.  Raises
-    CorruptionError naming the index file.  Cost: a read of PagesByURL and of the index, an
-    external sort of one record per page."""
+    """Verify every section's due index against its PagesByURL: its levels (base and delta
+    runs) merged hold the same records, byte for byte, as ``build_index`` would write (so
+    every page is indexed once, under its current bucket, score and mark, and nothing else
+    is); returns the records checked.  Each file's blocks are checked in order and against its
+    index, its record count against the manifest's.  Raises CorruptionError naming the index
+    file.  Cost: a read of PagesByURL and of every index file, an external sort of one record
+    per page."""
     n = 0
     for j, t in enumerate(reader.tables["pages_by_url"]):
         entry = reader.manifest.tables[j].get("pages_by_url")
         e = index_entry(entry)
         if t is None or e is None:
             continue
-        path = os.path.join(reader.db.section_dir(j), e["file"])
+        d = reader.db.section_dir(j)
+        path = os.path.join(d, e["file"])
         want = SortBuffer(tmp, f"due-check-{j}", 64 << 20)
         for b in range(t.nblocks):
             keys, vals = t.block(b, fill_cache=False)
             for k, v in zip(keys, vals):
                 dk, dv = due_record(k, v)
                 want.add(dk + b"\x00" + dv)
-        idx = TableReader(path, KIND_DUE)
+        files: list[TableReader] = []
         try:
-            if idx.count != e["records"]:
-                raise CorruptionError(f"{path}: holds {idx.count} records, the manifest says {e['records']}")
-            got = (k + b"\x00" + v for k, v in _checked_items(idx))
+            for i, f in enumerate(index_files(e)):
+                ft = TableReader(os.path.join(d, f["file"]), KIND_DUE if i == 0 else KIND_DUE_RUN)
+                files.append(ft)
+                said = f["records"] if i == 0 else f["entries"]
+                if ft.count != said:
+                    raise CorruptionError(f"{ft.path}: holds {ft.count} records, the manifest says {said}")
+            got = (k + b"\x00" + v for k, v in _live_items(files[0], files[1:]))
             for x in want.sorted():
                 y = next(got, None)
                 if y != x:
@@ -275,9 +284,29 @@ def check_index(reader, tmp: str) -> int:
             if extra is not None:
                 raise CorruptionError(f"{path}: due index holds {_url_of(extra)!r:.100}, which is no page")
         finally:
-            idx.close()
+            for f in files:
+                f.close()
             want.cleanup()
     return n
+
+
+def _live_items(base: TableReader, runs: list[TableReader]) -> Iterator[tuple[bytes, bytes]]:
+    """The records of ``base`` under the delta ``runs`` (newest first): for each key the newest
+    file's record, a run's op applied (a tombstone hides the key).  The reference merge, apart
+    from webdb.tables.levels, each file read through ``_checked_items``."""
+    streams = [((k, i, v) for k, v in _checked_items(r)) for i, r in enumerate(runs)]
+    streams.append((k, len(runs), v) for k, v in _checked_items(base))
+    prev = None
+    for k, i, v in heapq.merge(*streams):
+        if k == prev:
+            continue  # an older version of a key already decided
+        prev = k
+        if i == len(runs):
+            yield k, v
+        elif v[:1] == PUT:
+            yield k, v[1:]
+        elif v != DEL:
+            raise CorruptionError(f"{runs[i].path}: delta record {k[20:]!r:.100}: op byte is neither PUT nor DEL")
 
 
 def _checked_items(t: TableReader) -> Iterator[tuple[bytes, bytes]]:

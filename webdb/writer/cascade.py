@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from itertools import chain, islice, repeat
 
-from webdb.core.due import IndexEdits, index_name
+from webdb.core.due import IndexEdits, update_index
 from webdb.core.manifest import index_entry, marks_entry
 from webdb.core.marks import MarkCursor, MarkEdits, decode_mark, marks_name
 from webdb.core.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
@@ -585,14 +585,11 @@ def _due_edits(job: StageJob) -> IndexEdits | None:
 
 
 def _write_due(job: StageJob, index: IndexEdits) -> dict:
-    """Merge stage 1's due index changes with the section's old index into this generation's."""
+    """Stage 1's due index changes as a delta run over the section's index, the runs merged
+    when the levels policy says so (``webdb.core.due.update_index``)."""
     entry = job.tables.get("pages_by_url")
-    old = None
-    if entry is not None:
-        old = os.path.join(os.path.dirname(entry.base), index_entry(entry.entry)["file"])
-    s = job.settings
-    path = os.path.join(section_path(job.db, job.section), index_name(job.gen, "s1"))
-    due = index.write(old, path, s.block_size, s.codec, s.sync)
+    old = index_entry(entry.entry) if entry is not None else None
+    due = update_index(section_path(job.db, job.section), job.gen, old, index, job.settings)
     faults.point("stage1.due_written")
     return due
 

@@ -350,7 +350,7 @@ def _forget_output(spec: SectionSpec, stage: int) -> None:
     # also writes the section's due index and mark table.
     names = [f"{spec.gen:08d}-s{stage}{kind}.{suffix}" for kind in ("", "d", "c", "r")]
     if stage == 1:
-        names += [index_name(spec.gen, "s1"), marks_name(spec.gen, "s1")]
+        names += [index_name(spec.gen, step) for step in ("s1", "s1d", "s1r")] + [marks_name(spec.gen, "s1")]
     for name in names:
         try:
             os.unlink(os.path.join(section_path(spec.path, spec.section), name))
