@@ -23,6 +23,7 @@ STAGE_POINTS = [f"stage{s}.{p}" for s in range(1, 6) for p in ("before_table_clo
 POINTS = [
     "close.after_route",
     "stage1.before_emit",
+    "stage1.due_run_written",
     "stage1.due_written",
     "stage1.marks_written",
     *STAGE_POINTS,
