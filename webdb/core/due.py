@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from webdb.core.manifest import with_index
+from webdb.core.manifest import index_files, with_index
 from webdb.core.sections import section_path
 from webdb.core.settings import Settings
 from webdb.errors import CorruptionError
@@ -37,7 +37,7 @@ from webdb.tables.table import TableReader, TableWriter
 from webdb.util import faults
 from webdb.util.sortbuf import SortBuffer
 
-__all__ = ["IndexEdits", "build_index", "index_files", "index_name", "index_sections", "open_index", "update_index"]
+__all__ = ["IndexEdits", "build_index", "index_name", "index_sections", "open_index", "update_index"]
 
 _PUT, _DEL = PUT, DEL
 _SORT_BYTES = 64 << 20
@@ -50,13 +50,10 @@ def index_name(gen: int, step: str) -> str:
     return f"{gen:08d}-{step}.{DUE_SUFFIX}"
 
 
-def index_files(due: dict) -> list[dict]:
-    """The file entries of a ``due`` manifest entry: the base, then its runs newest first."""
-    return [due, *due.get("runs", ())]
-
-
 def open_index(d: str, due: dict, lazy: bool = True) -> Levels:
-    """The levels of the due index ``due`` (a manifest entry) of the section directory ``d``."""
+    """The levels of the due index ``due`` (a manifest entry) of the section directory ``d``
+    (what stage 1 compacts; ``Reader.due`` opens the same files itself: the dashboard's reader
+    does not import this module)."""
     files = index_files(due)
     ts = _open(d, [(f["file"], KIND_DUE if i == 0 else KIND_DUE_RUN) for i, f in enumerate(files)], lazy)
     return Levels(ts[0], ts[1:], due["records"])

@@ -25,6 +25,7 @@ __all__ = [
     "check_counts",
     "empty",
     "index_entry",
+    "index_files",
     "marks_entry",
     "round_row",
     "rounds",
@@ -155,8 +156,8 @@ def table_files(entry: dict) -> list[tuple[str, int]]:
     and runs) and mark table (§3.2)."""
     files = [(entry["file"], entry["bytes"])] + [(r["file"], r["bytes"]) for r in entry.get("runs", ())]
     due = index_entry(entry)
-    if due is not None:  # its base, then its delta runs newest first
-        files += [(due["file"], due["bytes"])] + [(r["file"], r["bytes"]) for r in due.get("runs", ())]
+    if due is not None:
+        files += [(f["file"], f["bytes"]) for f in index_files(due)]
     e = marks_entry(entry)
     if e is not None:
         files.append((e["file"], e["bytes"]))
@@ -167,6 +168,11 @@ def index_entry(pages_entry: dict | None) -> dict | None:
     """The due index of one section's PagesByURL manifest entry (None: not indexed).  The one place
     that knows where the manifest keeps it (docs/format.md §3.1)."""
     return None if pages_entry is None else pages_entry.get("due")
+
+
+def index_files(due: dict) -> list[dict]:
+    """The file entries of a ``due`` index entry: its base, then its delta runs newest first."""
+    return [due, *due.get("runs", ())]
 
 
 def with_index(pages_entry: dict, due: dict | None) -> dict:

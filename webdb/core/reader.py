@@ -15,12 +15,11 @@ import struct
 from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 
-from webdb.core.due import open_index
-from webdb.core.manifest import index_entry, marks_entry
+from webdb.core.manifest import index_entry, index_files, marks_entry
 from webdb.core.marks import read_marks
 from webdb.errors import ClosedError, CorruptionError, WebDBError
 from webdb.tables.block import make_links
-from webdb.tables.format import KIND_DUE, TABLE_KINDS
+from webdb.tables.format import KIND_DUE, KIND_DUE_RUN, TABLE_KINDS
 from webdb.tables.levels import Levels, open_levels
 from webdb.tables.pagecodec import (
     DUE_LAST_BUCKET,
@@ -522,10 +521,15 @@ def _merged(found: list[tuple[str, dict, dict[bytes, str]]], last: int) -> Itera
     views: list[TableReader | Levels] = []
     try:
         for d, e, _ in found:
-            if e.get("runs"):
-                views.append(open_index(d, e))
-            else:
-                views.append(TableReader(os.path.join(d, e["file"]), KIND_DUE, lazy=True))
+            ts = []
+            try:
+                for i, f in enumerate(index_files(e)):
+                    ts.append(TableReader(os.path.join(d, f["file"]), KIND_DUE_RUN if i else KIND_DUE, lazy=True))
+            except BaseException:
+                for t in ts:
+                    t.close()
+                raise
+            views.append(Levels(ts[0], ts[1:], e["records"]) if len(ts) > 1 else ts[0])
         streams = [
             _bucket(v, b) if not marks else _marked_bucket(v, b, marks)
             for v, (_, _, marks) in zip(views, found)

@@ -17,8 +17,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 
-from webdb.core.due import index_files
-from webdb.core.manifest import index_entry, marks_entry
+from webdb.core.manifest import index_entry, index_files, marks_entry
 from webdb.core.marks import check_marks
 from webdb.errors import CorruptionError
 from webdb.tables.format import KIND_DUE, KIND_DUE_RUN
