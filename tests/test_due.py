@@ -372,11 +372,15 @@ def test_anchors_of_the_chosen_pages(tmp_path):
 
 
 def _churn(db, r: int, n: int = 40) -> None:
-    """A round as a crawl has it: pages fetched (they leave the current bucket), new ones added."""
+    """A round as a crawl has it: pages fetched (they leave the current bucket), new ones added;
+    and the same few pages refetched every round (their record is put again under the same key
+    with a new due time, so a key is in several runs)."""
     with db.writer() as w:
         for i in range(r * n, r * n + n):
             w.apply_fetch(FetchResult(f"http://h{i % 9}.com/{i}", Status.FETCHED, NOW, md5(i % 7), 0))
             w.add_page(Page(f"http://n{i % 5}.com/{r}/{i}", score=float(i % 4), next_fetch=NOW - i))
+        for i in range(399, 395, -1):
+            w.apply_fetch(FetchResult(f"http://h{i % 9}.com/{i}", Status.FETCHED, NOW + 60 * r, md5(i % 7), 0))
 
 
 def _due_files(db) -> set[str]:

@@ -293,8 +293,7 @@ def _live_items(base: TableReader, runs: list[TableReader]) -> Iterator[tuple[by
     """The records of ``base`` under the delta ``runs`` (newest first): for each key the newest
     file's record, a run's op applied (a tombstone hides the key).  The reference merge, apart
     from webdb.tables.levels, each file read through ``_checked_items``."""
-    streams = [((k, i, v) for k, v in _checked_items(r)) for i, r in enumerate(runs)]
-    streams.append((k, len(runs), v) for k, v in _checked_items(base))
+    streams = [_ranked(_checked_items(t), i) for i, t in enumerate([*runs, base])]
     prev = None
     for k, i, v in heapq.merge(*streams):
         if k == prev:
@@ -306,6 +305,11 @@ def _live_items(base: TableReader, runs: list[TableReader]) -> Iterator[tuple[by
             yield k, v[1:]
         elif v != DEL:
             raise CorruptionError(f"{runs[i].path}: delta record {k[20:]!r:.100}: op byte is neither PUT nor DEL")
+
+
+def _ranked(items: Iterator[tuple[bytes, bytes]], i: int) -> Iterator[tuple[bytes, int, bytes]]:
+    for k, v in items:
+        yield k, i, v
 
 
 def _checked_items(t: TableReader) -> Iterator[tuple[bytes, bytes]]:
