@@ -51,6 +51,11 @@ def runs_of(db) -> dict[tuple[int, str], int]:
     return {(j, t): len(e.get("runs", [])) for j, tabs in enumerate(m.tables) for t, e in tabs.items()}
 
 
+def due_runs_of(db) -> list[int]:
+    """Runs of each section's due index."""
+    return [len(tabs["pages_by_url"]["due"].get("runs", [])) for tabs in db.manifest().tables]
+
+
 @pytest.fixture(scope="module")
 def expected(tmp_path_factory):
     """Snapshots after each of 8 rounds, written with levels off (every round rewrites)."""
@@ -145,13 +150,14 @@ def test_compact_merges_every_run_as_one_generation(tmp_path, expected):
         with db.writer() as w:
             rounds(w, i)
     before = db.manifest().generation
+    assert any(due_runs_of(db))  # the due index has runs too
     r = db.compact()
     assert r["generation"] == before + 1 and r["left"] == 0
-    assert {c["table"] for c in r["compacted"]} == {"links_by_md5", "links_by_url"}
-    assert not any(runs_of(db).values())
+    assert {c["table"] for c in r["compacted"]} == {"links_by_md5", "links_by_url", "due"}
+    assert not any(runs_of(db).values()) and not any(due_runs_of(db))
     assert snapshot(db) == expected[2]
     with db.reader() as rd:
-        rd.check()
+        assert rd.check()["due"] == rd.num_pages
     assert db.compact()["generation"] is None  # nothing left: no new generation
     with db.writer() as w:
         rounds(w, 3)
@@ -162,7 +168,7 @@ def test_compact_budget(tmp_path):
     db = make_db(tmp_path / "db", sections=3, **KEEP)
     with db.writer() as w:
         rounds(w, 0)
-    n = sum(1 for v in runs_of(db).values() if v)
+    n = sum(1 for v in runs_of(db).values() if v) + sum(1 for v in due_runs_of(db) if v)
     assert n >= 4
     # An injected clock: each table costs "10 s", the budget 25 s; the estimate stops at 2.
     t = [0.0]

@@ -1,4 +1,4 @@
-"""``webdb compact DB [--budget SECONDS]``: merge the delta runs of the link tables into new
+"""``webdb compact DB [--budget SECONDS]``: merge the delta runs of the link tables and the due index into new
 bases now (between rounds), as one generation; see docs/operations.md, *Levels and compaction*."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from webdb.tables.table import TableReader, TableWriter
 from webdb.util import faults
 from webdb.util.sortbuf import SortBuffer
 
-__all__ = ["IndexEdits", "build_index", "index_name", "index_sections", "open_index", "update_index"]
+__all__ = ["IndexEdits", "build_index", "compact_index", "index_name", "index_sections", "open_index", "update_index"]
 
 _PUT, _DEL = PUT, DEL
 _SORT_BYTES = 64 << 20
@@ -46,7 +46,7 @@ _SORT_BYTES = 64 << 20
 def index_name(gen: int, step: str) -> str:
     """File name of a due index file written by ``step``: ``s0`` a load's base, ``s1`` stage 1's
     new base (a compaction, or a section that had no pages), ``s1d`` stage 1's delta run,
-    ``s1r`` stage 1's runs merged into one."""
+    ``s1r`` stage 1's runs merged into one, ``c`` a base written by ``webdb compact``."""
     return f"{gen:08d}-{step}.{DUE_SUFFIX}"
 
 
@@ -198,6 +198,21 @@ def update_index(d: str, gen: int, old: dict | None, index: IndexEdits, settings
     faults.point("stage1.due_merged")
     os.unlink(os.path.join(d, run["file"]))
     return new
+
+
+def compact_index(d: str, gen: int, due: dict, pages: int, settings: Settings) -> dict:
+    """The due index ``due`` (a manifest entry with runs) of the section directory ``d``, whose
+    PagesByURL holds ``pages`` records, merged into a new base (``c``, what ``webdb compact``
+    writes beside the tables' new bases); returns its manifest entry.  The caller commits it
+    and removes the file if it does not."""
+    s = settings
+    view = open_index(d, due)
+    path = os.path.join(d, index_name(gen, "c"))
+    out = TableWriter(path, KIND_DUE, s.block_size, s.codec, sync=s.sync)
+    _, info = written(view, out, lambda: compact(view, out))
+    if info["records"] != pages:
+        raise CorruptionError(f"{path}: {info['records']} records after compaction, PagesByURL holds {pages}")
+    return _entry(path, info)
 
 
 def build_index(pages_path: str, path: str, tmp: str, block_size: int, codec: str, sync: bool) -> dict:

@@ -1,5 +1,5 @@
-"""``webdb compact``: merge the delta runs of tables kept as levels into new bases, between
-rounds, as one atomic generation (docs/design.md §4.3, docs/operations.md).
+"""``webdb compact``: merge the delta runs of tables kept as levels (the link tables and each
+section's due index) into new bases, between rounds, as one atomic generation (docs/design.md §4.3, docs/operations.md).
 
 The stages of ``webdb update`` already compact a table when its runs outgrow the policy
 (``level_ratio``, ``level_runs``); this does it ahead of time — say, at night, so the day's
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
+from webdb.core.due import compact_index, index_name
 from webdb.core.manifest import Manifest, build, check_counts
 from webdb.errors import BadInput
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
@@ -34,12 +36,24 @@ def _check_sections_here(db, m: Manifest) -> None:
             )
 
 
+# The name a section's due index (kept inside PagesByURL's manifest entry) has here.
+DUE = "due"
+
+
+def _levels_entries(tables: dict) -> Iterator[tuple[str, dict]]:
+    """(name, manifest entry) of every table of a section kept as levels, its due index too."""
+    yield from tables.items()
+    due = tables.get("pages_by_url", {}).get("due")
+    if due is not None:
+        yield DUE, due
+
+
 def _tables_with_runs(m: Manifest) -> list[tuple[float, int, str, int]]:
-    """(runs' bytes / base's bytes, section, table, total bytes) of every table with runs, the
-    most run-heavy first."""
+    """(runs' bytes / base's bytes, section, table, total bytes) of every table with runs (the
+    due index named ``due``), the most run-heavy first."""
     todo = []
     for j in range(m.sections.k):
-        for t, e in m.tables[j].items():
+        for t, e in _levels_entries(m.tables[j]):
             if e.get("runs"):
                 rb = sum(r["bytes"] for r in e["runs"])
                 todo.append((rb / max(e["bytes"], 1), j, t, e["bytes"] + rb))
@@ -55,6 +69,15 @@ def _out_of_budget(budget: float | None, spent: float, done: list, nbytes: int, 
     if done and spent + size / (nbytes / max(spent, 1e-9)) > budget:
         return True
     return spent >= budget
+
+
+def _compact_index(db, gen: int, pages: dict, j: int, created: list[str]) -> dict:
+    """Section j's due index merged into a new base; returns PagesByURL's new manifest entry."""
+    d = db.section_dir(j)
+    created.append(os.path.join(d, index_name(gen, "c")))
+    due = compact_index(d, gen, pages["due"], pages["records"], db.settings)
+    faults.point("compact.after_table")
+    return {**pages, "due": due}
 
 
 def _compact_table(db, gen: int, entry: dict, j: int, t: str, created: list[str]) -> dict:
@@ -108,8 +131,12 @@ def compact(db, budget: float | None = None, clock=time.monotonic) -> dict:
                 if _out_of_budget(budget, clock() - t0, done, nbytes, size):
                     break
                 c0 = clock()
-                runs = len(tables[j][t]["runs"])
-                tables[j][t] = _compact_table(db, gen, tables[j][t], j, t, created)
+                if t == DUE:
+                    runs = len(tables[j]["pages_by_url"]["due"]["runs"])
+                    tables[j]["pages_by_url"] = _compact_index(db, gen, tables[j]["pages_by_url"], j, created)
+                else:
+                    runs = len(tables[j][t]["runs"])
+                    tables[j][t] = _compact_table(db, gen, tables[j][t], j, t, created)
                 done.append({"section": j, "table": t, "runs": runs, "bytes": size, "seconds": clock() - c0})
                 nbytes += size
             if not done:
