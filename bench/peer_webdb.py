@@ -24,16 +24,18 @@ import hashlib
 import os
 from collections.abc import Iterator
 from operator import methodcaller
-
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-from roundtsv import INPUT, apply_round_tsv
+from typing import TYPE_CHECKING
 
 import webdb
 from webdb import Link, Page, Status
-from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow, md5_array, tsv, unhex16
 from webdb.writer.rack import Rack, update
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# numpy, pyarrow and the loaders are imported by the load and the round that use them: a
+# reads-only process (driver.py --reads-only, bench_lookups.py) does not start OpenBLAS's
+# threads beside the reads it times.
 
 STATUS_IN = {"0": Status.UNFETCHED, "1": Status.FETCHED, "2": Status.RETRY}
 STATUS_OUT = {int(Status.UNFETCHED): "0", int(Status.FETCHED): "1", int(Status.RETRY): "2"}
@@ -81,6 +83,10 @@ def read_links(links_tsv: str) -> Iterator[Link]:
 
 def arrow_pages(pages_tsv: str) -> Iterator[pa.Table]:
     """pages.tsv as bulkarrow.PAGE_COLUMNS, in chunks (the same pages as ``read_pages``)."""
+    import pyarrow as pa
+
+    from webdb.tools.bulkarrow import tsv
+
     cols = ["url", "md5", "status", "next_fetch", "retries", "fetch_interval", "score", "num_outlinks"]
     types = dict(
         zip(cols, [pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.float64(), pa.int64()])
@@ -91,6 +97,12 @@ def arrow_pages(pages_tsv: str) -> Iterator[pa.Table]:
 
 def _arrow_page_chunk(t: pa.Table) -> pa.Table:
     """One parsed chunk of pages.tsv as PAGE_COLUMNS (a blank md5 is the url's md5)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from webdb.tools.bulkarrow import NotColumnar, md5_array, unhex16
+
     if t.num_rows and pc.max(t["status"]).as_py() > 2:
         raise NotColumnar("a status other than 0, 1, 2")
     url = t["url"].combine_chunks()
@@ -125,6 +137,10 @@ def _arrow_page_chunk(t: pa.Table) -> pa.Table:
 
 def arrow_links(links_tsv: str) -> Iterator[pa.Table]:
     """links.tsv as bulkarrow.LINK_COLUMNS, in chunks (the same links as ``read_links``)."""
+    import pyarrow as pa
+
+    from webdb.tools.bulkarrow import md5_array, tsv, unhex16
+
     cols = ["from_id", "url", "anchor"]
     for b in tsv(links_tsv, cols, dict.fromkeys(cols, pa.string()), stream=True):
         yield pa.table({"from_id": md5_array(unhex16(b["from_id"])), "url": b["url"], "anchor": b["anchor"]})
@@ -134,6 +150,8 @@ def bulk_load_tsv(db, pages_tsv: str, links_tsv: str) -> None:
     """The initial db by a bulk load: equal to the writer batch of ``load_tsv``.  From Arrow
     columns when the files pass the column checks, else from records (``webdb.bulk_load``, which
     names a bad line); one loader either way (webdb.tools.bulkarrow)."""
+    from webdb.tools.bulkarrow import NotColumnar, bulk_load_arrow
+
     try:
         bulk_load_arrow(db, arrow_pages(pages_tsv), arrow_links(links_tsv))
     except NotColumnar:
@@ -204,6 +222,8 @@ class Peer:
         (bulk_load_tsv if self.load_by == "bulk" else load_tsv)(self.db, pages_tsv, links_tsv)
 
     def apply_round(self, round_tsv: str) -> None:
+        from roundtsv import INPUT, apply_round_tsv
+
         if self.round == "writer":
             with self.db.writer() as w:
                 apply_round_tsv(w, [round_tsv])

@@ -104,7 +104,7 @@ def test_block_edits_equal_the_calls(tmp_path: Path, seed: int, monkeypatch: pyt
     assert edit_files(tmp_path, "numpy", by_blocks(blocks, **kw)) == want
     monkeypatch.setattr(kernels, "stagesc", None)  # numpy, without the compiled helpers (their references)
     assert edit_files(tmp_path, "numpy-python", by_blocks(blocks, **kw)) == want
-    monkeypatch.setattr(columns, "np", None)  # the pure-Python path
+    monkeypatch.setattr(columns, "NUMPY", False)  # the pure-Python path
     assert edit_files(tmp_path, "python", by_blocks(blocks, **kw)) == want
 
 
@@ -170,7 +170,7 @@ def test_round_tsv_blocks_equal_lines(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(roundtsv, "BLOCK_BYTES", 2000)
     blocks = edit_files(tmp_path, "blocks", lambda log: roundtsv.apply_round_tsv(log, [str(path)], share=[0, 1]))
     monkeypatch.setattr(roundtsv, "np", None)
-    monkeypatch.setattr(columns, "np", None)
+    monkeypatch.setattr(columns, "NUMPY", False)
     assert edit_files(tmp_path, "lines", lambda log: roundtsv.apply_round_tsv(log, [str(path)], share=[0, 1])) == blocks
     monkeypatch.undo()
     monkeypatch.setattr(roundtsv, "BLOCK_BYTES", 2000)

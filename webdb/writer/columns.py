@@ -15,25 +15,32 @@ applied call by call — which also names the bad input exactly as those calls d
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from webdb.core.schedule import FetchResult
 from webdb.tables.records import Status
 from webdb.writer import kernels
 from webdb.writer.edits import TAG3_ADD
 
-try:
+if TYPE_CHECKING:
     import numpy as np
-except ImportError:  # the pure-Python path (EditLog.apply_fetch_block falls back to calls)
-    np = None
 
 __all__ = ["FetchBlock", "have_numpy", "link_records"]
 
 
+# numpy is installed (tests turn the block path off by setting it False).
+NUMPY = importlib.util.find_spec("numpy") is not None
+
+
 def have_numpy() -> bool:
-    """Whether numpy is installed (the block path of ``EditLog.apply_fetch_block``)."""
-    return np is not None
+    """Whether numpy is installed (the block path of ``EditLog.apply_fetch_block``; without
+    it the block is applied call by call).  numpy itself is imported by the functions that use
+    it, when a block is applied: ``import webdb`` (every command, every reader process) does
+    not pay for it (~40 ms, and OpenBLAS's threads)."""
+    return NUMPY
 
 
 @dataclass
@@ -109,6 +116,8 @@ def link_records(
     tail) and the next for its link edit (md5 0x01 url, ``lp``, seq, ``link_pre``, anchor).
     Returns the page records, the link records and their lengths (int64 arrays).  One C call
     (``_stagesc.link_records``) with the writer's kernels compiled, else ``link_records_py``."""
+    import numpy as np
+
     c = kernels.stagesc
     f = c.link_records if c is not None else link_records_py
     precs, lrecs, psize, lsize = f(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, link_pre)
@@ -119,6 +128,8 @@ def link_records_py(data, us, ue, as_, ae, counts, md5s, tails, seqs, pp, lp, li
     """``link_records`` in Python (the lengths as bytes of native int64, as the C function
     gives them): one concatenation per record (C-level bytes joins beat a numpy scatter of
     variable-length slices, measured)."""
+    import numpy as np
+
     cnt = counts.tolist()
     ub = split_at(data, us.tolist(), ue.tolist())
     ab = split_at(data, as_.tolist(), ae.tolist())
@@ -149,6 +160,8 @@ def link_urls_ok(buf, start, end, max_url: int) -> bool:
         return c.urls_ok(buf, start, end, max_url)
     if int((end - start).max()) > max_url:
         return False
+    import numpy as np
+
     bad = (buf <= 0x20) | (buf == 0x7F)
     cb = np.zeros(len(buf) + 1, np.int64)
     np.cumsum(bad, out=cb[1:])
