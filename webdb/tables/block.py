@@ -57,6 +57,8 @@ if blockc is not None:
         blockc.use_lz4(lz4.block.decompress, _lz4_ext.__file__)
     except (ImportError, AttributeError, TypeError):  # another build of lz4: the callable stays
         pass
+    # CRC-32 in C where zlib.crc32 is passed, once it gives zlib's values (_blockc.use_crc32).
+    blockc.use_crc32(zlib.crc32)
 
 
 def _compress(codec: int, raw: bytes) -> bytes:

@@ -164,6 +164,9 @@ SHARED int header_of(PyObject *crc32, const unsigned char *p, Py_ssize_t end, Py
 SHARED int piece_decode(PyObject *crc32, PyObject *decompress, PyObject *obj, const unsigned char *s, Py_ssize_t cl,
                         uint32_t crc, Py_ssize_t count, PyObject **raw, Block *b);
 SHARED PyObject *read_at(int fd, uint64_t off, Py_ssize_t len);
+SHARED int crc_fast(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out); /* crc.c */
+SHARED PyObject *c_use_crc32(PyObject *self, PyObject *fn);
+SHARED extern const char use_crc32_doc[];
 SHARED void pieces_span(const Pieces *ps, PyObject *start, PyObject *stop, Py_ssize_t *p0, Py_ssize_t *p1);
 SHARED PyObject *pieces_range(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps,
                               Py_ssize_t p0, Py_ssize_t p1, PyObject *start, PyObject *stop);
