@@ -9,10 +9,10 @@
  * reflected, zlib's crc32(value, data)) in C: with x86-64's carry-less multiply (PCLMULQDQ),
  * 16 bytes a step and no table, when the CPU has it; else a byte-at-a-time table.
  *
- * The multiply folds the 128 bits read so far into the next 16 bytes: x = x.lo * K_LO ^
- * x.hi * K_HI ^ next, with K_LO = x^(128+32) mod P and K_HI = x^(128-32) mod P (bit-reflected,
+ * The multiply folds the 128 bits read so far into the 16 bytes 128 bits on: x = x.lo * K_LO
+ * ^ x.hi * K_HI ^ next, with K_LO = x^(128+32) mod P and K_HI = x^(128-32) mod P (bit-reflected,
  * as the Intel white paper "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"
- * derives them).  The folded value is congruent to the message read so far, so its CRC (from
+ * derives them; four lanes fold 512 bits on with that distance's pair).  The folded value is congruent to the message read so far, so its CRC (from
  * a zero register) is the message's: the last 16 bytes and the tail (< 16 bytes) go through
  * the table, which needs no final reduction step. */
 
@@ -42,19 +42,40 @@ static uint32_t crc_bytes(uint32_t r, const unsigned char *p, size_t len) {
 }
 
 #ifdef HAVE_CLMUL
-/* The register r run over p[0:len], len >= 32: the first 16 bytes (r xored in) folded with
- * each next 16 until fewer than 16 remain past them; then those 16 and the rest by table. */
+/* x (128 bits) folded into the 16 bytes at p, k the fold's (K_LO, K_HI). */
+__attribute__((target("pclmul,sse2"))) static inline __m128i fold(__m128i x, __m128i k, const unsigned char *p) {
+    __m128i lo = _mm_clmulepi64_si128(x, k, 0x00), hi = _mm_clmulepi64_si128(x, k, 0x11);
+    return _mm_xor_si128(_mm_xor_si128(lo, hi), _mm_loadu_si128((const __m128i *)p));
+}
+
+/* The register r run over p[0:len], len >= 32: from 64 bytes on, four lanes 64 bytes apart
+ * fold independently (the multiplies overlap) and are then folded into one; then 16 bytes a
+ * step until fewer than 16 remain past the folded value; that value and the rest by table. */
 __attribute__((target("pclmul,sse2"))) static uint32_t crc_clmul(uint32_t r, const unsigned char *p, size_t len) {
-    const __m128i k = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL); /* hi: K_HI, lo: K_LO */
+    const __m128i k1 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);  /* 128 bits on: hi K_HI, lo K_LO */
+    const __m128i k4 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL); /* 512 bits on */
     __m128i x = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)r));
-    p += 16;
-    len -= 16;
-    while (len >= 16) {
-        __m128i lo = _mm_clmulepi64_si128(x, k, 0x00), hi = _mm_clmulepi64_si128(x, k, 0x11);
-        x = _mm_xor_si128(_mm_xor_si128(lo, hi), _mm_loadu_si128((const __m128i *)p));
+    if (len >= 64) {
+        __m128i x1 = _mm_loadu_si128((const __m128i *)(p + 16)), x2 = _mm_loadu_si128((const __m128i *)(p + 32)),
+                x3 = _mm_loadu_si128((const __m128i *)(p + 48));
+        for (p += 64, len -= 64; len >= 64; p += 64, len -= 64) {
+            x = fold(x, k4, p);
+            x1 = fold(x1, k4, p + 16);
+            x2 = fold(x2, k4, p + 32);
+            x3 = fold(x3, k4, p + 48);
+        }
+        unsigned char b[16];
+        _mm_storeu_si128((__m128i *)b, x1);
+        x = fold(x, k1, b);
+        _mm_storeu_si128((__m128i *)b, x2);
+        x = fold(x, k1, b);
+        _mm_storeu_si128((__m128i *)b, x3);
+        x = fold(x, k1, b);
+    } else {
         p += 16;
         len -= 16;
     }
+    for (; len >= 16; p += 16, len -= 16) x = fold(x, k1, p);
     unsigned char b[16];
     _mm_storeu_si128((__m128i *)b, x);
     return crc_bytes(crc_bytes(0, b, 16), p, len);
