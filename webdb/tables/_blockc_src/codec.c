@@ -441,16 +441,22 @@ static int unpack_raw(PyObject *const *args, PyObject **raw, Py_ssize_t *n) {
     if (codec != 0 && codec != 2) return 0; /* zlib: rare, left to Python */
     /* data stays alive (an argument) while the view is used: the callees keep no reference. */
     if (!(body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ))) return -1;
-    c = PyObject_CallOneArg(args[1], body);
-    if (!c) {
-        Py_DECREF(body);
-        return -1;
-    }
-    unsigned long got = PyLong_AsUnsignedLong(c);
-    Py_DECREF(c);
-    if (got == (unsigned long)-1 && PyErr_Occurred()) {
-        Py_DECREF(body);
-        return -1;
+    uint32_t fast;
+    unsigned long got;
+    if (crc_fast(args[1], p, end, &fast)) { /* zlib.crc32, computed here (crc.c) */
+        got = fast;
+    } else {
+        c = PyObject_CallOneArg(args[1], body);
+        if (!c) {
+            Py_DECREF(body);
+            return -1;
+        }
+        got = PyLong_AsUnsignedLong(c);
+        Py_DECREF(c);
+        if (got == (unsigned long)-1 && PyErr_Occurred()) {
+            Py_DECREF(body);
+            return -1;
+        }
     }
     if (crc32_byte((uint32_t)got, codec) != rd32(p + end + 1) || (codec == 2 && (end < 4 || rd32(p) > MAX_BLOCK_BYTES))) {
         Py_DECREF(body);
