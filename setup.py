@@ -25,7 +25,6 @@ setup(
                 "webdb/tables/_blockc_src/pieces.c",
                 "webdb/tables/_blockc_src/index.c",
                 "webdb/tables/_blockc_src/seek.c",
-                "webdb/tables/_blockc_src/crc.c",
             ],
             depends=["webdb/tables/_blockc_src/blockc.h"],
             optional=True,

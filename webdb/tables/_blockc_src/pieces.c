@@ -19,7 +19,7 @@ void pieces_release(Pieces *ps) {
     ps->at = NULL;
 }
 
-/* CRC-32 (zlib.crc32: in C if use_crc32 registered it, else called) of p[0:len] into *out: 0,
+/* CRC-32 (zlib.crc32: its C function if use_crc32 registered it, else called) of p[0:len] into *out: 0,
  * or -1 on error. */
 static int crc_of(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out) {
     if (crc_fast(crc32, p, len, out)) return 0;
