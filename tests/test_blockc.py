@@ -692,3 +692,70 @@ def test_c_and_python_agree_on_a_piece_offset_past_two_to_the_32():
     sealed = _resealed(body)
     py_raw = block.unpieces(body)
     assert _blockc.unpack_pieces(sealed, zlib.crc32, block.lz4_decompress) == (py_raw, 4)
+
+
+@needs_c
+def test_crc32_in_c_is_zlibs():
+    """The CRC-32 zlib's C function computes where zlib.crc32 is passed (``use_crc32``, as
+    block.py registers it) gives the callable's values: pieces sealed by C (whose CRCs it
+    computes) equal the Python reference's for pieces of every length from a few bytes to tens
+    of KiB, and a block damaged anywhere is declined.  A callable that is not zlib's CRC is
+    refused."""
+    import random
+
+    import lz4.block
+
+    rnd = random.Random(7)
+    for size in (1, 15, 16, 31, 32, 33, 47, 48, 63, 64, 65, 100, 1000, 4096, 40_000):
+        keys = [b"k%06d" % i for i in range(40)]
+        vals = [rnd.randbytes(rnd.randrange(size + 1)) for _ in keys]
+        raw = block.build_py(keys, vals)
+        for piece_bytes in (16, 100, 4096):
+            body = _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
+            assert body == block.seal_pieces_py(raw, piece_bytes)
+            if body is not None:
+                sealed = _resealed(body)
+                assert _blockc.unpack_pieces(sealed, zlib.crc32, block.lz4_decompress)[0] == raw
+                bad = bytearray(sealed)
+                bad[rnd.randrange(len(body))] ^= 1
+                assert _blockc.unpack_pieces(bytes(bad), zlib.crc32, block.lz4_decompress) is None
+    try:
+        assert _blockc.use_crc32(lambda d: zlib.crc32(d) ^ 1, zlib.__file__) is False
+    finally:
+        assert _blockc.use_crc32(zlib.crc32, zlib.__file__) is True
+
+
+@needs_c
+def test_crc32_is_zlibs_c_function_when_found_else_the_callable(tmp_path):
+    """A callable registered with ``use_crc32`` is not called by the reads once zlib's function
+    is found through the zlib extension; where the path has no crc32 (lz4's extension) or is
+    not a loaded library, nothing is registered (False) and the callable is called for every
+    CRC, with the same results."""
+    import lz4.block
+    from lz4.block import _block as lz4_ext
+
+    calls = []
+
+    def crc(data):
+        calls.append(len(data))
+        return zlib.crc32(data)
+
+    keys = [b"k%06d" % i for i in range(200)]
+    raw = block.build_py(keys, [k * 9 for k in keys])
+    pieced = _resealed(_blockc.seal_pieces(raw, lz4.block.compress, 1024, zlib.crc32))
+    whole = _resealed(lz4.block.compress(raw), 2)
+
+    def reads():
+        calls.clear()
+        assert _blockc.unpack_pieces(pieced, crc, block.lz4_decompress)[0] == raw
+        assert _blockc.unpack(whole, crc, block.lz4_decompress) == (raw, len(keys))
+        return len(calls)
+
+    try:
+        assert _blockc.use_crc32(crc, zlib.__file__) is True
+        assert reads() == 0
+        for path in (lz4_ext.__file__, str(tmp_path / "not-loaded.so")):
+            assert _blockc.use_crc32(crc, path) is False
+            assert reads() >= 3  # the block, the piece header and at least one piece
+    finally:
+        assert _blockc.use_crc32(zlib.crc32, zlib.__file__) is True

@@ -57,6 +57,12 @@ if blockc is not None:
         blockc.use_lz4(lz4.block.decompress, _lz4_ext.__file__)
     except (ImportError, AttributeError, TypeError):  # another build of lz4: the callable stays
         pass
+    # CRCs by zlib's own C function wherever zlib.crc32 is passed, found through the zlib
+    # extension once it gives the callable's values (_blockc.use_crc32 says why).
+    try:
+        blockc.use_crc32(zlib.crc32, zlib.__file__)
+    except (AttributeError, TypeError):  # zlib built into the interpreter: the callable stays
+        pass
 
 
 def _compress(codec: int, raw: bytes) -> bytes:

@@ -164,6 +164,7 @@ SHARED int header_of(PyObject *crc32, const unsigned char *p, Py_ssize_t end, Py
 SHARED int piece_decode(PyObject *crc32, PyObject *decompress, PyObject *obj, const unsigned char *s, Py_ssize_t cl,
                         uint32_t crc, Py_ssize_t count, PyObject **raw, Block *b);
 SHARED PyObject *read_at(int fd, uint64_t off, Py_ssize_t len);
+SHARED int crc_fast(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out); /* codec.c */
 SHARED void pieces_span(const Pieces *ps, PyObject *start, PyObject *stop, Py_ssize_t *p0, Py_ssize_t *p1);
 SHARED PyObject *pieces_range(PyObject *crc32, PyObject *decompress, const unsigned char *s, const Pieces *ps,
                               Py_ssize_t p0, Py_ssize_t p1, PyObject *start, PyObject *stop);
@@ -186,9 +187,10 @@ SHARED PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t n
 SHARED PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_index_entries(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_lz4(PyObject *self, PyObject *args);
+SHARED PyObject *c_use_crc32(PyObject *self, PyObject *args);
 SHARED extern const char find_doc[], get_doc[], split_doc[], values_doc[], keys_doc[], lens_doc[], build_doc[],
     build_run_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], merge_run_doc[], links_doc[], index_entries_doc[],
-    use_lz4_doc[];
+    use_lz4_doc[], use_crc32_doc[];
 
 /* bulk.c */
 SHARED PyObject *c_gather_blocks(PyObject *self, PyObject *args);

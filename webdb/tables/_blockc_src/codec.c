@@ -2,7 +2,7 @@
 
 #include "blockc.h"
 #include <structmember.h> /* T_OBJECT_EX, READONLY (links: a slots class filled in place) */
-#include <dlfcn.h>      /* dlopen, dlsym (use_lz4) */
+#include <dlfcn.h>      /* dlopen, dlsym (use_lz4, use_crc32) */
 
 /* Parse (raw: bytes, n: int) into b; n must fit the block (unpack_block checked it already, this
  * guards a caller that did not). */
@@ -422,6 +422,113 @@ PyObject *lz4_bytes(PyObject *decompress, const unsigned char *src, Py_ssize_t l
     return out;
 }
 
+/* ---- CRC-32: zlib.crc32, or the function it calls, called directly --------------------------
+ *
+ * Every block, piece and piece header a read checks went through a Python call of zlib.crc32:
+ * a memoryview, the call and an int each, and a short lookup checks four to six of them
+ * (0.3-2 KiB each).  use_crc32 finds the C function that callable calls, zlib's crc32_z (crc32
+ * before zlib 1.2.9), through Python's zlib extension module (already loaded, and linked
+ * against libz, where dlsym on its handle finds it), and crc_fast calls it: the same function
+ * on the same bytes, without the Python call, and zlib's own maintained CRC code rather than
+ * one of ours.  It is registered only once it has given the callable's values on data of many
+ * lengths and alignments (an extension built against another library, under the same names or
+ * not, fails the check or the lookup); otherwise the callable is called as before.  The
+ * prototypes are zlib's (zlib.h), declared here so that building needs no zlib headers. */
+
+typedef unsigned long (*crc32_z_fn)(unsigned long crc, const unsigned char *buf, size_t len);
+typedef unsigned long (*crc32_fn)(unsigned long crc, const unsigned char *buf, unsigned int len);
+static crc32_z_fn zcrc_z;   /* zlib's crc32_z, if found */
+static crc32_fn zcrc;       /* else its crc32 (an unsigned int length: longer data in chunks) */
+static PyObject *crc_fn;    /* the callable they stand for (NULL: none registered) */
+
+static uint32_t zlib_crc(crc32_z_fn z, crc32_fn c, const unsigned char *p, size_t len) {
+    if (z) return (uint32_t)z(0, p, len);
+    unsigned long r = 0;
+    do {
+        size_t k = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
+        r = c(r, p, (unsigned int)k);
+        p += k;
+        len -= k;
+    } while (len);
+    return (uint32_t)r;
+}
+
+int crc_fast(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out) {
+    if (crc32 != crc_fn || !crc_fn) return 0;
+    crc32_z_fn z = zcrc_z;
+    crc32_fn c = zcrc;
+    if (len >= (1 << 16)) { /* zlib.crc32 releases the GIL for long data: so does this */
+        Py_BEGIN_ALLOW_THREADS *out = zlib_crc(z, c, p, (size_t)len);
+        Py_END_ALLOW_THREADS
+    } else {
+        *out = zlib_crc(z, c, p, (size_t)len);
+    }
+    return 1;
+}
+
+/* The lengths use_crc32 checks: every one up to CHECK_SHORT, at two alignments, and these. */
+#define CHECK_SHORT 300
+static const Py_ssize_t check_long[] = {1000, 4096, 8191, 70001};
+
+SHARED_PYDOC(use_crc32_doc,
+             "use_crc32(crc32, path) -> bool: call zlib's C function crc32_z (or crc32), found through "
+             "the loaded extension at path (zlib.__file__), directly wherever crc32 (zlib.crc32) is "
+             "passed, once it has given crc32's values on data of every length up to 300 bytes and "
+             "some longer; False if it is not found or differs: then no callable is registered and "
+             "crc32 is called wherever it is passed.");
+
+PyObject *c_use_crc32(PyObject *self, PyObject *args) {
+    PyObject *fn;
+    const char *path;
+    if (!PyArg_ParseTuple(args, "Os", &fn, &path)) return NULL;
+    Py_CLEAR(crc_fn); /* until the new one is found and checked */
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    crc32_z_fn z = NULL;
+    crc32_fn c = NULL;
+    if (h) {
+        *(void **)&z = dlsym(h, "crc32_z");
+        *(void **)&c = dlsym(h, "crc32");
+    }
+    if (!z && !c) {
+        if (h) dlclose(h);
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t nlong = sizeof check_long / sizeof *check_long, size = check_long[nlong - 1] + 1;
+    unsigned char *d = PyMem_Malloc((size_t)size);
+    if (!d) {
+        dlclose(h);
+        return PyErr_NoMemory();
+    }
+    uint32_t s = 12345;
+    for (Py_ssize_t i = 0; i < size; i++) d[i] = (unsigned char)((s = s * 1103515245u + 12345u) >> 16);
+    int same = 1;
+    for (Py_ssize_t k = 0; same && k < 2 * (CHECK_SHORT + 1) + nlong; k++) {
+        Py_ssize_t at = k < 2 * (CHECK_SHORT + 1) ? k % 2 : 1,
+                   n = k < 2 * (CHECK_SHORT + 1) ? k / 2 : check_long[k - 2 * (CHECK_SHORT + 1)];
+        PyObject *b = PyBytes_FromStringAndSize((const char *)d + at, n);
+        PyObject *v = b ? PyObject_CallOneArg(fn, b) : NULL;
+        Py_XDECREF(b);
+        unsigned long got = v ? PyLong_AsUnsignedLong(v) : 0;
+        int failed = !v || (got == (unsigned long)-1 && PyErr_Occurred());
+        Py_XDECREF(v);
+        if (failed) {
+            PyMem_Free(d);
+            dlclose(h);
+            return NULL;
+        }
+        same = got <= 0xffffffffUL && (uint32_t)got == zlib_crc(z, c, d + at, (size_t)n);
+    }
+    PyMem_Free(d);
+    if (!same) {
+        dlclose(h);
+        Py_RETURN_FALSE;
+    }
+    zcrc_z = z; /* the handle stays open: the functions stay loaded */
+    zcrc = c;
+    crc_fn = Py_NewRef(fn);
+    Py_RETURN_TRUE;
+}
+
 SHARED_PYDOC(unpack_doc,
              "unpack(data, crc32, decompress) -> (raw, n): an lz4 or uncompressed block whose checksum, "
              "size, record count and offsets total are sound, decompressed; None for anything else "
@@ -441,16 +548,22 @@ static int unpack_raw(PyObject *const *args, PyObject **raw, Py_ssize_t *n) {
     if (codec != 0 && codec != 2) return 0; /* zlib: rare, left to Python */
     /* data stays alive (an argument) while the view is used: the callees keep no reference. */
     if (!(body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ))) return -1;
-    c = PyObject_CallOneArg(args[1], body);
-    if (!c) {
-        Py_DECREF(body);
-        return -1;
-    }
-    unsigned long got = PyLong_AsUnsignedLong(c);
-    Py_DECREF(c);
-    if (got == (unsigned long)-1 && PyErr_Occurred()) {
-        Py_DECREF(body);
-        return -1;
+    uint32_t fast;
+    unsigned long got;
+    if (crc_fast(args[1], p, end, &fast)) { /* zlib.crc32's own C function (use_crc32) */
+        got = fast;
+    } else {
+        c = PyObject_CallOneArg(args[1], body);
+        if (!c) {
+            Py_DECREF(body);
+            return -1;
+        }
+        got = PyLong_AsUnsignedLong(c);
+        Py_DECREF(c);
+        if (got == (unsigned long)-1 && PyErr_Occurred()) {
+            Py_DECREF(body);
+            return -1;
+        }
     }
     if (crc32_byte((uint32_t)got, codec) != rd32(p + end + 1) || (codec == 2 && (end < 4 || rd32(p) > MAX_BLOCK_BYTES))) {
         Py_DECREF(body);

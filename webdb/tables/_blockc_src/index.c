@@ -61,13 +61,20 @@ PyObject *read_at(int fd, uint64_t off, Py_ssize_t len) {
     return data;
 }
 
+/* A block at most this long is read whole by short_pieces, in one pread: its header and the
+ * pieces the range reaches come from the same read.  Two small preads cost about what one of
+ * 8 KiB does (the syscall, not the copy, is most of a read from the page cache), and a delta
+ * run's blocks are mostly smaller than this; a larger block reads its tail, then the span. */
+#define WHOLE_BYTES 8192
+
 /* The records in [start, stop) of the codec-3 block at off (len bytes on disk), reading its
- * tail, then only the pieces the range reaches: (keys, values, n); Py_None if it is not sound;
- * NotImplemented if it is not a codec-3 block (read it whole); NULL on error. */
+ * tail (the whole block if at most WHOLE_BYTES), then only the pieces the range reaches (no
+ * second read when they lie in what the first read): (keys, values, n); Py_None if it is not
+ * sound; NotImplemented if it is not a codec-3 block (read it whole); NULL on error. */
 static PyObject *short_pieces(int fd, uint64_t off, Py_ssize_t len, PyObject *start, PyObject *stop, PyObject *crc32,
                               PyObject *decompress) {
-    Py_ssize_t t = len < TAIL_BYTES ? len : TAIL_BYTES, p0, p1;
-    PyObject *tail = read_at(fd, off + (uint64_t)(len - t), t), *res = NULL;
+    Py_ssize_t t = len <= WHOLE_BYTES || len < TAIL_BYTES ? len : TAIL_BYTES, p0, p1;
+    PyObject *tail = read_at(fd, off + (uint64_t)(len - t), t), *res = NULL, *span = NULL;
     Pieces ps;
     if (!tail || tail == Py_None) return tail;
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(tail);
@@ -89,13 +96,21 @@ static PyObject *short_pieces(int fd, uint64_t off, Py_ssize_t len, PyObject *st
         Py_RETURN_NONE;
     }
     pieces_span(&ps, start, stop, &p0, &p1);
-    PyObject *span = read_at(fd, off + (uint64_t)ps.at[p0], ps.at[p1 + 1] - ps.at[p0]);
-    if (span && span != Py_None) {
-        res = pieces_range(crc32, decompress, (const unsigned char *)PyBytes_AS_STRING(span), &ps, p0, p1, start, stop);
-        Py_DECREF(span);
+    const unsigned char *s; /* piece p0's first byte */
+    if (ps.at[p0] >= len - t) { /* the span lies in the tail read (ps.at[p1 + 1] is inside the body) */
+        s = p + (ps.at[p0] - (len - t));
     } else {
-        res = span;
+        span = read_at(fd, off + (uint64_t)ps.at[p0], ps.at[p1 + 1] - ps.at[p0]);
+        if (!span || span == Py_None) {
+            res = span;
+            span = NULL;
+            goto done;
+        }
+        s = (const unsigned char *)PyBytes_AS_STRING(span);
     }
+    res = pieces_range(crc32, decompress, s, &ps, p0, p1, start, stop);
+done:
+    Py_XDECREF(span);
     pieces_release(&ps);
     Py_DECREF(tail);
     return res;

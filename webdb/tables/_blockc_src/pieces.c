@@ -19,8 +19,10 @@ void pieces_release(Pieces *ps) {
     ps->at = NULL;
 }
 
-/* CRC-32 (zlib.crc32, called) of p[0:len] into *out: 0, or -1 on error. */
+/* CRC-32 (zlib.crc32: its C function if use_crc32 registered it, else called) of p[0:len] into *out: 0,
+ * or -1 on error. */
 static int crc_of(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out) {
+    if (crc_fast(crc32, p, len, out)) return 0;
     PyObject *view = PyMemoryView_FromMemory((char *)p, len, PyBUF_READ), *c;
     if (!view) return -1;
     c = PyObject_CallOneArg(crc32, view);
@@ -111,14 +113,14 @@ int piece_decode(PyObject *crc32, PyObject *decompress, PyObject *obj, const uns
                  uint32_t crc, Py_ssize_t count, PyObject **raw, Block *b) {
     uint32_t c;
     *raw = NULL;
-    if (obj) {
+    if (obj && !crc_fast(crc32, s, cl, &c)) {
         PyObject *got = PyObject_CallOneArg(crc32, obj);
         if (!got) return -1;
         unsigned long v = PyLong_AsUnsignedLong(got);
         Py_DECREF(got);
         if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
         c = (uint32_t)v;
-    } else if (crc_of(crc32, s, cl, &c) < 0) {
+    } else if (!obj && crc_of(crc32, s, cl, &c) < 0) {
         return -1;
     }
     if (c != crc || rd32(s) > MAX_BLOCK_BYTES) return 0;
