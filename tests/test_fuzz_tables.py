@@ -161,6 +161,9 @@ def read_everything(path: str, tmp: str) -> None:
             t.get(k)
         t.get(b"http://zz")
         Probe(t).ceiling(b"http://h2")
+        pr = Probe(t)  # compiled: a forward LevelSeek, a piece at a time
+        for i in range(0, 60, 7):
+            pr.get(f"http://h{i % 5}.example/{i:04d}".encode())
         # A merge that carries every block raw (CRC verified) and re-cuts none.
         out = TableWriter(os.path.join(tmp, f"merge-{os.getpid()}.pbu"), KIND_PAGES_BY_URL, sync=False)
         MergeCursor(t, out).finish()

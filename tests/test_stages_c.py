@@ -437,6 +437,91 @@ def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
         view.close()
 
 
+def _piece_spans(path: str, b: int) -> tuple[int, list[tuple[int, int]], list[bytes]]:
+    """Block b of a table file in lz4 pieces: its offset in the file, each piece's (start, end)
+    in the block's bytes and the pieces' first keys (b"" for piece 0)."""
+    t = TableReader(path)
+    off, length = t.offsets[b], t.lengths[b]
+    t.close()
+    with open(path, "rb") as f:
+        data = f.read()[off : off + length]
+    assert data[-5] == 3  # codec 3
+    _, tab, first = block.pieces_header(data[:-5], len(data) - 5)
+    at, spans = 0, []
+    for cl, _, _ in tab:
+        spans.append((at, at + cl))
+        at += cl
+    return off, spans, first
+
+
+def _pieces_base(tmp, n: int = 600) -> tuple[str, dict]:
+    """A LinksByURL base of n records in blocks of 4 KiB: lz4 pieces of 1 KiB."""
+    base = {b"u%04d" % i: b"v" * 20 + b"%d" % i for i in range(n)}
+    b, _ = _level_files(tmp, "links_by_url", base, [], 4096)
+    return b, base
+
+
+@needs_c
+def test_levelseek_decompresses_only_the_pieces_a_read_reaches(tmp_path):
+    """Ranges and keys far apart in a base held in lz4 pieces decompress a piece each, not the
+    block, with the records and places of the Python Seekers (which decode whole blocks)."""
+    from webdb.tables.levels import LevelCursor, open_levels
+
+    b, base = _pieces_base(tmp_path)
+    _, spans, first = _piece_spans(b, 0)
+    assert len(spans) >= 3
+    views = [open_levels(b, [], "links_by_url", len(base)) for _ in range(2)]
+    c, py = (LevelCursor(v, TableWriter(str(tmp_path / f"out{i}"), 13, sync=False)) for i, v in enumerate(views))
+    py._c = None
+    keys = sorted(base)
+    # A range across a piece boundary reads both pieces and stops where the next piece starts.
+    lo = max(k for k in keys if k < first[1])
+    want = ([lo, first[1]], [base[lo], base[first[1]]])
+    assert c._range(lo, first[1] + b"\x00") == py._range(lo, first[1] + b"\x00") == want
+    assert c._c.pieces[0] == 2
+    for i in range(len(keys) // 2, len(keys) - 2, 97):
+        lo, hi = keys[i], keys[i + 2]
+        assert c._range(lo, hi) == py._range(lo, hi) == (keys[i : i + 2], [base[k] for k in keys[i : i + 2]])
+        assert c._get(keys[i + 2]) == py._get(keys[i + 2]) == base[keys[i + 2]]
+        assert c.decoded_blocks == py.decoded_blocks
+    read, held = c._c.pieces
+    assert 0 < read < held and read <= 2 + 2 * (c.decoded_blocks - 1)
+    for cur in (c, py):
+        cur.out.close()
+    for v in views:
+        v.close()
+
+
+@needs_c
+@pytest.mark.parametrize("ask", ["range", "get"])
+def test_levelseek_damaged_piece_is_named_when_read_and_untouched_otherwise(tmp_path, ask):
+    """A flipped byte in one piece of a base block: a read that reaches the piece is left to the
+    Python path, whose CorruptionError names the file (as for a whole block); a read of the
+    block's other pieces decompresses only those, whose checksums hold, and gets their records
+    (as a lookup's ``short_range`` does)."""
+    from webdb.tables.levels import LevelCursor, open_levels
+
+    b, base = _pieces_base(tmp_path)
+    off, spans, first = _piece_spans(b, 0)
+    s, e = spans[1]
+    with open(b, "rb") as f:
+        data = bytearray(f.read())
+    data[off + (s + e) // 2] ^= 0xFF
+    with open(b, "wb") as f:
+        f.write(bytes(data))
+    keys = sorted(base)
+    view = open_levels(b, [], "links_by_url", len(base))
+    cur = LevelCursor(view, TableWriter(str(tmp_path / "out"), 13, sync=False))
+    assert cur._c is not None
+    assert cur._range(keys[0], keys[1]) == ([keys[0]], [base[keys[0]]])  # piece 0: sound
+    assert cur._c is not None and cur._c.pieces[0] == 1
+    with pytest.raises(CorruptionError, match="base"):
+        cur._range(first[1], first[1] + b"\x00") if ask == "range" else cur._get(first[1])
+    assert cur._c is None
+    cur.out.close()
+    view.close()
+
+
 @given(
     st.lists(st.tuples(_key, _val), max_size=20),
     st.integers(0, 2**39),

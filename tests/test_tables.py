@@ -8,7 +8,8 @@ import random
 import pytest
 
 from webdb.errors import CorruptionError
-from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_URL
+from webdb.tables.block import COMPILED
+from webdb.tables.format import FOOTER_SIZE, KIND_PAGES_BY_MD5, KIND_PAGES_BY_URL
 from webdb.tables.merge import MergeCursor
 from webdb.tables.table import BlockCache, Probe, TableReader, TableWriter
 
@@ -131,6 +132,49 @@ def test_probe_sorted_lookups(tmp_path):
     pr = Probe(t)
     assert pr.get(b"p00010") is not None and pr.get(b"p00010x") is None
     assert pr.has_prefix(b"p0499") and not pr.has_prefix(b"q")
+
+
+@pytest.mark.parametrize("kind", [KIND_PAGES_BY_URL, KIND_PAGES_BY_MD5])
+def test_probe_get_compiled_equals_python(tmp_path, kind):
+    """Probe.get through its one-file LevelSeek (compiled; lz4 pieces for PagesByURL) and through
+    the Python path give the same values for random increasing keys, present and absent; a key
+    below the last one asked hands over to the Python path, which still answers it."""
+    rng = random.Random(kind)
+    keys = rand_keys(rng, 3000)
+    w = TableWriter(str(tmp_path / "t"), kind, 1024, sync=False)
+    for k in keys:
+        w.add(k, k[::-1] * 2)
+    w.close()
+    t = TableReader(str(tmp_path / "t"), kind, lazy=True)  # its index kept in place
+    c, py = Probe(t), Probe(t)
+    assert (c._c is not None) == COMPILED
+    py._c = None
+    asks = sorted(rng.sample(keys, 400) + [k + b"\x01" for k in rng.sample(keys, 200)] + [b"", b"\xff\xff"])
+    for k in asks:
+        assert c.get(k) == py.get(k) == (k[::-1] * 2 if k in set(keys) else None)
+    if COMPILED:
+        read, held = c._c.pieces
+        assert (0 < read < held) if kind == KIND_PAGES_BY_URL else held == 0
+    assert c.get(keys[5]) == keys[5][::-1] * 2 and c._c is None  # backwards: the Python path
+    t.close()
+
+
+def test_probe_get_names_a_damaged_piece(tmp_path):
+    """A flipped byte in a piece the compiled get reaches: the Python path reads the block and its
+    CorruptionError names the file."""
+    keys = [b"p%05d" % i for i in range(3000)]
+    t = build(tmp_path / "p", keys, block_size=4096)
+    off = t.offsets[3] + 10
+    first_of_block = t.first_keys[3]
+    t.close()
+    _flip(tmp_path / "p", off)
+    t = TableReader(str(tmp_path / "p"), KIND_PAGES_BY_URL, lazy=True)
+    pr = Probe(t)
+    assert pr._c is not None or not COMPILED
+    assert pr.get(keys[0]) == keys[0][::-1] * 2
+    with pytest.raises(CorruptionError, match="p"):
+        pr.get(first_of_block)
+    t.close()
 
 
 def _flip(path, offset):

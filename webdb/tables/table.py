@@ -28,13 +28,16 @@ from webdb.tables.block import (
     COMPILED,
     TAIL_BYTES,
     RawBlock,
+    blockc,
     check_block_crc,
+    crc32,
     decode_block,
     encode_block,
     encode_run,
     in_place_block,
     index_entries,
     index_in_place,
+    lz4_decompress,
     piece_of,
     piece_raw_block,
     pieces_header,
@@ -959,7 +962,11 @@ class Probe:
 
     Each block is decompressed at most once per probe pass and only its keys are split out, so
     probing m sorted keys costs O(m log b) comparisons plus one key split per block that holds
-    any of them.
+    any of them.  Compiled, on a table whose index is kept in place (opened ``lazy``), ``get``
+    is one call of a one-file ``LevelSeek`` (seek.c): the block's offsets searched in place, no
+    keys split out, and of a file in lz4 pieces only the piece a key falls in decompressed; a
+    key below the last one asked, or a block or piece it finds unsound, hands over to the
+    Python path (which names the fault).
     """
 
     def __init__(self, table: TableReader | None):
@@ -967,6 +974,9 @@ class Probe:
         self._bi = -1
         self._rb: RawBlock | None = None
         self._keys: list[bytes] = []
+        a = table.short_args() if table is not None and blockc is not None else None
+        self._c = blockc.levelseek(((*a, False),), crc32, lz4_decompress) if a is not None else None
+        self._last = b""
 
     def ceiling(self, key: bytes) -> tuple[bytes, bytes] | None:
         """The first record with record key >= key, or None."""
@@ -990,6 +1000,14 @@ class Probe:
         return None
 
     def get(self, key: bytes) -> bytes | None:
+        c = self._c
+        if c is not None:
+            if key >= self._last:
+                self._last = key
+                v = c.get(key)
+                if v is not False:
+                    return v
+            self._c = None
         r = self.ceiling(key)
         return r[1] if r is not None and r[0] == key else None
 

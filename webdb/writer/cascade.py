@@ -704,7 +704,8 @@ def _stage_links_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
 def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em5 = Emitter(job, 5, 4)
     pages_by_url = _base(job, "pages_by_url")
-    probe = Probe(TableReader(pages_by_url) if pages_by_url else None)
+    # Lazy: its index kept in place, so that Probe.get is a piece at a time in C.
+    probe = Probe(TableReader(pages_by_url, lazy=True) if pages_by_url else None)
     dangling = 0
 
     def state_of(url_b: bytes) -> int:

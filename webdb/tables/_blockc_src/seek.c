@@ -13,7 +13,10 @@
 #include "blockc.h"
 #include <structmember.h> /* T_OBJECT_EX, READONLY (Lookup: Page filled in place) */
 
-/* One file of the view. */
+/* One file of the view.  The block at hand is held whole (blk, b) or, a codec-3 block (lz4
+ * pieces, docs/format.md §1.1), as its bytes and header (data, ps) with the pieces a read has
+ * reached decompressed (praw, pb): a stage's edits fall in most blocks of a link table but leave
+ * many of a block's pieces untouched, and those are never decompressed. */
 typedef struct {
     PyObject *ix_raw; /* the file's index block, decompressed (TableReader._ix) */
     Block ix;
@@ -21,6 +24,10 @@ typedef struct {
     Py_ssize_t bi;   /* Seeker.bi: the block at hand, and where the index search starts */
     PyObject *blk;   /* that block decompressed, or NULL */
     Block b;         /* its offsets (when blk) */
+    PyObject *data;  /* or: that block as read, a codec-3 block whose header is sound, or NULL */
+    Pieces ps;       /* its header (when data) */
+    PyObject **praw; /* piece i decompressed and sound, or NULL (ps.m entries, when data) */
+    Block *pb;       /* its offsets (when praw[i]) */
     PyObject *nxt;   /* Seeker.nxt: a lower bound of the file's next key; NULL: none left */
 } SeekFile;
 
@@ -28,13 +35,29 @@ typedef struct {
     PyObject_HEAD Py_ssize_t m;
     SeekFile *f;
     PyObject *crc32, *decompress;
-    Py_ssize_t decoded; /* blocks read and decompressed (Seeker.decoded summed) */
+    Py_ssize_t decoded;       /* blocks read and decompressed (Seeker.decoded summed) */
+    Py_ssize_t pieces_read;   /* pieces decompressed of the codec-3 blocks read */
+    Py_ssize_t pieces_in;     /* pieces in those blocks */
 } LevelSeek;
+
+/* Forget the block at hand of f (whole or in pieces). */
+static void drop_block(SeekFile *f) {
+    Py_CLEAR(f->blk);
+    if (f->data) {
+        for (Py_ssize_t i = 0; i < f->ps.m; i++) Py_XDECREF(f->praw[i]);
+        PyMem_Free(f->praw);
+        PyMem_Free(f->pb);
+        f->praw = NULL;
+        f->pb = NULL;
+        pieces_release(&f->ps);
+        Py_CLEAR(f->data);
+    }
+}
 
 static void ls_dealloc(LevelSeek *s) {
     for (Py_ssize_t i = 0; i < s->m; i++) {
         Py_XDECREF(s->f[i].ix_raw);
-        Py_XDECREF(s->f[i].blk);
+        drop_block(&s->f[i]);
         Py_XDECREF(s->f[i].nxt);
     }
     PyMem_Free(s->f);
@@ -48,26 +71,19 @@ static Py_ssize_t last_ge(const Block *ix, Py_ssize_t lo, const char *key, Py_ss
     return search(ix, lo, ix->n, key, klen, cmp_last, 0);
 }
 
-/* Block b of a file (index ix, fd) decompressed and verified as TableReader._read does: 1 and
- * *raw (a new reference) and *n set, 0 if it is not sound (short, bad checksum, undecodable, a
- * count the index does not give), -1 on error. */
-static int read_block(const Block *ix, int fd, Py_ssize_t b, PyObject *crc32, PyObject *decompress, PyObject **raw,
-                      Py_ssize_t *n) {
+/* Block b of a file (index ix), its bytes data as read, decompressed and verified as
+ * TableReader._read does: 1 and *raw (a new reference) and *n set, 0 if it is not sound (bad
+ * checksum, undecodable, a count the index does not give), -1 on error. */
+static int unpack_block(const Block *ix, Py_ssize_t b, PyObject *data, PyObject *crc32, PyObject *decompress,
+                        PyObject **raw, Py_ssize_t *n) {
     const unsigned char *v = ix->raw + key_end(ix, b);
-    Py_ssize_t len = (Py_ssize_t)rd32(v + 8);
-    PyObject *data = read_at(fd, rd64(v), len), *r;
-    if (!data) return -1;
-    if (data == Py_None) {
-        Py_DECREF(data);
-        return 0;
-    }
-    PyObject *a[3] = {data, crc32, decompress};
+    Py_ssize_t len = PyBytes_GET_SIZE(data);
+    PyObject *a[3] = {data, crc32, decompress}, *r;
     r = c_unpack(NULL, a, 3);
     if (r == Py_None && len >= 5 && PyBytes_AS_STRING(data)[len - 5] == 3) {
         Py_DECREF(r);
         r = c_unpack_pieces(NULL, a, 3);
     }
-    Py_DECREF(data);
     if (!r) return -1;
     *n = r == Py_None ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1));
     if (*n != (Py_ssize_t)rd32(v + 12)) {
@@ -79,23 +95,140 @@ static int read_block(const Block *ix, int fd, Py_ssize_t b, PyObject *crc32, Py
     return 1;
 }
 
-/* Seeker._block: block b of f decompressed and verified (read_block): 1, 0 if it is not sound,
- * -1 on error. */
+/* Block b of a file (index ix, fd) read, then as unpack_block: 1, 0 if it is not sound (or
+ * short), -1 on error. */
+static int read_block(const Block *ix, int fd, Py_ssize_t b, PyObject *crc32, PyObject *decompress, PyObject **raw,
+                      Py_ssize_t *n) {
+    const unsigned char *v = ix->raw + key_end(ix, b);
+    PyObject *data = read_at(fd, rd64(v), (Py_ssize_t)rd32(v + 8));
+    if (!data) return -1;
+    if (data == Py_None) {
+        Py_DECREF(data);
+        return 0;
+    }
+    int r = unpack_block(ix, b, data, crc32, decompress, raw, n);
+    Py_DECREF(data);
+    return r;
+}
+
+/* Seeker._block: block b of f read and verified: 1, 0 if it is not sound, -1 on error.  A
+ * codec-3 block of a file in pieces is kept as read, its header checked (its CRC, the piece table
+ * against the body, the total count against the index entry); its pieces are decompressed and
+ * checked as reads reach them (piece).  Any other block is decompressed whole (unpack_block). */
 static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
-    if (b == f->bi && f->blk) return 1;
-    PyObject *raw;
-    Py_ssize_t n;
-    int r = read_block(&f->ix, f->fd, b, s->crc32, s->decompress, &raw, &n);
+    if (b == f->bi && (f->blk || f->data)) return 1;
+    drop_block(f);
+    const unsigned char *v = f->ix.raw + key_end(&f->ix, b);
+    Py_ssize_t len = (Py_ssize_t)rd32(v + 8), n;
+    PyObject *data = read_at(f->fd, rd64(v), len), *raw;
+    if (!data) return -1;
+    if (data == Py_None) {
+        Py_DECREF(data);
+        return 0;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    if (f->pieces && len >= 13 && p[len - 5] == 3) {
+        int r = header_of(s->crc32, p, len - 5, len - 5, &f->ps);
+        if (r <= 0 || f->ps.total != (Py_ssize_t)rd32(v + 12)) {
+            if (r > 0) pieces_release(&f->ps);
+            Py_DECREF(data);
+            return r < 0 ? -1 : 0;
+        }
+        f->praw = PyMem_Calloc((size_t)f->ps.m, sizeof(PyObject *));
+        f->pb = PyMem_Malloc(sizeof(Block) * (size_t)f->ps.m);
+        f->data = data;
+        if (!f->praw || !f->pb) {
+            f->ps.m = 0; /* nothing to release in praw */
+            drop_block(f);
+            PyErr_NoMemory();
+            return -1;
+        }
+        f->bi = b;
+        s->decoded++;
+        s->pieces_in += f->ps.m;
+        return 1;
+    }
+    int r = unpack_block(&f->ix, b, data, s->crc32, s->decompress, &raw, &n);
+    Py_DECREF(data);
     if (r <= 0) return r;
-    Py_XSETREF(f->blk, raw);
-    if (block_of(f->blk, n, &f->b) < 0) return -1;
+    f->blk = raw;
+    if (block_of(f->blk, n, &f->b) < 0) {
+        Py_CLEAR(f->blk);
+        return -1;
+    }
     f->bi = b;
     s->decoded++;
     return 1;
 }
 
+/* Piece i of the block at hand (f->data) decompressed and checked as unpack_pieces checks it (its
+ * CRC and count, its offsets, its first key against the header's): 1, 0 if not sound, -1 on
+ * error. */
+static int piece(LevelSeek *s, SeekFile *f, Py_ssize_t i) {
+    if (f->praw[i]) return 1;
+    const Pieces *ps = &f->ps;
+    const unsigned char *e = ps->tab + 12 * i;
+    int r = piece_decode(s->crc32, s->decompress, NULL, (const unsigned char *)PyBytes_AS_STRING(f->data) + ps->at[i],
+                         ps->at[i + 1] - ps->at[i], rd32(e + 8), (Py_ssize_t)rd32(e + 4), &f->praw[i], &f->pb[i]);
+    if (r <= 0) return r;
+    if (i && cmp_key(&f->pb[i], 0, (const char *)ps->key[i], ps->klen[i]) != 0) {
+        Py_CLEAR(f->praw[i]);
+        return 0;
+    }
+    s->pieces_read++;
+    return 1;
+}
+
+/* The first key of piece i (i >= 1) compared with key[0:kl], as bytes compare. */
+static inline int cmp_piece_key(const Pieces *ps, Py_ssize_t i, const char *key, Py_ssize_t kl) {
+    Py_ssize_t pl = ps->klen[i], m = pl < kl ? pl : kl;
+    int c = m ? memcmp(ps->key[i], key, (size_t)m) : 0;
+    if (c) return c;
+    return pl < kl ? -1 : (pl > kl ? 1 : 0);
+}
+
+/* The piece that can hold key: the last whose first key is <= key (0 if none is). */
+static Py_ssize_t piece_of(const Pieces *ps, const char *key, Py_ssize_t kl) {
+    Py_ssize_t lo = 1, hi = ps->m; /* first piece i >= 1 whose first key is > key */
+    while (lo < hi) {
+        Py_ssize_t mid = (lo + hi) >> 1;
+        if (cmp_piece_key(ps, mid, key, kl) <= 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - 1;
+}
+
+/* span over one block's records: those in [lo, hi) appended to *ks, *vs (created on first
+ * records); *nx (a new reference) the first key >= hi in it, or NULL if the range reaches its
+ * end.  0, or -1 on error. */
+static int span_into(const Block *b, PyObject *lo, PyObject *hi, PyObject **ks, PyObject **vs, PyObject **nx) {
+    Py_ssize_t j1 = lower_bound(b, 0, PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo));
+    Py_ssize_t j2 = lower_bound(b, j1, PyBytes_AS_STRING(hi), PyBytes_GET_SIZE(hi));
+    *nx = NULL;
+    if (j2 > j1) {
+        PyObject *k = NULL, *x = NULL;
+        if (split_into(b, j1, j2, &k, &x) < 0) return -1;
+        if (!*ks) {
+            *ks = k;
+            *vs = x;
+        } else {
+            int e = PyList_SetSlice(*ks, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, k) < 0 ||
+                    PyList_SetSlice(*vs, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, x) < 0;
+            Py_DECREF(k);
+            Py_DECREF(x);
+            if (e) return -1;
+        }
+    }
+    if (j2 < b->n && !(*nx = slice(b, rec_start(b, j2), key_end(b, j2)))) return -1;
+    return 0;
+}
+
 /* Seeker.range(lo, hi) of one file, appended to *ks, *vs (created on first records): 1, 0 if a
- * block is not sound, -1 on error. */
+ * block is not sound, -1 on error.  In a block held in pieces only the pieces from the one that
+ * can hold lo to the last that starts before hi are decompressed: the records and the next key
+ * (f->nxt) are those of the whole block's span. */
 static int file_range(LevelSeek *s, SeekFile *f, PyObject *lo, PyObject *hi, PyObject **ks, PyObject **vs) {
     const char *hk = PyBytes_AS_STRING(hi);
     Py_ssize_t hl = PyBytes_GET_SIZE(hi), n = f->ix.n;
@@ -103,31 +236,25 @@ static int file_range(LevelSeek *s, SeekFile *f, PyObject *lo, PyObject *hi, PyO
     for (; b < n && cmp_key(&f->ix, b, hk, hl) < 0; b++) {
         int r = load(s, f, b);
         if (r <= 0) return r;
-        PyObject *a[4] = {f->blk, NULL, lo, hi}, *kvn;
-        if (!(a[1] = PyLong_FromSsize_t(f->b.n))) return -1;
-        kvn = c_span(NULL, a, 4);
-        Py_DECREF(a[1]);
-        if (!kvn) return -1;
-        PyObject *k = PyTuple_GET_ITEM(kvn, 0), *x = PyTuple_GET_ITEM(kvn, 1), *nx = PyTuple_GET_ITEM(kvn, 2);
-        int e = 0;
-        if (PyList_GET_SIZE(k)) {
-            if (!*ks) {
-                *ks = k;
-                *vs = x;
-                Py_INCREF(k);
-                Py_INCREF(x);
-            } else {
-                e = PyList_SetSlice(*ks, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, k) < 0 ||
-                    PyList_SetSlice(*vs, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, x) < 0;
+        PyObject *nx = NULL;
+        if (f->data) {
+            const Pieces *ps = &f->ps;
+            Py_ssize_t p = piece_of(ps, PyBytes_AS_STRING(lo), PyBytes_GET_SIZE(lo)), p0 = p;
+            for (; p < ps->m && !nx; p++) {
+                if (p > p0 && cmp_piece_key(ps, p, hk, hl) >= 0) { /* the range ends before piece p */
+                    if (!(nx = PyBytes_FromStringAndSize((const char *)ps->key[p], ps->klen[p]))) return -1;
+                    break;
+                }
+                if ((r = piece(s, f, p)) <= 0) return r;
+                if (span_into(&f->pb[p], lo, hi, ks, vs, &nx) < 0) return -1;
             }
+        } else if (span_into(&f->b, lo, hi, ks, vs, &nx) < 0) {
+            return -1;
         }
-        if (!e && nx != Py_None) {
-            Py_INCREF(nx);
+        if (nx) {
             Py_XSETREF(f->nxt, nx);
+            return 1;
         }
-        Py_DECREF(kvn);
-        if (e) return -1;
-        if (nx != Py_None) return 1;
     }
     if (b < n) {
         PyObject *fk = slice(&f->ix, rec_start(&f->ix, b), key_end(&f->ix, b));
@@ -233,20 +360,27 @@ static PyObject *ls_get(LevelSeek *s, PyObject *key) {
         Py_ssize_t b = last_ge(&f->ix, f->bi, k, kl);
         if (b == f->ix.n || cmp_key(&f->ix, b, k, kl) > 0) continue;
         int r = load(s, f, b);
+        const Block *bb = &f->b;
+        if (r > 0 && f->data) { /* held in pieces: the one piece that can hold the key */
+            Py_ssize_t p = piece_of(&f->ps, k, kl);
+            r = piece(s, f, p);
+            bb = &f->pb[p];
+        }
         if (r <= 0) return r == 0 ? Py_NewRef(Py_False) : NULL;
-        Py_ssize_t j = lower_bound(&f->b, 0, k, kl);
-        if (j == f->b.n || cmp_key(&f->b, j, k, kl) != 0) continue;
-        Py_ssize_t vs = key_end(&f->b, j), ve = rec_end(&f->b, j);
-        clamp(&f->b, &vs, &ve);
-        if (!f->run) return slice(&f->b, vs, ve);
-        if (ve > vs && f->b.raw[vs] == 1) return slice(&f->b, vs + 1, ve); /* PUT + value */
-        if (ve > vs && f->b.raw[vs] == 0) Py_RETURN_NONE;                  /* DEL */
+        Py_ssize_t j = lower_bound(bb, 0, k, kl);
+        if (j == bb->n || cmp_key(bb, j, k, kl) != 0) continue;
+        Py_ssize_t vs = key_end(bb, j), ve = rec_end(bb, j);
+        clamp(bb, &vs, &ve);
+        if (!f->run) return slice(bb, vs, ve);
+        if (ve > vs && bb->raw[vs] == 1) return slice(bb, vs + 1, ve); /* PUT + value */
+        if (ve > vs && bb->raw[vs] == 0) Py_RETURN_NONE;                /* DEL */
         Py_RETURN_FALSE; /* neither: the Python path names the run */
     }
     Py_RETURN_NONE;
 }
 
 static PyObject *ls_decoded(LevelSeek *s, void *closure) { return PyLong_FromSsize_t(s->decoded); }
+static PyObject *ls_pieces(LevelSeek *s, void *closure) { return Py_BuildValue("(nn)", s->pieces_read, s->pieces_in); }
 
 static PyMethodDef ls_methods[] = {
     {"range", (PyCFunction)(void (*)(void))ls_range, METH_FASTCALL, ls_range_doc},
@@ -255,7 +389,10 @@ static PyMethodDef ls_methods[] = {
 };
 
 static PyGetSetDef ls_getset[] = {
-    {"decoded", (getter)ls_decoded, NULL, "blocks read and decompressed so far", NULL},
+    {"decoded", (getter)ls_decoded, NULL, "blocks read (decompressed whole or in pieces) so far", NULL},
+    {"pieces", (getter)ls_pieces, NULL,
+     "(decompressed, held): pieces decompressed so far of the blocks read in lz4 pieces, and their pieces",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -285,7 +422,7 @@ PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     LevelSeek *s = PyObject_New(LevelSeek, &LevelSeekType);
     if (!s) return NULL;
     s->m = 0;
-    s->decoded = 0;
+    s->decoded = s->pieces_read = s->pieces_in = 0;
     s->crc32 = Py_NewRef(args[1]);
     s->decompress = Py_NewRef(args[2]);
     if (!(s->f = PyMem_Calloc(m ? (size_t)m : 1, sizeof(SeekFile)))) {
