@@ -257,19 +257,25 @@ def _rewrite_index(db, j: int, records) -> str:
     """Replace section j's due index file by one holding ``records`` (a damage that passes
     every CRC), fixing the manifest's recorded size; returns the file's path."""
     from webdb.tables.format import KIND_DUE
-    from webdb.tables.table import TableWriter
 
     m = db.manifest()
     e = m.tables[j]["pages_by_url"]["due"]
     path = os.path.join(db.section_dir(j), e["file"])
-    os.unlink(path)
-    w = TableWriter(path, KIND_DUE, 512, "lz4", sync=False)
-    for k, v in records:
-        w.add(k, v)
-    info = w.close()
+    info = _replace_file(path, KIND_DUE, records)
     e["bytes"], e["records"] = info["bytes"], info["records"]
     _rewrite_manifest(db, m)
     return path
+
+
+def _replace_file(path: str, kind: int, records) -> dict:
+    """The table file at ``path`` replaced by one of ``kind`` holding ``records``; its close info."""
+    from webdb.tables.table import TableWriter
+
+    os.unlink(path)
+    w = TableWriter(path, kind, 512, "lz4", sync=False)
+    for k, v in records:
+        w.add(k, v)
+    return w.close()
 
 
 def _rewrite_manifest(db, m: Manifest) -> None:
@@ -423,7 +429,7 @@ def _rewrite_run(db, j: int, fix) -> str:
     """Replace the newest delta run of section j's index by ``fix(records)`` (CRCs all good),
     the manifest's counts fixed; returns the run's path."""
     from webdb.tables.format import KIND_DUE_RUN
-    from webdb.tables.table import TableReader, TableWriter
+    from webdb.tables.table import TableReader
 
     m = db.manifest()
     e = m.tables[j]["pages_by_url"]["due"]["runs"][0]
@@ -431,11 +437,7 @@ def _rewrite_run(db, j: int, fix) -> str:
     t = TableReader(path, KIND_DUE_RUN)
     recs = fix(list(t.items()))
     t.close()
-    os.unlink(path)
-    w = TableWriter(path, KIND_DUE_RUN, 512, "lz4", sync=False)
-    for k, v in recs:
-        w.add(k, v)
-    info = w.close()
+    info = _replace_file(path, KIND_DUE_RUN, recs)
     e["bytes"], e["entries"] = info["bytes"], info["records"]
     _rewrite_manifest(db, m)
     return path
