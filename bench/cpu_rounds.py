@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU seconds of each round of a steady-state series (levels on or off), in one process tree.
 
-    python bench/cpu_rounds.py DATA WORK --sections 2 --rounds 4 [--level-ratio 0] [--label L]
+    python bench/cpu_rounds.py DATA WORK --sections 2 --rounds 4 [--level-ratio 0] [--label L] [--sync] [--keep]
 
 DATA is a ``webgraph.py --rounds R`` directory (pages.tsv, links.tsv, round.tsv, round-2.tsv…).
 The db is bulk-loaded as bench/peer_webdb.py does, then each round is one ``webdb update`` on a
@@ -46,10 +46,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--level-ratio", type=float, default=None, help="the db's level_ratio (default: webdb's)")
     ap.add_argument("--label", default="")
+    ap.add_argument("--keep", action="store_true", help="keep the db in WORK after the last round")
+    ap.add_argument("--sync", action="store_true", help="durable rounds (fsync on), as the benchmark's")
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     kw = {} if a.level_ratio is None else {"level_ratio": a.level_ratio}
-    db = webdb.create(a.work, sections=a.sections, sync=False, **kw)
+    db = webdb.create(a.work, sections=a.sections, sync=a.sync, **kw)
     t0 = time.monotonic()
     bulk_load_tsv(db, os.path.join(a.data, "pages.tsv"), os.path.join(a.data, "links.tsv"))
     print(json.dumps({"label": a.label, "load_s": round(time.monotonic() - t0, 1)}), flush=True)
@@ -72,7 +74,8 @@ def main() -> None:
         step0 = round(sum(x["cpu_seconds"] for x in (m.distributed or {}).get("step0", [])), 1)
         extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages}
         print(json.dumps({**row, "runs": runs, **extra, "load": round(os.getloadavg()[0], 2)}), flush=True)
-    shutil.rmtree(a.work, ignore_errors=True)
+    if not a.keep:
+        shutil.rmtree(a.work, ignore_errors=True)
 
 
 if __name__ == "__main__":

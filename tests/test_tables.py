@@ -196,6 +196,51 @@ def test_flipped_data_byte_names_file_and_block(tmp_path):
         list(t.items())
 
 
+@pytest.mark.parametrize("codec", ["lz4", "none"])
+def test_check_crcs_reads_each_slice_once_and_names_the_damaged_block(tmp_path, codec):
+    """The scrub (``check_crcs``) maps a slice of the file: the slices of any count cover every
+    data byte once, and a flipped byte anywhere in a block (body or codec byte) is named, by
+    the slice that holds the block only."""
+    rng = random.Random(11)
+    keys = [b"key%06d" % i for i in range(6000)]
+    path = tmp_path / "s"
+    t = build(path, keys, codec=codec)
+    data_bytes = t.offsets[-1] + t.lengths[-1]
+    assert t.nblocks > 100 and data_bytes > 3 * 4096  # slices start past the first page
+    for shares in (1, 3, 7):
+        assert sum(t.check_crcs(j, shares) for j in range(shares)) == data_bytes
+    damaged = sorted(rng.sample(range(t.nblocks), 3)) + [t.nblocks - 1]
+    spots = {b: t.offsets[b] + rng.randrange(t.lengths[b]) for b in damaged}
+    t.close()
+    for b, off in spots.items():
+        _flip(path, off)
+        t = TableReader(str(path))
+        for shares in (1, 4):
+            for j in range(shares):
+                lo, hi = t.nblocks * j // shares, t.nblocks * (j + 1) // shares
+                if lo <= b < hi:
+                    with pytest.raises(CorruptionError, match=rf"s: block {b} at offset {t.offsets[b]}: checksum"):
+                        t.check_crcs(j, shares)
+                else:
+                    t.check_crcs(j, shares)
+        t.close()
+        _flip(path, off)  # mended for the next block
+    t = TableReader(str(path))
+    assert t.check_crcs() == data_bytes
+
+
+def test_check_crcs_names_a_block_cut_off_after_open(tmp_path):
+    """A file shortened under an open reader: the scrub names the first block past its end
+    rather than touching a page the file no longer has."""
+    keys = [b"key%06d" % i for i in range(3000)]
+    t = build(tmp_path / "cut", keys)
+    cut = t.offsets[-3] + 5
+    os.truncate(tmp_path / "cut", cut)
+    with pytest.raises(CorruptionError, match=rf"cut: block {t.nblocks - 3} at offset {t.offsets[-3]}: truncated"):
+        t.check_crcs()
+    t.close()
+
+
 @pytest.mark.parametrize("where", ["footer-magic", "footer-offsets", "index", "meta"])
 def test_flipped_structure_byte_fails_on_open(tmp_path, where):
     keys = [b"key%05d" % i for i in range(3000)]

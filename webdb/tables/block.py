@@ -36,6 +36,7 @@ from webdb.tables.format import (
 
 CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
 TRAILER = struct.Struct("<BI")  # codec u8, crc32 u32
+_BYTE = [bytes((b,)) for b in range(256)]
 _CODEC_BYTE = [bytes((c,)) for c in range(256)]  # the codec byte the checksum covers
 _BIG = sys.byteorder == "big"
 
@@ -668,10 +669,18 @@ def decode_block(data: bytes, where: str) -> tuple[list[bytes], list[bytes]]:
     return unpack_block(data, where).split()
 
 
+def block_crc_ok(data: bytes | memoryview) -> bool:
+    """Whether a whole stored block's CRC matches its body and codec byte."""
+    if len(data) < BLOCK_TRAILER_SIZE:
+        return False
+    body = data[:-BLOCK_TRAILER_SIZE]
+    codec, crc = TRAILER.unpack_from(data, len(body))
+    # The CRC covers the body then the codec byte: continued over it rather than over a copy.
+    return zlib.crc32(_BYTE[codec], zlib.crc32(body)) == crc
+
+
 def check_block_crc(data: bytes | memoryview, where: str) -> None:
     if len(data) < BLOCK_TRAILER_SIZE:
         raise CorruptionError(f"{where}: truncated block")
-    body = data[:-BLOCK_TRAILER_SIZE]
-    codec, crc = TRAILER.unpack_from(data, len(body))
-    if zlib.crc32(bytes(body) + bytes((codec,))) != crc:
+    if not block_crc_ok(data):
         raise CorruptionError(f"{where}: checksum mismatch")
