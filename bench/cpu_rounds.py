@@ -72,7 +72,9 @@ def main() -> None:
             for x in m.stages or []
         }
         step0 = round(sum(x["cpu_seconds"] for x in (m.distributed or {}).get("step0", [])), 1)
-        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages}
+        # Shipping the edits of each step (the longest section's), summed over the steps.
+        ship = round(sum(x["seconds"] for x in (m.distributed or {}).get("shipped", [])), 2)
+        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages, "ship_s": ship}
         print(json.dumps({**row, "runs": runs, **extra, "load": round(os.getloadavg()[0], 2)}), flush=True)
     if not a.keep:
         shutil.rmtree(a.work, ignore_errors=True)

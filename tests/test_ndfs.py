@@ -331,6 +331,78 @@ def test_corruption_before_verify_publishes_nothing(tmp_path: Path) -> None:
     assert list((tmp_path / "root").rglob("*")) == [tmp_path / "root/d"]
 
 
+def test_linked_put_publishes_the_same_inode_hashed_once(tmp_path: Path) -> None:
+    """``link``: the file is hard-linked into place (one inode, nothing copied) with the same
+    flag a copy gets; the caller may then drop its name.  A byte changed before the verify is
+    still caught (the flag holds the hash of what was handed over)."""
+    t = LocalTransport(tmp_path / "root")
+    t.link = True
+    src = tmp_path / "src"
+    src.write_bytes(os.urandom(2 * 1024 * 1024 + 5))
+    c = t.put(src, "db/g/f")
+    dst = tmp_path / "root/db/g/f"
+    assert dst.stat().st_ino == src.stat().st_ino and src.stat().st_nlink == 2
+    assert c == LocalTransport(tmp_path / "other").put(src, "f") and t.completion("db/g/f") == c
+    src.unlink()
+    assert t.get("db/g/f", tmp_path / "back") == c.size and dst.stat().st_nlink == 1
+    assert not [p for p in (tmp_path / "root").rglob("*") if ".ndfs-tmp." in p.name]
+
+    src.write_bytes(b"y" * 50_000)
+
+    def flip(tmp: str) -> None:
+        with open(tmp_path / "root" / tmp, "r+b") as f:
+            f.seek(100)
+            f.write(b"Y")
+
+    t.before_verify = flip
+    with pytest.raises(ChecksumMismatch, match="not published"):
+        t.put(src, "db/g/h")
+    assert not t.exists("db/g/h") and t.completion("db/g/h") is None
+
+
+def test_linked_put_across_filesystems_copies(tmp_path: Path) -> None:
+    """A source on another filesystem (the link is refused with EXDEV) is copied instead."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs /dev/shm on a filesystem of its own")
+    t = LocalTransport(tmp_path / "root")
+    t.link = True
+    src = shm / f"webdb-test-{os.getpid()}"
+    try:
+        src.write_bytes(os.urandom(100_000))
+        c = t.put(src, "f")
+        dst = tmp_path / "root/f"
+        assert dst.read_bytes() == src.read_bytes() and dst.stat().st_ino != src.stat().st_ino
+        assert t.completion("f") == c and src.stat().st_nlink == 1
+    finally:
+        src.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("scratch", [False, True])
+def test_scratch_ndfs_publishes_without_fsync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch) -> None:
+    """An NDFS handle for a batch's files in flight (``scratch``) publishes with no fsync of
+    file or directory and links local files; a durable one fsyncs the bytes, the flag and the
+    directory after each rename.  Both publish the same files and flags."""
+    root = tmp_path / "root"
+    cfg = parse_config(f"[ndfs]\ndb = d\n[sections]\ncount = 1\nhosts = {root}\n", "t.ini")
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    src = tmp_path / "src"
+    src.write_bytes(b"e" * 70_000)
+    with NDFS(cfg, scratch=scratch) as fs:
+        g = fs.section(0)
+        g.put(src, "edits/b/st1/x.edits").raise_on_failure()
+        g.write_text("edits/b/done-st0-from-0000", "{}").raise_on_failure()
+    t = LocalTransport(root)
+    assert t.read_text("d/section-0000/edits/b/done-st0-from-0000") == "{}"
+    assert (root / "d/section-0000/edits/b/st1/x.edits").read_bytes() == src.read_bytes()
+    assert t.is_complete("d/section-0000/edits/b/st1/x.edits")
+    linked = (root / "d/section-0000/edits/b/st1/x.edits").stat().st_ino == src.stat().st_ino
+    assert linked == scratch
+    assert (len(synced) == 0) if scratch else (len(synced) >= 6)
+
+
 def test_get_checks_the_flag(tmp_path: Path) -> None:
     t = LocalTransport(tmp_path / "root")
     t.write_text("f", "hello")

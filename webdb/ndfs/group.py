@@ -240,7 +240,10 @@ class NDFS:
 
     ``local_host`` is the hosts.ini name of the machine this runs on: its groups are reached
     through the local filesystem instead of ssh to itself.  Transports are opened lazily, one
-    per location, and shared by every group on that location.
+    per location, and shared by every group on that location.  ``scratch``: the files put
+    through this handle are a batch's files in flight, handed over by the caller — published
+    without fsyncs (a crash discards the batch whole) and, on a local transport, hard-linked
+    into place rather than copied (``Transport.durable``, ``LocalTransport.link``).
     """
 
     def __init__(
@@ -250,6 +253,7 @@ class NDFS:
         *,
         local_host: str | None = None,
         transport_factory: Callable[[Location], Transport] | None = None,
+        scratch: bool = False,
     ) -> None:
         db = db or config.db
         if db is None:
@@ -261,12 +265,17 @@ class NDFS:
         self.local_host = local_host
         self._factory = transport_factory or (lambda loc: open_transport(loc, local_host=local_host))
         self._transports: dict[str, Transport] = {}
+        self.scratch = scratch
 
     def transport(self, location: Location) -> Transport:
         """The shared transport of a location (created on first use; connects lazily)."""
         t = self._transports.get(location.label)
         if t is None:
             t = self._transports[location.label] = self._factory(location)
+            if self.scratch:
+                t.durable = False
+                if isinstance(t, LocalTransport):
+                    t.link = True
         return t
 
     def group(self, name: str) -> ShareGroup:

@@ -211,7 +211,8 @@ class SFTPTransport(Transport):
                 dst.write(chunk)
                 n += len(chunk)
             dst.flush()
-            self._fsync(sftp, dst)
+            if self.durable:
+                self._fsync(sftp, dst)
         # paramiko drops the status of pipelined writes still in flight at close, so a write the
         # server refused (a full disk) can go unreported: the size the server holds tells.
         stored = sftp.stat(path).st_size

@@ -179,7 +179,8 @@ class SectionWriter:
         self.tmp = os.path.join(self.path, TMP_DIR, f"s{self.j:04d}-{os.getpid()}")
         self.outbox = os.path.join(self.tmp, "outbox")
         self.config = section_config(spec)
-        self.fs = NDFS(self.config, spec.db, local_host=spec.local_host)
+        # The batch's edits and done markers only: files a crash discards with the batch.
+        self.fs = NDFS(self.config, spec.db, local_host=spec.local_host, scratch=True)
         own = self.fs.section(self.j).transports
         if len(own) != 1:
             raise BadInput(f"section {self.j} has {len(own)} locations; the distributed writer needs exactly one")
