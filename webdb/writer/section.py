@@ -57,7 +57,8 @@ __all__ = [
     "section_main",
 ]
 
-# How often a section looks for the done markers of a step (local stat calls: cheap).
+# How often a section looks for the done markers of a step (a few local reads of its own share
+# group: cheap even over a long wait).
 POLL = 0.02
 # Where a deployed host keeps its configs (fabfile.py deploy), one folder per config
 # (``deploy_dir``): relative key paths of hosts.ini resolve there.
@@ -332,7 +333,7 @@ class SectionWriter:
             if self.timeout and waited > self.timeout:
                 who = ", ".join(f"section {p} ({self.host_of(p)})" for p in sorted(missing))
                 raise StageTimeout(f"stage {stage}: no step-{step} edits from {who} after {self.timeout:g}s")
-            msg = self.recv(POLL if waited < 1 else 0.1)
+            msg = self.recv(POLL)  # every wait, long or short: a barrier costs at most POLL more
             if msg is not None and msg.get("cmd") == "abort":
                 raise Aborted(msg.get("reason", "aborted"))
         prefix = f"edits/{self.batch}/st{stage}/"
