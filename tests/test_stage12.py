@@ -48,16 +48,46 @@ def _expand(g):
     return url, [cascade._lone_if_new(group)] if type(group) is bytes else group
 
 
+def _first_if_new_only(g):
+    """A reference group as ``_url_groups`` cuts it: one that starts with an if-new edit keeps
+    only that one of its if-new edits."""
+    url, group = g
+    if group[0][0] == edits.OP_IF_NEW:
+        group = group[:1] + [e for e in group[1:] if e[0] != edits.OP_IF_NEW]
+    return url, group
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_url_groups_equal_groups(tmp_path, seed):
     rng = random.Random(seed)
     urls = sorted({bytes(rng.choice(b"abc/.") for _ in range(rng.randint(1, 5))) for _ in range(60)})
     job = SimpleNamespace(inputs=_edit_files(tmp_path, rng, rng.randint(1, 4), urls))
     fast, ref = list(cascade._url_groups(job)), list(cascade._groups(job))
-    assert [_expand(g) for g in fast] == ref
-    # A lone if-new edit is its record; every other group a list.
+    assert [_expand(g) for g in fast] == [_first_if_new_only(g) for g in ref]
+    # A group of if-new edits only is its first record; every other group a list.
     for (_, g), (_, r) in zip(fast, ref):
-        assert (type(g) is bytes) == (len(r) == 1 and r[0][0] == edits.OP_IF_NEW)
+        assert (type(g) is bytes) == all(e[0] == edits.OP_IF_NEW for e in r)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_page_after_applies_the_first_if_new_only(seed):
+    """What ``_url_groups`` relies on: the if-new edits after a group's first edit change
+    nothing, whatever the page (stored or not) and the rest of the group."""
+    from webdb.core.schedule import Schedule
+    from webdb.tables.records import Page
+
+    rng = random.Random(seed)
+    url = b"http://h%d/p" % rng.randrange(5)
+    stored = Page(url.decode(), score=rng.random()).encode_value() if rng.random() < 0.5 else None
+    fetch = cascade.encode_fetch(cascade.FetchResult(url.decode(), 1, 10**9 + rng.randrange(99), os.urandom(16), 3))
+    page = Page(url.decode(), score=rng.random()).encode_value()
+    ifnew = [(edits.OP_IF_NEW, edits.if_new_value(page, os.urandom(16), os.urandom(rng.randrange(4))))]
+    ifnew += [(edits.OP_IF_NEW, edits.if_new_value(page[:-1] + b"x")) for _ in range(rng.randint(1, 3))]
+    first = [(rng.choice([edits.OP_ADD, edits.OP_DEL]), page)] if rng.random() < 0.3 else []
+    tail = [(edits.OP_FETCH, fetch)] if rng.random() < 0.5 else []
+    group = first + ifnew + tail
+    short = first + (ifnew if first else ifnew[:1]) + tail
+    assert cascade._page_after(url, stored, group, Schedule()) == cascade._page_after(url, stored, short, Schedule())
 
 
 def _merge(tmp_path, name, old: list[tuple[bytes, bytes]], groups, if_absent, bs: int) -> bytes:

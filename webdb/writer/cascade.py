@@ -530,10 +530,13 @@ def _groups(job: StageJob) -> Iterator[tuple[bytes, list[tuple[int, bytes]]]]:
 
 
 def _url_groups(job: StageJob) -> Iterator[tuple[bytes, list[tuple[int, bytes]] | bytes]]:
-    """``_groups`` as stage 1 merges them: a group of one if-new edit (most of them: an outlink's
-    target) is its edit record itself, a ``bytes`` — ``merge_points`` leaves a stored page as it
-    is without calling ``combine`` and ``_lone_if_new`` makes the group of an absent one.  The
-    records are read a list at a time (``merge_file_chunks``), with no tuple per record."""
+    """``_groups`` as stage 1 merges them.  A group that starts with an if-new edit keeps only
+    that one (``_page_after`` applies the first edit's op and then only fetches and lastmod
+    hints: a later if-new changes nothing); a group of if-new edits only (most of them: an
+    outlink's targets) is its first edit record itself, a ``bytes`` — ``merge_points`` leaves a
+    stored page as it is without calling ``combine`` and ``_lone_if_new`` makes the group of an
+    absent one.  The records are read a list at a time (``merge_file_chunks``), with no tuple
+    per record."""
     gu: bytes | None = None
     group: list[tuple[int, bytes]] | bytes = b""
     if_new = edits.OP_IF_NEW
@@ -546,9 +549,10 @@ def _url_groups(job: StageJob) -> Iterator[tuple[bytes, list[tuple[int, bytes]] 
                     yield gu, group
                 gu = url_b
                 group = rec if rec[kl - 9] == if_new else [(rec[kl - 9], rec[kl:-2])]
+            elif type(group) is bytes:
+                if rec[kl - 9] != if_new:  # (if-new edits sort first in a group that has them)
+                    group = [_lone_if_new(group), (rec[kl - 9], rec[kl:-2])]
             else:
-                if type(group) is bytes:
-                    group = [_lone_if_new(group)]
                 group.append((rec[kl - 9], rec[kl:-2]))
     if gu is not None:
         yield gu, group
