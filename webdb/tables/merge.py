@@ -223,7 +223,7 @@ class MergeCursor:
     def finish(self) -> None:
         self.copy_until(None)
 
-    def merge_points(self, groups: Iterator[tuple[bytes, object]], combine) -> None:
+    def merge_points(self, groups: Iterator[tuple[bytes, object]], combine, if_absent: type | None = None) -> None:
         """Apply point edits, a decoded block at a time.
 
         ``groups`` yields ``(key, payload)`` in strictly increasing key order; for each,
@@ -232,6 +232,9 @@ class MergeCursor:
         stays inside a slice of the old block's bytes).  All edits that fall inside one old
         block are located by binary search and spliced into one ``add_run`` per block, so the
         cost is a bisect and a call per edit plus slice copies, not a method round trip per edit.
+        A payload of type ``if_absent`` is an edit that changes nothing where its key is
+        stored: such a key keeps its record and ``combine`` is not called (nor its old value
+        split out); an absent one goes to ``combine`` as any other.
         """
         out = self.out
         it = iter(groups)
@@ -255,17 +258,32 @@ class MergeCursor:
             last = keys[-1]
             chunks: list[bytes] = []  # the new block: slices of raw and new records, in order
             lens: list[int] = []
+            nk = len(keys)
             while True:
                 j = bisect.bisect_left(keys, key, pos)
-                found = j < len(keys) and keys[j] == key
-                ov = rb.value(j) if found else None
-                v = combine(key, ov, payload)
-                if v is not ov or ov is None:  # (the old value itself: the record stays in the run)
-                    if j > pos:
-                        chunks.append(raw[st[pos] : st[j]])
-                        lens += olens[2 * pos : 2 * j]
-                    pos = j + 1 if found else j
+                if j < nk and keys[j] == key:
+                    if type(payload) is if_absent:
+                        v = ov = None  # stored: nothing changes, the record stays in the run
+                    else:
+                        ov = rb.value(j)
+                        v = combine(key, ov, payload)
+                    if v is not ov:  # (the old value itself: the record stays in the run)
+                        if j > pos:
+                            chunks.append(raw[st[pos] : st[j]])
+                            lens += olens[2 * pos : 2 * j]
+                        pos = j + 1
+                        if v is not None:
+                            chunks.append(key)
+                            chunks.append(v)
+                            lens.append(len(key))
+                            lens.append(len(v))
+                else:
+                    v = combine(key, None, payload)
                     if v is not None:
+                        if j > pos:
+                            chunks.append(raw[st[pos] : st[j]])
+                            lens += olens[2 * pos : 2 * j]
+                        pos = j
                         chunks.append(key)
                         chunks.append(v)
                         lens.append(len(key))

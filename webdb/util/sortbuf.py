@@ -206,7 +206,15 @@ def read_records(path: str, kind: int | None = None) -> Iterator[bytes]:
 
 
 def merge_chunks(sources: list[Iterable[list[bytes]]]) -> Iterator[bytes]:
-    """Merge sorted record streams, each given as sorted lists (chunks), into one sorted stream.
+    """Merge sorted record streams, each given as sorted lists (chunks), into one sorted stream
+    (``merge_chunk_lists``, a record at a time)."""
+    for c in merge_chunk_lists(sources):
+        yield from c
+
+
+def merge_chunk_lists(sources: list[Iterable[list[bytes]]]) -> Iterator[list[bytes]]:
+    """Merge sorted record streams, each given as sorted lists (chunks), into one sorted stream
+    of sorted lists (the records of each list all before the next list's).
 
     A step takes, from every source, the records up to the smallest last record of the chunks
     at hand (all of that chunk, a binary search in the others) and sorts them together, so the
@@ -232,7 +240,7 @@ def merge_chunks(sources: list[Iterable[list[bytes]]]) -> Iterator[bytes]:
                 out += c[p:j] if p or j < len(c) else c
                 h[1] = j
         out.sort()
-        yield from out
+        yield out
         live = []
         for h in heads:
             if h[1] == len(h[0]):
@@ -246,9 +254,18 @@ def merge_chunks(sources: list[Iterable[list[bytes]]]) -> Iterator[bytes]:
         heads = live
     if heads:
         c, p, it = heads[0]
-        yield from (c[p:] if p else c)
+        yield c[p:] if p else c
         for c in it:
-            yield from c
+            if c:
+                yield c
+
+
+def merge_file_chunks(paths: list[str], kind: int | None = None) -> Iterator[list[bytes]]:
+    """``merge_files`` as sorted lists of records (a consumer that loops over a list itself
+    saves a generator step per record)."""
+    if len(paths) == 1:
+        return read_chunks(paths[0], kind)
+    return merge_chunk_lists([read_chunks(p, kind) for p in paths])
 
 
 def merge_files(paths: list[str], kind: int | None = None) -> Iterator[bytes]:

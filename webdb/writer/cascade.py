@@ -52,7 +52,7 @@ from webdb.tables.pagecodec import (
 from webdb.tables.records import Page
 from webdb.tables.table import Probe, TableReader, TableWriter, prefix_end
 from webdb.util import faults
-from webdb.util.sortbuf import SortBuffer, merge_files
+from webdb.util.sortbuf import SortBuffer, merge_file_chunks, merge_files
 from webdb.writer import edits, kernels
 
 _FETCH = __import__("struct").Struct("<Bq16sI")  # status, fetch_time, md5, num_outlinks (+ meta json)
@@ -465,7 +465,9 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             mark_edits.set(url_b, keep)
         return stored, link
 
-    def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]]) -> bytes | None:
+    def combine(url_b: bytes, old: bytes | None, group: list[tuple[int, bytes]] | bytes) -> bytes | None:
+        if type(group) is bytes:  # a lone if-new edit (_url_groups) of a page not stored
+            group = [_lone_if_new(group)]
         op = group[0][0]
         if op == edits.OP_IF_NEW and old is not None and len(group) == 1:
             # Most groups: an outlink's target that is already stored.  Nothing changes, nothing
@@ -500,7 +502,7 @@ def _stage_pages_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         return new
 
     try:
-        cur.merge_points(_groups(job), combine)
+        cur.merge_points(_url_groups(job), combine, bytes)
     finally:
         if held_cur is not None:
             held_cur.close()
@@ -525,6 +527,41 @@ def _groups(job: StageJob) -> Iterator[tuple[bytes, list[tuple[int, bytes]]]]:
         group.append((key[-1], val))
     if group:
         yield gu, group
+
+
+def _url_groups(job: StageJob) -> Iterator[tuple[bytes, list[tuple[int, bytes]] | bytes]]:
+    """``_groups`` as stage 1 merges them.  A group that starts with an if-new edit keeps only
+    that one (``_page_after`` applies the first edit's op and then only fetches and lastmod
+    hints: a later if-new changes nothing); a group of if-new edits only (most of them: an
+    outlink's targets) is its first edit record itself, a ``bytes`` — ``merge_points`` leaves a
+    stored page as it is without calling ``combine`` and ``_lone_if_new`` makes the group of an
+    absent one.  The records are read a list at a time (``merge_file_chunks``), with no tuple
+    per record."""
+    gu: bytes | None = None
+    group: list[tuple[int, bytes]] | bytes = b""
+    if_new = edits.OP_IF_NEW
+    for chunk in merge_file_chunks(job.inputs, KIND_EDITS):
+        for rec in chunk:
+            kl = rec[-2] | (rec[-1] << 8)
+            url_b = rec[: kl - 10]
+            if url_b != gu:
+                if gu is not None:
+                    yield gu, group
+                gu = url_b
+                group = rec if rec[kl - 9] == if_new else [(rec[kl - 9], rec[kl:-2])]
+            elif type(group) is bytes:
+                if rec[kl - 9] != if_new:  # (if-new edits sort first in a group that has them)
+                    group = [_lone_if_new(group), (rec[kl - 9], rec[kl:-2])]
+            else:
+                group.append((rec[kl - 9], rec[kl:-2]))
+    if gu is not None:
+        yield gu, group
+
+
+def _lone_if_new(rec: bytes) -> tuple[int, bytes]:
+    """The (op, value) of an if-new edit record (``_url_groups``)."""
+    kl = rec[-2] | (rec[-1] << 8)
+    return rec[kl - 9], rec[kl:-2]
 
 
 def _marks_only(job: StageJob) -> bool:
