@@ -13,7 +13,8 @@ k section processes, as bench/peer_webdb.py), with a hook (a ``sitecustomize`` o
 processes' path, bench-only) that saves every stage job — its edit files and its input tables
 — under WORK/jobs.  ``replay`` runs each saved job with the code in ``--src`` (sync off, the
 new table and emitted edits removed afterwards) and prints one JSON line per run: CPU and wall
-seconds and a digest of the table and edit files it wrote (equal digests: equal output).
+seconds and a digest of every file it wrote — tables, delta runs, the due index's run, edit
+files (equal digests: equal output).
 Stage 0 is step 0: the hook also saves each section's ``apply_input`` arguments, and the
 replay applies the section's share of round.tsv (with ``--src``'s webdb and bench/roundtsv.py)
 and routes it into a scratch outbox; its digest covers every edit file, name and bytes.
@@ -125,16 +126,18 @@ def replay(args: argparse.Namespace) -> None:
             j = dict(job, gen=900_000 + r, batch=f"replay-{os.getpid()}-{r}", tmp=tmp, outbox=os.path.join(tmp, "out"))
             j["settings"] = dict(j["settings"], sync=False)
             c0, w0 = time.process_time(), time.perf_counter()
-            res = cascade.run_stage(_typed_job(cascade, j))
+            cascade.run_stage(_typed_job(cascade, j))
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-            # A stage that kept levels wrote a delta run (the base is the old one): digest that.
-            name = res["runs"][0]["file"] if res.get("runs") else res["file"]
-            out = os.path.join(section_path(j["db"], args.section), name)
+            # Every file of the replay's generation (the new table or delta run, stage 1's due
+            # run, a merged run or new base) and every edit file it routed: digested, then gone,
+            # so the next replay starts from the captured state.
+            mine = sorted(glob.glob(os.path.join(section_path(j["db"], args.section), f"{j['gen']:08d}-*")))
             h = hashlib.sha1()
-            for p in [out] + sorted(glob.glob(os.path.join(j["outbox"], "*", "edits", j["batch"], "*", "*"))):
+            for p in mine + sorted(glob.glob(os.path.join(j["outbox"], "*", "edits", j["batch"], "*", "*"))):
                 with open(p, "rb") as f:
                     h.update(f.read())
-            os.unlink(out)
+            for p in mine:
+                os.unlink(p)
             shutil.rmtree(tmp)
             print(
                 json.dumps(
