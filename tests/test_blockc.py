@@ -826,7 +826,8 @@ def test_add_run_cuts_blocks_where_add_many_does(tmp_path_factory, chunks, block
         for i in range(0, len(keys), 7):
             ks, vs = keys[i : i + 7], vals[i : i + 7]
             if how == "run":
-                w.add_run(b"".join(k + v for k, v in zip(ks, vs)), [n for k, v in zip(ks, vs) for n in (len(k), len(v))])
+                lens = [n for k, v in zip(ks, vs) for n in (len(k), len(v))]
+                w.add_run(b"".join(k + v for k, v in zip(ks, vs)), lens)
             else:
                 w.add_many(ks, vs)
         w.close()
