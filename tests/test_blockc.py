@@ -295,6 +295,43 @@ def test_c_merge_equals_a_dict_model(levels):
     assert block.merge_run(parts, True) == _as_run(sorted(kept), [kept[k] for k in sorted(kept)])
 
 
+@needs_c
+@given(
+    st.lists(st.tuples(_level, st.booleans(), st.lists(st.booleans(), min_size=12, max_size=12)), max_size=4),
+    _level,
+    st.booleans(),
+)
+def test_c_merge_block_equals_merge_run_of_the_split_block(levels, base, keep):
+    """A compaction's base block read in place gives merge_run's run of the block's records."""
+    parts = []
+    for recs, ops, dels in levels:
+        ks = sorted(recs)
+        vs = [(b"\x00" if d else b"\x01" + recs[k]) if ops else recs[k] for k, d in zip(ks, dels)]
+        parts.append((ks, vs, ops))
+    bk = sorted(base)
+    bv = [base[k] for k in bk]
+    raw = _blockc.build(bk, bv)
+    assert _blockc.merge_block(raw, len(bk), parts, keep) == _blockc.merge_run(parts + [(bk, bv, False)], keep)
+    assert block.merge_block(raw, len(bk), parts, keep) == block.merge_run(parts + [(bk, bv, False)], keep)
+
+
+@needs_c
+def test_c_merge_block_declines_an_unsound_block():
+    good = _blockc.build([b"a", b"b"], [b"1", b"2"])
+    assert _blockc.merge_block(good, 2, [([b"a"], [b"\x00"], True)], False) == (b"b2", [1, 1])
+    unsorted = _blockc.build([b"b", b"a"], [b"1", b"2"])
+    assert _blockc.merge_block(unsorted, 2, [], False) is None  # keys out of order
+    dup = _blockc.build([b"a", b"a"], [b"1", b"2"])
+    assert _blockc.merge_block(dup, 2, [], False) is None
+    bad = bytearray(good)
+    bad[-12:-8] = (200).to_bytes(4, "little")  # a record end past the records
+    assert _blockc.merge_block(bytes(bad), 2, [], False) is None
+    assert _blockc.merge_block(good, 2, [([b"a"], [b"\x02x"], True)], False) is None  # a bad op byte
+    assert _blockc.merge_block(good, 2, [([b"a"], [b"1"], False)] * 64, False) is None  # too many levels
+    with pytest.raises(ValueError):
+        _blockc.merge_block(good, 3, [], False)  # more records than the block holds
+
+
 def _as_run(keys: list[bytes], vals: list[bytes]) -> tuple[bytes, list[int]]:
     return b"".join(k + v for k, v in zip(keys, vals)), [n for k, v in zip(keys, vals) for n in (len(k), len(v))]
 
@@ -759,3 +796,40 @@ def test_crc32_is_zlibs_c_function_when_found_else_the_callable(tmp_path):
             assert reads() >= 3  # the block, the piece header and at least one piece
     finally:
         assert _blockc.use_crc32(zlib.crc32, zlib.__file__) is True
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(0, 300)), max_size=60),
+    st.integers(0, 2000),
+    st.integers(1, 3000),
+)
+def test_run_cuts_c_equals_python(recs, size, block_size):
+    lens = [n for kv in recs for n in kv]
+    want = block.run_cuts_py(lens, size, block_size)
+    assert block.run_cuts(lens, size, block_size) == want
+    if _blockc is not None:
+        assert _blockc.run_cuts(lens, size, block_size) == want
+
+
+@given(
+    st.lists(st.lists(st.binary(min_size=1, max_size=30), max_size=40), max_size=6),
+    st.sampled_from([16, 64, 300, 4096]),
+)
+def test_add_run_cuts_blocks_where_add_many_does(tmp_path_factory, chunks, block_size):
+    """Records given as runs (add_run) and as lists (add_many) give the same file."""
+    d = tmp_path_factory.mktemp("cuts")
+    keys = sorted({b"%06d" % i + v for i, c in enumerate(chunks) for v in c})
+    vals = [k[::-1] * (len(k) % 3) for k in keys]
+    files = []
+    for how in ("run", "many"):
+        w = TableWriter(str(d / how), 3, block_size=block_size, sync=False)
+        for i in range(0, len(keys), 7):
+            ks, vs = keys[i : i + 7], vals[i : i + 7]
+            if how == "run":
+                lens = [n for k, v in zip(ks, vs) for n in (len(k), len(v))]
+                w.add_run(b"".join(k + v for k, v in zip(ks, vs)), lens)
+            else:
+                w.add_many(ks, vs)
+        w.close()
+        files.append((d / how).read_bytes())
+    assert files[0] == files[1]

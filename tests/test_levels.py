@@ -493,3 +493,51 @@ def test_the_manifest_stage_rows_say_which_sections_compacted_or_merged_runs(tmp
     with db.writer() as w:
         rounds(w, 0)
     assert not [r for s in db.manifest().stages for r in s["sections"] if level_steps(r)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_compact_reading_base_blocks_in_place_equals_the_list_merge(tmp_path, monkeypatch, seed):
+    """compact merges a touched base block read in place (block.merge_block) and cuts the
+    output in one call per run (block.run_cuts); the file equals, byte for byte, the one the
+    list merge writes (the block split into keys and values, merge_run), and holds the model."""
+    import webdb.tables.levels as levels_mod
+    from webdb.tables import block
+    from webdb.tables.format import TABLE_KINDS
+
+    rnd = random.Random(seed)
+    keys = [b"k%05d" % i + rnd.randbytes(rnd.randrange(4)) for i in range(0, 3000, rnd.choice((1, 2, 3)))]
+    model = {k: rnd.randbytes(rnd.randrange(40)) for k in keys}
+    base = _table(tmp_path / "b", TABLE_KINDS["links_by_md5"], sorted(model.items()), rnd.choice((64, 300, 2048)))
+    runs = []
+    for r in range(rnd.randrange(1, 5)):
+        picks = sorted(set(rnd.sample(keys, rnd.randrange(1, len(keys) // rnd.choice((2, 10, 100)) + 2))))
+        picks = sorted(set(picks + [b"k%05dz" % rnd.randrange(3000) for _ in range(rnd.randrange(20))]))
+        recs = [(k, DEL if rnd.random() < 0.3 else PUT + rnd.randbytes(rnd.randrange(30))) for k in picks]
+        runs.insert(0, _table(tmp_path / f"r{r}", DELTA_KINDS["links_by_md5"], recs, rnd.choice((64, 512))))
+        for k, v in recs:
+            if v == DEL:
+                model.pop(k, None)
+            else:
+                model[k] = v[1:]
+    block_size = rnd.choice((64, 256, 4096))
+
+    def compacted(name: str) -> bytes:
+        view = open_levels(base, runs, "links_by_md5", len(model))
+        out = TableWriter(str(tmp_path / name), TABLE_KINDS["links_by_md5"], block_size=block_size, sync=False)
+        levels_mod.compact(view, out)
+        out.close()
+        view.close()
+        t = TableReader(str(tmp_path / name))
+        assert list(t.items()) == sorted(model.items())
+        t.check_crcs()
+        t.close()
+        return (tmp_path / name).read_bytes()
+
+    merged = []
+    real = levels_mod.merge_block
+    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: merged.append(real(*a)) or merged[-1])
+    in_place = compacted("in-place")
+    if block.COMPILED:
+        assert merged and None not in merged  # every touched block went in place
+    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: None)  # the list merge instead
+    assert compacted("lists") == in_place

@@ -298,6 +298,30 @@ def build_run_py(data: bytes, lens: list[int]) -> tuple[bytes, int]:
     return data + offs.tobytes(), ends[-1] if ends else 0
 
 
+def run_cuts(lens: list[int], size: int, block_size: int) -> list[int]:
+    """Where ``TableWriter.add_run`` ends blocks in a run of records with these ``lens`` (key,
+    value, key, value, ...) after ``size`` pending bytes: [j, end, j, end, ...], a block ending
+    after record j-1 (``end``: its byte offset in the run's data) where its records' lengths
+    plus 8 each reach ``block_size``, the next one starting empty; the tail stays pending
+    (``_blockc.run_cuts``: no Python code per record)."""
+    if blockc is not None:
+        return blockc.run_cuts(lens, size, block_size)
+    return run_cuts_py(lens, size, block_size)
+
+
+def run_cuts_py(lens: list[int], size: int, block_size: int) -> list[int]:
+    """``run_cuts`` in Python (the reference the tests compare the C code with)."""
+    cuts, acc, at = [], size, 0
+    for j in range(len(lens) >> 1):
+        rec = lens[2 * j] + lens[2 * j + 1]
+        at += rec
+        acc += rec + 8
+        if acc >= block_size:
+            cuts += (j + 1, at)
+            acc = 0
+    return cuts
+
+
 def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
     """An uncompressed block, compressed by ``codec`` and followed by its trailer.  Codec
     lz4-pieces cuts pieces of about ``piece_bytes`` and falls back to plain lz4 for a block
@@ -642,6 +666,17 @@ def merge_run(parts: list[tuple[list[bytes], list[bytes], bool]], keep_ops: bool
     merged into one run); else the ops applied as ``merge_sorted`` does.  None when not
     compiled or where ``merge_sorted`` declines."""
     return blockc.merge_run(parts, keep_ops) if blockc is not None else None
+
+
+def merge_block(
+    raw: bytes, n: int, parts: list[tuple[list[bytes], list[bytes], bool]], keep_ops: bool
+) -> tuple[bytes, list[int]] | None:
+    """``merge_run(parts + [(keys, values, False)], keep_ops)`` where keys, values are the ``n``
+    records of the decoded block ``raw`` (a base block, the oldest level): a compaction's base
+    records are read in place and never become objects (``_blockc.merge_block``).  None when
+    not compiled, where ``merge_run`` declines, or for a block whose offsets or key order are
+    unsound (the caller then splits the block and runs the list path, which names faults)."""
+    return blockc.merge_block(raw, n, parts, keep_ops) if blockc is not None else None
 
 
 def range_diff(

@@ -23,7 +23,16 @@ from operator import lt
 from typing import TypeVar
 
 from webdb.errors import CorruptionError
-from webdb.tables.block import blockc, crc32, lz4_decompress, merge_run, merge_sorted, range_diff, short_levels
+from webdb.tables.block import (
+    blockc,
+    crc32,
+    lz4_decompress,
+    merge_block,
+    merge_run,
+    merge_sorted,
+    range_diff,
+    short_levels,
+)
 from webdb.tables.format import DELTA_KINDS, TABLE_KINDS
 from webdb.tables.merge import MergeCursor, Splice
 from webdb.tables.table import DAMAGED, SHORT_BLOCKS, TableReader, TableWriter
@@ -619,14 +628,25 @@ def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, 
         found = [(s, kv) for s, kv in found if kv[0]]
         if not found:
             continue  # untouched: copied raw by the next copy_until
-        cur.copy_until(lo)
+        cur.copy_until(lo, load=False)
+        parts = [(ks, vs, True) for _, (ks, vs) in reversed(found)]
+        m = None
         if base is None or not base.nblocks:
             ok, ov = [], []
         else:
-            ok, ov = cur.take_until(ub if ub is not None else base.last_keys[-1] + b"\x00")
+            end = ub if ub is not None else base.last_keys[-1] + b"\x00"
+            rb = cur.take_block(end) if apply else None
+            if rb is not None:
+                # The base block's records are read in place by the merge (no object each).
+                m = merge_block(rb.raw, rb.n, parts, False)
+                if m is None:
+                    ok, ov = rb.split()
+            else:
+                ok, ov = cur.take_until(end)
         # In C, newest first, straight into the writer's run form (the runs' ops applied for a
         # base, kept for a run); None for a bad op byte, which the Python code below names.
-        m = merge_run([(ks, vs, True) for _, (ks, vs) in reversed(found)] + [(ok, ov, False)], not apply)
+        if m is None:
+            m = merge_run(parts + [(ok, ov, False)], not apply)
         if m is not None:
             out.add_run(*m)
             continue

@@ -141,7 +141,10 @@ class MergeCursor:
         self._keys, self._rb, self._bi = None, None, self._bi + 1
         self._lens, self._starts = [], []
 
-    def copy_until(self, key: bytes | None) -> None:
+    def copy_until(self, key: bytes | None, load: bool = True) -> None:
+        """Move the old records with key < ``key`` to the output (None: all).  ``load`` False:
+        a block that holds none of them is left undecoded (``take_block`` may take it whole)
+        instead of being decoded as the current block."""
         t, out = self.t, self.out
         if t is None:
             return
@@ -163,6 +166,8 @@ class MergeCursor:
                     self._carry(self._bi, j)
                     self._bi = j
                     continue
+                if not load and key is not None and t.first_keys[j] >= key:
+                    return  # nothing of this block is before key: it stays undecoded
                 self._load()
             keys = self._keys
             if key is None:
@@ -196,6 +201,17 @@ class MergeCursor:
                 pos += t.lengths[b]
             self.raw_blocks += e - i
             i = e
+
+    def take_block(self, key: bytes) -> RawBlock | None:
+        """The next old block, decoded, when all of it lies before ``key`` and none of it was
+        consumed (it is then consumed); else None (``take_until`` takes the records)."""
+        t, b = self.t, self._bi
+        if t is None or self._keys is not None or b >= t.nblocks or t.last_keys[b] >= key:
+            return None
+        rb = t.raw(b, fill_cache=False)
+        self._bi += 1
+        self.decoded_blocks += 1
+        return rb
 
     def take_until(self, key: bytes) -> tuple[list[bytes], list[bytes]]:
         """Consume and return the old records with record key < key."""

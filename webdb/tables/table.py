@@ -18,8 +18,8 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Iterator
-from itertools import accumulate, chain, repeat
-from operator import add, ge, gt, lt
+from itertools import accumulate, chain
+from operator import ge, gt, lt
 
 import lz4.block
 
@@ -45,6 +45,7 @@ from webdb.tables.block import (
     pieces_header,
     pieces_split,
     point_lookup,
+    run_cuts,
     short_file,
     unpack_block,
     unpack_piece,
@@ -186,15 +187,15 @@ class TableWriter:
         if total <= bs:
             self._put_run(data, lens, total)
             return
-        # One record at a time as far as cuts go (as _cut_records): record i ends at cum[i+1].
-        cum = list(accumulate(map(add, map(add, lens[0::2], lens[1::2]), repeat(8, n)), initial=self._size))
-        i = 0
-        while i < n:
-            j = min(bisect.bisect_left(cum, cum[i] - self._size + bs, i + 1), n)
-            a = cum[i] - cum[0] - 8 * i
-            e = cum[j] - cum[0] - 8 * j
-            self._put_run(data[a:e] if (a or e != len(data)) else data, lens[2 * i : 2 * j], cum[j] - cum[i])
-            i = j
+        # Cut as _cut_records cuts, the cuts found in one call (no Python code per record).
+        i = a = 0
+        cuts = run_cuts(lens, self._size, bs)
+        for c in range(0, len(cuts), 2):
+            j, e = cuts[c], cuts[c + 1]
+            self._put_run(data[a:e] if (a or e != len(data)) else data, lens[2 * i : 2 * j], e - a + 8 * (j - i))
+            i, a = j, e
+        if i < n:
+            self._put_run(data[a:] if a else data, lens[2 * i :], len(data) - a + 8 * (n - i))
 
     def _runify(self) -> None:
         """Pending list records (added before a run) become run bytes."""

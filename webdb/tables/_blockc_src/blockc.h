@@ -180,16 +180,18 @@ SHARED PyObject *c_keys(PyObject *self, PyObject *args);
 SHARED PyObject *c_lens(PyObject *self, PyObject *args);
 SHARED PyObject *c_build(PyObject *self, PyObject *args);
 SHARED PyObject *c_build_run(PyObject *self, PyObject *args);
+SHARED PyObject *c_run_cuts(PyObject *self, PyObject *args);
 SHARED PyObject *c_unpack(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_unpack_range(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED PyObject *c_merge_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_index_entries(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_lz4(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_crc32(PyObject *self, PyObject *args);
 SHARED extern const char find_doc[], get_doc[], split_doc[], values_doc[], keys_doc[], lens_doc[], build_doc[],
-    build_run_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], merge_run_doc[], links_doc[], index_entries_doc[],
+    build_run_doc[], run_cuts_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], merge_run_doc[], merge_block_doc[], links_doc[], index_entries_doc[],
     use_lz4_doc[], use_crc32_doc[];
 
 /* bulk.c */

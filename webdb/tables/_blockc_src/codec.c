@@ -335,6 +335,53 @@ done:
     return out;
 }
 
+SHARED_PYDOC(run_cuts_doc,
+             "run_cuts(lens, size, block_size) -> [j, end, j, end, ...]: where TableWriter.add_run "
+             "ends blocks in a run of records whose key and value lengths lens gives, interleaved, "
+             "after size bytes already pending: a block ends after record j-1 (j counts records, end "
+             "is the byte offset in the run's data) where its records' lengths plus 8 each reach "
+             "block_size, the next block then starting empty.  Only the cuts; the tail after the "
+             "last stays pending.");
+
+PyObject *c_run_cuts(PyObject *self, PyObject *args) {
+    PyObject *lens, *out;
+    Py_ssize_t size, bs;
+    if (!PyArg_ParseTuple(args, "O!nn:run_cuts", &PyList_Type, &lens, &size, &bs)) return NULL;
+    Py_ssize_t m = PyList_GET_SIZE(lens);
+    if (m & 1) {
+        PyErr_SetString(PyExc_ValueError, "lens holds an odd number of lengths");
+        return NULL;
+    }
+    if (!(out = PyList_New(0))) return NULL;
+    Py_ssize_t acc = size, at = 0;
+    for (Py_ssize_t j = 0; j < m; j += 2) {
+        PyObject *a = PyList_GET_ITEM(lens, j), *b = PyList_GET_ITEM(lens, j + 1);
+        if (!PyLong_CheckExact(a) || !PyLong_CheckExact(b)) {
+            PyErr_SetString(PyExc_TypeError, "lens must hold ints");
+            goto fail;
+        }
+        Py_ssize_t kl = PyLong_AsSsize_t(a), vl = kl < 0 ? -1 : PyLong_AsSsize_t(b);
+        if (kl < 0 || vl < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative length");
+            goto fail;
+        }
+        at += kl + vl;
+        acc += kl + vl + 8;
+        if (acc >= bs) {
+            PyObject *x = PyLong_FromSsize_t((j >> 1) + 1), *y = x ? PyLong_FromSsize_t(at) : NULL;
+            int e = !y || PyList_Append(out, x) < 0 || PyList_Append(out, y) < 0;
+            Py_XDECREF(x);
+            Py_XDECREF(y);
+            if (e) goto fail;
+            acc = 0;
+        }
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ---- the read path of a lookup: unpack a block, merge levels, build links ------------------ */
 
 /* One byte more of a CRC-32 (zlib's polynomial, as zlib.crc32): the codec byte the block's
@@ -779,6 +826,158 @@ PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         memcpy(q, PyBytes_AS_STRING(k), (size_t)kl);
         memcpy(q + kl, PyBytes_AS_STRING(v) + skip, (size_t)vl);
         q += kl + vl;
+        PyObject *a = PyLong_FromSsize_t(kl), *b = a ? PyLong_FromSsize_t(vl) : NULL;
+        if (!b) {
+            Py_XDECREF(a);
+            goto done;
+        }
+        PyList_SET_ITEM(lens, 2 * t, a);
+        PyList_SET_ITEM(lens, 2 * t + 1, b);
+    }
+    res = Py_BuildValue("(OO)", data, lens);
+done:
+    PyMem_Free(win);
+    Py_XDECREF(data);
+    Py_XDECREF(lens);
+    return res;
+}
+
+SHARED_PYDOC(merge_block_doc,
+             "merge_block(raw, n, parts, keep_ops) -> (data, lens): merge_run(parts + [(keys, values, "
+             "False)], keep_ops) where keys, values are the n records of the decoded block raw (a base "
+             "block, oldest): its records are read in place, never made objects.  None where merge_run "
+             "declines, or when the block's offsets or key order are not as a sound block has them.");
+
+/* Record j of a part: the block (the last part when there is one) or the part's lists. */
+typedef struct {
+    Parts p;
+    Block b;
+    Py_ssize_t bi, bn; /* the block's next record and its count */
+} BlockParts;
+
+static inline void bp_key(const BlockParts *q, Py_ssize_t i, Py_ssize_t j, const char **s, Py_ssize_t *l) {
+    if (i == q->p.m) {
+        Py_ssize_t a = rec_start(&q->b, j);
+        *s = (const char *)q->b.raw + a;
+        *l = key_end(&q->b, j) - a;
+    } else {
+        PyObject *k = PyList_GET_ITEM(q->p.ks[i], j);
+        *s = PyBytes_AS_STRING(k);
+        *l = PyBytes_GET_SIZE(k);
+    }
+}
+
+static inline int mem_cmp(const char *a, Py_ssize_t la, const char *b, Py_ssize_t lb) {
+    Py_ssize_t m = la < lb ? la : lb;
+    int c = m ? memcmp(a, b, (size_t)m) : 0;
+    if (c) return c;
+    return la < lb ? -1 : (la > lb ? 1 : 0);
+}
+
+/* next_winner over the lists and the block (index p.m, never with ops): -1 when all are done. */
+static Py_ssize_t bp_next(BlockParts *q) {
+    Py_ssize_t w = -1, wl = 0, m = q->p.m;
+    const char *ws = NULL;
+    for (Py_ssize_t i = 0; i <= m; i++) {
+        Py_ssize_t j = i == m ? q->bi : q->p.idx[i], n = i == m ? q->bn : q->p.len[i];
+        if (j >= n) continue;
+        const char *s;
+        Py_ssize_t l;
+        bp_key(q, i, j, &s, &l);
+        if (w < 0 || mem_cmp(s, l, ws, wl) < 0) {
+            w = i;
+            ws = s;
+            wl = l;
+        }
+    }
+    if (w < 0) return -1;
+    for (Py_ssize_t i = w + 1; i <= m; i++) {
+        Py_ssize_t *j = i == m ? &q->bi : &q->p.idx[i], n = i == m ? q->bn : q->p.len[i];
+        if (*j >= n) continue;
+        const char *s;
+        Py_ssize_t l;
+        bp_key(q, i, *j, &s, &l);
+        if (mem_cmp(s, l, ws, wl) == 0) ++*j;
+    }
+    return w;
+}
+
+/* 1 if the block's offsets are in order inside its records and its keys strictly increase. */
+static int block_sound(const Block *b) {
+    Py_ssize_t end = b->len - 4 - 8 * b->n, prev = 0;
+    for (Py_ssize_t j = 0; j < b->n; j++) {
+        Py_ssize_t ke = key_end(b, j), re = rec_end(b, j);
+        if (ke < prev || re < ke || re > end) return 0;
+        if (j && mem_cmp((const char *)b->raw + rec_start(b, j - 1), key_end(b, j - 1) - rec_start(b, j - 1),
+                         (const char *)b->raw + prev, ke - prev) >= 0)
+            return 0;
+        prev = re;
+    }
+    return 1;
+}
+
+PyObject *c_merge_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "merge_block(raw: bytes, n: int, parts: list, keep_ops)");
+        return NULL;
+    }
+    BlockParts q;
+    Py_ssize_t n0 = PyLong_AsSsize_t(args[1]);
+    if (n0 == -1 && PyErr_Occurred()) return NULL;
+    if (block_of(args[0], n0, &q.b) < 0) return NULL;
+    int keep = PyObject_IsTrue(args[3]);
+    if (keep < 0) return NULL;
+    int r = parts_of(args[2], &q.p);
+    if (r <= 0) {
+        if (r < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (q.p.m >= MERGE_MAX || !block_sound(&q.b)) Py_RETURN_NONE;
+    q.bi = 0;
+    q.bn = n0;
+    Py_ssize_t m = q.p.m, cap = n0, n = 0, total = 0;
+    for (Py_ssize_t i = 0; i < m; i++) cap += q.p.len[i];
+    Py_ssize_t *win = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(cap ? cap : 1));
+    if (!win) return PyErr_NoMemory();
+    PyObject *data = NULL, *lens = NULL, *res = NULL;
+    Py_ssize_t w;
+    while ((w = bp_next(&q)) >= 0) {
+        Py_ssize_t j = w == m ? q.bi++ : q.p.idx[w]++, kl, vl;
+        int skip = 0;
+        if (w == m) {
+            kl = key_end(&q.b, j) - rec_start(&q.b, j);
+            vl = rec_end(&q.b, j) - key_end(&q.b, j);
+        } else {
+            PyObject *v = PyList_GET_ITEM(q.p.vs[w], j);
+            if (q.p.ops[w] && !keep) {
+                if (PyBytes_AS_STRING(v)[0] == 0) continue; /* DEL */
+                skip = 1;
+            }
+            kl = PyBytes_GET_SIZE(PyList_GET_ITEM(q.p.ks[w], j));
+            vl = PyBytes_GET_SIZE(v) - skip;
+        }
+        win[2 * n] = w | ((Py_ssize_t)skip << 8); /* MERGE_MAX < 256 */
+        win[2 * n + 1] = j;
+        n++;
+        total += kl + vl;
+    }
+    if (!(data = PyBytes_FromStringAndSize(NULL, total)) || !(lens = PyList_New(2 * n))) goto done;
+    char *o = PyBytes_AS_STRING(data);
+    for (Py_ssize_t t = 0; t < n; t++) {
+        Py_ssize_t part = win[2 * t] & 0xff, skip = win[2 * t] >> 8, j = win[2 * t + 1], kl, vl;
+        if (part == m) {
+            Py_ssize_t s = rec_start(&q.b, j);
+            kl = key_end(&q.b, j) - s;
+            vl = rec_end(&q.b, j) - s - kl;
+            memcpy(o, q.b.raw + s, (size_t)(kl + vl));
+        } else {
+            PyObject *k = PyList_GET_ITEM(q.p.ks[part], j), *v = PyList_GET_ITEM(q.p.vs[part], j);
+            kl = PyBytes_GET_SIZE(k);
+            vl = PyBytes_GET_SIZE(v) - skip;
+            memcpy(o, PyBytes_AS_STRING(k), (size_t)kl);
+            memcpy(o + kl, PyBytes_AS_STRING(v) + skip, (size_t)vl);
+        }
+        o += kl + vl;
         PyObject *a = PyLong_FromSsize_t(kl), *b = a ? PyLong_FromSsize_t(vl) : NULL;
         if (!b) {
             Py_XDECREF(a);
