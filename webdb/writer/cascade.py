@@ -708,8 +708,28 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     probe = Probe(TableReader(pages_by_url, lazy=True) if pages_by_url else None)
     dangling = 0
 
+    last: list = [None, 0]  # the url asked last and its state: splice and combine may both ask
+
     def state_of(url_b: bytes) -> int:
-        return edits.target_state(probe.get(url_b))
+        if url_b != last[0]:
+            last[0], last[1] = url_b, edits.target_state(probe.get(url_b))
+        return last[1]
+
+    def splice(start: bytes, payload) -> Splice | None:
+        # A url without a target notice whose target is not absent: its link edits as a Splice,
+        # which a LevelCursor applies without reading the url's stored inlinks; else None
+        # (combine then gets them).
+        url_b, notice, ledits = payload
+        if notice is not None:
+            return None
+        tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
+        r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
+        state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
+        if sp is None:
+            return None
+        if fix:
+            em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
+        return Splice(sp)
 
     def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
@@ -754,7 +774,11 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
-    cur.merge_ranges(_batched_groups(job, kernels.links_by_url_groups, links_by_url_groups_py), combine)
+    groups = _batched_groups(job, kernels.links_by_url_groups, links_by_url_groups_py)
+    if isinstance(cur, LevelCursor):
+        cur.merge_ranges(groups, combine, splice)
+    else:
+        cur.merge_ranges(groups, combine)  # a whole table rewritten: combine splices in its block
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}
