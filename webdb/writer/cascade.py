@@ -715,14 +715,17 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             last[0], last[1] = url_b, edits.target_state(probe.get(url_b))
         return last[1]
 
+    op5_flag = bytes((edits.OP5_FLAG,))
+
     def splice(start: bytes, payload) -> Splice | None:
         # A url without a target notice whose target is not absent: its link edits as a Splice,
         # which a LevelCursor applies without reading the url's stored inlinks; else None
-        # (combine then gets them).
+        # (combine then gets them).  The stored links have the right flag and stay as they
+        # are; added links need the target's state, deletes nothing.
         url_b, notice, ledits = payload
         if notice is not None:
             return None
-        tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
+        tail = start + op5_flag  # edits.link_fixup_tail(url_b, OP5_FLAG): start is url_b 0x00
         r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
         state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
         if sp is None:
@@ -736,15 +739,10 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         url_b, notice, ledits = payload
         state = notice
         if notice is None:
-            # The target did not change: stored links have the right flag and stay as they are
-            # (spliced as bytes).  Added links need the target's state; deletes need nothing.
-            tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
-            r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
-            state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
+            sp = splice(start, payload)  # (a MergeCursor asks combine only)
             if sp is not None:
-                if fix:
-                    em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
-                return Splice(sp)
+                return sp
+            state = edits.TARGET_ABSENT  # the one case splice leaves to combine
         n0 = len(start)
         links = dict(zip([k[n0:] for k in ok], old_values()))
         added = {}  # value as stage 3 wrote it to LinksByMD5
