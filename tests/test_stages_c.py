@@ -4,8 +4,9 @@ hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``), ``span`` (`
 on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``), ``links_by_url_groups``
 / ``links_by_md5_groups`` (a batch of edit records cut into groups,
 ``cascade.links_by_url_groups_py`` / ``links_by_md5_groups_py``), ``links_by_md5_adds``,
-``links_by_url_splice``, including the input each declines (None, so the Python code runs and
-names the fault) and the carry of a group across batches.  Whole stages
+``links_by_url_splice``, ``LevelSeek.splice`` (a Splice applied by point reads of the levels,
+``LevelCursor._range`` and ``diff_py``) and ``merge_ranges``' splice hook, including the input
+each declines (None, so the Python code runs and names the fault) and the carry of a group across batches.  Whole stages
 with and without the compiled codec are compared by the model tests under
 ``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
 
@@ -485,6 +486,57 @@ def test_levelseek_splice_is_the_range_diffed(tmp_path_factory, table, base, run
         cur.out.close()
     for v in views:
         v.close()
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(_lkey, _lval, max_size=200),
+    st.lists(st.dictionaries(_lkey, st.none() | _lval, max_size=80), max_size=3),
+    st.sampled_from([64, 4096]),
+    st.lists(st.tuples(st.integers(0, 299), st.integers(1, 12), st.booleans()), max_size=30),
+    st.data(),
+)
+def test_merge_ranges_splice_hook_writes_what_combine_writes(tmp_path_factory, base, runs, block_size, asks, data):
+    """``LevelCursor.merge_ranges`` with a ``splice`` hook (the Splice applied by
+    ``LevelSeek.splice``, the range not read) writes the run and live count that the same Splice
+    returned by ``combine`` writes on the Python path (Seekers, ``diff_py``); groups the hook
+    passes on (None) go to ``combine`` with their range."""
+    from webdb.tables.levels import LevelCursor, open_levels
+
+    tmp = tmp_path_factory.mktemp("hook")
+    b, rs = _level_files(tmp, "links_by_url", base, runs, block_size)
+    groups, prev = [], 0
+    for i, width, hooked in sorted(asks):
+        if i < prev:
+            continue
+        prev = i + width
+        picked = sorted(set(data.draw(st.lists(st.integers(i, i + width - 1), max_size=width))))
+        sp = Splice((b"k%03d" % j, data.draw(st.none() | _lval)) for j in picked)
+        groups.append((b"k%03d" % i, b"k%03d" % (i + width), (hooked, sp)))
+    seen = []
+
+    def combine(lo, ok, old_values, payload):
+        seen.append(lo)
+        return payload[1]
+
+    outs = []
+    for hook in (True, False):
+        view = open_levels(b, rs, "links_by_url", 0)
+        out = TableWriter(str(tmp / f"out{hook}"), 13, sync=False)
+        cur = LevelCursor(view, out)
+        if hook:
+            cur.merge_ranges(iter(groups), combine, lambda lo, payload: payload[1] if payload[0] else None)
+        else:
+            cur._c = None
+            cur.merge_ranges(iter(groups), combine)
+        out.close()
+        view.close()
+        t = TableReader(out.path)
+        outs.append((list(t.items()), cur.live))
+        t.close()
+    assert outs[0] == outs[1]
+    assert seen == [lo for lo, _, (h, _) in groups if not h] + [lo for lo, _, _ in groups]
 
 
 @needs_c
