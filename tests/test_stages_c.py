@@ -6,9 +6,9 @@ on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``), ``links_by
 ``cascade.links_by_url_groups_py`` / ``links_by_md5_groups_py``), ``links_by_md5_adds``,
 ``links_by_url_splice``, ``LevelSeek.splice`` (a Splice applied by point reads of the levels,
 ``LevelCursor._range`` and ``diff_py``) and ``merge_ranges``' splice hook, including the input
-each declines (None, so the Python code runs and names the fault) and the carry of a group across batches.  Whole stages
-with and without the compiled codec are compared by the model tests under
-``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
+each declines (None, so the Python code runs and names the fault) and the carry of a group
+across batches.  Whole stages with and without the compiled codec are compared by the model
+tests under ``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
 
 from __future__ import annotations
 
