@@ -4,10 +4,11 @@ hypothesis inputs: ``diff`` (a range's changes, ``levels.diff_py``), ``span`` (`
 on one block), ``pack_edits`` (``Emitter.add_many``, ``edits.pack``), ``links_by_url_groups``
 / ``links_by_md5_groups`` (a batch of edit records cut into groups,
 ``cascade.links_by_url_groups_py`` / ``links_by_md5_groups_py``), ``links_by_md5_adds``,
-``links_by_url_splice``, including the input each declines (None, so the Python code runs and
-names the fault) and the carry of a group across batches.  Whole stages
-with and without the compiled codec are compared by the model tests under
-``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
+``links_by_url_splice``, ``LevelSeek.splice`` (a Splice applied by point reads of the levels,
+``LevelCursor._range`` and ``diff_py``) and ``merge_ranges``' splice hook, including the input
+each declines (None, so the Python code runs and names the fault) and the carry of a group
+across batches.  Whole stages with and without the compiled codec are compared by the model
+tests under ``WEBDB_PURE_PYTHON=1`` (tests/test_blockc.py runs them in a child pytest)."""
 
 from __future__ import annotations
 
@@ -435,6 +436,146 @@ def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
         with pytest.raises(CorruptionError, match="bad"):
             cur._get(b"k004") if ask == "get" else cur._range(b"k000", b"k010")
         view.close()
+
+
+@needs_c
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["links_by_md5", "links_by_url"]),
+    st.dictionaries(_lkey, _lval, max_size=200),
+    st.lists(st.dictionaries(_lkey, st.none() | _lval, max_size=80), max_size=3),
+    st.sampled_from([64, 256, 4096]),
+    st.lists(
+        st.tuples(st.integers(0, 299), st.integers(1, 12), st.sampled_from(["splice", "range", "get"])), max_size=30
+    ),
+    st.data(),
+)
+def test_levelseek_splice_is_the_range_diffed(tmp_path_factory, table, base, runs, block_size, asks, data):
+    """``LevelSeek.splice`` (a Splice applied by point reads, the range never read) appends the
+    changes and returns the live count that reading the range and diffing it does (the Python
+    Seekers and ``diff_py``), interleaved with ranges and keys asked in increasing order."""
+    from webdb.tables.levels import LevelCursor, open_levels
+
+    tmp = tmp_path_factory.mktemp("splice")
+    b, rs = _level_files(tmp, table, base, runs, block_size)
+    views = [open_levels(b, rs, table, 0) for _ in range(2)]
+    c, py = (LevelCursor(v, TableWriter(str(tmp / f"out{i}"), 13, sync=False)) for i, v in enumerate(views))
+    assert (c._c is not None) == bool(base and all(runs))
+    py._c = None
+    prev = 0
+    ck: list[bytes] = []
+    cv: list[bytes] = []
+    pk: list[bytes] = []
+    pv: list[bytes] = []
+    for i, width, ask in sorted(asks):
+        if i < prev:
+            continue
+        lo, hi = b"k%03d" % i, b"k%03d" % (i + width)
+        prev = i + width
+        if ask == "get":
+            assert c._get(lo) == py._get(lo)
+        elif ask == "range":
+            assert c._range(lo, hi) == py._range(lo, hi)
+        else:
+            picked = sorted(set(data.draw(st.lists(st.integers(i, i + width - 1), max_size=width))))
+            sp = Splice((b"k%03d" % j, data.draw(st.none() | _lval)) for j in picked)
+            assert c._splice(sp, lo, hi, ck, cv) == py._splice(sp, lo, hi, pk, pv)
+            assert (ck, cv) == (pk, pv)
+    assert (c._c is not None) == bool(base and all(runs))  # a sound view: never dropped
+    for cur in (c, py):
+        cur.out.close()
+    for v in views:
+        v.close()
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(
+    st.dictionaries(_lkey, _lval, max_size=200),
+    st.lists(st.dictionaries(_lkey, st.none() | _lval, max_size=80), max_size=3),
+    st.sampled_from([64, 4096]),
+    st.lists(st.tuples(st.integers(0, 299), st.integers(1, 12), st.booleans()), max_size=30),
+    st.data(),
+)
+def test_merge_ranges_splice_hook_writes_what_combine_writes(tmp_path_factory, base, runs, block_size, asks, data):
+    """``LevelCursor.merge_ranges`` with a ``splice`` hook (the Splice applied by
+    ``LevelSeek.splice``, the range not read) writes the run and live count that the same Splice
+    returned by ``combine`` writes on the Python path (Seekers, ``diff_py``); groups the hook
+    passes on (None) go to ``combine`` with their range."""
+    from webdb.tables.levels import LevelCursor, open_levels
+
+    tmp = tmp_path_factory.mktemp("hook")
+    b, rs = _level_files(tmp, "links_by_url", base, runs, block_size)
+    groups, prev = [], 0
+    for i, width, hooked in sorted(asks):
+        if i < prev:
+            continue
+        prev = i + width
+        picked = sorted(set(data.draw(st.lists(st.integers(i, i + width - 1), max_size=width))))
+        sp = Splice((b"k%03d" % j, data.draw(st.none() | _lval)) for j in picked)
+        groups.append((b"k%03d" % i, b"k%03d" % (i + width), (hooked, sp)))
+    seen = []
+
+    def combine(lo, ok, old_values, payload):
+        seen.append(lo)
+        return payload[1]
+
+    outs = []
+    for hook in (True, False):
+        view = open_levels(b, rs, "links_by_url", 0)
+        out = TableWriter(str(tmp / f"out{hook}"), 13, sync=False)
+        cur = LevelCursor(view, out)
+        if hook:
+            cur.merge_ranges(iter(groups), combine, lambda lo, payload: payload[1] if payload[0] else None)
+        else:
+            cur._c = None
+            cur.merge_ranges(iter(groups), combine)
+        out.close()
+        view.close()
+        t = TableReader(out.path)
+        outs.append((list(t.items()), cur.live))
+        t.close()
+    assert outs[0] == outs[1]
+    assert seen == [lo for lo, _, (h, _) in groups if not h] + [lo for lo, _, _ in groups]
+
+
+@needs_c
+def test_levelseek_splice_declines_and_leaves_damage_to_the_python_path(tmp_path):
+    """A splice out of order or range is declined (None, nothing read or appended) and the
+    Python diff names it; a spliced key in a damaged block of a run gives False with nothing
+    appended (the records of keys before it taken back), and the Seekers' CorruptionError names
+    the run."""
+    from webdb.tables.levels import LevelCursor, open_levels
+
+    base = {b"k%03d" % i: b"v%d" % i for i in range(0, 300, 2)}
+    b, rs = _level_files(tmp_path, "links_by_md5", base, [{b"k%03d" % i: b"r" for i in range(0, 300, 3)}], 64)
+    view = open_levels(b, rs, "links_by_md5", 0)
+    cur = LevelCursor(view, TableWriter(str(tmp_path / "out"), 13, sync=False))
+    ok, ov = [b"x"], [b"y"]
+    for sp in (Splice([(b"k005", b"a"), (b"k003", b"b")]), Splice([(b"k001", b"a"), (b"k400", None)])):
+        assert cur._c.splice(sp, b"k000", b"k300", ok, ov) is None
+        assert (ok, ov) == ([b"x"], [b"y"])
+        with pytest.raises(CorruptionError, match="out"):
+            cur._splice(sp, b"k000", b"k300", [], [])
+    view.close()
+
+    t = TableReader(rs[0])
+    off = t.offsets[1]  # the run's second block: keys after its first block's
+    first1 = t.first_keys[1]
+    t.close()
+    data = bytearray(open(rs[0], "rb").read())
+    data[off + 3] ^= 0xFF
+    open(rs[0], "wb").write(bytes(data))
+    view = open_levels(b, rs, "links_by_md5", 0)
+    cur = LevelCursor(view, TableWriter(str(tmp_path / "out2"), 13, sync=False))
+    sp = Splice([(b"k000", b"new"), (first1, None)])  # k000: in the run's first block, sound
+    out_k, out_v = [b"x"], [b"y"]
+    assert cur._c.splice(sp, b"k000", first1 + b"\x00", out_k, out_v) is False
+    assert (out_k, out_v) == ([b"x"], [b"y"])
+    with pytest.raises(CorruptionError, match="run0"):
+        cur._splice(sp, b"k000", first1 + b"\x00", out_k, out_v)
+    assert cur._c is None
+    view.close()
 
 
 def _piece_spans(path: str, b: int) -> tuple[int, list[tuple[int, int]], list[bytes]]:

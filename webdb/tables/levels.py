@@ -497,7 +497,12 @@ class LevelCursor:
     def patch_points(self, groups, combine, in_place) -> None:
         self.merge_points(groups, combine)  # a delta run holds only the changed records anyway
 
-    def merge_ranges(self, groups, combine) -> None:
+    def merge_ranges(self, groups, combine, splice=None) -> None:
+        """``MergeCursor.merge_ranges`` over the levels.  ``splice(lo, payload)``, if given, is
+        asked first: a ``Splice`` it returns is applied without reading the range — each spliced
+        key's stored value read as ``_get`` reads it (``_splice``) — and None sends the group to
+        ``combine`` with the range's stored records (stage 4: a url without a target notice
+        touches a few of its inlinks, and reading all of them was a third of the stage)."""
         # The changes are collected and written a few thousand at a time (``add_many``: one
         # order check in C), not one ``_put`` call per record: this loop is stages 3-4's.
         out_k: list[bytes] = []
@@ -505,10 +510,14 @@ class LevelCursor:
         live = 0
         try:
             for lo, hi, payload in groups:
-                ok, ov = self._range(lo, hi)
-                r = combine(lo, ok, lambda ov=ov: ov, payload)
-                d = range_diff(ok, ov, r, lo, hi, out_k, out_v)  # in C when compiled
-                live += d if d is not None else diff_py(ok, ov, r, lo, hi, out_k, out_v, self.out.path)
+                r = splice(lo, payload) if splice is not None else None
+                if r is not None:
+                    live += self._splice(r, lo, hi, out_k, out_v)
+                else:
+                    ok, ov = self._range(lo, hi)
+                    r = combine(lo, ok, lambda ov=ov: ov, payload)
+                    d = range_diff(ok, ov, r, lo, hi, out_k, out_v)  # in C when compiled
+                    live += d if d is not None else diff_py(ok, ov, r, lo, hi, out_k, out_v, self.out.path)
                 if len(out_k) >= 4096:
                     self.out.add_many(out_k, out_v)
                     out_k.clear()
@@ -516,6 +525,23 @@ class LevelCursor:
             self.out.add_many(out_k, out_v)
         finally:
             self.live += live
+
+    def _splice(self, sp: Splice, lo: bytes, hi: bytes, out_k: list[bytes], out_v: list[bytes]) -> int:
+        """A ``Splice`` of range [lo, hi) applied to the levels: the changes appended to
+        ``out_k``, ``out_v``; returns the change in live records.  Compiled, one call
+        (``LevelSeek.splice``: a point read per spliced key, the range never split into records);
+        else, or for a splice it declines or a block it finds unsound, the range read and diffed
+        (the reference: ``_range`` and ``diff_py``, which name the fault)."""
+        c = self._c
+        if c is not None:
+            d = c.splice(sp, lo, hi, out_k, out_v)
+            if d is False:
+                self._drop_c()
+            elif d is not None:
+                return d
+        ok, ov = self._range(lo, hi)
+        d = range_diff(ok, ov, sp, lo, hi, out_k, out_v)
+        return d if d is not None else diff_py(ok, ov, sp, lo, hi, out_k, out_v, self.out.path)
 
     def finish(self) -> None:
         pass  # nothing is carried over: what is not in the run is in the levels below it

@@ -745,23 +745,41 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
     probe = Probe(TableReader(pages_by_url, lazy=True) if pages_by_url else None)
     dangling = 0
 
+    last: list = [None, 0]  # the url asked last and its state: splice and combine may both ask
+
     def state_of(url_b: bytes) -> int:
-        return edits.target_state(probe.get(url_b))
+        if url_b != last[0]:
+            last[0], last[1] = url_b, edits.target_state(probe.get(url_b))
+        return last[1]
+
+    op5_flag = bytes((edits.OP5_FLAG,))
+
+    def splice(start: bytes, payload) -> Splice | None:
+        # A url without a target notice whose target is not absent: its link edits as a Splice,
+        # which a LevelCursor applies without reading the url's stored inlinks; else None
+        # (combine then gets them).  The stored links have the right flag and stay as they
+        # are; added links need the target's state, deletes nothing.
+        url_b, notice, ledits = payload
+        if notice is not None:
+            return None
+        tail = start + op5_flag  # edits.link_fixup_tail(url_b, OP5_FLAG): start is url_b 0x00
+        r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
+        state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
+        if sp is None:
+            return None
+        if fix:
+            em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
+        return Splice(sp)
 
     def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
         nonlocal dangling
         url_b, notice, ledits = payload
         state = notice
         if notice is None:
-            # The target did not change: stored links have the right flag and stay as they are
-            # (spliced as bytes).  Added links need the target's state; deletes need nothing.
-            tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
-            r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
-            state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
+            sp = splice(start, payload)  # (a MergeCursor asks combine only)
             if sp is not None:
-                if fix:
-                    em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
-                return Splice(sp)
+                return sp
+            state = edits.TARGET_ABSENT  # the one case splice leaves to combine
         n0 = len(start)
         links = dict(zip([k[n0:] for k in ok], old_values()))
         added = {}  # value as stage 3 wrote it to LinksByMD5
@@ -791,7 +809,11 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
-    cur.merge_ranges(_batched_groups(job, kernels.links_by_url_groups, links_by_url_groups_py), combine)
+    groups = _batched_groups(job, kernels.links_by_url_groups, links_by_url_groups_py)
+    if isinstance(cur, LevelCursor):
+        cur.merge_ranges(groups, combine, splice)
+    else:
+        cur.merge_ranges(groups, combine)  # a whole table rewritten: combine splices in its block
     if probe.t is not None:
         probe.t.close()
     res["emitted"] = {5: em5.finish()}

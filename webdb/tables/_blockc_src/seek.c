@@ -348,13 +348,10 @@ PyDoc_STRVAR(ls_get_doc,
              "level (keys in increasing order), None if it has none; False if a block or a delta "
              "record is not sound (the Python path names the fault).");
 
-static PyObject *ls_get(LevelSeek *s, PyObject *key) {
-    if (!PyBytes_Check(key)) {
-        PyErr_SetString(PyExc_TypeError, "get(key: bytes)");
-        return NULL;
-    }
-    const char *k = PyBytes_AS_STRING(key);
-    Py_ssize_t kl = PyBytes_GET_SIZE(key);
+/* LevelCursor._get of key[0:kl]: its live value over every level (a new reference), Py_None (a
+ * new reference) if it has none, Py_False (a new reference) if a block or delta record is not
+ * sound, NULL on error. */
+static PyObject *get_value(LevelSeek *s, const char *k, Py_ssize_t kl) {
     for (Py_ssize_t i = 0; i < s->m; i++) {
         SeekFile *f = &s->f[i];
         Py_ssize_t b = last_ge(&f->ix, f->bi, k, kl);
@@ -379,12 +376,95 @@ static PyObject *ls_get(LevelSeek *s, PyObject *key) {
     Py_RETURN_NONE;
 }
 
+static PyObject *ls_get(LevelSeek *s, PyObject *key) {
+    if (!PyBytes_Check(key)) {
+        PyErr_SetString(PyExc_TypeError, "get(key: bytes)");
+        return NULL;
+    }
+    return get_value(s, PyBytes_AS_STRING(key), PyBytes_GET_SIZE(key));
+}
+
+static inline int same_bytes(PyObject *a, PyObject *b) {
+    Py_ssize_t l = PyBytes_GET_SIZE(a);
+    return l == PyBytes_GET_SIZE(b) && (l == 0 || memcmp(PyBytes_AS_STRING(a), PyBytes_AS_STRING(b), (size_t)l) == 0);
+}
+
+/* Append key and op + value (value NULL: the op byte alone) to the out lists (merge.c's put_rec). */
+static int put_delta(PyObject *out_k, PyObject *out_v, PyObject *k, char op, PyObject *v) {
+    Py_ssize_t vl = v ? PyBytes_GET_SIZE(v) : 0;
+    PyObject *r = PyBytes_FromStringAndSize(NULL, vl + 1);
+    if (!r) return -1;
+    PyBytes_AS_STRING(r)[0] = op;
+    if (vl) memcpy(PyBytes_AS_STRING(r) + 1, PyBytes_AS_STRING(v), (size_t)vl);
+    int e = PyList_Append(out_k, k) < 0 || PyList_Append(out_v, r) < 0;
+    Py_DECREF(r);
+    return e ? -1 : 0;
+}
+
+PyDoc_STRVAR(ls_splice_doc,
+             "splice(sp, lo, hi, out_k, out_v) -> live | None | False: LevelCursor.merge_ranges' step "
+             "for a range whose combine gave a Splice without reading the range: each spliced key's "
+             "stored value read as get reads it (keys in increasing order, after every earlier call's), "
+             "and the changes appended to out_k, out_v as diff appends them (PUT 0x01 + value, DEL 0x00; "
+             "an unchanged record not at all); returns the change in live records.  None, nothing read "
+             "or appended, for a splice diff declines (keys out of order or range, an item of the wrong "
+             "type); False, nothing appended, if a block or a delta record is not sound.");
+
+static PyObject *ls_splice(LevelSeek *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyList_Check(args[0]) || !PyBytes_Check(args[1]) || !PyBytes_Check(args[2]) ||
+        !PyList_Check(args[3]) || !PyList_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "splice(sp: list, lo: bytes, hi: bytes, out_k: list, out_v: list)");
+        return NULL;
+    }
+    PyObject *sp = args[0], *lo = args[1], *hi = args[2], *out_k = args[3], *out_v = args[4];
+    Py_ssize_t nn = PyList_GET_SIZE(sp), live = 0;
+    /* Checked whole first (as diff checks a Splice), so a bad one reads and appends nothing. */
+    for (Py_ssize_t b = 0; b < nn; b++) {
+        PyObject *t = PyList_GET_ITEM(sp, b);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 2) Py_RETURN_NONE;
+        PyObject *k = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
+        if (!PyBytes_Check(k) || (v != Py_None && !PyBytes_Check(v))) Py_RETURN_NONE;
+        if (bytes_cmp(k, lo) < 0 || bytes_cmp(k, hi) >= 0) Py_RETURN_NONE;
+        if (b && bytes_cmp(PyTuple_GET_ITEM(PyList_GET_ITEM(sp, b - 1), 0), k) >= 0) Py_RETURN_NONE;
+    }
+    /* Nothing below calls Python code (the reads are the file's, the values bytes): sp cannot
+     * change under the loop.  On False the appended records are taken back. */
+    Py_ssize_t n0 = PyList_GET_SIZE(out_k), v0 = PyList_GET_SIZE(out_v);
+    for (Py_ssize_t b = 0; b < nn; b++) {
+        PyObject *t = PyList_GET_ITEM(sp, b), *k = PyTuple_GET_ITEM(t, 0), *v = PyTuple_GET_ITEM(t, 1);
+        PyObject *o = get_value(s, PyBytes_AS_STRING(k), PyBytes_GET_SIZE(k));
+        if (!o) return NULL;
+        if (o == Py_False) {
+            if (PyList_SetSlice(out_k, n0, PY_SSIZE_T_MAX, NULL) < 0 ||
+                PyList_SetSlice(out_v, v0, PY_SSIZE_T_MAX, NULL) < 0)
+                return NULL;
+            return o;
+        }
+        int e = 0;
+        if (v == Py_None) {
+            if (o != Py_None) {
+                e = put_delta(out_k, out_v, k, 0, NULL);
+                live--;
+            }
+        } else if (o == Py_None) {
+            e = put_delta(out_k, out_v, k, 1, v);
+            live++;
+        } else if (!same_bytes(o, v)) {
+            e = put_delta(out_k, out_v, k, 1, v);
+        }
+        Py_DECREF(o);
+        if (e) return NULL;
+    }
+    return PyLong_FromSsize_t(live);
+}
+
 static PyObject *ls_decoded(LevelSeek *s, void *closure) { return PyLong_FromSsize_t(s->decoded); }
 static PyObject *ls_pieces(LevelSeek *s, void *closure) { return Py_BuildValue("(nn)", s->pieces_read, s->pieces_in); }
 
 static PyMethodDef ls_methods[] = {
     {"range", (PyCFunction)(void (*)(void))ls_range, METH_FASTCALL, ls_range_doc},
     {"get", (PyCFunction)ls_get, METH_O, ls_get_doc},
+    {"splice", (PyCFunction)(void (*)(void))ls_splice, METH_FASTCALL, ls_splice_doc},
     {NULL, NULL, 0, NULL},
 };
 
