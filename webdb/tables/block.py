@@ -36,7 +36,6 @@ from webdb.tables.format import (
 
 CODECS = {"none": CODEC_NONE, "zlib": CODEC_ZLIB, "lz4": CODEC_LZ4}
 TRAILER = struct.Struct("<BI")  # codec u8, crc32 u32
-_BYTE = [bytes((b,)) for b in range(256)]
 _CODEC_BYTE = [bytes((c,)) for c in range(256)]  # the codec byte the checksum covers
 _BIG = sys.byteorder == "big"
 
@@ -711,7 +710,7 @@ def block_crc_ok(data: bytes | memoryview) -> bool:
     body = data[:-BLOCK_TRAILER_SIZE]
     codec, crc = TRAILER.unpack_from(data, len(body))
     # The CRC covers the body then the codec byte: continued over it rather than over a copy.
-    return zlib.crc32(_BYTE[codec], zlib.crc32(body)) == crc
+    return zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)) == crc
 
 
 def check_block_crc(data: bytes | memoryview, where: str) -> None:
