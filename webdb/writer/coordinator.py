@@ -249,9 +249,11 @@ class AgentTransport:
         self.pump(lambda: len(got) == len(self.hosts), lambda lab, o: got.add(lab) if o["ev"] == ev else 0)
 
     def abort(self, reason: str) -> None:
-        """Tell every live agent to stop; give them a moment to clean up, then cut them off."""
+        """Tell every agent still connected to stop — the one that failed too: it waits for
+        this before its cleanup (``distributed.Agent.await_abort``) — give them a moment to
+        clean up, then cut them off."""
         grace = min(10.0, max(2.0, self.hb_timeout))
-        live = [h for h in self.hosts.values() if h.link is not None and not h.link.done]
+        live = [h for h in self.hosts.values() if h.link is not None and not h.link.dead]
         for h in live:
             h.link.send({"cmd": "abort", "reason": reason})
         deadline = time.monotonic() + grace

@@ -40,6 +40,10 @@ __all__ = ["DEPLOY_DIR", "HEARTBEAT", "Agent", "deploy_dir", "main"]
 HEARTBEAT = 1.0
 
 
+class _Reported(Exception):
+    """A section writer's failure, forwarded to the coordinator as it came."""
+
+
 # ---- the agent -----------------------------------------------------------------------------------
 
 
@@ -123,6 +127,12 @@ class Agent:
             if task != "update":
                 raise BadInput(f"unknown agent task {task!r}")
             return self.update()
+        except _Reported as e:
+            self.stop_children()
+            self.await_abort()
+            self.rollback()
+            self.send(ev="aborted", reason=str(e))
+            return 1
         except Aborted as e:
             self.stop_children()
             self.rollback()
@@ -130,8 +140,6 @@ class Agent:
             return 1
         except BaseException as e:  # noqa: BLE001 - reported to the coordinator, then exit
             self.stop_children()
-            # Report before cleaning up: the cleanup makes other writers fail too, and the
-            # coordinator must hear about the cause first.
             detail = "" if isinstance(e, WebDBError | OSError) else "\n" + traceback.format_exc(limit=8)
             where = {"section": self.dead[0], "step": self.dead[1]} if self.dead else {}
             self.send(
@@ -141,6 +149,7 @@ class Agent:
                 kind=error_kind(e),
                 **where,
             )
+            self.await_abort()
             self.rollback()
             return 2
         finally:
@@ -150,6 +159,21 @@ class Agent:
     def rollback(self) -> None:
         if self.loc is not None:
             self.loc.rollback()
+
+    def await_abort(self) -> None:
+        """After reporting a failure, and before cleaning up: wait for the coordinator's abort
+        (or its going away, or ``hb_timeout``).  The cleanup removes this batch's share-group
+        files, which makes the other locations' writers fail too; sent first is not heard
+        first (each location has its own connection), so the cause must be heard before any
+        consequence can exist."""
+        deadline = time.monotonic() + self.hb_timeout
+        while time.monotonic() < deadline:
+            try:
+                self.poll()
+            except Aborted:
+                return
+            except WebDBError:
+                continue  # another section writer of this location ending: it was stopped
 
     def next_command(self, *want: str) -> dict:
         """Block until the coordinator sends one of ``want`` (pings keep us alive; section
@@ -192,7 +216,7 @@ class Agent:
             raise DistributedError(f"section {j} writer {why}")
         if msg.get("ev") == "failed":
             self.send(**msg)
-            raise Aborted(f"section {j} failed")
+            raise _Reported(f"section {j} failed")
         if msg.get("ev") == "prepared":
             self.prepared.add(j)
         if msg.get("ev") == "section" and "step" in msg:
