@@ -777,6 +777,27 @@ fail:
     return NULL;
 }
 
+/* A merged record of a list input into the run form at o: the key, then the value less its
+ * op byte (skip); its two lengths out. */
+static void copy_item(char *o, PyObject *k, PyObject *v, Py_ssize_t skip, Py_ssize_t *kl, Py_ssize_t *vl) {
+    *kl = PyBytes_GET_SIZE(k);
+    *vl = PyBytes_GET_SIZE(v) - skip;
+    memcpy(o, PyBytes_AS_STRING(k), (size_t)*kl);
+    memcpy(o + *kl, PyBytes_AS_STRING(v) + skip, (size_t)*vl);
+}
+
+/* Record t's key and value lengths into the run form's lens list; -1 on a failed allocation. */
+static int set_lens(PyObject *lens, Py_ssize_t t, Py_ssize_t kl, Py_ssize_t vl) {
+    PyObject *a = PyLong_FromSsize_t(kl), *b = a ? PyLong_FromSsize_t(vl) : NULL;
+    if (!b) {
+        Py_XDECREF(a);
+        return -1;
+    }
+    PyList_SET_ITEM(lens, 2 * t, a);
+    PyList_SET_ITEM(lens, 2 * t + 1, b);
+    return 0;
+}
+
 SHARED_PYDOC(merge_run_doc,
              "merge_run(parts, keep_ops) -> (data, lens): merge's records as a run, keys and values "
              "back to back in data, lens their lengths (key, value, key, value, ...), for "
@@ -821,18 +842,10 @@ PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     char *q = PyBytes_AS_STRING(data);
     for (Py_ssize_t t = 0; t < n; t++) {
         Py_ssize_t part = win[2 * t] & 0xff, skip = win[2 * t] >> 8, j = win[2 * t + 1];
-        PyObject *k = PyList_GET_ITEM(p.ks[part], j), *v = PyList_GET_ITEM(p.vs[part], j);
-        Py_ssize_t kl = PyBytes_GET_SIZE(k), vl = PyBytes_GET_SIZE(v) - skip;
-        memcpy(q, PyBytes_AS_STRING(k), (size_t)kl);
-        memcpy(q + kl, PyBytes_AS_STRING(v) + skip, (size_t)vl);
+        Py_ssize_t kl, vl;
+        copy_item(q, PyList_GET_ITEM(p.ks[part], j), PyList_GET_ITEM(p.vs[part], j), skip, &kl, &vl);
         q += kl + vl;
-        PyObject *a = PyLong_FromSsize_t(kl), *b = a ? PyLong_FromSsize_t(vl) : NULL;
-        if (!b) {
-            Py_XDECREF(a);
-            goto done;
-        }
-        PyList_SET_ITEM(lens, 2 * t, a);
-        PyList_SET_ITEM(lens, 2 * t + 1, b);
+        if (set_lens(lens, t, kl, vl) < 0) goto done;
     }
     res = Py_BuildValue("(OO)", data, lens);
 done:
@@ -971,20 +984,10 @@ PyObject *c_merge_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             vl = rec_end(&q.b, j) - s - kl;
             memcpy(o, q.b.raw + s, (size_t)(kl + vl));
         } else {
-            PyObject *k = PyList_GET_ITEM(q.p.ks[part], j), *v = PyList_GET_ITEM(q.p.vs[part], j);
-            kl = PyBytes_GET_SIZE(k);
-            vl = PyBytes_GET_SIZE(v) - skip;
-            memcpy(o, PyBytes_AS_STRING(k), (size_t)kl);
-            memcpy(o + kl, PyBytes_AS_STRING(v) + skip, (size_t)vl);
+            copy_item(o, PyList_GET_ITEM(q.p.ks[part], j), PyList_GET_ITEM(q.p.vs[part], j), skip, &kl, &vl);
         }
         o += kl + vl;
-        PyObject *a = PyLong_FromSsize_t(kl), *b = a ? PyLong_FromSsize_t(vl) : NULL;
-        if (!b) {
-            Py_XDECREF(a);
-            goto done;
-        }
-        PyList_SET_ITEM(lens, 2 * t, a);
-        PyList_SET_ITEM(lens, 2 * t + 1, b);
+        if (set_lens(lens, t, kl, vl) < 0) goto done;
     }
     res = Py_BuildValue("(OO)", data, lens);
 done:
