@@ -21,6 +21,7 @@ import subprocess
 import sys
 import zlib
 from array import array
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -867,6 +868,37 @@ def test_crc32_is_the_c_function_when_found_else_the_callable(which, tmp_path, c
     for where in (lz4_ext.__file__, other, str(tmp_path / "not-loaded.so")):
         assert _blockc.use_crc32(crc, where, names) is False
         assert reads() >= 3  # the block, the piece header and at least one piece
+
+
+@needs_c
+@pytest.mark.parametrize("which", ["isal", "zlib"])
+def test_crc_blocks_names_the_first_damaged_block(which, crc_restored):
+    """``crc_blocks`` (the scrub's loop) checks blocks laid back to back against
+    ``block_crc_ok``: -1 when all match; with bytes flipped anywhere (body, codec byte, CRC),
+    the first damaged block; a length past the data or shorter than a trailer is damage too;
+    None, having checked nothing, for a callable that is not the registered one."""
+    import random
+
+    label, fn, path, names = next(c for c in _crc_choices() if c[0] == which)
+    assert _blockc.use_crc32(fn, path, names) is True
+    rnd = random.Random(3)
+    blocks = [block.seal_block(rnd.randbytes(rnd.randrange(200)) + b"\0\0\0\0", rnd.choice([0, 2])) for _ in range(300)]
+    blocks += [block.seal_block(rnd.randbytes(70_000) + b"\0\0\0\0", 0)]
+    data = b"".join(blocks)
+    lens = array("I", map(len, blocks))
+    assert _blockc.crc_blocks(data, lens, fn) == -1
+    assert _blockc.crc_blocks(memoryview(data)[len(blocks[0]) :], lens[1:], fn) == -1
+    ends = list(accumulate(lens))
+    for _ in range(40):
+        at = rnd.randrange(len(data))
+        bad = bytearray(data)
+        bad[at] ^= 1 << rnd.randrange(8)
+        first = next(b for b, e in enumerate(ends) if at < e)
+        assert not block.block_crc_ok(bytes(bad[ends[first] - lens[first] : ends[first]]))
+        assert _blockc.crc_blocks(bytes(bad), lens, fn) == first
+    assert _blockc.crc_blocks(data[:-1], lens, fn) == len(blocks) - 1
+    assert _blockc.crc_blocks(data, array("I", [*lens[:5], 4, *lens[6:]]), fn) == 5
+    assert _blockc.crc_blocks(data, lens, lambda d: fn(d)) is None
 
 
 _NO_ISAL = {

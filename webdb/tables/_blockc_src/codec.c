@@ -607,6 +607,43 @@ PyObject *c_use_crc32(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+SHARED_PYDOC(crc_blocks_doc,
+             "crc_blocks(data, lengths, crc32) -> int | None: the index of the first block whose CRC "
+             "(over its body, then its codec byte) does not match its trailer, of the blocks laid back "
+             "to back from the start of data with the lengths given (a buffer of native u32, as "
+             "array('I')), -1 if all match; None, having checked nothing, where crc32 is not the "
+             "registered callable (use_crc32): the caller checks them in Python.  The scrub's loop: "
+             "no Python call, slice or int per block, and the GIL released throughout.");
+
+PyObject *c_crc_blocks(PyObject *self, PyObject *args) {
+    Py_buffer data, lens;
+    PyObject *fn;
+    if (!PyArg_ParseTuple(args, "y*y*O", &data, &lens, &fn)) return NULL;
+    Py_ssize_t found = -1, n = lens.len / 4;
+    int declined = fn != crc_fn || !crc_fn;
+    if (!declined) {
+        const unsigned char *p = data.buf;
+        const uint32_t *len = lens.buf;
+        Py_ssize_t at = 0, size = data.len;
+        CrcFn f = crc_c;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t b = 0; b < n; b++) {
+            Py_ssize_t l = (Py_ssize_t)len[b];
+            if (l < 5 || l > size - at ||
+                crc32_byte(crc_call(f, p + at, (size_t)(l - 5)), p[at + l - 5]) != rd32(p + at + l - 4)) {
+                found = b;
+                break;
+            }
+            at += l;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&lens);
+    if (declined) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(found);
+}
+
 SHARED_PYDOC(unpack_doc,
              "unpack(data, crc32, decompress) -> (raw, n): an lz4 or uncompressed block whose checksum, "
              "size, record count and offsets total are sound, decompressed; None for anything else "
