@@ -77,7 +77,7 @@ def same_crc32(fn: Callable[..., int]) -> bool:
 
 def select_crc32(fast: ModuleType | None) -> Callable[..., int]:
     """The CRC-32 every block CRC is computed with: ``fast.crc32`` (python-isal's
-    ``isal.isal_zlib``, ISA-L's CRC, ~3x zlib's on long data) if it gives zlib.crc32's values,
+    ``isal.isal_zlib``, ISA-L's CRC, 4-8x zlib's speed) if it gives zlib.crc32's values,
     else ``zlib.crc32`` itself (the reference); the values, and so the format, are the same.
     With the compiled codec its C function is registered (``_blockc.use_crc32``: ISA-L's
     ``crc32_gzip_refl``, or zlib's ``crc32_z``), so that the C code computes it without a Python

@@ -475,8 +475,8 @@ PyObject *lz4_bytes(PyObject *decompress, const unsigned char *src, Py_ssize_t l
  * callable: a memoryview, the call and an int each, and a short lookup checks four to six of
  * them (0.3-2 KiB each).  use_crc32 finds the C function that callable calls, through the
  * callable's extension module (already loaded; dlsym on its handle also finds what it links):
- * ISA-L's crc32_gzip_refl in python-isal's isal_zlib (isal_zlib.crc32, ~3x zlib's speed on
- * long data), or zlib's crc32_z (crc32 before zlib 1.2.9) in Python's zlib extension
+ * ISA-L's crc32_gzip_refl in python-isal's isal_zlib (isal_zlib.crc32, 4-8x zlib's speed),
+ * or zlib's crc32_z (crc32 before zlib 1.2.9) in Python's zlib extension
  * (zlib.crc32); crc_fast calls it: the same function on the same bytes, without the Python
  * call, and a maintained library's CRC code rather than one of ours.  It is registered only
  * once it has given the callable's values on data of many lengths and alignments (an extension
