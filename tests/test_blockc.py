@@ -772,8 +772,9 @@ def test_block_crc32_is_isal_and_gives_zlibs_values():
 
 
 def test_a_crc_that_differs_from_zlibs_is_not_chosen():
-    """select_crc32 takes a candidate's crc32 only when it gives zlib.crc32's values: one that
-    is off on some length, raises, or is missing leaves zlib.crc32 (and registers it)."""
+    """select_crc32 takes a candidate's crc32 only when it gives zlib.crc32's values and, with
+    the compiled codec, its C function is found: one that is off on some length, raises, is
+    missing or has no C function leaves zlib.crc32 (and registers it)."""
     import types
 
     def off_on_long(d, v=0):
@@ -791,6 +792,13 @@ def test_a_crc_that_differs_from_zlibs_is_not_chosen():
             assert block.select_crc32(fake) is zlib.crc32
         assert block.select_crc32(types.ModuleType("no_crc32")) is zlib.crc32
         assert block.select_crc32(None) is zlib.crc32
+        # zlib's values through Python, no C function to register (compiled): zlib's then.
+        from lz4.block import _block as lz4_ext
+
+        no_c = types.ModuleType("no_c_function")
+        no_c.crc32 = lambda d, v=0: zlib.crc32(d, v)
+        no_c.__file__ = lz4_ext.__file__
+        assert block.select_crc32(no_c) is (zlib.crc32 if block.blockc is not None else no_c.crc32)
     finally:
         assert block.select_crc32(block._isal_zlib) is block.crc32
 
