@@ -21,6 +21,7 @@ import subprocess
 import sys
 import zlib
 from array import array
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -731,51 +732,133 @@ def test_c_and_python_agree_on_a_piece_offset_past_two_to_the_32():
     assert _blockc.unpack_pieces(sealed, zlib.crc32, block.lz4_decompress) == (py_raw, 4)
 
 
+def _crc_choices() -> list[tuple[str, object, str, tuple[str, ...]]]:
+    """(label, callable, its extension file, C names) of each CRC-32 webdb can register:
+    python-isal's (ISA-L) and zlib's."""
+    from isal import isal_zlib
+
+    return [
+        ("isal", isal_zlib.crc32, isal_zlib.__file__, ("crc32_gzip_refl",)),
+        ("zlib", zlib.crc32, zlib.__file__, ("crc32_z", "crc32")),
+    ]
+
+
+@pytest.fixture
+def crc_restored():
+    """Whatever a test registers, the CRC block.py chose at import is registered again after it."""
+    yield
+    assert block.select_crc32(block._isal_zlib) is block.crc32
+
+
+def test_block_crc32_is_isal_and_gives_zlibs_values():
+    """The CRC-32 of every block CRC is python-isal's (a runtime dependency) and gives
+    zlib.crc32's values, with or without a start value, on data of every length up to 1100
+    bytes at every alignment mod 16 and on long data: the format is zlib's CRC, whichever
+    computes it."""
+    import random
+
+    from isal import isal_zlib
+
+    assert block.crc32 is isal_zlib.crc32
+    rnd = random.Random(5)
+    data = rnd.randbytes((1 << 20) + 64)
+    for n in (*range(1101), 4095, 4096, 4097, 32768 + 5, 65536, 65537, (1 << 20) + 3):
+        at = n % 16
+        piece = data[at : at + n]
+        assert block.crc32(piece) == zlib.crc32(piece), n
+        start = rnd.getrandbits(32)
+        assert block.crc32(piece, start) == zlib.crc32(piece, start), n
+        assert block.crc32(memoryview(data)[at : at + n]) == zlib.crc32(piece), n
+
+
+def test_a_crc_that_differs_from_zlibs_is_not_chosen():
+    """select_crc32 takes a candidate's crc32 only when it gives zlib.crc32's values and, with
+    the compiled codec, its C function is found: one that is off on some length, raises, is
+    missing or has no C function leaves zlib.crc32 (and registers it)."""
+    import types
+
+    def off_on_long(d, v=0):
+        return zlib.crc32(d, v) ^ (len(d) > 4096)
+
+    def raises(d, v=0):
+        raise ValueError("broken build")
+
+    try:
+        for fn in (off_on_long, raises):
+            assert not block.same_crc32(fn)
+            fake = types.ModuleType("fake_isal_zlib")
+            fake.crc32 = fn
+            fake.__file__ = zlib.__file__
+            assert block.select_crc32(fake) is zlib.crc32
+        assert block.select_crc32(types.ModuleType("no_crc32")) is zlib.crc32
+        assert block.select_crc32(None) is zlib.crc32
+        # zlib's values through Python, no C function to register (compiled): zlib's then.
+        from lz4.block import _block as lz4_ext
+
+        no_c = types.ModuleType("no_c_function")
+        no_c.crc32 = lambda d, v=0: zlib.crc32(d, v)
+        no_c.__file__ = lz4_ext.__file__
+        assert block.select_crc32(no_c) is (zlib.crc32 if block.blockc is not None else no_c.crc32)
+    finally:
+        assert block.select_crc32(block._isal_zlib) is block.crc32
+
+
 @needs_c
-def test_crc32_in_c_is_zlibs():
-    """The CRC-32 zlib's C function computes where zlib.crc32 is passed (``use_crc32``, as
-    block.py registers it) gives the callable's values: pieces sealed by C (whose CRCs it
-    computes) equal the Python reference's for pieces of every length from a few bytes to tens
-    of KiB, and a block damaged anywhere is declined.  A callable that is not zlib's CRC is
-    refused."""
+@pytest.mark.parametrize("which", ["isal", "zlib"])
+def test_crc32_in_c_is_zlibs(which, crc_restored):
+    """The CRC-32 the registered C function (ISA-L's ``crc32_gzip_refl`` or zlib's ``crc32_z``,
+    ``use_crc32``) computes where its callable is passed gives zlib.crc32's values: pieces
+    sealed by C (whose CRCs it computes) equal the Python reference's (zlib.crc32's) for pieces
+    of every length from a few bytes to tens of KiB, whole blocks it checks unpack, and a block
+    damaged anywhere is declined.  A callable that is not zlib's CRC is refused."""
     import random
 
     import lz4.block
 
+    label, fn, path, names = next(c for c in _crc_choices() if c[0] == which)
+    assert _blockc.use_crc32(fn, path, names) is True
     rnd = random.Random(7)
     for size in (1, 15, 16, 31, 32, 33, 47, 48, 63, 64, 65, 100, 1000, 4096, 40_000):
         keys = [b"k%06d" % i for i in range(40)]
         vals = [rnd.randbytes(rnd.randrange(size + 1)) for _ in keys]
         raw = block.build_py(keys, vals)
+        whole = _resealed(lz4.block.compress(raw), 2)
+        assert _blockc.unpack(whole, fn, block.lz4_decompress) == (raw, len(keys))
+        bad = bytearray(whole)
+        bad[rnd.randrange(len(whole))] ^= 1
+        assert _blockc.unpack(bytes(bad), fn, block.lz4_decompress) is None
         for piece_bytes in (16, 100, 4096):
-            body = _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
+            body = _blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, fn)
             assert body == block.seal_pieces_py(raw, piece_bytes)
             if body is not None:
                 sealed = _resealed(body)
-                assert _blockc.unpack_pieces(sealed, zlib.crc32, block.lz4_decompress)[0] == raw
+                assert _blockc.unpack_pieces(sealed, fn, block.lz4_decompress)[0] == raw
                 bad = bytearray(sealed)
                 bad[rnd.randrange(len(body))] ^= 1
-                assert _blockc.unpack_pieces(bytes(bad), zlib.crc32, block.lz4_decompress) is None
-    try:
-        assert _blockc.use_crc32(lambda d: zlib.crc32(d) ^ 1, zlib.__file__) is False
-    finally:
-        assert _blockc.use_crc32(zlib.crc32, zlib.__file__) is True
+                assert _blockc.unpack_pieces(bytes(bad), fn, block.lz4_decompress) is None
+    assert _blockc.use_crc32(lambda d: fn(d) ^ 1, path, names) is False
+    with pytest.raises(ValueError, match="no known prototype for the C function crc32c"):
+        _blockc.use_crc32(fn, path, ("crc32c",))
 
 
 @needs_c
-def test_crc32_is_zlibs_c_function_when_found_else_the_callable(tmp_path):
-    """A callable registered with ``use_crc32`` is not called by the reads once zlib's function
-    is found through the zlib extension; where the path has no crc32 (lz4's extension) or is
-    not a loaded library, nothing is registered (False) and the callable is called for every
-    CRC, with the same results."""
+@pytest.mark.parametrize("which", ["isal", "zlib"])
+def test_crc32_is_the_c_function_when_found_else_the_callable(which, tmp_path, crc_restored):
+    """A callable registered with ``use_crc32`` is not called by the reads once its C function
+    is found through its extension (ISA-L's through python-isal's, zlib's through Python's
+    zlib); where the path has no such function (lz4's extension, the other CRC's extension
+    under these names) or is not a loaded library, nothing is registered (False) and the
+    callable is called for every CRC, with the same results."""
     import lz4.block
     from lz4.block import _block as lz4_ext
 
+    label, fn, path, names = next(c for c in _crc_choices() if c[0] == which)
+    other = next(c for c in _crc_choices() if c[0] != which)[2]
     calls = []
 
     def crc(data):
         calls.append(len(data))
-        return zlib.crc32(data)
+        return fn(data)
 
     keys = [b"k%06d" % i for i in range(200)]
     raw = block.build_py(keys, [k * 9 for k in keys])
@@ -788,14 +871,106 @@ def test_crc32_is_zlibs_c_function_when_found_else_the_callable(tmp_path):
         assert _blockc.unpack(whole, crc, block.lz4_decompress) == (raw, len(keys))
         return len(calls)
 
-    try:
-        assert _blockc.use_crc32(crc, zlib.__file__) is True
-        assert reads() == 0
-        for path in (lz4_ext.__file__, str(tmp_path / "not-loaded.so")):
-            assert _blockc.use_crc32(crc, path) is False
-            assert reads() >= 3  # the block, the piece header and at least one piece
-    finally:
-        assert _blockc.use_crc32(zlib.crc32, zlib.__file__) is True
+    assert _blockc.use_crc32(crc, path, names) is True
+    assert reads() == 0
+    for where in (lz4_ext.__file__, other, str(tmp_path / "not-loaded.so")):
+        assert _blockc.use_crc32(crc, where, names) is False
+        assert reads() >= 3  # the block, the piece header and at least one piece
+
+
+@needs_c
+@pytest.mark.parametrize("which", ["isal", "zlib"])
+def test_crc_blocks_names_the_first_damaged_block(which, crc_restored):
+    """``crc_blocks`` (the scrub's loop) checks blocks laid back to back against
+    ``block_crc_ok``: -1 when all match; with bytes flipped anywhere (body, codec byte, CRC),
+    the first damaged block; a length past the data or shorter than a trailer is damage too;
+    None, having checked nothing, for a callable that is not the registered one."""
+    import random
+
+    label, fn, path, names = next(c for c in _crc_choices() if c[0] == which)
+    assert _blockc.use_crc32(fn, path, names) is True
+    rnd = random.Random(3)
+    blocks = [block.seal_block(rnd.randbytes(rnd.randrange(200)) + b"\0\0\0\0", rnd.choice([0, 2])) for _ in range(300)]
+    blocks += [block.seal_block(rnd.randbytes(70_000) + b"\0\0\0\0", 0)]
+    data = b"".join(blocks)
+    lens = array("I", map(len, blocks))
+    assert _blockc.crc_blocks(data, lens, fn) == -1
+    assert _blockc.crc_blocks(memoryview(data)[len(blocks[0]) :], lens[1:], fn) == -1
+    ends = list(accumulate(lens))
+    for _ in range(40):
+        at = rnd.randrange(len(data))
+        bad = bytearray(data)
+        bad[at] ^= 1 << rnd.randrange(8)
+        first = next(b for b, e in enumerate(ends) if at < e)
+        assert not block.block_crc_ok(bytes(bad[ends[first] - lens[first] : ends[first]]))
+        assert _blockc.crc_blocks(bytes(bad), lens, fn) == first
+    assert _blockc.crc_blocks(data[:-1], lens, fn) == len(blocks) - 1
+    assert _blockc.crc_blocks(data, array("I", [*lens[:5], 4, *lens[6:]]), fn) == 5
+    assert _blockc.crc_blocks(data, lens, lambda d: fn(d)) is None
+
+
+_NO_ISAL = {
+    "missing": "sys.modules['isal'] = None",
+    "broken": (
+        "import types; m = types.ModuleType('isal.isal_zlib'); m.crc32 = lambda d, v=0: zlib.crc32(d, v) ^ 1; "
+        "m.__file__ = '/nonexistent/isal_zlib.so'; p = types.ModuleType('isal'); p.isal_zlib = m; "
+        "sys.modules['isal'] = p; sys.modules['isal.isal_zlib'] = m"
+    ),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("pure", [False, True])
+@pytest.mark.parametrize("isal", sorted(_NO_ISAL))
+def test_without_isal_crcs_are_zlibs_and_tables_the_same(tmp_path, isal, pure):
+    """Where python-isal is missing or gives other values, block.py falls back to zlib.crc32:
+    the table a writer seals is byte for byte the one written with ISA-L's CRC, its reads and
+    scrub pass, and a damaged block is named by the scrub and the read, as with ISA-L's."""
+    keys = [b"key%06d" % i for i in range(4000)]
+    child = (
+        "import sys, zlib\n"
+        f"{_NO_ISAL[isal]}\n"
+        "from webdb.tables import block\n"
+        "from webdb.tables.format import KIND_PAGES_BY_URL\n"
+        "from webdb.tables.table import TableReader, TableWriter\n"
+        "assert block.crc32 is zlib.crc32, block.crc32\n"
+        "path, codec = sys.argv[1], sys.argv[2]\n"
+        "w = TableWriter(path, KIND_PAGES_BY_URL, 4096, codec, sync=False)\n"
+        "for k in (b'key%06d' % i for i in range(4000)):\n"
+        "    w.add(k, k[::-1] * 2)\n"
+        "w.close({'test': True})\n"
+        "t = TableReader(path, KIND_PAGES_BY_URL)\n"
+        "assert t.check_crcs() == t.offsets[-1] + t.lengths[-1]\n"
+        "assert [k for k, _ in t.items()] == [b'key%06d' % i for i in range(4000)]\n"
+        "with open(path, 'r+b') as f:\n"
+        "    f.seek(t.offsets[7] + 3)\n"
+        "    b = f.read(1)\n"
+        "    f.seek(t.offsets[7] + 3)\n"
+        "    f.write(bytes([b[0] ^ 1]))\n"
+        "for read in (t.check_crcs, lambda: list(t.items())):\n"
+        "    try:\n"
+        "        read()\n"
+        "    except Exception as e:\n"
+        "        print(type(e).__name__, e)\n"
+    )
+    for codec in ("lz4", "zlib", "none"):  # lz4: in pieces (PagesByURL)
+        mine = tmp_path / f"isal-{codec}"
+        w = TableWriter(str(mine), KIND_PAGES_BY_URL, 4096, codec, sync=False)
+        for k in keys:
+            w.add(k, k[::-1] * 2)
+        w.close({"test": True})
+        theirs = tmp_path / f"{isal}-{codec}"
+        out = subprocess.run(
+            [sys.executable, "-c", child, str(theirs), codec], env=_env(pure), capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        t = TableReader(str(mine), KIND_PAGES_BY_URL)
+        at = rf"{re.escape(str(theirs))}: block 7 at offset {t.offsets[7]}: checksum mismatch"
+        assert re.fullmatch(rf"CorruptionError {at}\nCorruptionError {at}\n", out.stdout), out.stdout
+        t.close()
+        damaged = bytearray(mine.read_bytes())
+        damaged[TableReader(str(mine), KIND_PAGES_BY_URL).offsets[7] + 3] ^= 1
+        assert theirs.read_bytes() == bytes(damaged)
 
 
 @given(

@@ -21,6 +21,7 @@ from array import array
 from collections.abc import Callable
 from itertools import accumulate, chain
 from operator import sub
+from types import ModuleType
 
 import lz4.block
 
@@ -57,12 +58,55 @@ if blockc is not None:
         blockc.use_lz4(lz4.block.decompress, _lz4_ext.__file__)
     except (ImportError, AttributeError, TypeError):  # another build of lz4: the callable stays
         pass
-    # CRCs by zlib's own C function wherever zlib.crc32 is passed, found through the zlib
-    # extension once it gives the callable's values (_blockc.use_crc32 says why).
+
+
+def same_crc32(fn: Callable[..., int]) -> bool:
+    """Whether ``fn`` gives ``zlib.crc32``'s values (a start value too) on data of every length
+    up to 64 bytes, at two alignments, and some longer (the reference a faster CRC must meet;
+    ``_blockc.use_crc32`` checks its C function against it on more)."""
+    data = bytes(range(251)) * 300
     try:
-        blockc.use_crc32(zlib.crc32, zlib.__file__)
-    except (AttributeError, TypeError):  # zlib built into the interpreter: the callable stays
-        pass
+        for n in (*range(65), 127, 128, 129, 255, 256, 257, 1000, 4096, 8191, 70001):
+            for at in (0, 1):
+                if fn(data[at : at + n]) != zlib.crc32(data[at : at + n]):
+                    return False
+        return fn(data[:999], 123456789) == zlib.crc32(data[:999], 123456789)
+    except Exception:  # a broken build: not this CRC
+        return False
+
+
+def select_crc32(fast: ModuleType | None) -> Callable[..., int]:
+    """The CRC-32 every block CRC is computed with: ``fast.crc32`` (python-isal's
+    ``isal.isal_zlib``, ISA-L's CRC, 4-8x zlib's speed) if it gives zlib.crc32's values,
+    else ``zlib.crc32`` itself (the reference); the values, and so the format, are the same.
+    With the compiled codec its C function is registered (``_blockc.use_crc32``: ISA-L's
+    ``crc32_gzip_refl``, or zlib's ``crc32_z``), so that the C code computes it without a Python
+    call wherever the callable is passed; ``block.crc32`` holds the callable chosen at import."""
+    fn = getattr(fast, "crc32", None)
+    if fn is None or not same_crc32(fn):
+        fn = None
+    elif blockc is not None:
+        try:
+            if not blockc.use_crc32(fn, fast.__file__, ("crc32_gzip_refl",)):
+                fn = None
+        except (AttributeError, TypeError):  # no such extension file: the zlib path below
+            fn = None
+    if fn is not None:
+        return fn
+    if blockc is not None:
+        try:
+            blockc.use_crc32(zlib.crc32, zlib.__file__, ("crc32_z", "crc32"))
+        except (AttributeError, TypeError):  # zlib built into the interpreter: the callable stays
+            pass
+    return zlib.crc32
+
+
+try:
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # python-isal missing or not built for this platform: zlib's CRC
+    _isal_zlib = None
+crc32 = select_crc32(_isal_zlib)
+"""The CRC-32 callable of every block CRC (``select_crc32``), passed to the compiled functions."""
 
 
 def _compress(codec: int, raw: bytes) -> bytes:
@@ -94,7 +138,7 @@ def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
     lz4-compressed, then the header (piece table, first keys, its length and CRC); None if
     m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
     if blockc is not None:
-        return blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, zlib.crc32)
+        return blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, crc32)
     return seal_pieces_py(raw, piece_bytes)
 
 
@@ -127,10 +171,10 @@ def seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
         if _BIG:
             offs.byteswap()
         body = lz4.block.compress(raw[rs : rends[e - 1]] + offs.tobytes(), store_size=True)
-        table.append(_U32X3.pack(len(body), e - s, zlib.crc32(body)))
+        table.append(_U32X3.pack(len(body), e - s, crc32(body)))
         bodies.append(body)
     header = b"".join([_U32.pack(len(bodies)), *table, *keys])
-    return b"".join([*bodies, header, _U32X2.pack(len(header), zlib.crc32(header))])
+    return b"".join([*bodies, header, _U32X2.pack(len(header), crc32(header))])
 
 
 def pieces_header(tail: bytes | memoryview, body_len: int) -> tuple[bytes, list[tuple[int, int, int]], list[bytes]]:
@@ -145,7 +189,7 @@ def pieces_header(tail: bytes | memoryview, body_len: int) -> tuple[bytes, list[
     if hlen > end - 8:
         raise ValueError(f"pieces header of {hlen} bytes does not fit the block's {body_len} bytes")
     header = bytes(tail[end - 8 - hlen : end - 8])
-    if zlib.crc32(header) != hcrc:
+    if crc32(header) != hcrc:
         raise ValueError("pieces header checksum mismatch")
     (m,) = _U32.unpack_from(header, 0) if hlen >= 4 else (0,)
     if m < 1 or 12 * m > hlen - 4:
@@ -167,7 +211,7 @@ def unpack_piece(piece: bytes | memoryview, i: int, crc: int, count: int, first:
     """Piece ``i`` of an lz4-pieces body (its compressed bytes, CRC, count and first key as the
     header gives them) checked and decompressed: (raw, key ends, record ends).  ValueError
     names what is wrong."""
-    if zlib.crc32(piece) != crc:
+    if crc32(piece) != crc:
         raise ValueError(f"piece {i}: checksum mismatch")
     raw = _decompress(CODEC_LZ4, piece)
     n = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else -1
@@ -331,7 +375,7 @@ def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
             codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw)
     else:
         body = _compress(codec, raw)
-    return body + TRAILER.pack(codec, zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)))
+    return body + TRAILER.pack(codec, crc32(_CODEC_BYTE[codec], crc32(body)))
 
 
 class RawBlock:
@@ -475,10 +519,8 @@ def _offsets(raw: bytes, n: int) -> tuple[array, array]:
     return offs[:n], offs[n:]
 
 
-# The checksum and the decompressor the compiled functions call back (passed in: the extension
-# links neither zlib nor lz4).
-crc32 = zlib.crc32
 lz4_decompress = lz4.block.decompress
+"""The decompressor the compiled functions call back (passed in: the extension links no lz4)."""
 
 
 def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
@@ -501,7 +543,7 @@ def unpack_block(data: bytes, where: str | Callable[[], str]) -> RawBlock:
     end = len(data) - BLOCK_TRAILER_SIZE
     codec, crc = TRAILER.unpack_from(data, end)
     body = memoryview(data)[:end]  # no copy of the body for the checksum
-    if zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)) != crc:
+    if crc32(_CODEC_BYTE[codec], crc32(body)) != crc:
         raise CorruptionError(f"{where}: checksum mismatch")
     try:
         raw = _decompress(codec, body)
@@ -710,7 +752,7 @@ def block_crc_ok(data: bytes | memoryview) -> bool:
     body = data[:-BLOCK_TRAILER_SIZE]
     codec, crc = TRAILER.unpack_from(data, len(body))
     # The CRC covers the body then the codec byte: continued over it rather than over a copy.
-    return zlib.crc32(_CODEC_BYTE[codec], zlib.crc32(body)) == crc
+    return crc32(_CODEC_BYTE[codec], crc32(body)) == crc
 
 
 def check_block_crc(data: bytes | memoryview, where: str) -> None:

@@ -469,31 +469,46 @@ PyObject *lz4_bytes(PyObject *decompress, const unsigned char *src, Py_ssize_t l
     return out;
 }
 
-/* ---- CRC-32: zlib.crc32, or the function it calls, called directly --------------------------
+/* ---- CRC-32: the registered callable's own C function, called directly ---------------------
  *
- * Every block, piece and piece header a read checks went through a Python call of zlib.crc32:
- * a memoryview, the call and an int each, and a short lookup checks four to six of them
- * (0.3-2 KiB each).  use_crc32 finds the C function that callable calls, zlib's crc32_z (crc32
- * before zlib 1.2.9), through Python's zlib extension module (already loaded, and linked
- * against libz, where dlsym on its handle finds it), and crc_fast calls it: the same function
- * on the same bytes, without the Python call, and zlib's own maintained CRC code rather than
- * one of ours.  It is registered only once it has given the callable's values on data of many
- * lengths and alignments (an extension built against another library, under the same names or
- * not, fails the check or the lookup); otherwise the callable is called as before.  The
- * prototypes are zlib's (zlib.h), declared here so that building needs no zlib headers. */
+ * Every block, piece and piece header a read checks went through a Python call of the CRC
+ * callable: a memoryview, the call and an int each, and a short lookup checks four to six of
+ * them (0.3-2 KiB each).  use_crc32 finds the C function that callable calls, through the
+ * callable's extension module (already loaded; dlsym on its handle also finds what it links):
+ * ISA-L's crc32_gzip_refl in python-isal's isal_zlib (isal_zlib.crc32, 4-8x zlib's speed),
+ * or zlib's crc32_z (crc32 before zlib 1.2.9) in Python's zlib extension
+ * (zlib.crc32); crc_fast calls it: the same function on the same bytes, without the Python
+ * call, and a maintained library's CRC code rather than one of ours.  It is registered only
+ * once it has given the callable's values on data of many lengths and alignments (an extension
+ * built against another library, under the same names or not, fails the check or the lookup);
+ * otherwise the callable is called as before.  The prototypes are the libraries' own (zlib.h,
+ * isa-l's crc.h), declared here so that building needs neither's headers. */
 
 typedef unsigned long (*crc32_z_fn)(unsigned long crc, const unsigned char *buf, size_t len);
 typedef unsigned long (*crc32_fn)(unsigned long crc, const unsigned char *buf, unsigned int len);
-static crc32_z_fn zcrc_z;   /* zlib's crc32_z, if found */
-static crc32_fn zcrc;       /* else its crc32 (an unsigned int length: longer data in chunks) */
-static PyObject *crc_fn;    /* the callable they stand for (NULL: none registered) */
+typedef uint32_t (*crc32_gzip_refl_fn)(uint32_t init, const unsigned char *buf, uint64_t len);
 
-static uint32_t zlib_crc(crc32_z_fn z, crc32_fn c, const unsigned char *p, size_t len) {
-    if (z) return (uint32_t)z(0, p, len);
-    unsigned long r = 0;
+/* The C functions use_crc32 knows, by symbol: each prototype above is one kind. */
+enum { CRC_ZLIB_Z, CRC_ZLIB, CRC_ISAL };
+static const struct {
+    const char *name;
+    int kind;
+} crc_symbols[] = {{"crc32_z", CRC_ZLIB_Z}, {"crc32", CRC_ZLIB}, {"crc32_gzip_refl", CRC_ISAL}};
+
+typedef struct {
+    int kind;
+    void *fn;
+} CrcFn;
+static CrcFn crc_c;      /* the registered callable's C function */
+static PyObject *crc_fn; /* the callable it stands for (NULL: none registered) */
+
+static uint32_t crc_call(CrcFn f, const unsigned char *p, size_t len) {
+    if (f.kind == CRC_ISAL) return ((crc32_gzip_refl_fn)f.fn)(0, p, (uint64_t)len);
+    if (f.kind == CRC_ZLIB_Z) return (uint32_t)((crc32_z_fn)f.fn)(0, p, len);
+    unsigned long r = 0; /* zlib's crc32 takes an unsigned int length: longer data in chunks */
     do {
         size_t k = len < ((size_t)1 << 30) ? len : ((size_t)1 << 30);
-        r = c(r, p, (unsigned int)k);
+        r = ((crc32_fn)f.fn)(r, p, (unsigned int)k);
         p += k;
         len -= k;
     } while (len);
@@ -502,13 +517,12 @@ static uint32_t zlib_crc(crc32_z_fn z, crc32_fn c, const unsigned char *p, size_
 
 int crc_fast(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *out) {
     if (crc32 != crc_fn || !crc_fn) return 0;
-    crc32_z_fn z = zcrc_z;
-    crc32_fn c = zcrc;
-    if (len >= (1 << 16)) { /* zlib.crc32 releases the GIL for long data: so does this */
-        Py_BEGIN_ALLOW_THREADS *out = zlib_crc(z, c, p, (size_t)len);
+    CrcFn f = crc_c;
+    if (len >= (1 << 16)) { /* the callables release the GIL for long data: so does this */
+        Py_BEGIN_ALLOW_THREADS *out = crc_call(f, p, (size_t)len);
         Py_END_ALLOW_THREADS
     } else {
-        *out = zlib_crc(z, c, p, (size_t)len);
+        *out = crc_call(f, p, (size_t)len);
     }
     return 1;
 }
@@ -518,25 +532,43 @@ int crc_fast(PyObject *crc32, const unsigned char *p, Py_ssize_t len, uint32_t *
 static const Py_ssize_t check_long[] = {1000, 4096, 8191, 70001};
 
 SHARED_PYDOC(use_crc32_doc,
-             "use_crc32(crc32, path) -> bool: call zlib's C function crc32_z (or crc32), found through "
-             "the loaded extension at path (zlib.__file__), directly wherever crc32 (zlib.crc32) is "
-             "passed, once it has given crc32's values on data of every length up to 300 bytes and "
-             "some longer; False if it is not found or differs: then no callable is registered and "
-             "crc32 is called wherever it is passed.");
+             "use_crc32(crc32, path, names=('crc32_z', 'crc32')) -> bool: call the first C function of "
+             "names (crc32_z, crc32: zlib's; crc32_gzip_refl: ISA-L's) found through the loaded "
+             "extension at path (the callable's module's __file__) directly wherever crc32 is passed, "
+             "once it has given crc32's values on data of every length up to 300 bytes, at two "
+             "alignments, and some longer; False if none is found or its values differ: then no "
+             "callable is registered and crc32 is called wherever it is passed.  ValueError for a "
+             "name whose prototype the codec does not know.");
 
 PyObject *c_use_crc32(PyObject *self, PyObject *args) {
-    PyObject *fn;
+    PyObject *fn, *names = NULL;
     const char *path;
-    if (!PyArg_ParseTuple(args, "Os", &fn, &path)) return NULL;
+    if (!PyArg_ParseTuple(args, "Os|O!", &fn, &path, &PyTuple_Type, &names)) return NULL;
+    Py_ssize_t nsym = sizeof crc_symbols / sizeof *crc_symbols, nnames = names ? PyTuple_GET_SIZE(names) : 2;
+    int kinds[8];
+    if (nnames > 8) {
+        PyErr_SetString(PyExc_ValueError, "use_crc32: at most 8 names");
+        return NULL;
+    }
+    for (Py_ssize_t j = 0; j < nnames; j++) {
+        const char *name = names ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, j)) : crc_symbols[j].name;
+        if (!name) return NULL;
+        kinds[j] = -1;
+        for (Py_ssize_t s = 0; s < nsym; s++)
+            if (!strcmp(name, crc_symbols[s].name)) kinds[j] = crc_symbols[s].kind;
+        if (kinds[j] < 0) {
+            PyErr_Format(PyExc_ValueError, "use_crc32: no known prototype for the C function %s", name);
+            return NULL;
+        }
+    }
     Py_CLEAR(crc_fn); /* until the new one is found and checked */
     void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-    crc32_z_fn z = NULL;
-    crc32_fn c = NULL;
-    if (h) {
-        *(void **)&z = dlsym(h, "crc32_z");
-        *(void **)&c = dlsym(h, "crc32");
+    CrcFn f = {0, NULL};
+    for (Py_ssize_t j = 0; h && !f.fn && j < nnames; j++) {
+        f.kind = kinds[j];
+        f.fn = dlsym(h, crc_symbols[kinds[j]].name);
     }
-    if (!z && !c) {
+    if (!f.fn) {
         if (h) dlclose(h);
         Py_RETURN_FALSE;
     }
@@ -563,17 +595,53 @@ PyObject *c_use_crc32(PyObject *self, PyObject *args) {
             dlclose(h);
             return NULL;
         }
-        same = got <= 0xffffffffUL && (uint32_t)got == zlib_crc(z, c, d + at, (size_t)n);
+        same = got <= 0xffffffffUL && (uint32_t)got == crc_call(f, d + at, (size_t)n);
     }
     PyMem_Free(d);
     if (!same) {
         dlclose(h);
         Py_RETURN_FALSE;
     }
-    zcrc_z = z; /* the handle stays open: the functions stay loaded */
-    zcrc = c;
+    crc_c = f; /* the handle stays open: the function stays loaded */
     crc_fn = Py_NewRef(fn);
     Py_RETURN_TRUE;
+}
+
+SHARED_PYDOC(crc_blocks_doc,
+             "crc_blocks(data, lengths, crc32) -> int | None: the index of the first block whose CRC "
+             "(over its body, then its codec byte) does not match its trailer, of the blocks laid back "
+             "to back from the start of data with the lengths given (a buffer of native u32, as "
+             "array('I')), -1 if all match; None, having checked nothing, where crc32 is not the "
+             "registered callable (use_crc32): the caller checks them in Python.  The scrub's loop: "
+             "no Python call, slice or int per block, and the GIL released throughout.");
+
+PyObject *c_crc_blocks(PyObject *self, PyObject *args) {
+    Py_buffer data, lens;
+    PyObject *fn;
+    if (!PyArg_ParseTuple(args, "y*y*O", &data, &lens, &fn)) return NULL;
+    Py_ssize_t found = -1, n = lens.len / 4;
+    int declined = fn != crc_fn || !crc_fn;
+    if (!declined) {
+        const unsigned char *p = data.buf;
+        const uint32_t *len = lens.buf;
+        Py_ssize_t at = 0, size = data.len;
+        CrcFn f = crc_c;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t b = 0; b < n; b++) {
+            Py_ssize_t l = (Py_ssize_t)len[b];
+            if (l < 5 || l > size - at ||
+                crc32_byte(crc_call(f, p + at, (size_t)(l - 5)), p[at + l - 5]) != rd32(p + at + l - 4)) {
+                found = b;
+                break;
+            }
+            at += l;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&lens);
+    if (declined) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(found);
 }
 
 SHARED_PYDOC(unpack_doc,
@@ -597,7 +665,7 @@ static int unpack_raw(PyObject *const *args, PyObject **raw, Py_ssize_t *n) {
     if (!(body = PyMemoryView_FromMemory((char *)p, end, PyBUF_READ))) return -1;
     uint32_t fast;
     unsigned long got;
-    if (crc_fast(args[1], p, end, &fast)) { /* zlib.crc32's own C function (use_crc32) */
+    if (crc_fast(args[1], p, end, &fast)) { /* the callable's own C function (use_crc32) */
         got = fast;
     } else {
         c = PyObject_CallOneArg(args[1], body);

@@ -35,6 +35,7 @@ static PyMethodDef methods[] = {
     {"lookup", (PyCFunction)(void (*)(void))c_lookup, METH_FASTCALL, lookup_doc},
     {"use_lz4", c_use_lz4, METH_VARARGS, use_lz4_doc},
     {"use_crc32", c_use_crc32, METH_VARARGS, use_crc32_doc},
+    {"crc_blocks", c_crc_blocks, METH_VARARGS, crc_blocks_doc},
     {NULL, NULL, 0, NULL},
 };
 
