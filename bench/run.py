@@ -248,7 +248,13 @@ SUITES: dict[str, Callable[[argparse.Namespace], tuple[list[str], bool]]] = {
 def commit() -> str:
     p = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if p.returncode:
-        return "unknown"
+        # Not a clone: a `git archive` of one commit fills bench/COMMIT in (.gitattributes).
+        try:
+            with open(os.path.join(ROOT, "bench", "COMMIT")) as f:
+                stamp = f.read().strip()
+        except OSError:
+            stamp = ""
+        return stamp if stamp and not stamp.startswith("$") else "unknown"
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True)
     return p.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
