@@ -497,9 +497,10 @@ def test_the_manifest_stage_rows_say_which_sections_compacted_or_merged_runs(tmp
 
 @pytest.mark.parametrize("seed", range(12))
 def test_compact_reading_base_blocks_in_place_equals_the_list_merge(tmp_path, monkeypatch, seed):
-    """compact merges a touched base block read in place (block.merge_block) and cuts the
-    output in one call per run (block.run_cuts); the file equals, byte for byte, the one the
-    list merge writes (the block split into keys and values, merge_run), and holds the model."""
+    """compact merges a touched base block and the runs' records in its range read in place
+    (block.merge_segs) and cuts the output in one call per run (block.run_cuts); the file
+    equals, byte for byte, the ones the list paths write (the runs read as keys and values,
+    the base block read in place by merge_block or split too, merge_run), and holds the model."""
     import webdb.tables.levels as levels_mod
     from webdb.tables import block
     from webdb.tables.format import TABLE_KINDS
@@ -534,10 +535,15 @@ def test_compact_reading_base_blocks_in_place_equals_the_list_merge(tmp_path, mo
         return (tmp_path / name).read_bytes()
 
     merged = []
-    real = levels_mod.merge_block
-    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: merged.append(real(*a)) or merged[-1])
+    real = levels_mod.merge_segs
+    monkeypatch.setattr(levels_mod, "merge_segs", lambda *a: merged.append(real(*a)) or merged[-1])
     in_place = compacted("in-place")
     if block.COMPILED:
         assert merged and None not in merged  # every touched block went in place
-    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: None)  # the list merge instead
+    monkeypatch.setattr(levels_mod, "IN_PLACE", False)  # the runs as lists, the base block in place
+    assert compacted("base-in-place") == in_place
+    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: None)  # all lists
     assert compacted("lists") == in_place
+    monkeypatch.setattr(levels_mod, "IN_PLACE", True)
+    monkeypatch.setattr(levels_mod, "merge_segs", lambda *a: None)  # in-place declined: its list path
+    assert compacted("declined") == in_place
