@@ -1074,12 +1074,14 @@ PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         PyErr_NoMemory();
         goto done;
     }
+    /* The runs' records are a fraction of the base block's: each step finds the runs' next
+     * record (the newest segment holding the smallest key; the others' records of that key
+     * skipped), then takes the base records before it with one comparison each. */
+    Block *bb = &sg[m].b;
     for (;;) {
-        /* The winner: the first (newest) segment holding the smallest key; the others' records
-         * of that key are skipped. */
         Py_ssize_t w = -1, wl = 0;
         const char *ws = NULL;
-        for (Py_ssize_t i = 0; i <= m; i++) {
+        for (Py_ssize_t i = 0; i < m; i++) {
             if (sg[i].j >= sg[i].e) continue;
             const char *s;
             Py_ssize_t l;
@@ -1090,8 +1092,20 @@ PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
                 wl = l;
             }
         }
+        Py_ssize_t bi = sg[m].j;
+        int c = 1;
+        while (bi < n0) {
+            Py_ssize_t s0 = rec_start(bb, bi), ke = key_end(bb, bi);
+            if (w >= 0 && (c = mem_cmp((const char *)bb->raw + s0, ke - s0, ws, wl)) >= 0) break;
+            win[2 * n] = m;
+            win[2 * n + 1] = bi++;
+            n++;
+            total += rec_end(bb, bi - 1) - s0;
+        }
         if (w < 0) break;
-        for (Py_ssize_t i = w + 1; i <= m; i++) {
+        if (c == 0) bi++; /* the base record of the run's key: replaced or deleted */
+        sg[m].j = bi;
+        for (Py_ssize_t i = w + 1; i < m; i++) {
             if (sg[i].j >= sg[i].e) continue;
             const char *s;
             Py_ssize_t l;
@@ -1099,11 +1113,11 @@ PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             if (mem_cmp(s, l, ws, wl) == 0) sg[i].j++;
         }
         Py_ssize_t j = sg[w].j++, ke = key_end(&sg[w].b, j), re = rec_end(&sg[w].b, j);
-        if (w < m && sg[w].b.raw[ke] == 0) continue; /* DEL */
+        if (sg[w].b.raw[ke] == 0) continue; /* DEL */
         win[2 * n] = w;
         win[2 * n + 1] = j;
         n++;
-        total += re - rec_start(&sg[w].b, j) - (w < m);
+        total += re - rec_start(&sg[w].b, j) - 1;
     }
     if (!(data = PyBytes_FromStringAndSize(NULL, total)) || !(lens = PyList_New(2 * n))) goto done;
     char *o = PyBytes_AS_STRING(data);
