@@ -709,7 +709,7 @@ class _RunBlocks:
                 break
             rb = self.rb
             if rb is None:
-                rb = self.rb = t.scan(b)
+                rb = self.rb = t.raw(b, fill_cache=False)
             e = rb.n if ub is None or lk[b] < ub else rb.find(ub)
             if e > j:
                 segs.append((rb.raw, rb.n, j, e))

@@ -208,7 +208,7 @@ class MergeCursor:
         t, b = self.t, self._bi
         if t is None or self._keys is not None or b >= t.nblocks or t.last_keys[b] >= key:
             return None
-        rb = t.scan(b)
+        rb = t.raw(b, fill_cache=False)
         self._bi += 1
         self.decoded_blocks += 1
         return rb

@@ -375,10 +375,6 @@ class _OnFirstUse:
         return obj.__dict__[self.name]
 
 
-# What ``TableReader.scan`` reads at a time.
-_SCAN_BYTES = 4 << 20
-
-
 class TableReader:
     """A table file opened for reading.  The index (one entry per block) is held in memory.
 
@@ -577,7 +573,6 @@ class TableReader:
             raise CorruptionError(f"{self.path}: index covers {pos} bytes, the data blocks end at {io}")
 
     def close(self) -> None:
-        self.__dict__.pop("_ahead", None)
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -659,23 +654,7 @@ class TableReader:
         """Block i read from the file: checksum, decompression and record count verified."""
         if self._fd < 0:
             self._live()
-        return self._unpack(i, os.pread(self._fd, self.lengths[i], self.offsets[i]), fill_cache)
-
-    def scan(self, i: int) -> RawBlock:
-        """``raw(i, fill_cache=False)`` for a forward scan (a compaction): the blocks are read a
-        few MiB at a time, one ``pread`` for many blocks, not one each."""
-        a = self.__dict__.get("_ahead")
-        if a is None or not a[0] <= i < a[1]:
-            self._live()
-            lengths, e, size = self.lengths, i, 0
-            while e < len(lengths) and (e == i or size + lengths[e] <= _SCAN_BYTES):
-                size += lengths[e]
-                e += 1
-            a = self._ahead = (i, e, self.offsets[i], self.raw_range(i, e))
-        at = self.offsets[i] - a[2]
-        return self._unpack(i, a[3][at : at + self.lengths[i]], False)
-
-    def _unpack(self, i: int, data: bytes, fill_cache: bool) -> RawBlock:
+        data = os.pread(self._fd, self.lengths[i], self.offsets[i])
         if len(data) != self.lengths[i]:
             raise CorruptionError(f"{self.where(i)}: truncated")
         rb = unpack_block(data, lambda: self.where(i))
