@@ -627,9 +627,10 @@ def written(
 def compact(view: Levels, out: TableWriter) -> MergeCursor:
     """Merge every run of ``view`` into its base, written to ``out`` (a table of the base's
     kind), tombstones dropped.  A base block no run touches is copied raw; a touched one is
-    merged as a whole with the runs' records in its key range (``merge_run``: one C call whose
-    output goes to the writer as a run; else one dict, newest last, out sorted).  Returns the
-    cursor (its block counters); ``out`` is left open for the caller."""
+    merged as a whole with the runs' records in its key range, both read in place
+    (``merge_segs``: one C call whose output goes to the writer as a run; else the lists of
+    ``merge_block``/``merge_run``, or one dict, newest last, out sorted).  Returns the cursor
+    (its block counters); ``out`` is left open for the caller."""
     return _merge(view.base, view.runs, out, True)
 
 
