@@ -547,3 +547,25 @@ def test_compact_reading_base_blocks_in_place_equals_the_list_merge(tmp_path, mo
     monkeypatch.setattr(levels_mod, "IN_PLACE", True)
     monkeypatch.setattr(levels_mod, "merge_segs", lambda *a: None)  # in-place declined: its list path
     assert compacted("declined") == in_place
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_compact_names_a_run_with_a_bad_op_byte(tmp_path, monkeypatch, in_place):
+    """A run record whose op byte is neither PUT nor DEL makes merge_segs (and merge_run)
+    decline; the list path then names the run, and the new base's file is left to the caller
+    (``written`` removes it)."""
+    import webdb.tables.levels as levels_mod
+    from webdb.errors import CorruptionError
+    from webdb.tables.format import TABLE_KINDS
+
+    monkeypatch.setattr(levels_mod, "IN_PLACE", in_place)
+    base = _table(tmp_path / "b", TABLE_KINDS["links_by_md5"], [(b"k%03d" % i, b"v%d" % i) for i in range(200)])
+    good = _table(
+        tmp_path / "good", DELTA_KINDS["links_by_md5"], [(b"k%03d" % i, PUT + b"g") for i in range(0, 200, 7)]
+    )
+    bad = _table(tmp_path / "bad", DELTA_KINDS["links_by_md5"], [(b"k050", PUT + b"x"), (b"k120", b"\x07y")])
+    view = open_levels(base, [bad, good], "links_by_md5", 200)
+    out = TableWriter(str(tmp_path / "new"), TABLE_KINDS["links_by_md5"], block_size=256, sync=False)
+    with pytest.raises(CorruptionError, match=f"{bad}: delta record b'k120'.*op byte 7"):
+        levels_mod.written(view, out, lambda: levels_mod.compact(view, out))
+    assert not (tmp_path / "new").exists()
