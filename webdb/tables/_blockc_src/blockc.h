@@ -187,12 +187,13 @@ SHARED PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 SHARED PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED extern const char merge_segs_doc[];
 SHARED PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_index_entries(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_lz4(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_crc32(PyObject *self, PyObject *args);
 SHARED extern const char find_doc[], get_doc[], split_doc[], values_doc[], keys_doc[], lens_doc[], build_doc[],
-    build_run_doc[], run_cuts_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], merge_run_doc[], merge_block_doc[], merge_segs_doc[], links_doc[], index_entries_doc[],
+    build_run_doc[], run_cuts_doc[], unpack_doc[], unpack_range_doc[], merge_doc[], merge_run_doc[], merge_block_doc[], links_doc[], index_entries_doc[],
     use_lz4_doc[], use_crc32_doc[];
 
 /* bulk.c */
