@@ -333,6 +333,58 @@ def test_c_merge_block_declines_an_unsound_block():
         _blockc.merge_block(good, 3, [], False)  # more records than the block holds
 
 
+@needs_c
+@given(
+    st.lists(st.tuples(_level, st.lists(st.booleans(), min_size=12, max_size=12), st.integers(1, 4)), max_size=4),
+    _level,
+)
+def test_c_merge_segs_equals_merge_block_of_the_split_runs(levels, base):
+    """A compaction's runs read in place, each as segments of its blocks (newest run first, a
+    run's blocks cut where it likes), give merge_block's run of the same records as lists."""
+    parts, segs = [], []
+    for recs, dels, per in levels:
+        ks = sorted(recs)
+        vs = [b"\x00" if d else b"\x01" + recs[k] for k, d in zip(ks, dels)]
+        parts.append((ks, vs, True))
+        for a in range(0, len(ks), per):  # blocks of `per` records, each one segment, or two
+            bk, bv = ks[a : a + per], vs[a : a + per]
+            raw = _blockc.build(bk, bv)
+            mid = len(bk) // 2
+            segs += [(raw, len(bk), 0, mid), (raw, len(bk), mid, len(bk))] if mid else [(raw, len(bk), 0, len(bk))]
+    bk = sorted(base)
+    bv = [base[k] for k in bk]
+    raw = _blockc.build(bk, bv)
+    want = _blockc.merge_block(raw, len(bk), parts, False)
+    assert _blockc.merge_segs(raw, len(bk), segs) == want
+    assert block.merge_segs(raw, len(bk), segs) == want
+
+
+@needs_c
+def test_c_merge_segs_declines_an_unsound_segment():
+    good = _blockc.build([b"a", b"b"], [b"1", b"2"])
+    run = _blockc.build([b"a", b"c"], [b"\x00", b"\x013"])
+    assert _blockc.merge_segs(good, 2, [(run, 2, 0, 2)]) == (b"b2c3", [1, 1, 1, 1])
+    assert _blockc.merge_segs(good, 2, [(run, 2, 1, 2)]) == (b"a1b2c3", [1, 1, 1, 1, 1, 1])  # j0 = 1
+    assert _blockc.merge_segs(good, 2, [(run, 2, 1, 1)]) == (b"a1b2", [1, 1, 1, 1])  # empty
+    bad_op = _blockc.build([b"a"], [b"\x02x"])
+    assert _blockc.merge_segs(good, 2, [(bad_op, 1, 0, 1)]) is None
+    no_op = _blockc.build([b"a"], [b""])
+    assert _blockc.merge_segs(good, 2, [(no_op, 1, 0, 1)]) is None
+    unsorted = _blockc.build([b"c", b"a"], [b"\x011", b"\x012"])
+    assert _blockc.merge_segs(good, 2, [(unsorted, 2, 0, 2)]) is None  # keys out of order
+    assert _blockc.merge_segs(good, 2, [(unsorted, 2, 0, 1)]) == (b"a1b2c1", [1, 1, 1, 1, 1, 1])  # one record
+    bad = bytearray(run)
+    bad[-8:-4] = (200).to_bytes(4, "little")  # a record end past the records
+    assert _blockc.merge_segs(good, 2, [(bytes(bad), 2, 0, 2)]) is None
+    assert _blockc.merge_segs(good, 2, [(run, 2, 0, 3)]) is None  # past the block's records
+    assert _blockc.merge_segs(good, 2, [(run, 2, 2, 1)]) is None  # j1 < j0
+    assert _blockc.merge_segs(good, 2, [(run, 2, 0)]) is None  # not a segment
+    assert _blockc.merge_segs(good, 2, [(bytearray(run), 2, 0, 2)]) is None
+    assert _blockc.merge_segs(_blockc.build([b"b", b"a"], [b"1", b"2"]), 2, []) is None  # an unsound base
+    with pytest.raises(ValueError):
+        _blockc.merge_segs(good, 3, [])  # more records than the block holds
+
+
 def _as_run(keys: list[bytes], vals: list[bytes]) -> tuple[bytes, list[int]]:
     return b"".join(k + v for k, v in zip(keys, vals)), [n for k, v in zip(keys, vals) for n in (len(k), len(v))]
 

@@ -497,9 +497,10 @@ def test_the_manifest_stage_rows_say_which_sections_compacted_or_merged_runs(tmp
 
 @pytest.mark.parametrize("seed", range(12))
 def test_compact_reading_base_blocks_in_place_equals_the_list_merge(tmp_path, monkeypatch, seed):
-    """compact merges a touched base block read in place (block.merge_block) and cuts the
-    output in one call per run (block.run_cuts); the file equals, byte for byte, the one the
-    list merge writes (the block split into keys and values, merge_run), and holds the model."""
+    """compact merges a touched base block and the runs' records in its range read in place
+    (block.merge_segs) and cuts the output in one call per run (block.run_cuts); the file
+    equals, byte for byte, the ones the list paths write (the runs read as keys and values,
+    the base block read in place by merge_block or split too, merge_run), and holds the model."""
     import webdb.tables.levels as levels_mod
     from webdb.tables import block
     from webdb.tables.format import TABLE_KINDS
@@ -534,10 +535,37 @@ def test_compact_reading_base_blocks_in_place_equals_the_list_merge(tmp_path, mo
         return (tmp_path / name).read_bytes()
 
     merged = []
-    real = levels_mod.merge_block
-    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: merged.append(real(*a)) or merged[-1])
+    real = levels_mod.merge_segs
+    monkeypatch.setattr(levels_mod, "merge_segs", lambda *a: merged.append(real(*a)) or merged[-1])
     in_place = compacted("in-place")
     if block.COMPILED:
         assert merged and None not in merged  # every touched block went in place
-    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: None)  # the list merge instead
+    monkeypatch.setattr(levels_mod, "IN_PLACE", False)  # the runs as lists, the base block in place
+    assert compacted("base-in-place") == in_place
+    monkeypatch.setattr(levels_mod, "merge_block", lambda *a: None)  # all lists
     assert compacted("lists") == in_place
+    monkeypatch.setattr(levels_mod, "IN_PLACE", True)
+    monkeypatch.setattr(levels_mod, "merge_segs", lambda *a: None)  # in-place declined: its list path
+    assert compacted("declined") == in_place
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_compact_names_a_run_with_a_bad_op_byte(tmp_path, monkeypatch, in_place):
+    """A run record whose op byte is neither PUT nor DEL makes merge_segs (and merge_run)
+    decline; the list path then names the run, and the new base's file is left to the caller
+    (``written`` removes it)."""
+    import webdb.tables.levels as levels_mod
+    from webdb.errors import CorruptionError
+    from webdb.tables.format import TABLE_KINDS
+
+    monkeypatch.setattr(levels_mod, "IN_PLACE", in_place)
+    base = _table(tmp_path / "b", TABLE_KINDS["links_by_md5"], [(b"k%03d" % i, b"v%d" % i) for i in range(200)])
+    good = _table(
+        tmp_path / "good", DELTA_KINDS["links_by_md5"], [(b"k%03d" % i, PUT + b"g") for i in range(0, 200, 7)]
+    )
+    bad = _table(tmp_path / "bad", DELTA_KINDS["links_by_md5"], [(b"k050", PUT + b"x"), (b"k120", b"\x07y")])
+    view = open_levels(base, [bad, good], "links_by_md5", 200)
+    out = TableWriter(str(tmp_path / "new"), TABLE_KINDS["links_by_md5"], block_size=256, sync=False)
+    with pytest.raises(CorruptionError, match=f"{bad}: delta record b'k120'.*op byte 7"):
+        levels_mod.written(view, out, lambda: levels_mod.compact(view, out))
+    assert not (tmp_path / "new").exists()

@@ -720,6 +720,16 @@ def merge_block(
     return blockc.merge_block(raw, n, parts, keep_ops) if blockc is not None else None
 
 
+def merge_segs(raw: bytes, n: int, segs: list[tuple[bytes, int, int, int]]) -> tuple[bytes, list[int]] | None:
+    """``merge_block(raw, n, parts, False)`` where the runs' records are read in place as well:
+    ``segs`` are (decoded run block, its count, j0, j1), records j0..j1-1 of the block, newest
+    run first, one run's segments in key order (``_blockc.merge_segs``).  A compaction's runs
+    then make no object per record either.  None when not compiled, or for a base block or a
+    segment whose offsets, key order or op bytes are unsound (the caller splits the blocks and
+    runs the list path, which names faults)."""
+    return blockc.merge_segs(raw, n, segs) if blockc is not None else None
+
+
 def range_diff(
     ok: list[bytes], ov: list[bytes], new, lo: bytes, hi: bytes, out_k: list[bytes], out_v: list[bytes]
 ) -> int | None:

@@ -29,6 +29,7 @@ from webdb.tables.block import (
     lz4_decompress,
     merge_block,
     merge_run,
+    merge_segs,
     merge_sorted,
     range_diff,
     short_levels,
@@ -626,9 +627,10 @@ def written(
 def compact(view: Levels, out: TableWriter) -> MergeCursor:
     """Merge every run of ``view`` into its base, written to ``out`` (a table of the base's
     kind), tombstones dropped.  A base block no run touches is copied raw; a touched one is
-    merged as a whole with the runs' records in its key range (``merge_run``: one C call whose
-    output goes to the writer as a run; else one dict, newest last, out sorted).  Returns the
-    cursor (its block counters); ``out`` is left open for the caller."""
+    merged as a whole with the runs' records in its key range, both read in place
+    (``merge_segs``: one C call whose output goes to the writer as a run; else the lists of
+    ``merge_block``/``merge_run``, or one dict, newest last, out sorted).  Returns the cursor
+    (its block counters); ``out`` is left open for the caller."""
     return _merge(view.base, view.runs, out, True)
 
 
@@ -643,6 +645,10 @@ def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, 
     """``runs`` (newest first) over ``base``, a base block at a time; ``apply``: the ops are
     applied (a base out), else the records are kept with their op bytes (a run out)."""
     cur = MergeCursor(base, out)
+    if apply and IN_PLACE and blockc is not None and base is not None and base.nblocks:
+        _compact_in_place(base, runs, cur, out)
+        cur.finish()
+        return cur
     seekers = [Seeker(r) for r in reversed(runs)]  # oldest first: newer records overwrite
     if base is None or not base.nblocks:
         bounds = [(b"", None)]
@@ -650,8 +656,8 @@ def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, 
         fk = base.first_keys
         bounds = [(fk[s] if s else b"", fk[s + 1] if s + 1 < len(fk) else None) for s in range(len(fk))]
     for lo, ub in bounds:
-        found = [(s, s.range(lo, ub)) for s in seekers]
-        found = [(s, kv) for s, kv in found if kv[0]]
+        found = [(s.t, s.range(lo, ub)) for s in seekers]
+        found = [(t, kv) for t, kv in found if kv[0]]
         if not found:
             continue  # untouched: copied raw by the next copy_until
         cur.copy_until(lo, load=False)
@@ -669,32 +675,126 @@ def _merge(base: TableReader | None, runs: list[TableReader], out: TableWriter, 
                     ok, ov = rb.split()
             else:
                 ok, ov = cur.take_until(end)
-        # In C, newest first, straight into the writer's run form (the runs' ops applied for a
-        # base, kept for a run); None for a bad op byte, which the Python code below names.
-        if m is None:
-            m = merge_run(parts + [(ok, ov, False)], not apply)
         if m is not None:
             out.add_run(*m)
-            continue
-        d = dict(zip(ok, ov))
-        for s, (ks, vs) in found:
-            if not apply:
-                for k, v in zip(ks, vs):
-                    _op(v, s.t, k)
-                d.update(zip(ks, vs))
-                continue
-            for k, v in zip(ks, vs):
-                if v[:1] == PUT:
-                    d[k] = v[1:]
-                elif v == DEL:
-                    d.pop(k, None)
-                else:
-                    _op(v, s.t, k)  # raises, naming the run
-        if d:
-            ks = sorted(d)
-            out.add_many(ks, [d[k] for k in ks])
+        else:
+            _merge_lists(found, ok, ov, apply, out)
     cur.finish()
     return cur
+
+
+# False: a compaction reads the runs through ``Seeker.range`` as key and value lists (the
+# reference path, which the tests compare the in-place path with byte for byte).
+IN_PLACE = True
+
+
+class _RunBlocks:
+    """One delta run read forward by a compaction, a base block's key range at a time: its
+    records before a bound as segments (decoded block, count, j0, j1) read in place by
+    ``merge_segs``.  Each record is taken once (the base blocks' ranges tile the key space);
+    a run block whose first key is past the bound is not read."""
+
+    __slots__ = ("t", "b", "j", "rb")
+
+    def __init__(self, t: TableReader):
+        self.t, self.b, self.j, self.rb = t, 0, 0, None
+
+    def take(self, ub: bytes | None, segs: list, owners: list) -> None:
+        """Append the segments of the records with key < ``ub`` (None: all) not taken yet to
+        ``segs``, and (this run, the block, j0, j1) of each to ``owners``."""
+        t = self.t
+        fk, lk, nb = t.first_keys, t.last_keys, t.nblocks
+        b, j = self.b, self.j
+        while b < nb:
+            if not j and ub is not None and fk[b] >= ub:
+                break
+            rb = self.rb
+            if rb is None:
+                rb = self.rb = t.raw(b, fill_cache=False)
+            e = rb.n if ub is None or lk[b] < ub else rb.find(ub)
+            if e > j:
+                segs.append((rb.raw, rb.n, j, e))
+                owners.append((self, rb, j, e))
+            if e < rb.n:
+                j = e
+                break
+            b, j, self.rb = b + 1, 0, None
+        self.b, self.j = b, j
+
+
+def _compact_in_place(base: TableReader, runs: list[TableReader], cur: MergeCursor, out: TableWriter) -> None:
+    """``_merge`` of a compaction with the runs' blocks read in place: per touched base block one
+    C call (``merge_segs``) merges the base block's records and the runs' records in its range,
+    none of them made an object.  A block it finds unsound is split into lists and merged by
+    the list path, which names the fault."""
+    readers = [_RunBlocks(r) for r in runs]  # newest first, as merge_segs takes them
+    fk = base.first_keys
+    nb = len(fk)
+    last = base.last_keys[-1] + b"\x00"
+    for s in range(nb):
+        ub = fk[s + 1] if s + 1 < nb else None
+        segs: list = []
+        owners: list = []
+        for r in readers:
+            r.take(ub, segs, owners)
+        if not segs:
+            continue  # untouched: copied raw by the next copy_until
+        cur.copy_until(fk[s] if s else b"", load=False)
+        end = ub if ub is not None else last
+        rb = cur.take_block(end)
+        m = merge_segs(rb.raw, rb.n, segs) if rb is not None else None
+        if m is None:
+            ok, ov = rb.split() if rb is not None else cur.take_until(end)
+            found = []
+            for r in reversed(readers):  # oldest first, as the list path takes them
+                ks: list[bytes] = []
+                vs: list[bytes] = []
+                for o, orb, j0, j1 in owners:
+                    if o is r:
+                        k, v = orb.split(j0, j1)
+                        ks += k
+                        vs += v
+                if ks:
+                    found.append((r.t, (ks, vs)))
+            _merge_lists(found, ok, ov, True, out)
+        else:
+            out.add_run(*m)
+
+
+def _merge_lists(
+    found: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]],
+    ok: list[bytes],
+    ov: list[bytes],
+    apply: bool,
+    out: TableWriter,
+) -> None:
+    """One base block's merge from lists, written to ``out``: ``found`` the runs' (file, (keys,
+    values)) in range, oldest first, over the base records ``ok``, ``ov``.  In C when it can
+    (``merge_run``: newest first, straight into the writer's run form; the runs' ops applied
+    for a base, kept for a run); else a dict, newest last (the reference, which names a bad op
+    byte)."""
+    parts = [(ks, vs, True) for _, (ks, vs) in reversed(found)]
+    m = merge_run(parts + [(ok, ov, False)], not apply)
+    if m is not None:
+        out.add_run(*m)
+        return
+    d = dict(zip(ok, ov))
+    for t, (ks, vs) in found:
+        if not apply:
+            for k, v in zip(ks, vs):
+                _op(v, t, k)
+            d.update(zip(ks, vs))
+            continue
+        for k, v in zip(ks, vs):
+            if v[:1] == PUT:
+                d[k] = v[1:]
+            elif v == DEL:
+                d.pop(k, None)
+            else:
+                _op(v, t, k)  # raises, naming the run
+    if d:
+        ks = sorted(d)
+        out.add_many(ks, [d[k] for k in ks])
 
 
 assert set(DELTA_KINDS) == set(TABLE_KINDS)

@@ -186,6 +186,8 @@ SHARED PyObject *c_unpack_range(PyObject *self, PyObject *const *args, Py_ssize_
 SHARED PyObject *c_merge(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_merge_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+SHARED extern const char merge_segs_doc[];
 SHARED PyObject *c_links(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 SHARED PyObject *c_index_entries(PyObject *self, PyObject *args);
 SHARED PyObject *c_use_lz4(PyObject *self, PyObject *args);

@@ -1065,6 +1065,152 @@ done:
     return res;
 }
 
+SHARED_PYDOC(merge_segs_doc,
+             "merge_segs(raw, n, segs) -> (data, lens): merge_block(raw, n, parts, False) where the "
+             "parts are delta-run records read in place too: segs are (block, count, j0, j1), records "
+             "j0..j1-1 of a decoded run block, newest run first (one run's segments in key order, "
+             "after each other).  A compaction's base block and the runs' records in its range merge "
+             "without one object per record.  None where merge_block declines or a segment's range, "
+             "offsets, key order or op bytes are not as a sound run has them.");
+
+/* One segment of a run block: records j..e-1 of b, read in place (values: op byte first). */
+typedef struct {
+    Block b;
+    Py_ssize_t j, e;
+} Seg;
+
+static inline void seg_key(const Seg *s, const char **p, Py_ssize_t *l) {
+    Py_ssize_t a = rec_start(&s->b, s->j);
+    *p = (const char *)s->b.raw + a;
+    *l = key_end(&s->b, s->j) - a;
+}
+
+/* 1 if records j0..j1-1 of b have sound offsets, strictly increasing keys and an op byte. */
+static int seg_sound(const Block *b, Py_ssize_t j0, Py_ssize_t j1) {
+    Py_ssize_t end = b->len - 4 - 8 * b->n, prev = rec_start(b, j0);
+    if (prev > end) return 0;
+    for (Py_ssize_t j = j0; j < j1; j++) {
+        Py_ssize_t ke = key_end(b, j), re = rec_end(b, j);
+        if (ke < prev || re <= ke || re > end || b->raw[ke] > 1) return 0;
+        if (j > j0 && mem_cmp((const char *)b->raw + rec_start(b, j - 1), key_end(b, j - 1) - rec_start(b, j - 1),
+                              (const char *)b->raw + prev, ke - prev) >= 0)
+            return 0;
+        prev = re;
+    }
+    return 1;
+}
+
+PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "merge_segs(raw: bytes, n: int, segs: list)");
+        return NULL;
+    }
+    Py_ssize_t n0 = PyLong_AsSsize_t(args[1]);
+    if (n0 == -1 && PyErr_Occurred()) return NULL;
+    Block base;
+    if (block_of(args[0], n0, &base) < 0) return NULL;
+    if (!block_sound(&base)) Py_RETURN_NONE;
+    /* Nothing below calls Python code once the segments are parsed: the list and the bytes they
+     * hold cannot change under the loop (the tuples keep the blocks alive). */
+    Py_ssize_t m = PyList_GET_SIZE(args[2]), cap = n0, n = 0, total = 0;
+    Seg *sg = PyMem_Malloc(sizeof(Seg) * (size_t)(m + 1));
+    if (!sg) return PyErr_NoMemory();
+    PyObject *data = NULL, *lens = NULL, *res = NULL;
+    Py_ssize_t *win = NULL;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        PyObject *t = PyList_GET_ITEM(args[2], i);
+        Py_ssize_t sn, j0, j1;
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4 || !PyBytes_Check(PyTuple_GET_ITEM(t, 0))) goto decline;
+        sn = PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 1));
+        j0 = sn < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 2));
+        j1 = j0 < 0 ? -1 : PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 3));
+        if (PyErr_Occurred()) goto done;
+        if (j1 < j0 || j0 < 0 || block_of(PyTuple_GET_ITEM(t, 0), sn, &sg[i].b) < 0) {
+            PyErr_Clear();
+            goto decline;
+        }
+        if (j1 > sn || !seg_sound(&sg[i].b, j0, j1)) goto decline;
+        sg[i].j = j0;
+        sg[i].e = j1;
+        cap += j1 - j0;
+    }
+    /* The base block as the oldest segment (no op bytes). */
+    sg[m].b = base;
+    sg[m].j = 0;
+    sg[m].e = n0;
+    if (!(win = PyMem_Malloc(sizeof(Py_ssize_t) * 2 * (size_t)(cap ? cap : 1)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* The runs' records are a fraction of the base block's: each step finds the runs' next
+     * record (the newest segment holding the smallest key; the others' records of that key
+     * skipped), then takes the base records before it with one comparison each. */
+    Block *bb = &sg[m].b;
+    for (;;) {
+        Py_ssize_t w = -1, wl = 0;
+        const char *ws = NULL;
+        for (Py_ssize_t i = 0; i < m; i++) {
+            if (sg[i].j >= sg[i].e) continue;
+            const char *s;
+            Py_ssize_t l;
+            seg_key(&sg[i], &s, &l);
+            if (w < 0 || mem_cmp(s, l, ws, wl) < 0) {
+                w = i;
+                ws = s;
+                wl = l;
+            }
+        }
+        Py_ssize_t bi = sg[m].j;
+        int c = 1;
+        while (bi < n0) {
+            Py_ssize_t s0 = rec_start(bb, bi), ke = key_end(bb, bi);
+            if (w >= 0 && (c = mem_cmp((const char *)bb->raw + s0, ke - s0, ws, wl)) >= 0) break;
+            win[2 * n] = m;
+            win[2 * n + 1] = bi++;
+            n++;
+            total += rec_end(bb, bi - 1) - s0;
+        }
+        if (w < 0) break;
+        if (c == 0) bi++; /* the base record of the run's key: replaced or deleted */
+        sg[m].j = bi;
+        for (Py_ssize_t i = w + 1; i < m; i++) {
+            if (sg[i].j >= sg[i].e) continue;
+            const char *s;
+            Py_ssize_t l;
+            seg_key(&sg[i], &s, &l);
+            if (mem_cmp(s, l, ws, wl) == 0) sg[i].j++;
+        }
+        Py_ssize_t j = sg[w].j++, ke = key_end(&sg[w].b, j), re = rec_end(&sg[w].b, j);
+        if (sg[w].b.raw[ke] == 0) continue; /* DEL */
+        win[2 * n] = w;
+        win[2 * n + 1] = j;
+        n++;
+        total += re - rec_start(&sg[w].b, j) - 1;
+    }
+    if (!(data = PyBytes_FromStringAndSize(NULL, total)) || !(lens = PyList_New(2 * n))) goto done;
+    char *o = PyBytes_AS_STRING(data);
+    for (Py_ssize_t t = 0; t < n; t++) {
+        Py_ssize_t i = win[2 * t], j = win[2 * t + 1], skip = i < m;
+        const Block *b = &sg[i].b;
+        Py_ssize_t s = rec_start(b, j), ke = key_end(b, j), re = rec_end(b, j);
+        Py_ssize_t kl = ke - s, vl = re - ke - skip;
+        memcpy(o, b->raw + s, (size_t)kl);
+        memcpy(o + kl, b->raw + ke + skip, (size_t)vl);
+        o += kl + vl;
+        if (set_lens(lens, t, kl, vl) < 0) goto done;
+    }
+    res = Py_BuildValue("(OO)", data, lens);
+    goto done;
+decline:
+    res = Py_NewRef(Py_None);
+done:
+    PyMem_Free(sg);
+    PyMem_Free(win);
+    Py_XDECREF(data);
+    Py_XDECREF(lens);
+    return res;
+}
+
 SHARED_PYDOC(links_doc,
              "links(keys, values, plen, url, cls, fixed, out) -> [cls(key[plen:], url, anchor, domain_id, "
              "flags & out != 0)] of LinksByURL records (reader._links in C): a value is domain_id "

@@ -8,6 +8,7 @@ static PyMethodDef methods[] = {
     {"merge", (PyCFunction)(void (*)(void))c_merge, METH_FASTCALL, merge_doc},
     {"merge_run", (PyCFunction)(void (*)(void))c_merge_run, METH_FASTCALL, merge_run_doc},
     {"merge_block", (PyCFunction)(void (*)(void))c_merge_block, METH_FASTCALL, merge_block_doc},
+    {"merge_segs", (PyCFunction)(void (*)(void))c_merge_segs, METH_FASTCALL, merge_segs_doc},
     {"links", (PyCFunction)(void (*)(void))c_links, METH_FASTCALL, links_doc},
     {"find", c_find, METH_VARARGS, find_doc},
     {"get", c_get, METH_VARARGS, get_doc},
