@@ -66,9 +66,21 @@ static void ls_dealloc(LevelSeek *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
-/* bisect_left(last_keys, key, lo): the first entry from lo on whose last key is >= key. */
+/* bisect_left(last_keys, key, lo): the first entry from lo on whose last key is >= key.  A
+ * galloping search from lo (entries lo, lo+1, lo+3, lo+7, ... then a binary search of the last
+ * step): keys come in increasing order and most fall in the block at hand or one a little
+ * further, so a read costs a comparison or a few instead of a search of the whole rest of the
+ * index, whose entries (cache misses on a big file's index) grow with the table. */
 static Py_ssize_t last_ge(const Block *ix, Py_ssize_t lo, const char *key, Py_ssize_t klen) {
-    return search(ix, lo, ix->n, key, klen, cmp_last, 0);
+    Py_ssize_t n = ix->n, step = 1;
+    while (lo < n && cmp_last(ix, lo, key, klen) < 0) { /* entries < lo all have last keys < key */
+        Py_ssize_t hi = lo + step;
+        if (hi >= n || cmp_last(ix, hi, key, klen) >= 0)
+            return search(ix, lo + 1, hi < n ? hi : n, key, klen, cmp_last, 0);
+        lo = hi + 1;
+        step <<= 1;
+    }
+    return lo;
 }
 
 /* Block b of a file (index ix), its bytes data as read, decompressed and verified as
