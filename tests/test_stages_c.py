@@ -469,6 +469,30 @@ def test_levelseek_search_from_the_block_at_hand_any_distance(tmp_path_factory, 
 
 
 @needs_c
+@pytest.mark.parametrize("table", ["links_by_md5", "links_by_url"])
+def test_levelseek_point_read_below_the_last_in_its_block(tmp_path, table):
+    """A point read searches a block from where the last one in it ended; a key below that one
+    (the same block: its index search stays there) is still found, in a whole block and in a
+    block held in lz4 pieces."""
+    from webdb.tables.levels import open_levels
+
+    base = {b"k%04d" % i: b"v%d" % i + b"x" * 20 for i in range(0, 400, 2)}
+    b, _ = _level_files(tmp_path, table, base, [], 4096)
+    view = open_levels(b, [], table, len(base))
+    c = view.level_seek()
+    t = view.base
+    assert t.nblocks >= 2
+    keys = sorted(base)
+    for blk in range(t.nblocks):  # in each block: its last key, then its first, then a middle one
+        inside = [k for k in keys if t.first_keys[blk] <= k <= t.last_keys[blk]]
+        assert len(inside) > 20
+        for k in (inside[-1], inside[0], inside[len(inside) // 2], inside[3]):
+            assert c.get(k) == base[k]
+            assert c.get(k + b"\x00") is None
+    view.close()
+
+
+@needs_c
 def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
     """A block the C reads find unsound (here: a flipped byte) is read again by the Seekers,
     whose CorruptionError names the run; a delta record whose op byte is neither PUT nor DEL
