@@ -92,13 +92,13 @@ static Py_ssize_t last_ge(const Block *ix, Py_ssize_t lo, const char *key, Py_ss
 
 /* lower_bound(bb, 0, key) of a point read in the block (or piece) bb, galloping from *at, where
  * the file's last point read in bb ended, if the record before it is below key (keys come in
- * increasing order, so it nearly always is; else the whole block is searched): a block of a
- * link table holds a hundred records or more, and a round's keys fall several in a block.  *at
- * is set to the result (SeekFile.at; drop_block forgets it with the block). */
+ * increasing order, so it nearly always is; else, and for the block's first read, the block is
+ * bisected): a block of a link table holds a hundred records or more, and a round's keys fall
+ * several in a block.  *at is set to the result (SeekFile.at; drop_block forgets it). */
 static Py_ssize_t find_from(const Block *bb, Py_ssize_t *at, const char *key, Py_ssize_t klen) {
     Py_ssize_t lo = *at;
-    if (lo > bb->n || (lo > 0 && cmp_key(bb, lo - 1, key, klen) >= 0)) lo = 0;
-    return *at = gallop(bb, lo, key, klen, cmp_key);
+    if (lo > 0 && lo <= bb->n && cmp_key(bb, lo - 1, key, klen) < 0) return *at = gallop(bb, lo, key, klen, cmp_key);
+    return *at = lower_bound(bb, 0, key, klen);
 }
 
 /* Block b of a file (index ix), its bytes data as read, decompressed and verified as
