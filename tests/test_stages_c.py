@@ -407,6 +407,92 @@ def test_levelseek_reads_as_the_seekers(tmp_path_factory, table, base, runs, blo
 
 
 @needs_c
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 700), min_size=1, max_size=60), st.integers(0, 2**32 - 1))
+def test_levelseek_search_from_the_block_at_hand_any_distance(tmp_path_factory, gaps, seed):
+    """Keys asked at every distance from the block at hand (the same block, the next, a jump
+    over hundreds of blocks, past the last key), in a base and runs of hundreds of tiny blocks:
+    the same answers, block reads and places as the Python Seekers (which bisect the rest of the
+    index), for point reads, ranges and splices."""
+    import random
+
+    from webdb.tables.levels import LevelCursor, open_levels
+    from webdb.tables.merge import Splice
+
+    rnd = random.Random(seed)
+    tmp = tmp_path_factory.mktemp("gallop")
+    key = b"u%05d".__mod__
+    base = {key(i): b"v%d" % i for i in range(0, 6000, 2)}
+    runs = [{key(i): (None if i % 3 == 0 else b"r%d" % i) for i in range(j, 6000, 7 + 4 * j)} for j in range(2)]
+    b, rs = _level_files(tmp, "links_by_url", base, runs, 64)
+    model = dict(base)
+    for r in reversed(runs):
+        for k, v in r.items():
+            if v is None:
+                model.pop(k, None)
+            else:
+                model[k] = v
+    views = [open_levels(b, rs, "links_by_url", len(model)) for _ in range(3)]
+    c, py, cs = (LevelCursor(v, TableWriter(str(tmp / f"out{i}"), 13, sync=False)) for i, v in enumerate(views))
+    assert c._c is not None and views[0].base.nblocks > 300
+    py._c = None
+    i = 0
+    for g in gaps:
+        i += g
+        k, k1 = key(i), key(i + 1)
+        how = rnd.randrange(3)
+        if how == 0:
+            assert c._get(k) == py._get(k) == model.get(k)
+        elif how == 1:
+            hi = key(i + 3)
+            inside = [x for x in sorted(model) if k <= x < hi]
+            assert c._range(k, hi) == py._range(k, hi) == (inside, [model[x] for x in inside])
+            i += 2
+        else:
+            # (A splice reads points where the Python path reads the range: other blocks, so
+            # cs, a third cursor, splices, and its changes are checked against the model.)
+            out_k: list[bytes] = []
+            out_v: list[bytes] = []
+            live = cs._splice(Splice([(k, b"new"), (k1, None)]), k, key(i + 2), out_k, out_v)
+            want = [(k, b"\x01new")] if model.get(k) != b"new" else []
+            want += [(k1, b"\x00")] if k1 in model else []
+            assert list(zip(out_k, out_v)) == want
+            assert live == (k not in model) - (k1 in model)
+            assert cs._c is not None
+        i += 2
+        assert c.decoded_blocks == py.decoded_blocks
+        assert c._c is not None
+    for cur in (c, py, cs):
+        cur.out.close()
+    for v in views:
+        v.close()
+
+
+@needs_c
+@pytest.mark.parametrize("table", ["links_by_md5", "links_by_url"])
+def test_levelseek_point_read_below_the_last_in_its_block(tmp_path, table):
+    """A point read searches a block from where the last one in it ended; a key below that one
+    (the same block: its index search stays there) is still found, in a whole block and in a
+    block held in lz4 pieces."""
+    from webdb.tables.levels import open_levels
+
+    base = {b"k%04d" % i: b"v%d" % i + b"x" * 20 for i in range(0, 400, 2)}
+    b, _ = _level_files(tmp_path, table, base, [], 4096)
+    view = open_levels(b, [], table, len(base))
+    c = view.level_seek()
+    t = view.base
+    assert t.nblocks >= 2
+    keys = sorted(base)
+    for blk in range(t.nblocks):  # in each block: its last key, then its first, then a middle one
+        inside = [k for k in keys if t.first_keys[blk] <= k <= t.last_keys[blk]]
+        assert len(inside) > 20
+        for k in (inside[-1], inside[0], inside[len(inside) // 2], inside[3]):
+            assert c.get(k) == base[k]
+            assert c.get(k + b"\x00") is None
+    view.close()
+
+
+@needs_c
 def test_levelseek_leaves_a_damaged_run_to_the_python_path(tmp_path):
     """A block the C reads find unsound (here: a flipped byte) is read again by the Seekers,
     whose CorruptionError names the run; a delta record whose op byte is neither PUT nor DEL

@@ -28,6 +28,8 @@ typedef struct {
     Pieces ps;       /* its header (when data) */
     PyObject **praw; /* piece i decompressed and sound, or NULL (ps.m entries, when data) */
     Block *pb;       /* its offsets (when praw[i]) */
+    const Block *at_b; /* the block or piece of the last point read (NULL: none since load), */
+    Py_ssize_t at;     /* and where in it that read's search ended (find_from) */
     PyObject *nxt;   /* Seeker.nxt: a lower bound of the file's next key; NULL: none left */
 } SeekFile;
 
@@ -42,6 +44,7 @@ typedef struct {
 
 /* Forget the block at hand of f (whole or in pieces). */
 static void drop_block(SeekFile *f) {
+    f->at_b = NULL;
     Py_CLEAR(f->blk);
     if (f->data) {
         for (Py_ssize_t i = 0; i < f->ps.m; i++) Py_XDECREF(f->praw[i]);
@@ -66,9 +69,36 @@ static void ls_dealloc(LevelSeek *s) {
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
-/* bisect_left(last_keys, key, lo): the first entry from lo on whose last key is >= key. */
+/* bisect_left(last_keys, key, lo): the first entry from lo on whose last key is >= key.  A
+ * galloping search from lo (entries lo, lo+1, lo+3, lo+7, ... then a binary search of the last
+ * step): keys come in increasing order and most fall in the block at hand or one a little
+ * further, so a read costs a comparison or a few instead of a search of the whole rest of the
+ * index, whose entries (cache misses on a big file's index) grow with the table. */
+static inline Py_ssize_t gallop(const Block *b, Py_ssize_t lo, const char *key, Py_ssize_t klen,
+                                int (*cmp)(const Block *, Py_ssize_t, const char *, Py_ssize_t)) {
+    Py_ssize_t n = b->n, step = 1;
+    while (lo < n && cmp(b, lo, key, klen) < 0) { /* entries < lo all compare below key */
+        Py_ssize_t hi = lo + step;
+        if (hi >= n || cmp(b, hi, key, klen) >= 0) return search(b, lo + 1, hi < n ? hi : n, key, klen, cmp, 0);
+        lo = hi + 1;
+        step <<= 1;
+    }
+    return lo;
+}
+
 static Py_ssize_t last_ge(const Block *ix, Py_ssize_t lo, const char *key, Py_ssize_t klen) {
-    return search(ix, lo, ix->n, key, klen, cmp_last, 0);
+    return gallop(ix, lo, key, klen, cmp_last);
+}
+
+/* lower_bound(bb, 0, key) of a point read in the block (or piece) bb, galloping from *at, where
+ * the file's last point read in bb ended, if the record before it is below key (keys come in
+ * increasing order, so it nearly always is; else, and for the block's first read, the block is
+ * bisected): a block of a link table holds a hundred records or more, and a round's keys fall
+ * several in a block.  *at is set to the result (SeekFile.at; drop_block forgets it). */
+static Py_ssize_t find_from(const Block *bb, Py_ssize_t *at, const char *key, Py_ssize_t klen) {
+    Py_ssize_t lo = *at;
+    if (lo > 0 && lo <= bb->n && cmp_key(bb, lo - 1, key, klen) < 0) return *at = gallop(bb, lo, key, klen, cmp_key);
+    return *at = lower_bound(bb, 0, key, klen);
 }
 
 /* Block b of a file (index ix), its bytes data as read, decompressed and verified as
@@ -364,7 +394,11 @@ static PyObject *get_value(LevelSeek *s, const char *k, Py_ssize_t kl) {
             bb = &f->pb[p];
         }
         if (r <= 0) return r == 0 ? Py_NewRef(Py_False) : NULL;
-        Py_ssize_t j = lower_bound(bb, 0, k, kl);
+        if (f->at_b != bb) {
+            f->at_b = bb;
+            f->at = 0;
+        }
+        Py_ssize_t j = find_from(bb, &f->at, k, kl);
         if (j == bb->n || cmp_key(bb, j, k, kl) != 0) continue;
         Py_ssize_t vs = key_end(bb, j), ve = rec_end(bb, j);
         clamp(bb, &vs, &ve);
