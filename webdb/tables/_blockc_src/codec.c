@@ -983,19 +983,24 @@ static Py_ssize_t bp_next(BlockParts *q) {
     return w;
 }
 
-/* 1 if the block's offsets are in order inside its records and its keys strictly increase. */
-static int block_sound(const Block *b) {
-    Py_ssize_t end = b->len - 4 - 8 * b->n, prev = 0;
-    for (Py_ssize_t j = 0; j < b->n; j++) {
+/* 1 if records j0..j1-1 of b have offsets in order inside their records and strictly increasing
+ * keys; with ops, each also has an op byte (0 or 1) after its key (a delta run's records). */
+static int recs_sound(const Block *b, Py_ssize_t j0, Py_ssize_t j1, int ops) {
+    Py_ssize_t end = b->len - 4 - 8 * b->n, prev = rec_start(b, j0);
+    if (prev > end) return 0;
+    for (Py_ssize_t j = j0; j < j1; j++) {
         Py_ssize_t ke = key_end(b, j), re = rec_end(b, j);
         if (ke < prev || re < ke || re > end) return 0;
-        if (j && mem_cmp((const char *)b->raw + rec_start(b, j - 1), key_end(b, j - 1) - rec_start(b, j - 1),
-                         (const char *)b->raw + prev, ke - prev) >= 0)
+        if (ops && (re == ke || b->raw[ke] > 1)) return 0;
+        if (j > j0 && mem_cmp((const char *)b->raw + rec_start(b, j - 1), key_end(b, j - 1) - rec_start(b, j - 1),
+                              (const char *)b->raw + prev, ke - prev) >= 0)
             return 0;
         prev = re;
     }
     return 1;
 }
+
+static int block_sound(const Block *b) { return recs_sound(b, 0, b->n, 0); }
 
 PyObject *c_merge_block(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyList_Check(args[2])) {
@@ -1085,21 +1090,6 @@ static inline void seg_key(const Seg *s, const char **p, Py_ssize_t *l) {
     *l = key_end(&s->b, s->j) - a;
 }
 
-/* 1 if records j0..j1-1 of b have sound offsets, strictly increasing keys and an op byte. */
-static int seg_sound(const Block *b, Py_ssize_t j0, Py_ssize_t j1) {
-    Py_ssize_t end = b->len - 4 - 8 * b->n, prev = rec_start(b, j0);
-    if (prev > end) return 0;
-    for (Py_ssize_t j = j0; j < j1; j++) {
-        Py_ssize_t ke = key_end(b, j), re = rec_end(b, j);
-        if (ke < prev || re <= ke || re > end || b->raw[ke] > 1) return 0;
-        if (j > j0 && mem_cmp((const char *)b->raw + rec_start(b, j - 1), key_end(b, j - 1) - rec_start(b, j - 1),
-                              (const char *)b->raw + prev, ke - prev) >= 0)
-            return 0;
-        prev = re;
-    }
-    return 1;
-}
-
 PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyList_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "merge_segs(raw: bytes, n: int, segs: list)");
@@ -1129,7 +1119,7 @@ PyObject *c_merge_segs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
             PyErr_Clear();
             goto decline;
         }
-        if (j1 > sn || !seg_sound(&sg[i].b, j0, j1)) goto decline;
+        if (j1 > sn || !recs_sound(&sg[i].b, j0, j1, 1)) goto decline;
         sg[i].j = j0;
         sg[i].e = j1;
         cap += j1 - j0;
