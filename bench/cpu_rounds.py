@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU seconds of each round of a steady-state series (levels on or off), in one process tree.
 
-    python bench/cpu_rounds.py DATA WORK --sections 2 --rounds 4 [--level-ratio 0] [--label L] [--sync] [--keep]
+    python bench/cpu_rounds.py DATA WORK --sections 2 --rounds 4 [--level-ratio 0] [--level-runs R] [--label L] [--sync] [--keep]
 
 DATA is a ``webgraph.py --rounds R`` directory (pages.tsv, links.tsv, round.tsv, round-2.tsv…).
 The db is bulk-loaded as bench/peer_webdb.py does, then each round is one ``webdb update`` on a
@@ -45,12 +45,15 @@ def main() -> None:
     ap.add_argument("--sections", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--level-ratio", type=float, default=None, help="the db's level_ratio (default: webdb's)")
+    ap.add_argument("--level-runs", type=int, default=None, help="the db's level_runs (default: webdb's)")
     ap.add_argument("--label", default="")
     ap.add_argument("--keep", action="store_true", help="keep the db in WORK after the last round")
     ap.add_argument("--sync", action="store_true", help="durable rounds (fsync on), as the benchmark's")
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     kw = {} if a.level_ratio is None else {"level_ratio": a.level_ratio}
+    if a.level_runs is not None:
+        kw["level_runs"] = a.level_runs
     db = webdb.create(a.work, sections=a.sections, sync=a.sync, **kw)
     t0 = time.monotonic()
     bulk_load_tsv(db, os.path.join(a.data, "pages.tsv"), os.path.join(a.data, "links.tsv"))
