@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """CPU seconds of each round of a steady-state series (levels on or off), in one process tree.
 
-    python bench/cpu_rounds.py DATA WORK --sections 2 --rounds 4 [--level-ratio 0] [--level-runs R] [--label L] [--sync] [--keep]
+    python bench/cpu_rounds.py DATA WORK --sections 2 --rounds 4 [--level-ratio 0] [--level-runs R]
+        [--label L] [--sync] [--keep]
 
 DATA is a ``webgraph.py --rounds R`` directory (pages.tsv, links.tsv, round.tsv, round-2.tsv…).
 The db is bulk-loaded as bench/peer_webdb.py does, then each round is one ``webdb update`` on a

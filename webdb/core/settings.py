@@ -67,8 +67,9 @@ class Settings:
     cache_mb: int = 256
     # Levels (docs/design.md §4.3): the link tables of a section are a base file plus delta runs
     # — a round writes only what it changed — until the runs hold more than ``level_ratio`` of
-    # the base's bytes or there are more than ``level_runs`` of them; then the stage merges them
-    # into a new base.  0 turns levels off: every round rewrites the tables (the old behaviour).
+    # the base's bytes (then the stage merges them into a new base) or come from more than
+    # ``level_runs`` rounds (then into one run).  0 turns levels off: every round rewrites the
+    # tables (the old behaviour).
     level_ratio: float = 0.5
     level_runs: int = 4
     # A round keeps the files of those levels it does not rewrite as they are, unread.  So that

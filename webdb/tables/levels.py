@@ -75,29 +75,39 @@ DEFER_SLACK = 1.5
 DEFER_RUNS = 1
 
 
-def level_step(base_bytes: int, run_bytes: list[int], ratio: float, max_runs: int, rebased: bool) -> str:
+def level_step(
+    base_bytes: int, run_bytes: list[int], ratio: float, max_runs: int, rebased: bool, rounds: int | None = None
+) -> str:
     """The levels policy: what a stage does after writing its run (``run_bytes``: every run of
-    the table, its own included) over a base of ``base_bytes``.
+    the table, its own included) over a base of ``base_bytes``.  ``rounds`` is how many rounds
+    wrote those runs (default: one a run).  The count bound counts rounds, not files: LinksByMD5
+    gets two runs a round (stage 3's and stage 5's flags), and counted as files it passed
+    ``max_runs`` every other round at 3M pages, where the base takes longer to reach ``ratio``,
+    merging the runs into one (4–6 CPU s a round, both sections) that a smaller db never pays;
+    an extra run costs the round's reads far less.
 
     - when ``rebased`` (another table of the section got a new base in this round) and the runs
-      are within ``DEFER_SLACK`` × ``ratio`` of the base and ``max_runs`` + ``DEFER_RUNS`` runs:
+      are within ``DEFER_SLACK`` × ``ratio`` of the base and ``max_runs`` + ``DEFER_RUNS`` rounds:
       ``KEEP``; the step they are due comes a round later.  So the two link tables of a section,
       which grow at about the same pace, do not both rewrite their base in one round, and a
       table whose runs pass the count in that round is not merged into a run just before it is
       merged into its base;
     - runs over ``ratio`` of the base: ``COMPACT`` (a new base);
-    - more than ``max_runs`` runs: ``MERGE_RUNS`` (the tiered step; bounds the files a lookup
-      reads to ``max_runs`` + 1, ``max_runs`` + 1 + ``DEFER_RUNS`` in a round that put it off);
+    - runs of more than ``max_runs`` rounds: ``MERGE_RUNS`` (the tiered step; bounds the files a
+      lookup reads to the base and the runs of ``max_runs`` rounds, of ``max_runs`` +
+      ``DEFER_RUNS`` in a round that put it off: one run a round for LinksByURL, two for
+      LinksByMD5);
     - else ``KEEP``.
 
     Pure: the same sizes give the same step, on every host.  Cost of a round: at most one new
     base per section unless a table outgrew the slack or the count."""
     total = sum(run_bytes)
-    over_count = len(run_bytes) > max_runs
+    count = len(run_bytes) if rounds is None else rounds
+    over_count = count > max_runs
     over_size = total > ratio * base_bytes
     if not over_count and not over_size:
         return KEEP
-    if rebased and len(run_bytes) <= max_runs + DEFER_RUNS and total <= DEFER_SLACK * ratio * base_bytes:
+    if rebased and count <= max_runs + DEFER_RUNS and total <= DEFER_SLACK * ratio * base_bytes:
         return KEEP
     return COMPACT if over_size else MERGE_RUNS
 

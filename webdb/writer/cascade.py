@@ -332,7 +332,9 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
     runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
     records = e["records"] + cur.live
-    step = level_step(e["bytes"], [r["bytes"] for r in runs], s.level_ratio, s.level_runs, _rebased(job))
+    # The count bound counts rounds: a run's file name starts with the generation that wrote it.
+    rounds = len({r["file"].partition("-")[0] for r in runs})
+    step = level_step(e["bytes"], [r["bytes"] for r in runs], s.level_ratio, s.level_runs, _rebased(job), rounds)
     if step == MERGE_RUNS:
         # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
         # without reading or writing the base.
