@@ -31,6 +31,8 @@ typedef struct {
     const Block *at_b; /* the block or piece of the last point read (NULL: none since load), */
     Py_ssize_t at;     /* and where in it that read's search ended (find_from) */
     PyObject *nxt;   /* Seeker.nxt: a lower bound of the file's next key; NULL: none left */
+    PyObject *mark;  /* a bytearray of a byte per block (TableReader.verified), or NULL: a block
+                        verified whole (unpack_block) gets 1 there, for the stage's scrub */
 } SeekFile;
 
 typedef struct {
@@ -62,6 +64,7 @@ static void ls_dealloc(LevelSeek *s) {
         Py_XDECREF(s->f[i].ix_raw);
         drop_block(&s->f[i]);
         Py_XDECREF(s->f[i].nxt);
+        Py_XDECREF(s->f[i].mark);
     }
     PyMem_Free(s->f);
     Py_XDECREF(s->crc32);
@@ -181,6 +184,9 @@ static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
     int r = unpack_block(&f->ix, b, data, s->crc32, s->decompress, &raw, &n);
     Py_DECREF(data);
     if (r <= 0) return r;
+    /* Its trailer's CRC checked over the whole block (a block held in pieces above is not: its
+     * header's and its pieces' CRCs leave the trailer's unchecked, so the scrub keeps it). */
+    if (f->mark && b < PyByteArray_GET_SIZE(f->mark)) PyByteArray_AS_STRING(f->mark)[b] = 1;
     f->blk = raw;
     if (block_of(f->blk, n, &f->b) < 0) {
         Py_CLEAR(f->blk);
@@ -521,16 +527,21 @@ static PyTypeObject LevelSeekType = {
 };
 
 SHARED_PYDOC(levelseek_doc,
-             "levelseek(files, crc32, decompress) -> LevelSeek: reads of a table's levels, forward, for "
-             "LevelCursor: files are (raw, n, fd, pieces, run) of its files, newest first (the runs, "
-             "then the base: short_levels' files); each keeps its place between calls as a Seeker "
-             "does.  The fds stay the caller's (open while the LevelSeek is used).");
+             "levelseek(files, crc32, decompress, marks=None) -> LevelSeek: reads of a table's levels, "
+             "forward, for LevelCursor: files are (raw, n, fd, pieces, run) of its files, newest first "
+             "(the runs, then the base: short_levels' files); each keeps its place between calls as a "
+             "Seeker does.  marks: per file a bytearray of a byte per block or None; a block read and "
+             "verified whole gets 1 there (TableReader.verified).  The fds stay the caller's (open "
+             "while the LevelSeek is used).");
 
 PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "levelseek(files: tuple, crc32, decompress)");
+    if (nargs < 3 || nargs > 4 || !PyTuple_Check(args[0]) ||
+        (nargs == 4 && args[3] != Py_None &&
+         (!PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != PyTuple_GET_SIZE(args[0])))) {
+        PyErr_SetString(PyExc_TypeError, "levelseek(files: tuple, crc32, decompress, marks: tuple | None = None)");
         return NULL;
     }
+    PyObject *marks = nargs == 4 && args[3] != Py_None ? args[3] : NULL;
     if (PyType_Ready(&LevelSeekType) < 0) return NULL;
     Py_ssize_t m = PyTuple_GET_SIZE(args[0]);
     LevelSeek *s = PyObject_New(LevelSeek, &LevelSeekType);
@@ -565,6 +576,14 @@ PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (block_of(f->ix_raw, n, &f->ix) < 0) goto fail;
         f->nxt = PyBytes_FromStringAndSize(NULL, 0); /* Seeker.nxt starts at b"" */
         if (!f->nxt) goto fail;
+        if (marks && PyTuple_GET_ITEM(marks, i) != Py_None) {
+            PyObject *mk = PyTuple_GET_ITEM(marks, i);
+            if (!PyByteArray_Check(mk) || PyByteArray_GET_SIZE(mk) != n) {
+                PyErr_SetString(PyExc_TypeError, "levelseek: a file's mark is a bytearray of a byte per block");
+                goto fail;
+            }
+            f->mark = Py_NewRef(mk);
+        }
     }
     return (PyObject *)s;
 fail:
