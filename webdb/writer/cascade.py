@@ -369,7 +369,7 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
             res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
         # Every kept file's blocks of this generation's slice that no read above verified: damage
         # there stops this round (its output is not handed back), named as the read would.
-        res["scrubbed_bytes"], res["scrub_skipped_bytes"] = _scrub(carried, job.gen, s.scrub_rounds, verified)
+        res["scrubbed_bytes"] = _scrub(carried, job.gen, s.scrub_rounds, verified)
     except BaseException:
         for p in made:
             try:
@@ -386,26 +386,20 @@ def _rebased(job: StageJob) -> bool:
     return any(t in LEVELED and os.path.basename(f.base).startswith(mark) for t, f in job.tables.items())
 
 
-def _scrub(paths: list[str], gen: int, rounds: int, verified: dict[str, bytearray] | None = None) -> tuple[int, int]:
+def _scrub(paths: list[str], gen: int, rounds: int, verified: dict[str, bytearray] | None = None) -> int:
     """Verify the CRCs of generation ``gen``'s slice (of ``rounds``) of each of the level files
     ``paths`` but the blocks ``verified`` marks (the stage's own reads verified them whole);
-    return the bytes read and the bytes of the slice skipped."""
+    return the bytes read."""
     if rounds <= 0:
-        return 0, 0
-    done = skipped = 0
-    share = gen % rounds
+        return 0
+    done = 0
     for path in paths:
         t = TableReader(path)
         try:
-            mask = verified.get(path) if verified is not None else None
-            done += t.check_crcs(share, rounds, mask)
-            if mask is not None:
-                n = t.nblocks
-                i, end = n * share // rounds, n * (share + 1) // rounds
-                skipped += sum(t.lengths[b] for b in range(i, end) if mask[b])
+            done += t.check_crcs(gen % rounds, rounds, verified.get(path) if verified is not None else None)
         finally:
             t.close()
-    return done, skipped
+    return done
 
 
 def _run_block(settings: Settings) -> int:
