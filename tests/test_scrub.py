@@ -175,8 +175,9 @@ def test_damage_in_a_block_no_edit_reaches_stops_the_round(tmp_path, table, leve
 
 @pytest.mark.parametrize("level", ["base", "run"])
 def test_damage_where_links_by_url_is_read_stops_the_round(tmp_path, level):
-    """LinksByURL's blocks are lz4 pieces: a read of some pieces does not verify the block's own
-    CRC, so the scrub still checks it; the round fails, naming the block, either way."""
+    """LinksByURL's blocks are lz4 pieces: a stage's read of some of them checks the block's
+    own CRC too (the header's and the pieces' leave it unchecked); the round fails, naming the
+    block, whichever of the read and the scrub finds it."""
     db = _db(tmp_path, 1)
     base, runs = _files(db, "links_by_url")
     path, key, page = (base, _A_TARGET, _A_PAGE) if level == "base" else (runs[0], _R0_TARGET, _R0_PAGE)
@@ -225,14 +226,15 @@ def _rows(db, stage: int) -> list[dict]:
 
 
 @pytest.mark.parametrize("scrub_rounds", [1, 3])
-def test_the_scrub_skips_the_blocks_the_stage_verified(tmp_path, scrub_rounds):
+@pytest.mark.parametrize(("table", "stage"), [("links_by_md5", 3), ("links_by_url", 4)])
+def test_the_scrub_skips_the_blocks_the_stage_verified(tmp_path, table, stage, scrub_rounds):
     """The stage's row counts the bytes its scrub checked (``scrubbed_bytes``): a round that
-    reads nothing of LinksByMD5 scrubs all of the generation's slice of its files; a round that
-    reads some of its blocks whole scrubs less by about what it read."""
+    reads nothing of the table's files scrubs all of the generation's slice of them; a round
+    that reads some of their blocks scrubs less, one that reads nearly all nearly nothing."""
     db = _db(tmp_path, scrub_rounds)
-    base, runs = _files(db, "links_by_md5")
 
     def slice_bytes(gen: int) -> int:
+        base, runs = _files(db, table)
         total = 0
         for p in (base, *runs):
             t = TableReader(p)
@@ -245,19 +247,18 @@ def test_the_scrub_skips_the_blocks_the_stage_verified(tmp_path, scrub_rounds):
     want = slice_bytes(db.committed() + 1)
     with db.writer() as w:
         _far_round(w, 1)
-    assert _rows(db, 3)[0]["scrubbed_bytes"] == want > 0
-    base, runs = _files(db, "links_by_md5")
+    assert _rows(db, stage)[0]["scrubbed_bytes"] == want > 0
     full = slice_bytes(db.committed() + 1)
     with db.writer() as w:
         for page in (_A_PAGE, _R0_PAGE, "http://h3.example/p3", "http://h6.example/p6"):
             _read_round(page)(w)
-    got = _rows(db, 3)[0]["scrubbed_bytes"]
-    assert got < full
-    # A round over every md5: the stage reads (nearly) every block, the scrub (nearly) none.
+    assert _rows(db, stage)[0]["scrubbed_bytes"] < full
+    # A round over every fetched page: the stage reads most blocks, the scrub few.
+    full = slice_bytes(db.committed() + 1)
     with db.writer() as w:
         for i in range(0, 300, 3):
             _read_round(f"http://h{i % 7}.example/p{i}")(w)
-    assert _rows(db, 3)[0]["scrubbed_bytes"] < _data_bytes(_files(db, "links_by_md5")[0]) // 4
+    assert _rows(db, stage)[0]["scrubbed_bytes"] < full // 4
 
 
 def test_a_compaction_round_scrubs_nothing(tmp_path):

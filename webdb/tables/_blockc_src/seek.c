@@ -144,6 +144,14 @@ static int read_block(const Block *ix, int fd, Py_ssize_t b, PyObject *crc32, Py
     return r;
 }
 
+/* Whether the trailer's CRC of a block (its bytes p, the codec byte at end) matches: 1, 0 if
+ * not, -1 when the registered CRC has no C function (then nobody is told it was checked). */
+static int trailer_crc_ok(PyObject *crc32, const unsigned char *p, Py_ssize_t end) {
+    uint32_t c;
+    if (!crc_fast(crc32, p, end, &c)) return -1;
+    return crc32_byte(c, p[end]) == rd32(p + end + 1);
+}
+
 /* Seeker._block: block b of f read and verified: 1, 0 if it is not sound, -1 on error.  A
  * codec-3 block of a file in pieces is kept as read, its header checked (its CRC, the piece table
  * against the body, the total count against the index entry); its pieces are decompressed and
@@ -161,6 +169,15 @@ static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     if (f->pieces && len >= 13 && p[len - 5] == 3) {
+        /* A stage's read (marks kept) checks the trailer's CRC too: the header's and the pieces'
+         * CRCs leave the trailer's unchecked, and with it the block counts as verified whole (its
+         * scrub skipped).  The bytes are at hand: that CRC costs less than the scrub's over the
+         * mapped file. */
+        int whole = f->mark ? trailer_crc_ok(s->crc32, p, len - 5) : -1;
+        if (whole == 0) {
+            Py_DECREF(data);
+            return 0;
+        }
         int r = header_of(s->crc32, p, len - 5, len - 5, &f->ps);
         if (r <= 0 || f->ps.total != (Py_ssize_t)rd32(v + 12)) {
             if (r > 0) pieces_release(&f->ps);
@@ -179,13 +196,13 @@ static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
         f->bi = b;
         s->decoded++;
         s->pieces_in += f->ps.m;
+        if (whole == 1 && b < PyByteArray_GET_SIZE(f->mark)) PyByteArray_AS_STRING(f->mark)[b] = 1;
         return 1;
     }
     int r = unpack_block(&f->ix, b, data, s->crc32, s->decompress, &raw, &n);
     Py_DECREF(data);
     if (r <= 0) return r;
-    /* Its trailer's CRC checked over the whole block (a block held in pieces above is not: its
-     * header's and its pieces' CRCs leave the trailer's unchecked, so the scrub keeps it). */
+    /* Its trailer's CRC checked over the whole block. */
     if (f->mark && b < PyByteArray_GET_SIZE(f->mark)) PyByteArray_AS_STRING(f->mark)[b] = 1;
     f->blk = raw;
     if (block_of(f->blk, n, &f->b) < 0) {
