@@ -131,6 +131,15 @@ def _fails_named(db, path: str, b: int, do) -> None:
     assert not [f for f in os.listdir(os.path.join(db.path, "section-0000")) if f.startswith(mark)]
     with db.reader() as r, pytest.raises(CorruptionError, match=f"block {b} at offset"):
         r.check()
+    # `webdb check` says the same: the block named, exit status 1.
+    p = subprocess.run(
+        [sys.executable, "-m", "webdb.cli.main", "check", db.path, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 1 and f"{where}: " in p.stdout, p.stdout + p.stderr
 
 
 def _db(tmp_path, scrub_rounds: int, **settings):
