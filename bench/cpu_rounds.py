@@ -78,7 +78,13 @@ def main() -> None:
         step0 = round(sum(x["cpu_seconds"] for x in (m.distributed or {}).get("step0", [])), 1)
         # Shipping the edits of each step (the longest section's), summed over the steps.
         ship = round(sum(x["seconds"] for x in (m.distributed or {}).get("shipped", [])), 2)
-        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages, "ship_s": ship}
+        # The bytes each link-table stage's scrub checked, over all sections (MB).
+        scrub = {
+            x["stage"]: round(sum(s.get("scrubbed_bytes", 0) for s in x["sections"]) / 1e6)
+            for x in m.stages or []
+            if any("scrubbed_bytes" in s for s in x["sections"])
+        }
+        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages, "scrub_mb": scrub, "ship_s": ship}
         print(json.dumps({**row, "runs": runs, **extra, "load": round(os.getloadavg()[0], 2)}), flush=True)
     if not a.keep:
         shutil.rmtree(a.work, ignore_errors=True)

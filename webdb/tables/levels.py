@@ -112,8 +112,11 @@ def level_step(
     return COMPACT if over_size else MERGE_RUNS
 
 
-def open_levels(base: str | None, runs: list[str], table: str, count: int, cache=None) -> Levels:
-    """The view of one table of one section from its files (runs newest first)."""
+def open_levels(
+    base: str | None, runs: list[str], table: str, count: int, cache=None, verified: dict[str, bytearray] | None = None
+) -> Levels:
+    """The view of one table of one section from its files (runs newest first).  ``verified``:
+    the blocks its reads verify whole are marked there, a mask per path (``TableReader.track``)."""
     opened: list[TableReader] = []
     try:
         b = TableReader(base, TABLE_KINDS[table], cache, lazy=True) if base else None
@@ -123,6 +126,9 @@ def open_levels(base: str | None, runs: list[str], table: str, count: int, cache
         for p in runs:
             rs.append(TableReader(p, DELTA_KINDS[table], cache, lazy=True))
             opened.append(rs[-1])
+        if verified is not None:
+            for t in opened:
+                t.track(verified)
     except BaseException:
         for t in opened:
             t.close()
@@ -393,7 +399,12 @@ class Levels:
         files = self._short
         if files is None:
             files = self._short = self._short_files()
-        return blockc.levelseek(files, crc32, lz4_decompress) if files else None
+        if not files:
+            return None
+        marks = tuple(t.verified for t in self._newest)
+        if all(m is None for m in marks):
+            return blockc.levelseek(files, crc32, lz4_decompress)
+        return blockc.levelseek(files, crc32, lz4_decompress, marks)
 
     def _merged(
         self, parts: list[tuple[TableReader, tuple[list[bytes], list[bytes]]]]

@@ -185,6 +185,7 @@ class MergeCursor:
     def _carry(self, i: int, j: int) -> None:
         t, out = self.t, self.out
         # Read a few MiB at a time; verify each block's checksum on the way through.
+        mark = t.verified
         while i < j:
             e, size = i, 0
             while e < j and size < (4 << 20):
@@ -197,6 +198,8 @@ class MergeCursor:
                 if len(blk) != t.lengths[b]:
                     raise CorruptionError(f"{t.where(b)}: truncated")
                 check_block_crc(blk, t.where(b))
+                if mark is not None:
+                    mark[b] = 1
                 out.add_raw_block(blk, t.first_keys[b], t.last_keys[b], t.counts[b])
                 pos += t.lengths[b]
             self.raw_blocks += e - i

@@ -395,6 +395,11 @@ class TableReader:
     # ~10).  None once the lists exist (one copy of an index) or when not compiled.
     _ix = _OnFirstUse("_load_deferred_ix")
 
+    # The blocks this reader verified whole (one byte each, 1: its CRC checked over the whole
+    # block, by ``_read``, a raw copy's check or a compiled ``LevelSeek``), when a stage tracks
+    # them (``track``) so that its scrub skips them; None: not tracked.
+    verified: bytearray | None = None
+
     def __init__(self, path: str, kind: int | None = None, cache: BlockCache | None = None, lazy: bool = False):
         """Open ``path``: refused at once if missing, not a regular file, truncated, not a table
         or of another kind (the footer), or (unless ``lazy``) with a damaged index or meta
@@ -595,20 +600,47 @@ class TableReader:
         self._live()
         return os.pread(self._fd, self.lengths[i], self.offsets[i])
 
-    def check_crcs(self, share: int = 0, shares: int = 1) -> int:
+    def track(self, masks: dict[str, bytearray]) -> None:
+        """Note the blocks this reader verifies whole in ``masks[self.path]`` (made on first use,
+        shared by every reader of the path that tracks into ``masks``): ``check_crcs`` given
+        that mask skips them."""
+        ix = self._ix
+        n = ix[1] if ix is not None else self.nblocks
+        m = masks.setdefault(self.path, bytearray(n))
+        if len(m) != n:
+            raise CorruptionError(f"{self.path}: {n} blocks, another reader of it saw {len(m)}")
+        self.verified = m
+
+    def check_crcs(self, share: int = 0, shares: int = 1, skip: bytearray | None = None) -> int:
         """Verify the CRC of every block of the ``share``-th of ``shares`` contiguous slices of
-        the file (over the compressed bytes: nothing is decoded); CorruptionError naming the
-        block.  Returns the bytes read.  The slice is mapped, not read: the CRC runs over the
-        page cache's own pages (a scrub reads every kept link-table block each round, ~4 GB at
-        3M pages, and copying them out first cost as much as the CRC).  With the compiled codec
-        one C call checks the slice's blocks (``_blockc.crc_blocks``: the registered CRC's C
-        function, no Python call per block); the Python loop names a damaged block."""
+        the file (over the compressed bytes: nothing is decoded) but those ``skip`` marks (a
+        byte per block, nonzero: verified already); CorruptionError naming the block.  Returns
+        the bytes read.  The slice is mapped, not read: the CRC runs over the page cache's own
+        pages (a scrub reads every kept link-table block each round, ~4 GB at 3M pages, and
+        copying them out first cost as much as the CRC); pages of skipped blocks are never
+        touched.  With the compiled codec one C call checks each stretch of blocks not skipped
+        (``_blockc.crc_blocks``: the registered CRC's C function, no Python call per block);
+        the Python loop names a damaged block."""
         n = self.nblocks
         i, end = n * share // shares, n * (share + 1) // shares
-        if i >= end:
+        if skip is not None:
+            if len(skip) != n:
+                raise ValueError(f"{self.path}: a mask of {len(skip)} blocks for {n}")
+            # The stretches of blocks not marked, [a, b), within [i, end).
+            stretches = []
+            a = skip.find(0, i, end)
+            while a >= 0:
+                b = skip.find(1, a, end)  # a mark is 1 (track's writers set no other value)
+                b = end if b < 0 else b
+                stretches.append((a, b))
+                a = skip.find(0, b, end) if b < end else -1
+        else:
+            stretches = [(i, end)] if i < end else []
+        if not stretches:
             return 0
         self._live()
         offsets, lengths = self.offsets, self.lengths
+        i, end = stretches[0][0], stretches[-1][1]
         start, stop = offsets[i], offsets[end - 1] + lengths[end - 1]
         size = os.fstat(self._fd).st_size
         if stop > size:
@@ -620,24 +652,27 @@ class TableReader:
             m.madvise(mmap.MADV_SEQUENTIAL)
             view = memoryview(m)
             try:
-                first = i
-                if blockc is not None:
-                    lens = lengths[i:end]
-                    if not isinstance(lens, array) or lens.itemsize != 4:
-                        lens = array("I", lens)
-                    bad = blockc.crc_blocks(view[start - base :], lens, crc32)
-                    if bad is not None:
-                        first = end if bad < 0 else i + bad
-                for b in range(first, end):
-                    o = offsets[b] - base
-                    # No slice outlives its call: the map closes only with no view on it.
-                    if not block_crc_ok(view[o : o + lengths[b]]):
-                        check_block_crc(bytes(view[o : o + lengths[b]]), self.where(b))  # names it
+                done = 0
+                for i, end in stretches:
+                    first = i
+                    if blockc is not None:
+                        lens = lengths[i:end]
+                        if not isinstance(lens, array) or lens.itemsize != 4:
+                            lens = array("I", lens)
+                        bad = blockc.crc_blocks(view[offsets[i] - base :], lens, crc32)
+                        if bad is not None:
+                            first = end if bad < 0 else i + bad
+                    for b in range(first, end):
+                        o = offsets[b] - base
+                        # No slice outlives its call: the map closes only with no view on it.
+                        if not block_crc_ok(view[o : o + lengths[b]]):
+                            check_block_crc(bytes(view[o : o + lengths[b]]), self.where(b))  # names it
+                    done += offsets[end - 1] + lengths[end - 1] - offsets[i]
             finally:
                 view.release()
         finally:
             m.close()
-        return stop - start
+        return done
 
     def raw_range(self, i: int, j: int) -> bytes:
         """The bytes of blocks i..j-1 (contiguous on disk)."""
@@ -670,6 +705,8 @@ class TableReader:
         rb = unpack_block(data, lambda: self.where(i))
         if rb.n != self.counts[i]:
             raise CorruptionError(f"{self.where(i)}: holds {rb.n} records, index says {self.counts[i]}")
+        if self.verified is not None:
+            self.verified[i] = 1
         if fill_cache and self.cache is not None:
             self.cache.put(self._cid + i, rb, len(rb.raw) + 100)
         return rb

@@ -320,8 +320,11 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     carried = [entry.base, *entry.runs]
     if stage == 5 and entry.runs and os.path.basename(entry.runs[0]).startswith(f"{job.gen:08d}-s3"):
         carried = []  # stage 3 of this round ran on this table and verified them
-    res["scrubbed_bytes"] = _scrub(carried, job.gen, s.scrub_rounds)
-    view = open_levels(entry.base, entry.runs, table, e["records"])
+    # The blocks the stage's reads verify whole (their CRC over the whole block), by path: the
+    # scrub after the body skips them.
+    verified: dict[str, bytearray] = {}
+    made: list[str] = []  # the files the stage wrote, removed if the scrub then fails
+    view = open_levels(entry.base, entry.runs, table, e["records"], verified=verified)
     dname = f"{job.gen:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
     dpath = os.path.join(d, dname)
     out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
@@ -329,36 +332,53 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     _, info = written(
         view, out, lambda: fn(job, cur, out, res), lambda: faults.point(f"stage{stage}.before_table_close")
     )
-    res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
-    runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
-    records = e["records"] + cur.live
-    # The count bound counts rounds: a run's file name starts with the generation that wrote it.
-    rounds = len({r["file"].partition("-")[0] for r in runs})
-    step = level_step(e["bytes"], [r["bytes"] for r in runs], s.level_ratio, s.level_runs, _rebased(job), rounds)
-    if step == MERGE_RUNS:
-        # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
-        # without reading or writing the base.
-        rname = f"{job.gen:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
-        paths = [os.path.join(d, dname)] + entry.runs
-        view = open_levels(None, paths, table, records)
-        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
-        _, rinfo = written(
-            view, out, lambda: merge_runs(view, out), lambda: faults.point(f"stage{stage}.merge_runs.before_close")
-        )
-        os.unlink(dpath)  # merged into the new run; never named by a manifest
-        res["merged_runs"] = len(runs)
-        runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
-    elif step == COMPACT:
-        merged = replace(entry, runs=[os.path.join(d, dname)] + entry.runs, entry=dict(e, runs=runs, records=records))
-        _compact_entry(job, merged, table, d, name, res)
-        os.unlink(dpath)  # merged into the new base; never named by a manifest
-        res["compacted"] = len(runs)
-        if res["records"] != records:
-            raise AssertionError(
-                f"{os.path.join(d, name)}: compaction kept {res['records']} records, expected {records}"
+    made.append(dpath)
+    try:
+        res["decoded_blocks"], res["raw_blocks"], res["patched_blocks"] = cur.decoded_blocks, 0, 0
+        runs = [{"file": dname, "bytes": info["bytes"], "entries": info["records"]}] + list(e.get("runs", ()))
+        records = e["records"] + cur.live
+        # The count bound counts rounds: a run's file name starts with the generation that wrote it.
+        rounds = len({r["file"].partition("-")[0] for r in runs})
+        step = level_step(e["bytes"], [r["bytes"] for r in runs], s.level_ratio, s.level_runs, _rebased(job), rounds)
+        if step == MERGE_RUNS:
+            # Too many runs but not much data in them (a big db): merge the runs into one, tiered,
+            # without reading or writing the base.
+            rname = f"{job.gen:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
+            paths = [os.path.join(d, dname)] + entry.runs
+            view = open_levels(None, paths, table, records, verified=verified)
+            out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
+            _, rinfo = written(
+                view, out, lambda: merge_runs(view, out), lambda: faults.point(f"stage{stage}.merge_runs.before_close")
             )
-        return
-    res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
+            made.append(os.path.join(d, rname))
+            os.unlink(dpath)  # merged into the new run; never named by a manifest
+            made.remove(dpath)
+            res["merged_runs"] = len(runs)
+            runs = [{"file": rname, "bytes": rinfo["bytes"], "entries": rinfo["records"]}]
+        elif step == COMPACT:
+            merged = replace(
+                entry, runs=[os.path.join(d, dname)] + entry.runs, entry=dict(e, runs=runs, records=records)
+            )
+            made.append(_compact_entry(job, merged, table, d, name, res, verified))
+            os.unlink(dpath)  # merged into the new base; never named by a manifest
+            made.remove(dpath)
+            res["compacted"] = len(runs)
+            if res["records"] != records:
+                raise AssertionError(
+                    f"{os.path.join(d, name)}: compaction kept {res['records']} records, expected {records}"
+                )
+        if step != COMPACT:
+            res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
+        # Every kept file's blocks of this generation's slice that no read above verified: damage
+        # there stops this round (its output is not handed back), named as the read would.
+        res["scrubbed_bytes"] = _scrub(carried, job.gen, s.scrub_rounds, verified)
+    except BaseException:
+        for p in made:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+        raise
 
 
 def _rebased(job: StageJob) -> bool:
@@ -368,16 +388,17 @@ def _rebased(job: StageJob) -> bool:
     return any(t in LEVELED and os.path.basename(f.base).startswith(mark) for t, f in job.tables.items())
 
 
-def _scrub(paths: list[str], gen: int, rounds: int) -> int:
+def _scrub(paths: list[str], gen: int, rounds: int, verified: dict[str, bytearray] | None = None) -> int:
     """Verify the CRCs of generation ``gen``'s slice (of ``rounds``) of each of the level files
-    ``paths``, which a round keeps unread unless it compacts them; return the bytes read."""
+    ``paths`` but the blocks ``verified`` marks (the stage's own reads verified them whole);
+    return the bytes read."""
     if rounds <= 0:
         return 0
     done = 0
     for path in paths:
         t = TableReader(path)
         try:
-            done += t.check_crcs(gen % rounds, rounds)
+            done += t.check_crcs(gen % rounds, rounds, verified.get(path) if verified is not None else None)
         finally:
             t.close()
     return done
@@ -390,10 +411,13 @@ def _run_block(settings: Settings) -> int:
     return min(settings.block_size, 8192)
 
 
-def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: str, res: dict) -> str:
-    """Merge a table's runs into a new base file ``name``; its stats go to ``res``."""
+def _compact_entry(
+    job: StageJob, entry: TableFiles, table: str, d: str, name: str, res: dict, verified: dict | None = None
+) -> str:
+    """Merge a table's runs into a new base file ``name``; its stats go to ``res``.  The blocks
+    it reads (all of them, each verified whole) are marked in ``verified`` if given."""
     s = job.settings
-    view = open_levels(entry.base, entry.runs, table, entry.entry["records"])
+    view = open_levels(entry.base, entry.runs, table, entry.entry["records"], verified=verified)
     path = os.path.join(d, name)
     out = TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
     cur, info = written(

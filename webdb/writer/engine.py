@@ -151,7 +151,8 @@ LEVEL_STEPS = ("compacted", "merged_runs")
 
 def stage_summary(r: dict) -> dict:
     """A section's stage result as its row of the manifest's ``stages`` (and its progress event):
-    the figures of every stage, then the level steps it took (``LEVEL_STEPS``), if any."""
+    the figures of every stage, then, a stage over a link table's levels, the bytes its scrub
+    checked (``scrubbed_bytes``) and the level steps it took (``LEVEL_STEPS``), if any."""
     keys = (
         "section",
         "records",
@@ -163,7 +164,8 @@ def stage_summary(r: dict) -> dict:
         "raw_blocks",
         "patched_blocks",
     )
-    return {**{k: r[k] for k in keys}, **level_steps(r)}
+    scrub = {"scrubbed_bytes": r["scrubbed_bytes"]} if "scrubbed_bytes" in r else {}
+    return {**{k: r[k] for k in keys}, **scrub, **level_steps(r)}
 
 
 def level_steps(r: dict) -> dict:

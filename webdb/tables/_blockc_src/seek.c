@@ -31,6 +31,8 @@ typedef struct {
     const Block *at_b; /* the block or piece of the last point read (NULL: none since load), */
     Py_ssize_t at;     /* and where in it that read's search ended (find_from) */
     PyObject *nxt;   /* Seeker.nxt: a lower bound of the file's next key; NULL: none left */
+    PyObject *mark;  /* a bytearray of a byte per block (TableReader.verified), or NULL: a block
+                        verified whole (unpack_block) gets 1 there, for the stage's scrub */
 } SeekFile;
 
 typedef struct {
@@ -62,6 +64,7 @@ static void ls_dealloc(LevelSeek *s) {
         Py_XDECREF(s->f[i].ix_raw);
         drop_block(&s->f[i]);
         Py_XDECREF(s->f[i].nxt);
+        Py_XDECREF(s->f[i].mark);
     }
     PyMem_Free(s->f);
     Py_XDECREF(s->crc32);
@@ -141,6 +144,14 @@ static int read_block(const Block *ix, int fd, Py_ssize_t b, PyObject *crc32, Py
     return r;
 }
 
+/* Whether the trailer's CRC of a block (its bytes p, the codec byte at end) matches: 1, 0 if
+ * not, -1 when the registered CRC has no C function (then nobody is told it was checked). */
+static int trailer_crc_ok(PyObject *crc32, const unsigned char *p, Py_ssize_t end) {
+    uint32_t c;
+    if (!crc_fast(crc32, p, end, &c)) return -1;
+    return crc32_byte(c, p[end]) == rd32(p + end + 1);
+}
+
 /* Seeker._block: block b of f read and verified: 1, 0 if it is not sound, -1 on error.  A
  * codec-3 block of a file in pieces is kept as read, its header checked (its CRC, the piece table
  * against the body, the total count against the index entry); its pieces are decompressed and
@@ -158,6 +169,15 @@ static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     if (f->pieces && len >= 13 && p[len - 5] == 3) {
+        /* A stage's read (marks kept) checks the trailer's CRC too: the header's and the pieces'
+         * CRCs leave the trailer's unchecked, and with it the block counts as verified whole (its
+         * scrub skipped).  The bytes are at hand: that CRC costs less than the scrub's over the
+         * mapped file. */
+        int whole = f->mark ? trailer_crc_ok(s->crc32, p, len - 5) : -1;
+        if (whole == 0) {
+            Py_DECREF(data);
+            return 0;
+        }
         int r = header_of(s->crc32, p, len - 5, len - 5, &f->ps);
         if (r <= 0 || f->ps.total != (Py_ssize_t)rd32(v + 12)) {
             if (r > 0) pieces_release(&f->ps);
@@ -176,11 +196,14 @@ static int load(LevelSeek *s, SeekFile *f, Py_ssize_t b) {
         f->bi = b;
         s->decoded++;
         s->pieces_in += f->ps.m;
+        if (whole == 1 && b < PyByteArray_GET_SIZE(f->mark)) PyByteArray_AS_STRING(f->mark)[b] = 1;
         return 1;
     }
     int r = unpack_block(&f->ix, b, data, s->crc32, s->decompress, &raw, &n);
     Py_DECREF(data);
     if (r <= 0) return r;
+    /* Its trailer's CRC checked over the whole block. */
+    if (f->mark && b < PyByteArray_GET_SIZE(f->mark)) PyByteArray_AS_STRING(f->mark)[b] = 1;
     f->blk = raw;
     if (block_of(f->blk, n, &f->b) < 0) {
         Py_CLEAR(f->blk);
@@ -521,16 +544,21 @@ static PyTypeObject LevelSeekType = {
 };
 
 SHARED_PYDOC(levelseek_doc,
-             "levelseek(files, crc32, decompress) -> LevelSeek: reads of a table's levels, forward, for "
-             "LevelCursor: files are (raw, n, fd, pieces, run) of its files, newest first (the runs, "
-             "then the base: short_levels' files); each keeps its place between calls as a Seeker "
-             "does.  The fds stay the caller's (open while the LevelSeek is used).");
+             "levelseek(files, crc32, decompress, marks=None) -> LevelSeek: reads of a table's levels, "
+             "forward, for LevelCursor: files are (raw, n, fd, pieces, run) of its files, newest first "
+             "(the runs, then the base: short_levels' files); each keeps its place between calls as a "
+             "Seeker does.  marks: per file a bytearray of a byte per block or None; a block read and "
+             "verified whole gets 1 there (TableReader.verified).  The fds stay the caller's (open "
+             "while the LevelSeek is used).");
 
 PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "levelseek(files: tuple, crc32, decompress)");
+    if (nargs < 3 || nargs > 4 || !PyTuple_Check(args[0]) ||
+        (nargs == 4 && args[3] != Py_None &&
+         (!PyTuple_Check(args[3]) || PyTuple_GET_SIZE(args[3]) != PyTuple_GET_SIZE(args[0])))) {
+        PyErr_SetString(PyExc_TypeError, "levelseek(files: tuple, crc32, decompress, marks: tuple | None = None)");
         return NULL;
     }
+    PyObject *marks = nargs == 4 && args[3] != Py_None ? args[3] : NULL;
     if (PyType_Ready(&LevelSeekType) < 0) return NULL;
     Py_ssize_t m = PyTuple_GET_SIZE(args[0]);
     LevelSeek *s = PyObject_New(LevelSeek, &LevelSeekType);
@@ -565,6 +593,14 @@ PyObject *c_levelseek(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         if (block_of(f->ix_raw, n, &f->ix) < 0) goto fail;
         f->nxt = PyBytes_FromStringAndSize(NULL, 0); /* Seeker.nxt starts at b"" */
         if (!f->nxt) goto fail;
+        if (marks && PyTuple_GET_ITEM(marks, i) != Py_None) {
+            PyObject *mk = PyTuple_GET_ITEM(marks, i);
+            if (!PyByteArray_Check(mk) || PyByteArray_GET_SIZE(mk) != n) {
+                PyErr_SetString(PyExc_TypeError, "levelseek: a file's mark is a bytearray of a byte per block");
+                goto fail;
+            }
+            f->mark = Py_NewRef(mk);
+        }
     }
     return (PyObject *)s;
 fail:
