@@ -35,10 +35,6 @@ class Settings:
     block_size: int = 32 * 1024
     # Block codec: "lz4" (fast), "zlib" (smaller) or "none".
     codec: str = "lz4"
-    # lz4's acceleration for the blocks of the page and link tables (base files and delta runs):
-    # 1 is lz4's default (densest); higher compresses faster into more bytes.  Readers take any
-    # value.  2 costs 2-4% more bytes for 9-22% less compression CPU (docs/design.md §2.1).
-    lz4_acceleration: int = 2
     # Memory the writer and each stage worker may use for edits before spilling sorted runs, MiB.
     # The whole update (all worker processes) stays under this.
     memory_mb: int = 512
@@ -141,7 +137,6 @@ _U32 = 0xFFFFFFFF
 # Range of each setting, from the width of the field that holds it (docs/format.md §3).
 LIMITS: dict[str, tuple[float, float]] = {
     "block_size": (64, 16 << 20),
-    "lz4_acceleration": (1, 65537),  # LZ4_ACCELERATION_MAX: lz4 treats larger values as this
     "memory_mb": (1, 1 << 20),
     "workers": (0, 1024),
     "anchor_max": (0, 1 << 16),

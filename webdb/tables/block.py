@@ -12,7 +12,6 @@ code below is the reference and the fallback, chosen when the extension is missi
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import struct
@@ -110,20 +109,9 @@ crc32 = select_crc32(_isal_zlib)
 """The CRC-32 callable of every block CRC (``select_crc32``), passed to the compiled functions."""
 
 
-@functools.cache
-def lz4_compressor(acceleration: int = 1) -> Callable[[bytes], bytes]:
-    """lz4's block compressor at ``acceleration`` (LZ4_compress_fast: 1 is lz4's default and
-    its densest output; each step up searches fewer positions for matches, trading ratio for
-    speed).  Any of them is read by the same decompressor: the format does not change, the
-    bytes do (docs/design.md §2.1)."""
-    if acceleration == 1:
-        return lz4.block.compress
-    return functools.partial(lz4.block.compress, mode="fast", acceleration=acceleration)
-
-
-def _compress(codec: int, raw: bytes, acceleration: int = 1) -> bytes:
+def _compress(codec: int, raw: bytes) -> bytes:
     if codec == CODEC_LZ4:
-        return lz4_compressor(acceleration)(raw)
+        return lz4.block.compress(raw, store_size=True)
     if codec == CODEC_ZLIB:
         return zlib.compress(raw, 1)
     return raw
@@ -143,19 +131,18 @@ _U32X2 = struct.Struct("<II")
 _U32X3 = struct.Struct("<III")
 
 
-def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES, acceleration: int = 1) -> bytes | None:
+def _seal_pieces(raw: bytes, piece_bytes: int = PIECE_BYTES) -> bytes | None:
     """The lz4-pieces body (codec 3, format.md §1.1) of the raw block ``raw``: m =
     len(raw) // piece_bytes pieces of equal shares, cut at the first record boundary where a
     piece's records and offsets reach ceil(len(raw) / m), each piece a block of its own,
     lz4-compressed, then the header (piece table, first keys, its length and CRC); None if
-    m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python).  lz4 runs at
-    ``acceleration`` (``lz4_compressor``)."""
+    m < 2 or that gives one piece (``_blockc.seal_pieces`` in Python)."""
     if blockc is not None:
-        return blockc.seal_pieces(raw, lz4_compressor(acceleration), piece_bytes, crc32)
-    return seal_pieces_py(raw, piece_bytes, acceleration)
+        return blockc.seal_pieces(raw, lz4.block.compress, piece_bytes, crc32)
+    return seal_pieces_py(raw, piece_bytes)
 
 
-def seal_pieces_py(raw: bytes, piece_bytes: int, acceleration: int = 1) -> bytes | None:
+def seal_pieces_py(raw: bytes, piece_bytes: int) -> bytes | None:
     """``_seal_pieces`` in Python (the reference the tests compare the C code with)."""
     n = int.from_bytes(raw[-4:], "little")
     m = len(raw) // piece_bytes
@@ -183,7 +170,7 @@ def seal_pieces_py(raw: bytes, piece_bytes: int, acceleration: int = 1) -> bytes
         offs.append(e - s)
         if _BIG:
             offs.byteswap()
-        body = lz4_compressor(acceleration)(raw[rs : rends[e - 1]] + offs.tobytes())
+        body = lz4.block.compress(raw[rs : rends[e - 1]] + offs.tobytes(), store_size=True)
         table.append(_U32X3.pack(len(body), e - s, crc32(body)))
         bodies.append(body)
     header = b"".join([_U32.pack(len(bodies)), *table, *keys])
@@ -312,13 +299,9 @@ def _decompress(codec: int, data: bytes) -> bytes:
     raise ValueError(f"unknown codec {codec}")
 
 
-def encode_block(
-    keys: list[bytes], vals: list[bytes], codec: int, piece_bytes: int = PIECE_BYTES, acceleration: int = 1
-) -> bytes:
-    """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed (lz4 at
-    ``acceleration``); trailer."""
-    raw = blockc.build(keys, vals) if blockc is not None else build_py(keys, vals)
-    return seal_block(raw, codec, piece_bytes, acceleration)
+def encode_block(keys: list[bytes], vals: list[bytes], codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
+    """Records, then n key-end and n record-end offsets (u32 LE), then n; compressed; trailer."""
+    return seal_block(blockc.build(keys, vals) if blockc is not None else build_py(keys, vals), codec, piece_bytes)
 
 
 def build_py(keys: list[bytes], vals: list[bytes]) -> bytes:
@@ -334,7 +317,7 @@ def build_py(keys: list[bytes], vals: list[bytes]) -> bytes:
 
 
 def encode_run(
-    data: bytes, lens: list[int], codec: int, piece_bytes: int = PIECE_BYTES, acceleration: int = 1
+    data: bytes, lens: list[int], codec: int, piece_bytes: int = PIECE_BYTES
 ) -> tuple[bytes, bytes, bytes, int]:
     """``encode_block`` of records given as a run: ``data`` holds their keys and values back to
     back, ``lens`` their lengths (key, value, key, value, ...).  Returns the same block bytes as
@@ -342,8 +325,7 @@ def encode_run(
     one copy of the bytes and C-level passes over ``lens``; no Python code per record."""
     raw, total = blockc.build_run(data, lens) if blockc is not None else build_run_py(data, lens)
     last = total - lens[-1]
-    block = seal_block(raw, codec, piece_bytes, acceleration)
-    return block, data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
+    return seal_block(raw, codec, piece_bytes), data[: lens[0]], data[last - lens[-2] : last], len(lens) >> 1
 
 
 def build_run_py(data: bytes, lens: list[int]) -> tuple[bytes, int]:
@@ -383,16 +365,16 @@ def run_cuts_py(lens: list[int], size: int, block_size: int) -> list[int]:
     return cuts
 
 
-def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES, acceleration: int = 1) -> bytes:
+def seal_block(raw: bytes, codec: int, piece_bytes: int = PIECE_BYTES) -> bytes:
     """An uncompressed block, compressed by ``codec`` and followed by its trailer.  Codec
     lz4-pieces cuts pieces of about ``piece_bytes`` and falls back to plain lz4 for a block
-    too small for two; lz4 runs at ``acceleration`` (``lz4_compressor``)."""
+    too small for two."""
     if codec == CODEC_LZ4_PIECES:
-        body = _seal_pieces(raw, piece_bytes, acceleration)
+        body = _seal_pieces(raw, piece_bytes)
         if body is None:
-            codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw, acceleration)
+            codec, body = CODEC_LZ4, _compress(CODEC_LZ4, raw)
     else:
-        body = _compress(codec, raw, acceleration)
+        body = _compress(codec, raw)
     return body + TRAILER.pack(codec, crc32(_CODEC_BYTE[codec], crc32(body)))
 
 

@@ -375,7 +375,7 @@ class MergeCursor:
             if v is None or len(v) != e - a:
                 return None
             buf[a:e] = v
-        return seal_block(bytes(buf), self.out.codec, self.out.piece_bytes, self.out.acceleration)
+        return seal_block(bytes(buf), self.out.codec, self.out.piece_bytes)
 
     def merge_ranges(self, groups: Iterator[tuple[bytes, bytes, object]], combine) -> None:
         """Apply range edits, a decoded block at a time.

@@ -95,19 +95,9 @@ class TableWriter:
     when ``sync`` is true.  Cost: one pass, O(bytes written); memory: one block.
     """
 
-    def __init__(
-        self,
-        path: str,
-        kind: int,
-        block_size: int = 32768,
-        codec: str = "lz4",
-        sync: bool = True,
-        acceleration: int = 1,
-    ):
+    def __init__(self, path: str, kind: int, block_size: int = 32768, codec: str = "lz4", sync: bool = True):
         self.path, self.kind, self.block_size, self.sync = path, kind, block_size, sync
         self.codec = CODECS[codec]
-        # lz4's acceleration for the data blocks (setting lz4_acceleration; block.lz4_compressor).
-        self.acceleration = acceleration
         # PagesByURL and LinksByURL blocks, of the base and of delta runs, in lz4 pieces of a
         # quarter block (at most PIECE_BYTES): a get_page or inlinks lookup decompresses one
         # piece, not the block (format.md §1.1, design.md §2.1).
@@ -280,12 +270,12 @@ class TableWriter:
         if self._chunks:
             if self._keys:
                 self._runify()
-            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec, self.piece_bytes, self.acceleration))
+            self._emit(*encode_run(b"".join(self._chunks), self._lens, self.codec, self.piece_bytes))
             self._chunks, self._lens, self._size = [], [], 0
             return
         if not self._keys:
             return
-        data = encode_block(self._keys, self._vals, self.codec, self.piece_bytes, self.acceleration)
+        data = encode_block(self._keys, self._vals, self.codec, self.piece_bytes)
         self._emit(data, self._keys[0], self._keys[-1], len(self._keys))
         self._keys, self._vals, self._size = [], [], 0
 

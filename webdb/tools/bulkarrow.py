@@ -656,10 +656,7 @@ def _encode(w, parts: list[Part], klen: np.ndarray, bs: int, codec: int, final: 
         for e, raw in zip(group, raws):
             last = len(raw) - 8 * (e - s) - 4 - int(rlen[e - 1])  # where the block's last record starts
             w.add_raw_block(
-                seal_block(raw, w.codec, w.piece_bytes, w.acceleration),
-                raw[: int(klen[s])],
-                raw[last : last + int(klen[e - 1])],
-                e - s,
+                seal_block(raw, w.codec, w.piece_bytes), raw[: int(klen[s])], raw[last : last + int(klen[e - 1])], e - s
             )
             s = e
     return ends[-1]

@@ -88,9 +88,7 @@ def _compact_table(db, gen: int, entry: dict, j: int, t: str, created: list[str]
         os.path.join(d, entry["file"]), [os.path.join(d, r["file"]) for r in entry["runs"]], t, entry["records"]
     )
     name = f"{gen:08d}-c.{TABLE_SUFFIX[t]}"
-    out = TableWriter(
-        os.path.join(d, name), TABLE_KINDS[t], s.block_size, s.codec, sync=s.sync, acceleration=s.lz4_acceleration
-    )
+    out = TableWriter(os.path.join(d, name), TABLE_KINDS[t], s.block_size, s.codec, sync=s.sync)
     created.append(out.path)
     _, info = written(view, out, lambda v=view, o=out: compact_levels(v, o))
     if info["records"] != entry["records"]:

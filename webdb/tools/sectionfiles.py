@@ -44,4 +44,4 @@ class SectionFiles:
 def section_writer(root: str, gen: int, table: str, s: Settings, j: int) -> TableWriter:
     """The writer of ``table``'s file of section j in generation ``gen`` (stage 0 of the batch)."""
     path = os.path.join(section_path(root, j), f"{gen:08d}-s0.{TABLE_SUFFIX[table]}")
-    return TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync, acceleration=s.lz4_acceleration)
+    return TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)

@@ -284,14 +284,7 @@ def run_stage(job: StageJob) -> dict:
             old = None
             tmp = _compact_entry(job, entry, table, d, f"{job.gen:08d}-s{stage}c.{TABLE_SUFFIX[table]}", {})
             old = TableReader(tmp, TABLE_KINDS[table])
-        out = TableWriter(
-            os.path.join(d, name),
-            TABLE_KINDS[table],
-            s.block_size,
-            s.codec,
-            sync=s.sync,
-            acceleration=s.lz4_acceleration,
-        )
+        out = TableWriter(os.path.join(d, name), TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
         cur = MergeCursor(old, out)
         try:
             info = fn(job, cur, out, res)  # the table's stats when the stage closed it itself
@@ -331,7 +324,7 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     view = open_levels(entry.base, entry.runs, table, e["records"])
     dname = f"{job.gen:08d}-s{stage}d.{TABLE_SUFFIX[table]}"
     dpath = os.path.join(d, dname)
-    out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync, acceleration=s.lz4_acceleration)
+    out = TableWriter(dpath, DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
     cur = LevelCursor(view, out)
     _, info = written(
         view, out, lambda: fn(job, cur, out, res), lambda: faults.point(f"stage{stage}.before_table_close")
@@ -346,14 +339,7 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
         rname = f"{job.gen:08d}-s{stage}r.{TABLE_SUFFIX[table]}"
         paths = [os.path.join(d, dname)] + entry.runs
         view = open_levels(None, paths, table, records)
-        out = TableWriter(
-            os.path.join(d, rname),
-            DELTA_KINDS[table],
-            _run_block(s),
-            s.codec,
-            sync=s.sync,
-            acceleration=s.lz4_acceleration,
-        )
+        out = TableWriter(os.path.join(d, rname), DELTA_KINDS[table], _run_block(s), s.codec, sync=s.sync)
         _, rinfo = written(
             view, out, lambda: merge_runs(view, out), lambda: faults.point(f"stage{stage}.merge_runs.before_close")
         )
@@ -407,7 +393,7 @@ def _compact_entry(job: StageJob, entry: TableFiles, table: str, d: str, name: s
     s = job.settings
     view = open_levels(entry.base, entry.runs, table, entry.entry["records"])
     path = os.path.join(d, name)
-    out = TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync, acceleration=s.lz4_acceleration)
+    out = TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
     cur, info = written(
         view, out, lambda: compact(view, out), lambda: faults.point(f"stage{job.stage}.compact.before_close")
     )
