@@ -7,6 +7,7 @@ import random
 
 import webdb
 from webdb import FetchResult, Link, Page, Status
+from webdb.tables.table import TableReader
 
 
 def md5(s: str) -> bytes:
@@ -63,3 +64,15 @@ def make_db(path, sections: int = 2, **settings) -> webdb.WebDB:
     with db.writer() as w:
         batch_a(w)
     return db
+
+
+def damage_block(path: str, b: int) -> None:
+    """Flip a byte in the middle of data block ``b`` of a table file (its CRC left as it was)."""
+    t = TableReader(path)
+    off, length = t.offsets[b], t.lengths[b]
+    t.close()
+    with open(path, "r+b") as f:
+        f.seek(off + length // 2)
+        x = f.read(1)
+        f.seek(off + length // 2)
+        f.write(bytes([x[0] ^ 0x40]))

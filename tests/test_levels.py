@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from dbutil import batch_b, make_db, md5, snapshot
+from dbutil import batch_b, damage_block, make_db, md5, snapshot
 
 import webdb
 from webdb import FetchResult, Page, Status
@@ -411,18 +411,6 @@ def test_export_rank_rebalance_read_the_levels(tmp_path, expected):
         r.check()
 
 
-def _damage_block(path: str, b: int) -> None:
-    """Flip a byte inside data block ``b`` of a table file (its CRC left as it was)."""
-    t = TableReader(path)
-    off, length = t.offsets[b], t.lengths[b]
-    t.close()
-    with open(path, "r+b") as f:
-        f.seek(off + length // 2)
-        x = f.read(1)
-        f.seek(off + length // 2)
-        f.write(bytes([x[0] ^ 0x40]))
-
-
 def _far_round(w) -> None:
     """A round whose edits all fall at the end of both link tables (md5 ff…, URLs of zz.example):
     it reads no block at their start."""
@@ -441,7 +429,7 @@ def test_damage_in_a_level_no_round_rewrites_is_found_by_the_next_writer(tmp_pat
     for setting, found in ((1, True), (0, False)):
         db = make_db(tmp_path / f"db{setting}", sections=1, **KEEP, scrub_rounds=setting)
         base = os.path.join(db.path, "section-0000", db.manifest().tables[0][table]["file"])
-        _damage_block(base, 0)
+        damage_block(base, 0)
         gen = db.committed()
         if found:
             with pytest.raises(CorruptionError, match=f"{base}: block 0 at offset 0: checksum mismatch"):
@@ -461,7 +449,7 @@ def test_scrub_rounds_verifies_a_slice_a_round(tmp_path):
     of its generation): the damaged first block is found by the round whose slice holds it."""
     db = make_db(tmp_path / "db", sections=1, **KEEP, scrub_rounds=3)
     base = os.path.join(db.path, "section-0000", db.manifest().tables[0]["links_by_md5"]["file"])
-    _damage_block(base, 0)
+    damage_block(base, 0)
     found_at = None
     for _ in range(3):
         gen = db.committed() + 1

@@ -13,7 +13,7 @@ import sys
 from bisect import bisect_left
 
 import pytest
-from dbutil import make_db, md5
+from dbutil import damage_block, make_db, md5
 
 from webdb import FetchResult, Page, Status
 from webdb.errors import CorruptionError
@@ -25,18 +25,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # Runs are kept: never merged by size, nor by count within these tests' rounds.
 KEEP = {"level_ratio": 1000.0, "level_runs": 8}
-
-
-def _damage(path: str, b: int) -> None:
-    """Flip a byte in the middle of data block ``b`` of a table file (its CRC left as it was)."""
-    t = TableReader(path)
-    off, length = t.offsets[b], t.lengths[b]
-    t.close()
-    with open(path, "r+b") as f:
-        f.seek(off + length // 2)
-        x = f.read(1)
-        f.seek(off + length // 2)
-        f.write(bytes([x[0] ^ 0x40]))
 
 
 def _block_of(path: str, key: bytes) -> int:
@@ -168,7 +156,7 @@ def test_damage_in_a_block_the_stage_reads_stops_the_round_whatever_the_slice(tm
     b = _block_of(path, key)
     if scrub_rounds > 1:
         _to_generation_not_in_slice(db, path, b, scrub_rounds)
-    _damage(path, b)
+    damage_block(path, b)
     _fails_named(db, path, b, _read_round(page))
 
 
@@ -178,7 +166,7 @@ def test_damage_in_a_block_no_edit_reaches_stops_the_round(tmp_path, table, leve
     db = _db(tmp_path, 1)
     base, runs = _files(db, table)
     path = base if level == "base" else runs[0]
-    _damage(path, 0)
+    damage_block(path, 0)
     _fails_named(db, path, 0, _far_round)
 
 
@@ -191,7 +179,7 @@ def test_damage_where_links_by_url_is_read_stops_the_round(tmp_path, level):
     base, runs = _files(db, "links_by_url")
     path, key, page = (base, _A_TARGET, _A_PAGE) if level == "base" else (runs[0], _R0_TARGET, _R0_PAGE)
     b = _block_of(path, key.encode())
-    _damage(path, b)
+    damage_block(path, b)
     _fails_named(db, path, b, _read_round(page))
 
 
@@ -200,7 +188,7 @@ def test_scrub_rounds_3_finds_an_unread_block_in_its_slice_round(tmp_path, level
     db = _db(tmp_path, 3)
     base, runs = _files(db, "links_by_md5")
     path = base if level == "base" else runs[0]
-    _damage(path, 0)
+    damage_block(path, 0)
     want = _slice_of(path, 0, 3)
     for _ in range(3):
         if (db.committed() + 1) % 3 == want:
@@ -226,7 +214,7 @@ def test_damage_found_by_a_compaction_round(tmp_path, table, scrub_rounds):
             break
         with db.writer() as w:
             _far_round(w, db.committed())
-    _damage(base, b)
+    damage_block(base, b)
     _fails_named(db, base, b, _far_round)
 
 
@@ -301,7 +289,7 @@ def test_check_crcs_skips_the_marked_blocks(tmp_path):
     assert t.check_crcs(0, 1, bytearray([1]) * n) == 0
     assert t.check_crcs(0, 1, bytearray(n)) == t.check_crcs(0, 1)
     t.close()
-    _damage(path, 5)
+    damage_block(path, 5)
     t = TableReader(path)
     mask = bytearray(n)
     mask[5] = 1

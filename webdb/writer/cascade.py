@@ -21,6 +21,7 @@ decoded) + O(e log e) for its e edits, which were sorted by the producers.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import os
 import time
@@ -374,10 +375,8 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
         res["scrubbed_bytes"] = _scrub(carried, job.gen, s.scrub_rounds, verified)
     except BaseException:
         for p in made:
-            try:
+            with contextlib.suppress(FileNotFoundError):  # a merge may have removed it already
                 os.unlink(p)
-            except FileNotFoundError:
-                pass
         raise
 
 
