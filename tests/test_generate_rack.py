@@ -342,7 +342,10 @@ def test_ssh_rack_generate_equals_generate_then_a_host_down(ssh_hosts: list[SSHH
             progress=said.append,
         )  # fmt: skip
     assert "marking 30 pages" in said  # it failed after writing the segment
-    assert re.search(r"h1 \(section 1\) failed at .*(connection lost|no heartbeat)", str(e.value)), str(e.value)
+    # The host's stop kills its section processes too: which the driver hears first (their exit
+    # status over the channel, the channel's loss, the silence) depends on timing.
+    cause = r"(connection lost|no heartbeat|killed by signal 9)"
+    assert re.search(r"h1 \(section 1\) failed at .*" + cause, str(e.value)), str(e.value)
     assert not e.value.result.committed and not (tmp_path / "down").exists()
     assert int((roots[0] / "crawl" / "CURRENT").read_text().split()[0]) == gen
     hosts[1].start()
