@@ -237,9 +237,53 @@ def test_ssh_host_stopped_mid_stage(rack2, tmp_path: Path, reference) -> None:
     with pytest.raises(UpdateFailed) as e:
         update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, progress=stop_at_stage_2)
     # The stop is asked for when h1 waits at the barrier before stage 2's input; the other
-    # sections' edits may reach it before the kill lands, so the report names stage 2 or 3.
+    # sections' edits may reach it before the kill lands, so the report names stage 2 or 3.  h0's
+    # section may find h1 unreachable before the coordinator hears h1 go: h1 is blamed either way.
     assert re.search(r"h1 \(section 1\) failed at stage [23]", str(e.value)), str(e.value)
     assert not e.value.result.hosts["h1"].ok and not e.value.result.committed
+    hosts[1].start()
+    assert_state(roots, 1, reference["a"])
+    update(rack, inputs, input_fn=REPLAY)
+    assert_state(roots, 2, reference["ab"])
+    no_leftovers(roots)
+
+
+@pytest.mark.ssh
+@pytest.mark.timeout(300)
+def test_ssh_peer_unreachable_while_up_is_named_by_the_reporter(rack2, tmp_path: Path, reference) -> None:
+    """h0's section cannot put its stage 1 edits on h1 (a fault refuses them as a refused
+    connection would) while h1 stays up and answers the coordinator: the failure, held for a
+    verdict on h1, falls back to h0, which names h1; nothing is committed."""
+    hosts, rack, inputs = rack2
+    roots = [h.root for h in hosts]
+    with pytest.raises(UpdateFailed) as e:
+        update(rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, env={"WEBDB_FAULTS": "dist.s0.step1.unreachable"})
+    msg = str(e.value)
+    assert re.search(r"h0 \(section 0\) failed at stage 1: .*h1: HostUnreachable: .*connection refused", msg), msg
+    res = e.value.result
+    assert not res.committed and not res.hosts["h0"].ok and res.hosts["h1"].value.get("aborted"), res.hosts
+    assert_state(roots, 1, reference["a"])
+
+    # The same refusal, and h1 stopped once the coordinator holds h0's report (it says so): the
+    # host that is down is the one blamed, with the reporter's words beside.
+    said: list[str] = []
+
+    def stop_h1(e: dict) -> None:
+        if e.get("ev") == "warning" and hosts[1].running:
+            said.append(e["message"])
+            hosts[1].stop()
+
+    with pytest.raises(UpdateFailed) as e:
+        update(
+            rack, inputs, input_fn=REPLAY, heartbeat_timeout=HB, progress=stop_h1,
+            env={"WEBDB_FAULTS": "dist.s0.step1.unreachable"},
+        )  # fmt: skip
+    msg = str(e.value)
+    blamed = r"h1 \(section 1\) failed at stage [12]: .* \(h0 could not reach it: .*connection refused"
+    assert re.search(blamed, msg), msg
+    assert said == [f"h0 could not reach h1: up to {HB + 3:g}s to hear whether h1 is down before the update stops"]
+    res = e.value.result
+    assert not res.committed and not res.hosts["h1"].ok and "connection refused" in res.hosts["h0"].reason
     hosts[1].start()
     assert_state(roots, 1, reference["a"])
     update(rack, inputs, input_fn=REPLAY)

@@ -48,3 +48,15 @@ def flip_byte(t):  # t: webdb.ndfs.Transport -> Callable[[str], None]
             f.write(bytes([b[0] ^ 0x40]))
 
     return corrupt
+
+
+def refuse(t):  # t: webdb.ndfs.Transport -> Callable[[str], None]
+    """Fault ``dist.sJ.stepT.unreachable`` (webdb.writer.section): a ``before_verify`` hook that
+    fails a put to another location as a refused connection would, while that location itself
+    stays up and answers its coordinator (a partition between two hosts)."""
+    from webdb.ndfs.errors import HostUnreachable
+
+    def fail(tmp: str) -> None:
+        raise HostUnreachable(t.label, tmp, "connection refused (fault)")
+
+    return fail

@@ -45,6 +45,9 @@ class AgentTransport:
         self.ping_n = 0
         # An open liveness round: (ping number, its clock time, the hosts silent when it began).
         self.round: tuple[int, float, list[str]] | None = None
+        # A failure held back because it names hosts it could not reach: (reporter, why, kind,
+        # those hosts, until when by ``clock``).  See ``pump``.
+        self.held: tuple[str, str, str | None, list[str], float] | None = None
 
     # -- agents --------------------------------------------------------------------------------
 
@@ -90,7 +93,28 @@ class AgentTransport:
         return Failed(why, label=label, kind=kind)
 
     def pump(self, until: Callable[[], bool], on_event: Callable[[str, dict], None]) -> None:
-        """Handle agent events until ``until()``; raise Failed on any failure or silence."""
+        """Handle agent events until ``until()``; raise Failed on any failure or silence.
+
+        A failure that says it could not reach other hosts (a section's edits not shipped) is
+        held for up to the heartbeat timeout and a liveness round: if one of those hosts is then heard to be
+        down (its connection lost, its silence, its own failure), that host is blamed, with the
+        reporter's words beside it; otherwise the reporter is.  Which of the two the driver
+        hears first is a matter of timing; the host that is down is what an operator needs."""
+        try:
+            self._pump(until, on_event)
+        except Failed as f:
+            if self.held is None:
+                raise
+            reporter, why, kind, peers, _ = self.held
+            self.held = None
+            if f.label == reporter:  # its agent lost or silent since: its own report says why
+                raise self.fail(reporter, why, kind) from None
+            self.hosts[reporter].error = self.hosts[reporter].error or why
+            if f.label in peers:
+                f.why = f"{f.why} ({reporter} could not reach it: {why})"
+            raise
+
+    def _pump(self, until: Callable[[], bool], on_event: Callable[[str, dict], None]) -> None:
         while not until():
             if time.monotonic() - self.last_ping >= HEARTBEAT:
                 self.ping()  # keeps the agents' own coordinator-silence check quiet
@@ -115,6 +139,23 @@ class AgentTransport:
                         why = f"section {obj['section']}: {obj['error']}"
                     else:
                         why = obj["error"]
+                    peers = [p for p in obj.get("unreachable", ()) if p in self.hosts and p != label]
+                    if peers and self.held is None:
+                        # Its agent waits for the abort and answers pings meanwhile, so the
+                        # liveness rounds that may blame a silent peer still have a witness.
+                        wait = self.hb_timeout + 3 * HEARTBEAT
+                        self.held = (label, why, obj.get("kind"), peers, now + wait)
+                        if self.progress is not None:
+                            who = ", ".join(peers)
+                            self.progress(
+                                {
+                                    "host": label,
+                                    "ev": "warning",
+                                    "message": f"{label} could not reach {who}: up to {wait:g}s to hear whether "
+                                    f"{who} {'is' if len(peers) == 1 else 'are'} down before the update stops",
+                                }
+                            )
+                        continue
                     raise self.fail(label, why, obj.get("kind"))
                 if ev == "aborted":
                     raise self.fail(label, f"aborted: {obj.get('reason')}")
@@ -126,6 +167,10 @@ class AgentTransport:
                     if self.progress is not None and ev in _PROGRESS:
                         self.progress({"host": label, **obj})
             self.check_liveness(now)
+            if self.held is not None and now > self.held[4]:
+                reporter, why, kind, _, _ = self.held
+                self.held = None
+                raise self.fail(reporter, why, kind)
 
     def ping(self) -> int:
         """Ping every live agent; each answers with an ``hb`` carrying the ping's number."""

@@ -30,7 +30,7 @@ from typing import Any
 from webdb.core.manifest import Manifest
 from webdb.errors import BadInput, DistributedError, WebDBError
 from webdb.writer.location import Location, create_local
-from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main
+from webdb.writer.section import DEPLOY_DIR, Aborted, deploy_dir, error_kind, section_main, unreachable_peers
 from webdb.writer.spec import SectionSpec
 
 __all__ = ["DEPLOY_DIR", "HEARTBEAT", "Agent", "deploy_dir", "main"]
@@ -147,6 +147,7 @@ class Agent:
                 state=self.loc.state if self.loc else "start",
                 error=f"{type(e).__name__}: {e}{detail}",
                 kind=error_kind(e),
+                unreachable=unreachable_peers(e),
                 **where,
             )
             self.await_abort()

@@ -35,6 +35,8 @@ from typing import Any
 from webdb.core.sections import Sections, section_dirname, section_path
 from webdb.errors import BadInput, CorruptionError, DistributedError, WebDBError
 from webdb.ndfs import NDFS, LocalTransport, NdfsConfig, Transport, parse_config, section_group
+from webdb.ndfs.errors import HostUnreachable
+from webdb.ndfs.group import GroupError
 from webdb.tables.format import TMP_DIR
 from webdb.util import faults
 from webdb.writer.cascade import StageJob
@@ -87,6 +89,21 @@ def error_kind(e: BaseException) -> str:
     """The class name a failure is reported under; BadInput subclasses count as BadInput (the
     CLI maps it to exit code 2)."""
     return "BadInput" if isinstance(e, BadInput) else type(e).__name__
+
+
+def unreachable_peers(e: BaseException) -> list[str]:
+    """The locations a failure could not reach (a share group's put or marker write), found
+    along its cause chain, so that the coordinator can blame a host that is down rather than
+    the section that noticed it first."""
+    out: list[str] = []
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        if isinstance(x, GroupError):
+            out += [h for h, r in x.result.failed.items() if isinstance(r.error, HostUnreachable) and h not in out]
+        x = x.__cause__ or x.__context__
+    return out
 
 
 def _die_with_parent() -> None:
@@ -271,14 +288,15 @@ class SectionWriter:
             names = outbox_names(self.outbox, t)
             group = self.fs.section(t)
             corrupt = faults.armed(f"dist.s{self.j}.step{step}.corrupt") and t != self.j
+            refused = faults.armed(f"dist.s{self.j}.step{step}.unreachable") and t != self.j
             listed, nbytes = [], 0
             for name in names:
                 local = os.path.join(d, name)
-                if corrupt:
+                if corrupt or refused:
                     for tr in group.transports.values():
-                        tr.before_verify = faults.flip_byte(tr)
+                        tr.before_verify = faults.flip_byte(tr) if corrupt else faults.refuse(tr)
                 res = group.put(local, name)
-                if corrupt:
+                if corrupt or refused:
                     for tr in group.transports.values():
                         tr.before_verify = None
                 res.raise_on_failure()
@@ -388,6 +406,7 @@ def section_main(spec: SectionSpec, conn) -> None:
                     "step": step,
                     "error": f"{type(e).__name__}: {e}{detail}",
                     "kind": error_kind(e),
+                    "unreachable": unreachable_peers(e),
                 }
             )
         except OSError:
