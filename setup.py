@@ -42,9 +42,10 @@ setup(
     ],
     install_requires=[
         "lz4>=4.3",
-        # ISA-L's CRC-32 (python-isal's manylinux wheels): zlib.crc32's values at ~3x its speed,
+        # ISA-L's CRC-32 (python-isal's binary wheels): zlib.crc32's values at ~3x its speed,
         # for every block CRC and the scrub; without it webdb uses zlib's (webdb/tables/block.py).
-        "isal>=1.6",
+        # Asked for only where wheels exist: elsewhere pip would build ISA-L (nasm, autotools).
+        "isal>=1.6; " + " or ".join(f"platform_machine == '{m}'" for m in ("x86_64", "AMD64", "aarch64", "arm64")),
         "tqdm>=4.66",
         "paramiko>=3.4",
         "fabric>=3.2",
