@@ -12,7 +12,8 @@ or settings can be compared on a machine that is not quiet.  One JSON line per r
 delta runs the db holds after it and the load average.  Run it with the snapshot first on
 PYTHONPATH and from a directory that holds no other ``webdb`` (``python -m`` puts the working
 directory first on the agents' path).  Each line also holds step 0's CPU and each stage's CPU
-(all sections) and wall (the longest section), from the manifest's stage rows.
+(all sections) and wall (the longest section), from the manifest's stage rows, and of a stage
+that built a new base, that rebuild's own CPU and wall (``compact_cpu_wall_s``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,17 @@ def main() -> None:
             for x in m.stages or []
             if any("scrubbed_bytes" in s for s in x["sections"])
         }
-        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages, "scrub_mb": scrub, "ship_s": ship}
+        # A stage that built a new base: that rebuild's CPU (all sections) and wall (the longest).
+        rebuilt = {
+            x["stage"]: [
+                round(sum(s.get("compact_cpu_seconds", 0) for s in x["sections"]), 1),
+                round(max(s.get("compact_seconds", 0) for s in x["sections"]), 1),
+            ]
+            for x in m.stages or []
+            if any("compact_seconds" in s for s in x["sections"])
+        }
+        extra = {"step0_cpu_s": step0, "stages_cpu_wall_s": stages, "compact_cpu_wall_s": rebuilt}
+        extra.update(scrub_mb=scrub, ship_s=ship)
         print(json.dumps({**row, "runs": runs, **extra, "load": round(os.getloadavg()[0], 2)}), flush=True)
     if not a.keep:
         shutil.rmtree(a.work, ignore_errors=True)

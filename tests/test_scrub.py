@@ -265,6 +265,15 @@ def test_a_compaction_round_scrubs_nothing(tmp_path):
     for stage in (3, 4):
         (row,) = _rows(db, stage)
         assert row.get("compacted") and row["scrubbed_bytes"] == 0, row
+        # The new base's own share of the stage: its wall and CPU, within the stage's.
+        assert 0 < row["compact_seconds"] <= row["seconds"], row
+        assert 0 < row["compact_cpu_seconds"] <= row["cpu_seconds"], row
+    assert not any(
+        "compact_seconds" in r
+        for x in db.manifest().stages
+        if x["stage"] != 3 and x["stage"] != 4
+        for r in x["sections"]
+    )
 
 
 def test_check_crcs_skips_the_marked_blocks(tmp_path):

@@ -416,6 +416,7 @@ def _compact_entry(
     """Merge a table's runs into a new base file ``name``; its stats go to ``res``.  The blocks
     it reads (all of them, each verified whole) are marked in ``verified`` if given."""
     s = job.settings
+    t0, c0 = time.monotonic(), time.process_time()
     view = open_levels(entry.base, entry.runs, table, entry.entry["records"], verified=verified)
     path = os.path.join(d, name)
     out = TableWriter(path, TABLE_KINDS[table], s.block_size, s.codec, sync=s.sync)
@@ -424,6 +425,7 @@ def _compact_entry(
     )
     res.update(file=name, records=info["records"], bytes=info["bytes"])
     res["compact_raw_blocks"], res["compact_decoded_blocks"] = cur.raw_blocks, cur.decoded_blocks
+    res["compact_seconds"], res["compact_cpu_seconds"] = time.monotonic() - t0, time.process_time() - c0
     return path
 
 

@@ -152,7 +152,8 @@ LEVEL_STEPS = ("compacted", "merged_runs")
 def stage_summary(r: dict) -> dict:
     """A section's stage result as its row of the manifest's ``stages`` (and its progress event):
     the figures of every stage, then, a stage over a link table's levels, the bytes its scrub
-    checked (``scrubbed_bytes``) and the level steps it took (``LEVEL_STEPS``), if any."""
+    checked (``scrubbed_bytes``) and the level steps it took (``LEVEL_STEPS``), if any, with a new
+    base's own wall and CPU (``compact_seconds``, ``compact_cpu_seconds``)."""
     keys = (
         "section",
         "records",
@@ -165,7 +166,8 @@ def stage_summary(r: dict) -> dict:
         "patched_blocks",
     )
     scrub = {"scrubbed_bytes": r["scrubbed_bytes"]} if "scrubbed_bytes" in r else {}
-    return {**{k: r[k] for k in keys}, **scrub, **level_steps(r)}
+    extra = {k: r[k] for k in ("compact_seconds", "compact_cpu_seconds") if k in r}
+    return {**{k: r[k] for k in keys}, **scrub, **level_steps(r), **extra}
 
 
 def level_steps(r: dict) -> dict:
