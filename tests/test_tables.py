@@ -161,6 +161,62 @@ def test_probe_get_compiled_equals_python(tmp_path, kind):
     t.close()
 
 
+@pytest.mark.parametrize("kind", [KIND_PAGES_BY_URL, KIND_PAGES_BY_MD5])
+def test_probe_has_prefix_compiled_equals_python(tmp_path, kind):
+    """Probe.has_prefix through its one-file LevelSeek (a range read, compiled) and through the
+    Python path agree on increasing prefixes: keys' prefixes, whole keys, absent ones, prefixes
+    of 0xff bytes (no upper bound: the Python path answers, the LevelSeek stays), get asked
+    between them; a key or prefix below the end of the last range read (``prefix_end``) hands
+    over to the Python path, which still answers it."""
+    rng = random.Random(kind + 7)
+    keys = rand_keys(rng, 3000)
+    w = TableWriter(str(tmp_path / "t"), kind, 1024, sync=False)
+    for k in keys:
+        w.add(k, k[::-1] * 2)
+    w.close()
+    t = TableReader(str(tmp_path / "t"), kind, lazy=True)
+    c, py = Probe(t), Probe(t)
+    assert (c._c is not None) == COMPILED
+    py._c = None
+    # Distinct prefixes none of which starts with another, each followed by a key above its range.
+    asks = sorted({k[: rng.randint(1, len(k))] for k in rng.sample(keys, 500)} | {b"\xff", b"c", b"http://x/zz"})
+    asks = [p for i, p in enumerate(asks) if i + 1 == len(asks) or not asks[i + 1].startswith(p)]
+    for i, p in enumerate(asks):
+        want = any(k.startswith(p) for k in keys)
+        assert c.has_prefix(p) == py.has_prefix(p) == want, p
+        if i % 7 == 0 and p[-1] != 0xFF:
+            after = p[:-1] + bytes((p[-1] + 1,))  # prefix_end(p): no key of the range
+            assert c.get(after) == py.get(after)
+    assert (c._c is not None) == COMPILED  # every read in order: never handed over
+    if COMPILED:
+        p = asks[-2]
+        assert c.has_prefix(p) == py.has_prefix(p) and c._c is None  # again: the Python path
+        c2 = Probe(t)
+        assert c2.has_prefix(b"a") and c2.has_prefix(b"ab") == any(k.startswith(b"ab") for k in keys)
+        assert c2._c is None  # b"ab" lies in b"a"'s range: the Python path
+    t.close()
+
+
+def test_probe_has_prefix_names_a_damaged_block(tmp_path):
+    """A flipped byte in a block the compiled has_prefix reaches: the Python path reads the block
+    and its CorruptionError names the file."""
+    keys = [b"p%05d" % i for i in range(3000)]
+    w = TableWriter(str(tmp_path / "m"), KIND_PAGES_BY_MD5, 1024, sync=False)
+    for k in keys:
+        w.add(k, k[::-1] * 2)
+    w.close()
+    t = TableReader(str(tmp_path / "m"), KIND_PAGES_BY_MD5)
+    off, first_of_block = t.offsets[3] + 10, t.first_keys[3]
+    t.close()
+    _flip(tmp_path / "m", off)
+    t = TableReader(str(tmp_path / "m"), KIND_PAGES_BY_MD5, lazy=True)
+    pr = Probe(t)
+    assert pr.has_prefix(keys[0][:4]) and not pr.has_prefix(b"p00000x")
+    with pytest.raises(CorruptionError, match="m"):
+        pr.has_prefix(first_of_block[:5])
+    t.close()
+
+
 def test_probe_get_names_a_damaged_piece(tmp_path):
     """A flipped byte in a piece the compiled get reaches: the Python path reads the block and its
     CorruptionError names the file."""

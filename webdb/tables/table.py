@@ -1074,7 +1074,7 @@ class Probe:
     Each block is decompressed at most once per probe pass and only its keys are split out, so
     probing m sorted keys costs O(m log b) comparisons plus one key split per block that holds
     any of them.  Compiled, on a table whose index is kept in place (opened ``lazy``), ``get``
-    is one call of a one-file ``LevelSeek`` (seek.c): the block's offsets searched in place, no
+    (and ``has_prefix``) is one call of a one-file ``LevelSeek`` (seek.c): the block's offsets searched in place, no
     keys split out, and of a file in lz4 pieces only the piece a key falls in decompressed; a
     key below the last one asked, or a block or piece it finds unsound, hands over to the
     Python path (which names the fault).
@@ -1123,5 +1123,21 @@ class Probe:
         return r[1] if r is not None and r[0] == key else None
 
     def has_prefix(self, p: bytes) -> bool:
+        """Whether a key starts with ``p``.  Compiled, one range read of the ``LevelSeek``
+        (``[p, prefix_end(p))``: the block's offsets searched in place, only that range's
+        records split out) instead of the Python path's whole key list of each block.  The
+        range read leaves the LevelSeek at its end: a later key or prefix below ``prefix_end(p)``
+        (as ``p + b"x"``) is below the last one asked and goes to the Python path."""
+        c = self._c
+        if c is not None:
+            pe = prefix_end(p)
+            if pe is not None and p >= self._last:
+                self._last = pe
+                kv = c.range(p, pe)
+                if kv is not False:
+                    return bool(kv[0])
+                self._c = None  # a block not sound: the Python path reads it and names it
+            elif pe is not None:
+                self._c = None
         r = self.ceiling(p)
         return r is not None and r[0].startswith(p)

@@ -713,7 +713,9 @@ def _stage_pages_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
 def _stage_links_by_md5(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
     em4 = Emitter(job, 4, 3)
     pages_by_md5 = _base(job, "pages_by_md5")
-    probe = Probe(TableReader(pages_by_md5) if pages_by_md5 else None)
+    # Lazy: its index kept in place, so that has_prefix is a range read in C (no key lists of
+    # PagesByMD5's blocks, which a round's md5s reach nearly all of).
+    probe = Probe(TableReader(pages_by_md5, lazy=True) if pages_by_md5 else None)
     dropped = 0
 
     def combine(md5: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
