@@ -26,6 +26,7 @@ from webdb.errors import CorruptionError
 from webdb.tables import block
 from webdb.tables.levels import Seeker, diff_py
 from webdb.tables.merge import Splice
+from webdb.tables.pagecodec import LINK_FLAGS, LINK_OUT
 from webdb.tables.table import TableReader, TableWriter
 from webdb.writer import cascade, edits, kernels
 
@@ -292,6 +293,14 @@ def test_links_by_url_splice_c_matches_python(ledits, state):
         want = cascade.links_by_url_splice_py(b"u\x00", b"u", ledits, state_of, tail)
     except IndexError:  # an added value without a flags byte: C declines it
         want = None
+    if want is not None and want[1] is not None:
+        # Each fix-up carries the value the splice writes for its link (what stage 5 writes to
+        # LinksByMD5 blind): the same flag byte in both tables.
+        st_, sp, fix, fixv = want
+        spliced = dict(sp)
+        assert len(fix) == len(fixv) and all(k.endswith(tail) for k in fix)
+        assert [spliced[b"u\x00" + k[: -len(tail)]] for k in fix] == fixv
+        assert all(v[LINK_FLAGS] == (LINK_OUT if st_ == edits.TARGET_OUT else 0) for v in fixv)
     n_py, calls[:] = len(calls), []
     if _stagesc is None:
         return

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import lt
 from typing import TypeVar
 
@@ -518,6 +518,30 @@ class LevelCursor:
 
     def patch_points(self, groups, combine, in_place) -> None:
         self.merge_points(groups, combine)  # a delta run holds only the changed records anyway
+
+    def put_points(self, recs: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write point changes blind, without reading the levels: ``(key, value)`` as PUT +
+        value, ``(key, None)`` as a tombstone, keys increasing.  The caller vouches that each
+        value differs from the stored one and that each removed key is stored (a tombstone
+        counts as one live record fewer): stage 5, whose edits say so by construction."""
+        out_k: list[bytes] = []
+        out_v: list[bytes] = []
+        dels = 0
+        try:
+            for k, v in recs:
+                out_k.append(k)
+                if v is None:
+                    out_v.append(DEL)
+                    dels += 1
+                else:
+                    out_v.append(PUT + v)
+                if len(out_k) >= 4096:
+                    self.out.add_many(out_k, out_v)  # checks the order (keys strictly increasing)
+                    out_k.clear()
+                    out_v.clear()
+            self.out.add_many(out_k, out_v)
+        finally:
+            self.live -= dels
 
     def merge_ranges(self, groups, combine, splice=None) -> None:
         """``MergeCursor.merge_ranges`` over the levels.  ``splice(lo, payload)``, if given, is

@@ -793,11 +793,11 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
             return None
         tail = start + op5_flag  # edits.link_fixup_tail(url_b, OP5_FLAG): start is url_b 0x00
         r = kernels.links_by_url_splice(start, url_b, ledits, state_of, tail)  # in C when compiled
-        state, sp, fix = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
+        state, sp, fix, fixv = r if r is not None else links_by_url_splice_py(start, url_b, ledits, state_of, tail)
         if sp is None:
             return None
         if fix:
-            em5.add_many(fix, [bytes((LINK_OUT if state == edits.TARGET_OUT else 0,))] * len(fix))
+            em5.add_many(fix, fixv)
         return Splice(sp)
 
     def combine(start: bytes, ok: list[bytes], old_values, payload) -> tuple[list[bytes], list[bytes]] | Splice:
@@ -834,7 +834,7 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
                 for fid in fix:
                     links[fid] = link_with_flags(links[fid], fb)
                 tail = edits.link_fixup_tail(url_b, edits.OP5_FLAG)
-                em5.add_many([fid + tail for fid in fix], [fb] * len(fix))
+                em5.add_many([fid + tail for fid in fix], [links[fid] for fid in fix])
         fids = sorted(links)
         return [start + f for f in fids], [links[f] for f in fids]
 
@@ -851,21 +851,22 @@ def _stage_links_by_url(job: StageJob, cur: MergeCursor, out: TableWriter, res: 
 
 def links_by_url_splice_py(
     start: bytes, url_b: bytes, ledits: list[tuple[bytes, int, bytes]], state_of: Callable[[bytes], int], tail: bytes
-) -> tuple[int, list[tuple[bytes, bytes | None]] | None, list[bytes]]:
-    """Stage 4's link edits of a url with no target notice: ``(state, splice, fix)``.  The last
-    edit of each fromID wins; if a link is added, ``state = state_of(url_b)`` (else -1).  For an
-    absent target ``(0, None, [])`` (the caller deletes every link).  Else the splice of the
+) -> tuple[int, list[tuple[bytes, bytes | None]] | None, list[bytes], list[bytes]]:
+    """Stage 4's link edits of a url with no target notice: ``(state, splice, fix, fixv)``.  The
+    last edit of each fromID wins; if a link is added, ``state = state_of(url_b)`` (else -1).  For
+    an absent target ``(0, None, [], [])`` (the caller deletes every link).  Else the splice of the
     url's range (``start`` + fromID, value or None), each added link's flag set to the target's
-    where it differs, and ``fix`` the fromID + ``tail`` of those links (stage 5 sets the same
-    flag in LinksByMD5).  (``_stagesc.links_by_url_splice`` is this in C.)"""
+    where it differs, ``fix`` the fromID + ``tail`` of those links and ``fixv`` their new values
+    (stage 5 writes them to LinksByMD5).  (``_stagesc.links_by_url_splice`` is this in C.)"""
     fin: dict[bytes, bytes | None] = {}
     for fid, op, v in ledits:
         fin[fid] = v if op == edits.OP4_ADD else None
     added = {fid: v for fid, v in fin.items() if v is not None}
     state = state_of(url_b) if added else -1
     if state == edits.TARGET_ABSENT:
-        return state, None, []
+        return state, None, [], []
     fix: list[bytes] = []
+    fixv: list[bytes] = []
     if state >= 0:
         flag = LINK_OUT if state == edits.TARGET_OUT else 0
         fb = bytes((flag,))
@@ -873,7 +874,8 @@ def links_by_url_splice_py(
         for fid in fids:
             fin[fid] = link_with_flags(fin[fid], fb)
         fix = [fid + tail for fid in fids]
-    return state, [(start + fid, v) for fid, v in fin.items()], fix
+        fixv = [fin[fid] for fid in fids]
+    return state, [(start + fid, v) for fid, v in fin.items()], fix, fixv
 
 
 def links_by_md5_adds_py(
@@ -987,11 +989,19 @@ def _batched_groups(job: StageJob, cut, cut_py, n: int = 512) -> Iterator:
 # ---- stage 5: LinksByMD5 fix-ups -------------------------------------------------------------
 
 
-def _stage_link_fixups(job: StageJob, cur: MergeCursor, out: TableWriter, res: dict) -> None:
-    def combine(tk: bytes, old: bytes | None, op_val: tuple[int, bytes]) -> bytes | None:
-        if old is None or op_val[0] == edits.OP5_DEL:
-            return None
-        return link_with_flags(old, op_val[1])
+def _stage_link_fixups(job: StageJob, cur: MergeCursor | LevelCursor, out: TableWriter, res: dict) -> None:
+    # Each edit carries what LinksByMD5 holds after it: a flag fix-up the link's new value (the
+    # one stage 4 wrote to LinksByURL), a delete nothing.  Stage 4 sends a fix-up only for a link
+    # whose flag differs and a delete only for a link both tables hold (they hold the same links
+    # with the same values), so over levels the run's records are written blind: no reads.
+    recs = ((k[:-2], None if k[-1] == edits.OP5_DEL else v) for k, v in _records(job))
+    if isinstance(cur, LevelCursor):
+        cur.put_points(recs)
+        return
 
-    # A flag fix-up rewrites one byte of a value: blocks with only fix-ups are patched in place.
-    cur.patch_points(((k[:-2], (k[-1], v)) for k, v in _records(job)), combine, lambda p: p[0] == edits.OP5_FLAG)
+    def combine(tk: bytes, old: bytes | None, new: bytes | None) -> bytes | None:
+        return None if old is None else new
+
+    # A whole table rewritten: a flag fix-up changes one byte of a value, so blocks with only
+    # fix-ups are patched in place.
+    cur.patch_points(recs, combine, lambda new: new is not None)

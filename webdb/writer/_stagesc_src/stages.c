@@ -290,13 +290,14 @@ fail:
 }
 
 SHARED_PYDOC(links_by_url_splice_doc,
-             "links_by_url_splice(start, url, ledits, state_of, tail) -> (state, splice, fix): stage 4's link edits "
+             "links_by_url_splice(start, url, ledits, state_of, tail) -> (state, splice, fix, fixv): stage 4's link edits "
              "of a url without a target notice (cascade.links_by_url_splice_py in C).  ledits: (fromID, op, value) "
              "in fromID order; the last edit of a fromID wins (op 1 adds, 0 deletes).  If any link is "
              "added, state = state_of(url) (the target's state, called once), else -1.  State 0 (absent): "
-             "(0, None, []).  Else the splice [(start + fromID, value or None)], each added link's flag "
-             "byte set to the target's (1 if state is 2, else 0) where it differs, and fix the fromID + "
-             "tail of each link whose flag was set.  None for input it declines (fromIDs out of order, "
+             "(0, None, [], []).  Else the splice [(start + fromID, value or None)], each added link's flag "
+             "byte set to the target's (1 if state is 2, else 0) where it differs, fix the fromID + "
+             "tail of each link whose flag was set and fixv its new value.  None for input it "
+             "declines (fromIDs out of order, "
              "an added value without a flag byte, an item of the wrong type).");
 
 PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -304,7 +305,7 @@ PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "links_by_url_splice(start: bytes, url: bytes, ledits: list, state_of, tail: bytes)");
         return NULL;
     }
-    PyObject *start = args[0], *tail = args[4], *res = NULL, *sp = NULL, *fix = NULL;
+    PyObject *start = args[0], *tail = args[4], *res = NULL, *sp = NULL, *fix = NULL, *fixv = NULL;
     /* state_of runs Python code: the edits are read from a tuple copy, which it cannot change. */
     PyObject *ed = PyList_AsTuple(args[2]);
     if (!ed) return NULL;
@@ -335,9 +336,9 @@ PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_
         Py_DECREF(st);
         if (state == -1 && PyErr_Occurred()) goto done;
     }
-    if (!(fix = PyList_New(0))) goto done;
+    if (!(fix = PyList_New(0)) || !(fixv = PyList_New(0))) goto done;
     if (state == 0) {
-        res = Py_BuildValue("(lOO)", state, Py_None, fix);
+        res = Py_BuildValue("(lOOO)", state, Py_None, fix, fixv);
         goto done;
     }
     unsigned char flag = state == 2 ? 1 : 0;
@@ -355,7 +356,8 @@ PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_
             nv = Py_None;
             Py_INCREF(nv);
         } else if (state > 0 && (PyBytes_AS_STRING(v)[8] & 1) != flag) {
-            /* pagecodec.link_with_flags: the flags byte replaced; and a fix-up for stage 5. */
+            /* pagecodec.link_with_flags: the flags byte replaced; and a fix-up for stage 5, which
+               carries the new value (stage 5 writes it without reading LinksByMD5). */
             Py_ssize_t vl = PyBytes_GET_SIZE(v);
             PyObject *fk = PyBytes_FromStringAndSize(NULL, fl + tl);
             nv = fk ? PyBytes_FromStringAndSize(PyBytes_AS_STRING(v), vl) : NULL;
@@ -369,6 +371,11 @@ PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_
             memcpy(PyBytes_AS_STRING(fk) + fl, PyBytes_AS_STRING(tail), (size_t)tl);
             Py_DECREF(fk);
             PyBytes_AS_STRING(nv)[8] = (char)flag;
+            if (PyList_Append(fixv, nv) < 0) {
+                Py_DECREF(nv);
+                Py_DECREF(k);
+                goto fail;
+            }
         } else {
             nv = v;
             Py_INCREF(nv);
@@ -382,7 +389,7 @@ PyObject *c_links_by_url_splice(PyObject *self, PyObject *const *args, Py_ssize_
         }
         Py_DECREF(pair);
     }
-    res = Py_BuildValue("(lOO)", state, sp, fix);
+    res = Py_BuildValue("(lOOO)", state, sp, fix, fixv);
     goto done;
 decline:
     res = Py_None;
@@ -394,5 +401,6 @@ done:
     Py_DECREF(ed);
     Py_XDECREF(sp);
     Py_XDECREF(fix);
+    Py_XDECREF(fixv);
     return res;
 }
