@@ -382,6 +382,37 @@ def test_level_cursor_writes_only_changes(tmp_path):
     assert cur.live == 0
 
 
+def test_level_cursor_put_points_writes_what_merge_points_writes(tmp_path):
+    """Stage 5's blind writes: for changed values and stored keys removed (what its edits are),
+    the run and the live count are merge_points' own, with no block of the levels read; keys
+    out of order are refused, naming the run."""
+    base = _table(tmp_path / "b", 3, [(b"a%04d" % i, b"x%d" % i) for i in range(3000)])
+    edits_ = [(b"a%04d" % i, None if i % 3 == 0 else b"y%d" % i) for i in range(0, 3000, 7)]
+
+    def run(name: str, blind: bool) -> tuple[list, int, int]:
+        view = Levels(TableReader(base), [], 3000)
+        out = TableWriter(str(tmp_path / name), DELTA_KINDS["links_by_md5"], sync=False)
+        cur = LevelCursor(view, out)
+        if blind:
+            cur.put_points(iter(edits_))
+        else:
+            cur.merge_points(iter(edits_), lambda k, old, new: new)
+        out.close()
+        view.close()
+        return list(TableReader(str(tmp_path / name)).items()), cur.live, cur.decoded_blocks
+
+    got, live, decoded = run("blind", True)
+    want, want_live, want_decoded = run("read", False)
+    assert got == want and live == want_live == -sum(v is None for _, v in edits_)
+    assert decoded == 0 < want_decoded
+    view = Levels(TableReader(base), [], 3000)
+    out = TableWriter(str(tmp_path / "bad"), DELTA_KINDS["links_by_md5"], sync=False)
+    with pytest.raises(CorruptionError, match="bad.*out of order"):
+        LevelCursor(view, out).put_points(iter([(b"a0002", b"v"), (b"a0001", None)]))
+    out.abort()
+    view.close()
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     p = subprocess.run([sys.executable, "-m", "webdb.cli.main", *args], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
