@@ -319,8 +319,12 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
     stage = job.stage
     e = entry.entry
     carried = [entry.base, *entry.runs]
-    if stage == 5 and entry.runs and os.path.basename(entry.runs[0]).startswith(f"{job.gen:08d}-s3"):
-        carried = []  # stage 3 of this round ran on this table and verified them
+    newest = entry.runs[0] if entry.runs else entry.base
+    if stage == 5 and os.path.basename(newest).startswith(f"{job.gen:08d}-s3"):
+        # Stage 3 of this round ran on this table: it verified the files it kept (its reads,
+        # its scrub, or a rebuild's reads of them all) and wrote the newest (its run, or the
+        # base it rebuilt).  Stage 5 reads none of them (it writes blind), so nothing is left.
+        carried = []
     # The blocks the stage's reads verify whole (their CRC over the whole block), by path: the
     # scrub after the body skips them.
     verified: dict[str, bytearray] = {}
