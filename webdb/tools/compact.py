@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 from webdb.core.due import compact_index, index_name
 from webdb.core.manifest import Manifest, build, check_counts
-from webdb.errors import BadInput
+from webdb.errors import BadInput, CorruptionError
 from webdb.tables.format import TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import compact as compact_levels
 from webdb.tables.levels import open_levels, written
@@ -92,7 +92,10 @@ def _compact_table(db, gen: int, entry: dict, j: int, t: str, created: list[str]
     created.append(out.path)
     _, info = written(view, out, lambda v=view, o=out: compact_levels(v, o))
     if info["records"] != entry["records"]:
-        raise AssertionError(f"{out.path}: {info['records']} records after compaction, expected {entry['records']}")
+        raise CorruptionError(  # the levels disagree with the manifest's count
+            f"{out.path}: {info['records']} records after compaction, the manifest counts {entry['records']}; "
+            "nothing replaced (webdb check names the damage)"
+        )
     faults.point("compact.after_table")
     return {"file": name, "records": info["records"], "bytes": info["bytes"]}
 

@@ -35,6 +35,7 @@ from webdb.core.marks import MarkCursor, MarkEdits, decode_mark, marks_name
 from webdb.core.schedule import FetchResult, Schedule, apply_fetch, apply_lastmod
 from webdb.core.sections import Sections, section_dirname, section_path
 from webdb.core.settings import Settings
+from webdb.errors import CorruptionError
 from webdb.tables.format import DELTA_KINDS, KIND_EDITS, TABLE_KINDS, TABLE_SUFFIX
 from webdb.tables.levels import COMPACT, MERGE_RUNS, LevelCursor, compact, level_step, merge_runs, open_levels, written
 from webdb.tables.merge import MergeCursor, Splice
@@ -368,9 +369,10 @@ def _leveled_stage(job: StageJob, fn, entry: TableFiles, table: str, d: str, nam
             os.unlink(dpath)  # merged into the new base; never named by a manifest
             made.remove(dpath)
             res["compacted"] = len(runs)
-            if res["records"] != records:
-                raise AssertionError(
-                    f"{os.path.join(d, name)}: compaction kept {res['records']} records, expected {records}"
+            if res["records"] != records:  # the levels disagree with the manifest's count
+                raise CorruptionError(
+                    f"{os.path.join(d, name)}: compaction kept {res['records']} records, the manifest "
+                    f"counts {records}; the round is not committed (webdb check names the damage)"
                 )
         if step != COMPACT:
             res.update(file=e["file"], records=records, bytes=e["bytes"], runs=runs)
