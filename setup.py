@@ -45,7 +45,8 @@ setup(
         # ISA-L's CRC-32 (python-isal's binary wheels): zlib.crc32's values at ~3x its speed,
         # for every block CRC and the scrub; without it webdb uses zlib's (webdb/tables/block.py).
         # Asked for only where wheels exist: elsewhere pip would build ISA-L (nasm, autotools).
-        "isal>=1.6; " + " or ".join(f"platform_machine == '{m}'" for m in ("x86_64", "AMD64", "aarch64", "arm64")),
+        "isal>=1.6; platform_machine == 'x86_64' or platform_machine == 'AMD64'"
+        " or platform_machine == 'aarch64' or platform_machine == 'arm64'",
         "tqdm>=4.66",
         "paramiko>=3.4",
         "fabric>=3.2",

@@ -27,6 +27,7 @@ from fetchlist.crawl import update_db
 from fetchlist.parse import ParseResult
 from fetchlist.segment import FetchEntry, FetchRecord, Segment
 from webdb import Page, Status
+from webdb.writer.coordinator import HOLD_SECONDS
 from webdb.writer.inputs import CallRecorder, apply_call
 from webdb.writer.rack import Rack, UpdateFailed, create_rack, update
 
@@ -281,7 +282,8 @@ def test_ssh_peer_unreachable_while_up_is_named_by_the_reporter(rack2, tmp_path:
     msg = str(e.value)
     blamed = r"h1 \(section 1\) failed at stage [12]: .* \(h0 could not reach it: .*connection refused"
     assert re.search(blamed, msg), msg
-    assert said == [f"h0 could not reach h1: up to {HB + 3:g}s to hear whether h1 is down before the update stops"]
+    hold = f"up to {HOLD_SECONDS:g}s to hear whether h1 is down before the update stops"
+    assert said == [f"h0 could not reach h1: {hold}"], said
     res = e.value.result
     assert not res.committed and not res.hosts["h1"].ok and "connection refused" in res.hosts["h0"].reason
     hosts[1].start()

@@ -26,6 +26,10 @@ __all__ = ["AgentTransport", "create_rack"]
 
 # The agents' events the operator's progress sees (the driver adds synced, ready, committed).
 _PROGRESS = ("started", "section", "prepared")
+# How long a failure that names unreachable hosts waits to hear whether one of them is down
+# (real seconds, not the liveness clock: a lost connection is heard at once; a hung host is
+# named by the reporter's words when its silence takes longer).
+HOLD_SECONDS = 10.0
 # What an agent's hello reports about itself, kept for the per-host results.
 _HELLO = ("version", "hostname", "python", "webdb", "pid", "compiled")
 
@@ -96,10 +100,11 @@ class AgentTransport:
         """Handle agent events until ``until()``; raise Failed on any failure or silence.
 
         A failure that says it could not reach other hosts (a section's edits not shipped) is
-        held for up to the heartbeat timeout and a liveness round: if one of those hosts is then heard to be
-        down (its connection lost, its silence, its own failure), that host is blamed, with the
-        reporter's words beside it; otherwise the reporter is.  Which of the two the driver
-        hears first is a matter of timing; the host that is down is what an operator needs."""
+        held for up to ``HOLD_SECONDS`` (or the heartbeat timeout, if shorter): if one of those
+        hosts is heard to be down meanwhile (its connection lost, its silence, its own failure),
+        that host is blamed, with the reporter's words beside it; otherwise the reporter is.
+        Which of the two the driver hears first is a matter of timing; the host that is down is
+        what an operator needs."""
         try:
             self._pump(until, on_event)
         except Failed as f:
@@ -143,8 +148,8 @@ class AgentTransport:
                     if peers and self.held is None:
                         # Its agent waits for the abort and answers pings meanwhile, so the
                         # liveness rounds that may blame a silent peer still have a witness.
-                        wait = self.hb_timeout + 3 * HEARTBEAT
-                        self.held = (label, why, obj.get("kind"), peers, now + wait)
+                        wait = min(self.hb_timeout, HOLD_SECONDS)
+                        self.held = (label, why, obj.get("kind"), peers, time.monotonic() + wait)
                         if self.progress is not None:
                             who = ", ".join(peers)
                             self.progress(
@@ -167,7 +172,7 @@ class AgentTransport:
                     if self.progress is not None and ev in _PROGRESS:
                         self.progress({"host": label, **obj})
             self.check_liveness(now)
-            if self.held is not None and now > self.held[4]:
+            if self.held is not None and time.monotonic() > self.held[4]:
                 reporter, why, kind, _, _ = self.held
                 self.held = None
                 raise self.fail(reporter, why, kind)
