@@ -50,7 +50,7 @@ class AgentTransport:
         # An open liveness round: (ping number, its clock time, the hosts silent when it began).
         self.round: tuple[int, float, list[str]] | None = None
         # A failure held back because it names hosts it could not reach: (reporter, why, kind,
-        # those hosts, until when by ``clock``).  See ``pump``.
+        # those hosts, until when by time.monotonic()).  See ``pump``.
         self.held: tuple[str, str, str | None, list[str], float] | None = None
 
     # -- agents --------------------------------------------------------------------------------
