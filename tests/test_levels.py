@@ -276,6 +276,46 @@ def test_compact_cli(tmp_path):
     assert p.returncode == 2 and "nope" in p.stderr and "Traceback" not in p.stderr
 
 
+def _miscount(db, j: int, table: str) -> int:
+    """Commit, as a buggy writer could, the next generation with section j's ``table`` counted
+    one record more than its levels hold (every file sound); returns that generation."""
+    from dataclasses import replace
+
+    m = db.manifest()
+    m.tables[j][table]["records"] += 1
+    db.commit(replace(m, rounds=None, generation=m.generation + 1, parent=m.generation))
+    return m.generation + 1
+
+
+def test_compact_refuses_levels_that_disagree_with_the_manifest_count(tmp_path):
+    db = make_db(tmp_path / "db", sections=1, **KEEP)
+    with db.writer() as w:
+        rounds(w, 0)
+    gen = _miscount(db, 0, "links_by_md5")
+    with pytest.raises(CorruptionError, match=r"-c\.\w+: \d+ records after compaction, the manifest counts \d+"):
+        db.compact()
+    # Nothing committed, the new base removed; check names the disagreement too.
+    assert db.manifest().generation == gen
+    assert not [f for f in os.listdir(db.section_dir(0)) if f.startswith(f"{gen + 1:08d}-")]
+    with db.reader() as r, pytest.raises(CorruptionError, match=r"\.lbm: \d+ live records, .* says \d+"):
+        r.check()
+    p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "compact", db.path], capture_output=True, text=True)
+    assert p.returncode == 2 and "records after compaction" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_a_round_does_not_commit_a_rebuilt_base_that_disagrees_with_the_manifest_count(tmp_path):
+    db = make_db(tmp_path / "db", sections=1, **KEEP)
+    with db.writer() as w:
+        rounds(w, 0)
+    gen = _miscount(db, 0, "links_by_url")
+    # The next round's stage 4 merges the runs into a new base (over 1% of it): its count is off.
+    with pytest.raises(CorruptionError, match=r"compaction kept \d+ records, the manifest counts \d+"):
+        with db.writer(level_ratio=0.01, level_runs=8) as w:
+            rounds(w, 1)
+    assert db.manifest().generation == gen
+    assert not [f for f in os.listdir(db.section_dir(0)) if f.startswith(f"{gen + 1:08d}-")]
+
+
 def test_check_names_a_damaged_delta_run(tmp_path):
     db = make_db(tmp_path / "db", sections=1, **KEEP)
     with db.writer() as w:
