@@ -276,27 +276,31 @@ def test_compact_cli(tmp_path):
     assert p.returncode == 2 and "nope" in p.stderr and "Traceback" not in p.stderr
 
 
-def _miscount(db, j: int, table: str) -> int:
-    """Commit, as a buggy writer could, the next generation with section j's ``table`` counted
-    one record more than its levels hold (every file sound); returns that generation."""
+def _miscounted(path, table: str):
+    """A one-section db after a round, then, as a buggy writer could commit it, a generation
+    that counts section 0's ``table`` one record more than its levels hold (every file sound);
+    returns the db and that generation."""
     from dataclasses import replace
 
+    db = make_db(path, sections=1, **KEEP)
+    with db.writer() as w:
+        rounds(w, 0)
     m = db.manifest()
-    m.tables[j][table]["records"] += 1
+    m.tables[0][table]["records"] += 1
     db.commit(replace(m, rounds=None, generation=m.generation + 1, parent=m.generation))
-    return m.generation + 1
+    return db, m.generation + 1
+
+
+def _committed_nothing(db, gen: int) -> None:
+    assert db.manifest().generation == gen
+    assert not [f for f in os.listdir(db.section_dir(0)) if f.startswith(f"{gen + 1:08d}-")]
 
 
 def test_compact_refuses_levels_that_disagree_with_the_manifest_count(tmp_path):
-    db = make_db(tmp_path / "db", sections=1, **KEEP)
-    with db.writer() as w:
-        rounds(w, 0)
-    gen = _miscount(db, 0, "links_by_md5")
+    db, gen = _miscounted(tmp_path / "db", "links_by_md5")
     with pytest.raises(CorruptionError, match=r"-c\.\w+: \d+ records after compaction, the manifest counts \d+"):
         db.compact()
-    # Nothing committed, the new base removed; check names the disagreement too.
-    assert db.manifest().generation == gen
-    assert not [f for f in os.listdir(db.section_dir(0)) if f.startswith(f"{gen + 1:08d}-")]
+    _committed_nothing(db, gen)  # and the new base removed; check names the disagreement too
     with db.reader() as r, pytest.raises(CorruptionError, match=r"\.lbm: \d+ live records, .* says \d+"):
         r.check()
     p = subprocess.run([sys.executable, "-m", "webdb.cli.main", "compact", db.path], capture_output=True, text=True)
@@ -304,16 +308,12 @@ def test_compact_refuses_levels_that_disagree_with_the_manifest_count(tmp_path):
 
 
 def test_a_round_does_not_commit_a_rebuilt_base_that_disagrees_with_the_manifest_count(tmp_path):
-    db = make_db(tmp_path / "db", sections=1, **KEEP)
-    with db.writer() as w:
-        rounds(w, 0)
-    gen = _miscount(db, 0, "links_by_url")
+    db, gen = _miscounted(tmp_path / "db", "links_by_url")
     # The next round's stage 4 merges the runs into a new base (over 1% of it): its count is off.
     with pytest.raises(CorruptionError, match=r"compaction kept \d+ records, the manifest counts \d+"):
         with db.writer(level_ratio=0.01, level_runs=8) as w:
             rounds(w, 1)
-    assert db.manifest().generation == gen
-    assert not [f for f in os.listdir(db.section_dir(0)) if f.startswith(f"{gen + 1:08d}-")]
+    _committed_nothing(db, gen)
 
 
 def test_check_names_a_damaged_delta_run(tmp_path):
