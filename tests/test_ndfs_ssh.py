@@ -191,6 +191,22 @@ def test_wait_complete_is_bounded_when_a_host_is_down_or_hung(ssh_hosts: list[SS
     t.close()
 
 
+@pytest.mark.timeout(120)
+def test_a_closed_sftp_channel_on_a_live_connection_reconnects(ssh_hosts: list[SSHHost]) -> None:
+    """A host going away can close the SFTP channel before the connection's reader thread has
+    seen the end of the stream; a closed channel is a lost connection, never a file error."""
+    h = ssh_hosts[2]
+    t = SFTPTransport(h.host_config(connect_timeout=5.0, timeout=10.0))
+    t.write_text("db/g/present", "x")
+    assert t._sftp is not None and t._client is not None
+    live = t._client.get_transport()
+    t._sftp.get_channel().close()
+    assert live is not None and live.is_active()  # the connection itself still looks alive
+    assert t.read_text("db/g/present") == "x"
+    assert t._client.get_transport() is not live  # a new connection, not a "Socket is closed" error
+    t.close()
+
+
 @pytest.fixture
 def tiny_disk(ssh_hosts: list[SSHHost]) -> Iterator[tuple[SSHHost, str]]:
     """A 1 MiB tmpfs mounted at ``<root>/tiny`` of host 3."""

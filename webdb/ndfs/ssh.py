@@ -105,8 +105,7 @@ class SFTPTransport(Transport):
         """Open (or reuse) the connection; raises HostUnreachable or HostKeyRejected."""
         with self._lock:
             if self._sftp is not None and self._client is not None:
-                t = self._client.get_transport()
-                if t is not None and t.is_active():
+                if self._alive():
                     self._sftp.get_channel().settimeout(self._timeout(self.host.timeout))
                     return self._sftp
                 self.close()
@@ -160,8 +159,11 @@ class SFTPTransport(Transport):
         return f"{self.host.address}:{self.host.port}"
 
     def _alive(self) -> bool:
+        # The SFTP channel can be closed (the server went away) before the transport's reader
+        # thread has seen the end of the stream: either one closed means the connection is lost.
         t = self._client.get_transport() if self._client else None
-        return t is not None and t.is_active()
+        ch = self._sftp.get_channel() if self._sftp else None
+        return t is not None and t.is_active() and ch is not None and not ch.closed
 
     def _abs(self, name: str) -> str:
         return remote_path(self.host.root, name)  # every remote path is checked to lie under the root
