@@ -16,7 +16,14 @@ def start_cluster(k: int, env: dict[str, str] | None = None):
     dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})
 
     cluster = LocalCluster(
-        n_workers=0, processes=True, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+        n_workers=0,
+        processes=True,
+        threads_per_worker=1,
+        dashboard_address=None,
+        silence_logs=logging.ERROR,
+        # Without a dashboard the scheduler still serves its HTTP routes, on 8787 unless told:
+        # a free loopback port keeps clusters started side by side from contending for it.
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
     )
     for j in range(k):
         cluster.worker_spec[f"section-{j}"] = {
