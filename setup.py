@@ -95,7 +95,8 @@ setup(
         "bulk": [],
         # bench/run.py: the peers (RocksDB, DuckDB; SQLite and GNU sort come with the system), the
         # driver's memory sampling, the columnar load webdb runs there and the steady-state plot;
-        # bench/bench_fetch_peers.py: Scrapy, the fetch benchmark's peer (bench/scrapy_peer.py).
+        # bench/bench_fetch_peers.py: Scrapy, the fetch benchmark's peer (bench/scrapy_peer.py);
+        # py-spy, the sampling profiler behind the profiles docs/performance.md cites.
         "bench": [
             "duckdb>=1.0",
             "rocksdict>=0.3",
@@ -104,6 +105,7 @@ setup(
             "numpy>=1.24",
             "matplotlib>=3.7",
             "scrapy>=2.13",
+            "py-spy>=0.3.14",
         ],
     },
     entry_points={"console_scripts": ["webdb=webdb.cli.main:main"]},
