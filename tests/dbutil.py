@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from dataclasses import replace
 
 import webdb
 from webdb import FetchResult, Link, Page, Status
@@ -64,6 +65,14 @@ def make_db(path, sections: int = 2, **settings) -> webdb.WebDB:
     with db.writer() as w:
         batch_a(w)
     return db
+
+
+def commit_next(db: webdb.WebDB, m: webdb.Manifest) -> int:
+    """Commit ``m`` (its tables changed by the test) as the next generation, as a buggy writer
+    could, every file it names left as it is; returns that generation."""
+    gen = m.generation + 1
+    db.commit(replace(m, rounds=None, generation=gen, parent=m.generation))
+    return gen
 
 
 def damage_block(path: str, b: int) -> None:

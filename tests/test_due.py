@@ -19,16 +19,16 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
+from dbutil import commit_next
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import webdb
 from fetchlist.generate import choose, generate
 from fetchlist.segment import Segment
-from webdb import DAY, NEVER, FetchResult, Link, Manifest, Page, Status
+from webdb import DAY, NEVER, FetchResult, Link, Page, Status
 from webdb.analysis.rank import rank
 from webdb.tables.pagecodec import due_order, due_record
 from webdb.tools.rebalance import rebalance
@@ -263,7 +263,7 @@ def _rewrite_index(db, j: int, records) -> str:
     path = os.path.join(db.section_dir(j), e["file"])
     info = _replace_file(path, KIND_DUE, records)
     e["bytes"], e["records"] = info["bytes"], info["records"]
-    _rewrite_manifest(db, m)
+    commit_next(db, m)
     return path
 
 
@@ -276,12 +276,6 @@ def _replace_file(path: str, kind: int, records) -> dict:
     for k, v in records:
         w.add(k, v)
     return w.close()
-
-
-def _rewrite_manifest(db, m: Manifest) -> None:
-    """Commit ``m`` (its tables changed) as the next generation, as a buggy writer could."""
-    gen = m.generation
-    db.commit(replace(m, rounds=None, generation=gen + 1, parent=gen))
 
 
 @pytest.mark.parametrize("damage", ["stale", "missing", "extra"])
@@ -327,7 +321,7 @@ def test_a_db_without_an_index_is_scanned_until_rebalance_builds_it(tmp_path):
     m = db.manifest()
     for tabs in m.tables:
         tabs["pages_by_url"].pop("due")  # as a db written before the index
-    _rewrite_manifest(db, m)
+    commit_next(db, m)
     said = []
     res = generate(db, tmp_path / "s1", now=NOW, top_n=20, max_per_host=3, progress=said.append)
     assert res.via == "scan" and res.scanned == 400
@@ -349,7 +343,7 @@ def test_the_manifest_names_the_index_and_refuses_a_bad_one(tmp_path):
     e = m.tables[0]["pages_by_url"]
     assert e["due"]["records"] == 50 and e["due"]["file"].endswith(".due")
     e["due"]["file"] = "../elsewhere.due"
-    _rewrite_manifest(db, m)
+    commit_next(db, m)
     with pytest.raises(webdb.CorruptionError, match=r"tables\[0\]\.pages_by_url\.due"):
         db.manifest()
     assert json.loads(json.dumps(e))  # plain JSON
@@ -439,7 +433,7 @@ def _rewrite_run(db, j: int, fix) -> str:
     t.close()
     info = _replace_file(path, KIND_DUE_RUN, recs)
     e["bytes"], e["entries"] = info["bytes"], info["records"]
-    _rewrite_manifest(db, m)
+    commit_next(db, m)
     return path
 
 
@@ -481,7 +475,7 @@ def test_the_manifest_refuses_a_bad_run_of_the_index(tmp_path):
     _churn(db, 0, n=5)
     m = db.manifest()
     m.tables[0]["pages_by_url"]["due"]["runs"][0]["file"] = "00000099-s1d.due"
-    _rewrite_manifest(db, m)
+    commit_next(db, m)
     with pytest.raises(webdb.CorruptionError, match=r"tables\[0\]\.pages_by_url\.due"):
         db.manifest()
 

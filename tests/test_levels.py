@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from dbutil import batch_b, damage_block, make_db, md5, snapshot
+from dbutil import batch_b, commit_next, damage_block, make_db, md5, snapshot
 
 import webdb
 from webdb import FetchResult, Page, Status
@@ -280,15 +280,12 @@ def _miscounted(path, table: str):
     """A one-section db after a round, then, as a buggy writer could commit it, a generation
     that counts section 0's ``table`` one record more than its levels hold (every file sound);
     returns the db and that generation."""
-    from dataclasses import replace
-
     db = make_db(path, sections=1, **KEEP)
     with db.writer() as w:
         rounds(w, 0)
     m = db.manifest()
     m.tables[0][table]["records"] += 1
-    db.commit(replace(m, rounds=None, generation=m.generation + 1, parent=m.generation))
-    return db, m.generation + 1
+    return db, commit_next(db, m)
 
 
 def _committed_nothing(db, gen: int) -> None:
