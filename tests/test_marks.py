@@ -14,9 +14,9 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import replace
 
 import pytest
+from dbutil import commit_next
 
 import webdb
 from fetchlist.generate import generate
@@ -159,7 +159,7 @@ def _rewrite_marks(db, j: int, records) -> str:
         w.add(k, v)
     info = w.close()
     e["bytes"], e["records"] = info["bytes"], info["records"]
-    db.commit(replace(m, rounds=None, generation=m.generation + 1, parent=m.generation))
+    commit_next(db, m)
     return path
 
 
@@ -177,7 +177,7 @@ def test_check_reports_a_mark_table_out_of_step(tmp_path, damage):
     if damage == "count":
         m = db.manifest()
         m.tables[j]["pages_by_url"]["marks"]["records"] += 1
-        db.commit(replace(m, rounds=None, generation=m.generation + 1, parent=m.generation))
+        commit_next(db, m)
     p = _check_cli(tmp_path / "db")
     assert p.returncode == 1 and "Traceback" not in p.stderr, (p.returncode, p.stderr)
     assert p.stdout.startswith("FAILED: ") and path in p.stdout, p.stdout
