@@ -101,6 +101,7 @@ def breakdown(res) -> dict:
         "coordinator": res.seconds - max(dist["section_seconds"]),
         "bytes": sum(s["bytes"] for s in dist["shipped"]),
         "remote_bytes": sum(s["remote_bytes"] for s in dist["shipped"]),
+        "step_bytes": [[s["bytes"], s["remote_bytes"]] for s in dist["shipped"]],  # steps 0..4
         "step_mean": mean,
         "step_worst": worst,
         "sections": [
@@ -229,6 +230,11 @@ def table(results: list[dict]) -> str:
             f"| {r['slowest']:.1f} | {r['ship']:.1f} | {r['coordinator']:.1f} "
             f"| {r['bytes'] / 1e6:.0f} ({r['remote_bytes'] / 1e6:.0f}) | {r['digest'][:12]} |"
         )
+    rows += ["", "MB shipped per step 0–4 (to other hosts), each mode's first run:"]
+    for mode in dict.fromkeys(r["mode"] for r in results):
+        r = next(x for x in results if x["mode"] == mode)
+        per = " / ".join(f"{b / 1e6:.0f} ({rb / 1e6:.0f})" for b, rb in r["step_bytes"])
+        rows.append(f"- {mode}: {per}")
     rows += ["", "| run | section | host | section s | " + " | ".join(STEPS) + " |", "|---|---|---|---|" + "---|" * 6]
     for mode in dict.fromkeys(r["mode"] for r in results):
         r = min((x for x in results if x["mode"] == mode), key=lambda x: x["seconds"])

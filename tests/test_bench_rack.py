@@ -60,6 +60,8 @@ def test_bench_rack_agrees_across_transports(tmp_path: Path) -> None:
     for r in runs:
         assert len(r["sections"]) == 3 and all(len(s["steps"]) == 6 for s in r["sections"])
         assert r["bytes"] > 0 and r["work"] > 0 and r["idle"] >= 0
+        assert len(r["step_bytes"]) == 5 and sum(b for b, _ in r["step_bytes"]) == r["bytes"]
+        assert sum(rb for _, rb in r["step_bytes"]) == r["remote_bytes"]
     assert runs[1]["remote_bytes"] > 0 and sorted(runs[1]["hosts"]) == ["h0", "h1", "h2"]
-    for row in ("| local k=3 |", "| ssh k=3 |", "| dask k=3 |", "| ssh | 2 | h2 |"):
+    for row in ("| local k=3 |", "| ssh k=3 |", "| dask k=3 |", "| ssh | 2 | h2 |", "\n- ssh: "):
         assert row in p.stdout, p.stdout
