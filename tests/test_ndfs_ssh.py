@@ -37,6 +37,7 @@ from webdb.ndfs import (
 from webdb.ndfs.config import Location
 from webdb.ndfs.connect import KEEPALIVE
 from webdb.ndfs.ssh import REREAD_VERIFY_MAX
+from webdb.ndfs.transport import Completion, sha256_file
 
 pytestmark = pytest.mark.ssh
 
@@ -162,6 +163,27 @@ def test_bytes_corrupted_in_transit_are_detected_and_not_published(
         assert leftovers(h.root) == []
         t.before_verify = None
         assert t.put(payload, "db/g/f").size == payload.stat().st_size
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_one_verifier_shell_checks_every_large_file_and_is_restarted_if_it_ends(
+    durable: bool, ssh_hosts: list[SSHHost], payload: Path
+) -> None:
+    """Files over REREAD_VERIFY_MAX are hashed by one sha256sum loop per connection (a durable
+    publish syncs the file first); a loop that ended is started again for the next file."""
+    h = ssh_hosts[1]
+    want = Completion(payload.stat().st_size, sha256_file(str(payload)).sha256)
+    with SFTPTransport(h.host_config()) as t:
+        t.durable = durable
+        assert t.put(payload, "db/v/a") == want
+        first = t._verifier
+        assert first is not None and not first.closed
+        assert t.put(payload, "db/v/b") == want and t._verifier is first  # the same session
+        first.shutdown_write()  # the loop reads the end of its input and exits
+        assert first.recv_exit_status() == 0
+        assert t.put(payload, "db/v/c") == want and t._verifier is not first
+        assert t.completion("db/v/c") == want and (h.root / "db/v/c").read_bytes() == payload.read_bytes()
+    assert t._verifier is None  # closed with the connection
 
 
 @pytest.mark.timeout(120)

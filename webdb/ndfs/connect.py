@@ -8,7 +8,8 @@ What every connection gets, from the host's ``HostConfig`` (hosts.ini):
   HostKeyRejected naming the file and the key's fingerprint, never added.  A missing or
   unreadable known_hosts file is refused too.  No ssh config file is read.
 - the TCP connect, the banner and authentication bounded by ``connect_timeout``; keepalives
-  every ``KEEPALIVE`` seconds, so a dead peer is noticed on an idle connection.
+  every ``KEEPALIVE`` seconds, so a dead peer is noticed on an idle connection; TCP_NODELAY,
+  as OpenSSH's own client sets it.
 - ``user``, ``port``, ``key_file`` (else the agent and the default keys);
 - ``jump = [user@]host[:port]``: the connection is tunnelled through that host (a
   ``direct-tcpip`` channel, as ``ssh -J``), whose key is checked against the same known_hosts
@@ -107,6 +108,10 @@ class _Client(paramiko.SSHClient):
             if transport is None:
                 raise paramiko.SSHException("no transport after connect")
             transport.set_keepalive(KEEPALIVE)
+            if isinstance(transport.sock, socket.socket):
+                # paramiko leaves Nagle on: a small request sent while the last one's ACK is
+                # delayed waits ~40 ms, and a publish is a dozen small SFTP requests.
+                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except HostKeyRejected:
             self.close()
             raise

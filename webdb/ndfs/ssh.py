@@ -51,6 +51,14 @@ WINDOW_SIZE = 1 << 26
 # Files up to this size are verified by reading them back over SFTP; larger ones by running
 # sha256sum on the host (one process start instead of a second transfer).
 REREAD_VERIFY_MAX = 1 << 20
+# The host's side of the sha256sum check: one shell per connection, one line per file ("S" to
+# sync the file first, "N" not to, then its path), one line back ("STATUS OUTPUT").  A new ssh
+# session per file costs sshd a fork and a session setup (~90 ms on loopback); a line, a round
+# trip and a sha256sum process.
+VERIFY_LOOP = (
+    'while IFS= read -r l; do p=${l#?}; case $l in S*) sync -- "$p" 2>/dev/null;; esac; '
+    'r=$(sha256sum -- "$p" 2>&1); s=$?; printf \'%s %s\\n\' "$s" "$(printf %s "$r" | tr \'\\n\' \' \')"; done'
+)
 # SubprocessTransport sends files at least this large with scp/rsync, smaller ones over SFTP
 # (a process start and a second ssh handshake cost more than a small file).
 LARGE_FILE_BYTES = 8 << 20
@@ -81,6 +89,8 @@ class SFTPTransport(Transport):
         self._sftp: paramiko.SFTPClient | None = None
         self._lock = threading.RLock()
         self._op_deadline: float | None = None
+        self._verifier: paramiko.Channel | None = None  # VERIFY_LOOP's session, opened on first use
+        self._verifier_out: paramiko.ChannelFile | None = None
 
     # -- connection ----------------------------------------------------------------------------
 
@@ -129,9 +139,9 @@ class SFTPTransport(Transport):
 
     def close(self) -> None:
         with self._lock:
-            sftp, client = self._sftp, self._client
-            self._sftp = self._client = None
-            for c in (sftp, client):
+            sftp, client, verifier = self._sftp, self._client, self._verifier
+            self._sftp = self._client = self._verifier = self._verifier_out = None
+            for c in (verifier, sftp, client):
                 if c is not None:
                     with contextlib.suppress(Exception):
                         c.close()
@@ -245,24 +255,56 @@ class SFTPTransport(Transport):
     def _remote_sha256(self, name: str, size: int) -> Completion | None:
         """sha256sum on the host; None if the host has no sha256sum (then we read back)."""
         path = self._abs(name)
+        if "\n" in path:  # one line per request: such a path is read back instead
+            return None
 
         def run(sftp: paramiko.SFTPClient) -> Completion | None:
-            assert self._client is not None
             real_size = sftp.stat(path).st_size or 0
+            # sync first when the publish is durable: bytes written by scp/rsync are made
+            # durable before they are published (SFTP writes had their fsync already).
+            request = f"{'S' if self.durable else 'N'}{path}\n".encode()
             budget = self._timeout(self.host.timeout + size / (20 << 20))
-            # sync first: bytes written by scp/rsync are made durable before they are published.
-            q = shlex.quote(path)
-            _in, out, err = self._client.exec_command(f"sync -- {q} 2>/dev/null; sha256sum -- {q}", timeout=budget)
-            text = out.read().decode("ascii", "replace")
-            status = out.channel.recv_exit_status()
-            if status == 127:
+            for attempt in range(2):  # a verifier shell that ended is started once more
+                ch, out = self._verifier_session()
+                ch.settimeout(budget)
+                try:
+                    ch.sendall(request)
+                    line = out.readline()
+                except OSError as e:
+                    if _is_connection_error(e) or not self._alive():
+                        raise
+                    line = b""  # the session closed under us: its shell ended
+                if line.endswith(b"\n"):
+                    break
+                self._close_verifier()
+                if attempt:
+                    raise TransportError(self.label, name, f"sha256sum on {self._where_host()} gave no answer")
+            status, _, text = line.decode("utf-8", "replace").rstrip("\n").partition(" ")
+            if status == "127":
                 return None
-            if status != 0:
-                detail = err.read().decode("utf-8", "replace").strip()
-                raise TransportError(self.label, name, f"sha256sum failed ({status}): {detail}")
-            return Completion(real_size, text.split(" ", 1)[0])
+            if status != "0":
+                raise TransportError(self.label, name, f"sha256sum failed ({status}): {text.strip()}")
+            # GNU sha256sum marks a line whose name it had to escape with a leading backslash.
+            return Completion(real_size, text.split(" ", 1)[0].lstrip("\\"))
 
         return self._op(name, run)
+
+    def _verifier_session(self) -> tuple[paramiko.Channel, paramiko.ChannelFile]:
+        """The connection's VERIFY_LOOP session (started on first use)."""
+        if self._verifier is None or self._verifier_out is None or self._verifier.closed:
+            assert self._client is not None
+            transport = self._client.get_transport()
+            assert transport is not None
+            ch = transport.open_session(timeout=self._timeout(self.host.timeout))
+            ch.exec_command(VERIFY_LOOP)
+            self._verifier, self._verifier_out = ch, ch.makefile("rb")
+        return self._verifier, self._verifier_out
+
+    def _close_verifier(self) -> None:
+        ch, self._verifier, self._verifier_out = self._verifier, None, None
+        if ch is not None:
+            with contextlib.suppress(Exception):
+                ch.close()
 
     def _sftp_recv(self, sftp: paramiko.SFTPClient, name: str, dst: io.BufferedIOBase | None) -> Completion:
         h = hashlib.sha256()
