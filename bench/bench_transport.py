@@ -7,9 +7,12 @@ each transport:
 - ``put``: the full atomic put (copy + local hash + remote sha256sum + rename + flag);
 - ``get``: the full get (copy + hash + check against the flag).
 
+With ``--files N`` each op moves N files of ``--mb`` MiB one after another, as a section
+ships a step's edit files: the per-file costs (round trips, the remote check) then show.
 Prints one JSON object per line.  Usage::
 
     python bench/bench_transport.py --mb 256 --repeat 2
+    python bench/bench_transport.py --mb 3 --files 20 --only sftp scp
 
 Results and the choice they support are in docs/ndfs.md ("Throughput").
 """
@@ -65,6 +68,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=256, help="file size in MiB (default 256)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per transport; the best is reported")
     ap.add_argument("--only", nargs="*", default=None, help="subset of: local sftp scp rsync")
+    ap.add_argument("--files", type=int, default=1, help="files moved one after another per op (default 1)")
     args = ap.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="webdb-bench-"))
@@ -92,23 +96,26 @@ def main() -> None:
             for i in range(args.repeat):
                 tmp = f"bench/raw-{i}"
                 got = base / f"got-{name}-{i}"
+                n = range(args.files)
                 runs = {
-                    "send": lambda t=t, tmp=tmp: t._send_file(str(src), tmp, size),
-                    "put": lambda t=t, i=i: t.put(src, f"bench/put-{i}"),
-                    "get": lambda t=t, i=i, got=got: t.get(f"bench/put-{i}", got),
+                    "send": lambda t=t, tmp=tmp, n=n: [t._send_file(str(src), f"{tmp}-{j}", size) for j in n],
+                    "put": lambda t=t, i=i, n=n: [t.put(src, f"bench/put-{i}-{j}") for j in n],
+                    "get": lambda t=t, i=i, got=got, n=n: [t.get(f"bench/put-{i}-{j}", got) for j in n],
                 }
                 for op, fn in runs.items():
                     s = timed(fn)
                     best[op] = min(best.get(op, s), s)
-                t.delete(tmp)
+                for j in n:
+                    t.delete(f"{tmp}-{j}")
                 got.unlink()
             for op, s in best.items():
                 rec = {
                     "transport": name,
                     "op": op,
                     "mib": args.mb,
+                    "files": args.files,
                     "seconds": round(s, 3),
-                    "mib_per_s": round(size / (1 << 20) / s, 1),
+                    "mib_per_s": round(args.files * size / (1 << 20) / s, 1),
                     "date": when,
                     "machine": where,
                 }

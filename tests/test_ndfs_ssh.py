@@ -391,6 +391,8 @@ def test_factory_applies_keepalive_and_timeouts_on_a_real_connection(ssh_hosts: 
         assert t is not None and t.is_active()
         assert t.packetizer._Packetizer__keepalive_interval == KEEPALIVE  # type: ignore[attr-defined]
         assert (t.banner_timeout, t.auth_timeout, t.channel_timeout) == (4.0, 4.0, 4.0)
+        assert t.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # no delayed-ACK stalls
+        assert t.local_cipher == t.remote_cipher == "aes128-gcm@openssh.com"  # OpenSSH offers it
         _in, out, _err = client.exec_command("echo up", timeout=10)
         assert out.read() == b"up\n"
     finally:

@@ -9,7 +9,7 @@ What every connection gets, from the host's ``HostConfig`` (hosts.ini):
   unreadable known_hosts file is refused too.  No ssh config file is read.
 - the TCP connect, the banner and authentication bounded by ``connect_timeout``; keepalives
   every ``KEEPALIVE`` seconds, so a dead peer is noticed on an idle connection; TCP_NODELAY,
-  as OpenSSH's own client sets it.
+  as OpenSSH's own client sets it; AES-GCM preferred (``_Transport``).
 - ``user``, ``port``, ``key_file`` (else the agent and the default keys);
 - ``jump = [user@]host[:port]``: the connection is tunnelled through that host (a
   ``direct-tcpip`` channel, as ``ssh -J``), whose key is checked against the same known_hosts
@@ -59,6 +59,17 @@ def why(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+_GCM = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+class _Transport(paramiko.Transport):
+    """paramiko's transport with AES-GCM first: an AEAD cipher needs no separate MAC pass, and
+    with AES in hardware a bulk put runs ~20% faster than aes128-ctr + hmac-sha2-256 (paramiko's
+    first choice; bench/bench_transport.py).  Every cipher paramiko offers stays on offer."""
+
+    _preferred_ciphers = _GCM + tuple(c for c in paramiko.Transport._preferred_ciphers if c not in _GCM)
+
+
 class _Client(paramiko.SSHClient):
     """An SSHClient that connects only the factory's way.  fabric re-opens a closed Connection
     by calling ``client.connect(...)`` with its own arguments: that goes through ``_open``
@@ -103,6 +114,7 @@ class _Client(paramiko.SSHClient):
                 allow_agent=h.key_file is None,
                 look_for_keys=h.key_file is None,
                 sock=sock,
+                transport_factory=_Transport,
             )
             transport = self.get_transport()
             if transport is None:
