@@ -201,12 +201,14 @@ def write_routed(job: StageJob, stage: int, recs: Iterable[bytes], producer: str
                     if w is None:
                         d = edit_dir(job, j, stage)
                         os.makedirs(d, exist_ok=True)
+                        # Never fsynced: edits belong to one attempt of one batch, which a
+                        # crash discards whole; a torn file fails its CRCs or its flag.
                         w = writers[j] = TableWriter(
                             os.path.join(d, producer + ".edits"),
                             KIND_EDITS,
                             s.block_size,
                             s.codec,
-                            sync=s.sync,
+                            sync=False,
                         )
                     # The records are sorted already (a sort buffer's output): handed over as
                     # one run of bytes, keys with empty values, not checked record by record.
