@@ -147,8 +147,13 @@ def section_cluster(k: int, wait: float = 300) -> Iterator[str]:
     address once every worker is up (within ``wait`` seconds)."""
     import logging
 
+    import dask
     from distributed import Client, LocalCluster, Nanny
 
+    # The workers' statistical profiler samples every thread's stack every 10 ms and holds the
+    # GIL to do it: ~4% of a section's work (docs/distributed.md, *Dask*).  Nannies hand this
+    # config to their workers.
+    dask.config.set({"distributed.worker.profile.enabled": False})
     cluster = LocalCluster(
         n_workers=0,
         processes=True,
