@@ -404,7 +404,6 @@ def _receive(spec: SectionSpec, state: dict, stage: int, incoming: list[list[dic
     """Write step stage-1's edit files from every producer into this section's share group,
     each checked against the size and SHA-256 its producer computed."""
     home = section_path(spec.path, spec.section)
-    sync = spec.settings.sync
     for p, files in enumerate(incoming):
         for f in files:
             data = f["data"]
@@ -415,7 +414,7 @@ def _receive(spec: SectionSpec, state: dict, stage: int, incoming: list[list[dic
                 )
             dest = os.path.join(home, f["name"])
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            write_atomic(dest, data, sync)
+            write_atomic(dest, data, sync=False)  # edits are scratch: a crash discards the batch
             state["listed"].append({k: f[k] for k in ("name", "size", "sha256")})
 
 
