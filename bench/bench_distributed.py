@@ -142,35 +142,12 @@ def fresh_run(work: Path, data: Path, k: int, sync: bool) -> tuple[Path, dict]:
 
 @contextlib.contextmanager
 def section_cluster(k: int, wait: float = 300) -> Iterator[str]:
-    """A ``distributed.LocalCluster`` of k single-thread worker processes, worker j declaring
-    the resource ``section-j`` (where update_dask places section j); yields the scheduler's
-    address once every worker is up (within ``wait`` seconds)."""
-    import logging
+    """tests/daskutil.py's cluster of k section workers (the agents' environment); yields the
+    scheduler's address once every worker is up (within ``wait`` seconds)."""
+    from daskutil import start_cluster
 
-    import dask
-    from distributed import Client, LocalCluster, Nanny
-
-    # The workers' statistical profiler samples every thread's stack every 10 ms and holds the
-    # GIL to do it: ~4% of a section's work (docs/distributed.md, *Dask*).  Nannies hand this
-    # config to their workers.
-    dask.config.set({"distributed.worker.profile.enabled": False})
-    cluster = LocalCluster(
-        n_workers=0,
-        processes=True,
-        threads_per_worker=1,
-        dashboard_address=None,
-        silence_logs=logging.ERROR,
-        # Without a dashboard the scheduler still serves its HTTP routes, on 8787 unless told:
-        # a free loopback port keeps clusters started side by side from contending for it.
-        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-    )
+    cluster = start_cluster(k, AGENT_ENV, wait=wait)
     try:
-        for j in range(k):
-            opts = {"nthreads": 1, "resources": {f"section-{j}": 1}, "env": AGENT_ENV, "memory_limit": 0}
-            cluster.worker_spec[f"section-{j}"] = {"cls": Nanny, "options": opts}
-        cluster.scale(k)
-        with Client(cluster, set_as_default=False) as c:
-            c.wait_for_workers(k, timeout=wait)
         yield cluster.scheduler_address
     finally:
         cluster.close()

@@ -130,12 +130,9 @@ def run_local(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
 
 
 def run_dask(work: Path, data: Path, k: int, sync: bool, mem: int) -> dict:
-    import dask
-
     from webdb.writer.driver import update_dask
 
     path, inputs = fresh_run(work, data, k, sync)
-    dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"})  # a loaded machine
     with section_cluster(k, wait=600) as address:
         res = update_dask(Rack.local(str(path)), address, inputs, input_fn=ROUND, settings={"memory_mb": mem * k})
     db = webdb.open(str(path))
